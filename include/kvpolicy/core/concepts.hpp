@@ -1,0 +1,140 @@
+// The seams of kvpolicy: one concept per kind of policy.
+//
+// Each concept names exactly what the composed cache calls, so a class that
+// lacks a member fails at the `using` line that composes it, with the
+// concept's name in the diagnostic. Every model is followed by
+// `static_assert(concept<model>)` in its own header.
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <type_traits>
+
+#include "kvpolicy/core/access_context.hpp"
+#include "kvpolicy/core/clock.hpp"
+#include "kvpolicy/core/ids.hpp"
+#include "kvpolicy/core/sparse_context.hpp"
+#include "kvpolicy/core/transfer.hpp"
+
+namespace kvpolicy {
+
+/// `T::name` is a compile-time string: the name a type is registered under.
+template <class T>
+concept named = requires {
+    { T::name } -> std::convertible_to<std::string_view>;
+    typename std::integral_constant<std::size_t, std::string_view{T::name}.size()>;
+};
+
+/// Whether a policy's victim order is fixed between accesses.
+enum class eviction_order : std::uint8_t {
+    /// The order changes only when an item is inserted, accessed or released
+    /// (LRU, ARC, SIEVE, ...): a victim pops in O(1) or O(log n).
+    static_between_accesses,
+    /// The order changes as time passes (retention value = cost / time
+    /// inactive): victims are chosen by scoring every candidate at `now` and
+    /// selecting the lowest through a `victim_selector`.
+    time_varying,
+};
+
+/// An eviction strategy over dense item ids 0 .. capacity-1.
+///
+/// Construction: `P(capacity, config)`; `capacity` is the most items the
+/// policy tracks at once. Items are tracked from `on_insert` until they are
+/// popped as victims or erased. A tracked item is *evictable* unless held;
+/// only evictable items are ever victims, so a block a running request holds
+/// can never be chosen.
+///
+/// - `on_insert(id, ctx)`: a new item, evictable. Pre: not tracked, size() < capacity().
+/// - `on_access(id, ctx)`: a hit on a tracked item (evictable or held).
+/// - `on_hold(id)`: the item stops being evictable; its state is kept. Pre: evictable.
+/// - `on_release(id, ctx)`: evictable again; the release counts as a use at
+///   `ctx.now` as each policy's header says. Pre: held.
+/// - `on_erase(id)`: forget a tracked item without evicting it (no ghost).
+/// - `pop_victim(now)`: remove and return the next victim; empty when nothing
+///   is evictable. Ghost-keeping policies remember the victim's key.
+/// - `pop_victims(out, now)`: up to `out.size()` victims in order; the count.
+/// - `size()`: tracked items; `evictable_size()`: those not held.
+template <class P>
+concept eviction_policy =
+    named<P> && std::movable<P> &&
+    requires { typename P::config_type; } &&
+    std::constructible_from<P, std::size_t, const typename P::config_type&> &&
+    requires { typename std::integral_constant<eviction_order, P::order>; } &&
+    requires(P& p, const P& cp, item_id id, const access_context& ctx, std::span<item_id> out, timestamp now) {
+        { p.on_insert(id, ctx) } -> std::same_as<void>;
+        { p.on_access(id, ctx) } -> std::same_as<void>;
+        { p.on_hold(id) } -> std::same_as<void>;
+        { p.on_release(id, ctx) } -> std::same_as<void>;
+        { p.on_erase(id) } -> std::same_as<void>;
+        { p.pop_victim(now) } -> std::same_as<std::optional<item_id>>;
+        { p.pop_victims(out, now) } -> std::same_as<std::size_t>;
+        { cp.capacity() } -> std::same_as<std::size_t>;
+        { cp.size() } -> std::same_as<std::size_t>;
+        { cp.evictable_size() } -> std::same_as<std::size_t>;
+        { cp.contains(id) } -> std::same_as<bool>;
+        { cp.counters() } -> std::same_as<const policy_counters&>;
+    };
+
+/// Seconds to recompute one item whose session has `context_length` tokens
+/// before it (Pensieve: alpha * context_length + beta + const_non_attention).
+template <class C>
+concept cost_model = named<C> && std::copyable<C> && requires(const C& c, std::uint64_t context_length) {
+    { c.cost(context_length) } -> std::same_as<double>;
+};
+
+/// How much of an item's cost lies on the critical path, by layer.
+template <class W>
+concept layer_weight = named<W> && std::copyable<W> && requires(const W& w, layer_index layer, std::uint32_t num_layers) {
+    { w.weight(layer, num_layers) } -> std::same_as<double>;
+};
+
+/// How expensive an item is to recompute, by its position in its session.
+template <class W>
+concept position_weight =
+    named<W> && std::copyable<W> && requires(const W& w, chunk_index chunk, std::uint32_t total_chunks) {
+        { w.weight(chunk, total_chunks) } -> std::same_as<double>;
+    };
+
+/// Given scores and ids, writes the `out.size()` lowest (fewer if there are
+/// fewer ids) into `out` in ascending (score, id) order and returns the
+/// count. Ties are broken by id, so results are deterministic. NaN scores are
+/// rejected with `config_error`. Non-const: a selector may keep scratch space
+/// so repeated calls do not allocate.
+template <class S, class Score = double>
+concept victim_selector =
+    named<S> && requires(S& s, std::span<const Score> scores, std::span<const item_id> ids, std::span<item_id> out) {
+        { s.select_lowest(scores, ids, out) } -> std::same_as<std::size_t>;
+    };
+
+/// Chooses which offloaded blocks a query reads (seeds 001 and 004).
+/// `select` writes a subset of `available` to `out` (out.size() >=
+/// available.size()) and returns its length; `on_offload` sees a block's keys
+/// while they are still on the device, before the copy to the CPU tier.
+template <class S>
+concept sparse_selector =
+    named<S> &&
+    requires {
+        typename std::bool_constant<S::supports_prefill>;
+        typename std::bool_constant<S::supports_decode>;
+        typename std::bool_constant<S::requires_block_selection>;
+    } &&
+    requires(S& s, std::span<const block_id> available, const selection_context& ctx, std::span<block_id> out,
+             block_id block, layer_index layer, const key_block_view& keys) {
+        { s.select(available, ctx, out) } -> std::same_as<std::size_t>;
+        { s.on_offload(block, layer, keys) } -> std::same_as<void>;
+    };
+
+/// Carries out block copies between tiers. `execute(ops, status)` performs
+/// every op (status.size() >= ops.size()), writes each op's outcome and
+/// returns how many are done. A failed op leaves its destination unspecified
+/// and its source intact.
+template <class T>
+concept transfer_engine = requires(T& t, std::span<const block_transfer> ops, std::span<transfer_status> status) {
+    { t.execute(ops, status) } -> std::same_as<std::size_t>;
+};
+
+}  // namespace kvpolicy

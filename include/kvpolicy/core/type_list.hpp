@@ -1,0 +1,95 @@
+// Runtime choice of a compile-time type: one type list, one fold.
+//
+// A command-line flag names a policy; `visit_by_name<eviction_policies>("arc",
+// f)` calls `f.template operator()<arc>()`. Adding a policy is one header plus
+// one entry in its list. An unknown name throws `unknown_name_error` that
+// lists every accepted name.
+#pragma once
+
+#include <array>
+#include <tuple>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "kvpolicy/core/concepts.hpp"
+#include "kvpolicy/core/error.hpp"
+
+namespace kvpolicy {
+
+template <class... Ts>
+struct type_list {
+    static constexpr std::size_t size = sizeof...(Ts);
+};
+
+namespace detail {
+template <class List>
+struct list_names;
+
+template <named... Ts>
+struct list_names<type_list<Ts...>> {
+    static constexpr std::array<std::string_view, sizeof...(Ts)> value{std::string_view{Ts::name}...};
+};
+
+template <class List>
+constexpr bool names_unique() {
+    const auto& n = list_names<List>::value;
+    for (std::size_t i = 0; i < n.size(); ++i)
+        for (std::size_t j = i + 1; j < n.size(); ++j)
+            if (n[i] == n[j]) return false;
+    return true;
+}
+}  // namespace detail
+
+/// The registered names of a type list, in list order.
+template <class List>
+[[nodiscard]] constexpr const auto& names_of() noexcept {
+    return detail::list_names<List>::value;
+}
+
+/// "a, b, c": for help texts and error messages.
+template <class List>
+[[nodiscard]] std::string joined_names(std::string_view separator = ", ") {
+    std::string out;
+    for (std::string_view n : names_of<List>()) {
+        if (!out.empty()) out += separator;
+        out += n;
+    }
+    return out;
+}
+
+template <class List>
+[[nodiscard]] constexpr bool has_name(std::string_view name) noexcept {
+    for (std::string_view n : names_of<List>())
+        if (n == name) return true;
+    return false;
+}
+
+/// Calls `f.template operator()<T>()` for the type `T` of `List` whose name is
+/// `name` and returns its result. `what` names the kind of thing in the error
+/// ("eviction policy"). Throws: unknown_name_error listing the accepted names.
+template <class List, class F>
+decltype(auto) visit_by_name(std::string_view name, F&& f, std::string_view what = "name") {
+    static_assert(detail::names_unique<List>(), "two types in this list share a name; names must be unique");
+    return [&]<class... Ts>(type_list<Ts...>) -> decltype(auto) {
+        using first = std::tuple_element_t<0, std::tuple<Ts...>>;
+        using result = decltype(f.template operator()<first>());
+        // One entry per type, in list order, so the name's index picks the call.
+        using entry = result (*)(F&);
+        static constexpr entry table[] = {+[](F& g) -> result { return g.template operator()<Ts>(); }...};
+        const auto& names = names_of<List>();
+        for (std::size_t i = 0; i < names.size(); ++i)
+            if (names[i] == name) return table[i](f);
+        throw unknown_name_error("unknown " + std::string(what) + " '" + std::string(name) +
+                                 "'; accepted: " + joined_names<List>());
+    }(List{});
+}
+
+/// Calls `f.template operator()<T>()` for every type of `List`, in order.
+template <class List, class F>
+void for_each_type(F&& f) {
+    [&]<class... Ts>(type_list<Ts...>) { (f.template operator()<Ts>(), ...); }(List{});
+}
+
+}  // namespace kvpolicy

@@ -1,0 +1,13 @@
+// Every eviction policy kvpolicy ships, by the name a flag or config uses.
+// Adding a policy: write its header, include it here, add it to the list.
+#pragma once
+
+#include "kvpolicy/core/type_list.hpp"
+#include "kvpolicy/eviction/fifo.hpp"
+#include "kvpolicy/eviction/lru.hpp"
+
+namespace kvpolicy {
+
+using eviction_policies = type_list<fifo, lru>;
+
+}  // namespace kvpolicy

@@ -1,0 +1,28 @@
+// kvpolicy: every host header. Compiles with g++ and, as a .cu, with nvcc.
+#pragma once
+
+#include "kvpolicy/core/access_context.hpp"
+#include "kvpolicy/core/clock.hpp"
+#include "kvpolicy/core/concepts.hpp"
+#include "kvpolicy/core/error.hpp"
+#include "kvpolicy/core/ghost_list.hpp"
+#include "kvpolicy/core/ids.hpp"
+#include "kvpolicy/core/index_list.hpp"
+#include "kvpolicy/core/indexed_heap.hpp"
+#include "kvpolicy/core/item_key.hpp"
+#include "kvpolicy/core/sparse_context.hpp"
+#include "kvpolicy/core/tier.hpp"
+#include "kvpolicy/core/transfer.hpp"
+#include "kvpolicy/core/type_list.hpp"
+
+#include "kvpolicy/cost/uniform_weights.hpp"
+#include "kvpolicy/cost/unit_cost.hpp"
+
+#include "kvpolicy/eviction/item_tracking.hpp"
+#include "kvpolicy/eviction/registry.hpp"
+
+#include "kvpolicy/select/nth_element_selector.hpp"
+
+#include "kvpolicy/sparse/full_attention.hpp"
+
+#include "kvpolicy/cache/host_memcpy_engine.hpp"

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what kvpolicy needs from Debian's packages; quiet and quick when
+# everything is already there. Run as root (or with sudo available).
+set -euo pipefail
+
+packages=(cmake g++ make catch2 librange-v3-dev zlib1g-dev libbenchmark-dev)
+
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "install-deps: installing ${missing[*]}" >&2
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get update -qq >/dev/null
+    $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# nvcc lives here on the CUDA images; CI's environment may not have it on PATH.
+if [ -x /usr/local/cuda/bin/nvcc ]; then
+    case ":$PATH:" in *":/usr/local/cuda/bin:"*) ;; *) export PATH="/usr/local/cuda/bin:$PATH" ;; esac
+fi

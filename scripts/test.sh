@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# README command 2: install what is missing, build everything with warnings
+# as errors under ASan + UBSan (precondition checks on), and run the whole
+# suite through CTest: unit and differential tests, header self-containment,
+# must-not-compile cases, and the CUDA programs (compiled where nvcc is,
+# reported as skipped where no GPU is).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/install-deps.sh
+
+jobs=$(nproc 2>/dev/null || echo 2)
+start=$(date +%s)
+cmake --preset asan
+cmake --build --preset asan -j "$jobs"
+ctest --preset asan -j "$jobs"
+# The Release build of the examples, tools and benchmarks: optimisation-only
+# warnings (-O2 inlining) are errors too.
+cmake --preset release
+cmake --build --preset release -j "$jobs"
+echo "test.sh: suite built and passed in $(( $(date +%s) - start )) s"

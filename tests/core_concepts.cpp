@@ -1,0 +1,151 @@
+// The seams: every minimal model satisfies its concept, near-misses do not,
+// and runtime choice by name reaches the right type.
+#include <catch2/catch.hpp>
+
+#include <kvpolicy/kvpolicy.hpp>
+
+#include <string>
+
+using namespace kvpolicy;
+
+namespace {
+
+// A policy missing one member (pop_victims) must not count as a policy.
+struct lru_without_batch_pop {
+    struct config_type {};
+    static constexpr std::string_view name = "broken";
+    static constexpr eviction_order order = eviction_order::static_between_accesses;
+    lru_without_batch_pop(std::size_t, const config_type&) {}
+    void on_insert(item_id, const access_context&) {}
+    void on_access(item_id, const access_context&) {}
+    void on_hold(item_id) {}
+    void on_release(item_id, const access_context&) {}
+    void on_erase(item_id) {}
+    std::optional<item_id> pop_victim(timestamp) { return std::nullopt; }
+    std::size_t capacity() const { return 0; }
+    std::size_t size() const { return 0; }
+    std::size_t evictable_size() const { return 0; }
+    bool contains(item_id) const { return false; }
+    const policy_counters& counters() const { return c; }
+    policy_counters c;
+};
+
+// A cost model whose cost is a float, not a double.
+struct float_cost {
+    static constexpr std::string_view name = "float";
+    float cost(std::uint64_t) const { return 1.0f; }
+};
+
+// A selector whose flags are not compile-time constants.
+struct runtime_flag_selector {
+    static constexpr std::string_view name = "runtime";
+    bool supports_prefill = true;
+    bool supports_decode = true;
+    bool requires_block_selection = false;
+    std::size_t select(std::span<const block_id>, const selection_context&, std::span<block_id>) { return 0; }
+    void on_offload(block_id, layer_index, const key_block_view&) {}
+};
+
+}  // namespace
+
+TEST_CASE("every shipped model satisfies its concept", "[concepts]") {
+    STATIC_REQUIRE(eviction_policy<fifo>);
+    STATIC_REQUIRE(eviction_policy<lru>);
+    STATIC_REQUIRE(cost_model<unit_cost>);
+    STATIC_REQUIRE(layer_weight<uniform_layer_weight>);
+    STATIC_REQUIRE(position_weight<uniform_position_weight>);
+    STATIC_REQUIRE(victim_selector<nth_element_selector>);
+    STATIC_REQUIRE(sparse_selector<full_attention>);
+    STATIC_REQUIRE(transfer_engine<host_memcpy_engine>);
+    STATIC_REQUIRE(clock_source<manual_clock>);
+    STATIC_REQUIRE(clock_source<steady_clock_source>);
+}
+
+TEST_CASE("near-misses and unrelated types satisfy no concept", "[concepts]") {
+    STATIC_REQUIRE_FALSE(eviction_policy<int>);
+    STATIC_REQUIRE_FALSE(eviction_policy<lru_without_batch_pop>);
+    STATIC_REQUIRE_FALSE(eviction_policy<unit_cost>);
+    STATIC_REQUIRE_FALSE(cost_model<int>);
+    STATIC_REQUIRE_FALSE(cost_model<float_cost>);
+    STATIC_REQUIRE_FALSE(cost_model<lru>);
+    STATIC_REQUIRE_FALSE(layer_weight<uniform_position_weight>);
+    STATIC_REQUIRE_FALSE(position_weight<uniform_layer_weight>);
+    STATIC_REQUIRE_FALSE(victim_selector<lru>);
+    STATIC_REQUIRE_FALSE(sparse_selector<runtime_flag_selector>);
+    STATIC_REQUIRE_FALSE(sparse_selector<nth_element_selector>);
+    STATIC_REQUIRE_FALSE(transfer_engine<fifo>);
+    STATIC_REQUIRE_FALSE(clock_source<int>);
+}
+
+TEST_CASE("full_attention declares its phases and keeps every block", "[concepts][sparse]") {
+    STATIC_REQUIRE(full_attention::supports_prefill);
+    STATIC_REQUIRE(full_attention::supports_decode);
+    STATIC_REQUIRE_FALSE(full_attention::requires_block_selection);
+    full_attention sel;
+    const std::vector<block_id> available{block_id{7}, block_id{2}, block_id{9}};
+    std::vector<block_id> out(3);
+    REQUIRE(sel.select(available, selection_context{}, out) == 3);
+    REQUIRE(out == available);
+    std::vector<block_id> too_small(2);
+    REQUIRE_THROWS_WITH(sel.select(available, selection_context{}, too_small),
+                        Catch::Contains("output holds 2 ids for 3 available blocks"));
+}
+
+TEST_CASE("visit_by_name reaches the registered type", "[registry]") {
+    const std::string got = visit_by_name<eviction_policies>("lru", []<class P>() { return std::string(P::name); });
+    REQUIRE(got == "lru");
+    int visited = 0;
+    visit_by_name<eviction_policies>("fifo", [&]<class P>() {
+        STATIC_REQUIRE(eviction_policy<P>);
+        visited += std::is_same_v<P, fifo> ? 1 : 100;
+    });
+    REQUIRE(visited == 1);
+}
+
+TEST_CASE("an unknown name lists every accepted name", "[registry]") {
+    try {
+        visit_by_name<eviction_policies>("lur", []<class P>() {}, "eviction policy");
+        FAIL("no error for an unknown name");
+    } catch (const unknown_name_error& e) {
+        const std::string what = e.what();
+        REQUIRE_THAT(what, Catch::StartsWith("unknown eviction policy 'lur'; accepted: "));
+        for (std::string_view n : names_of<eviction_policies>()) REQUIRE_THAT(what, Catch::Contains(std::string(n)));
+    }
+}
+
+TEST_CASE("for_each_type visits the list in order", "[registry]") {
+    std::string seen;
+    for_each_type<eviction_policies>([&]<class P>() { seen += std::string(P::name) + ";"; });
+    REQUIRE(seen == joined_names<eviction_policies>(";") + ";");
+    REQUIRE(has_name<eviction_policies>("lru"));
+    REQUIRE_FALSE(has_name<eviction_policies>("LRU"));
+}
+
+TEST_CASE("strong ids do not mix and order by value", "[ids]") {
+    STATIC_REQUIRE_FALSE(std::is_convertible_v<block_id, item_id>);
+    STATIC_REQUIRE_FALSE(std::is_convertible_v<std::uint32_t, block_id>);
+    STATIC_REQUIRE(sizeof(block_id) == 4);
+    REQUIRE(block_id{3} < block_id{4});
+    REQUIRE_FALSE(block_id::invalid().is_valid());
+    REQUIRE(std::hash<block_id>{}(block_id{5}) == std::hash<std::uint32_t>{}(5));
+}
+
+TEST_CASE("item keys: layer-chunk keys are distinct for distinct coordinates", "[ids]") {
+    std::vector<std::uint64_t> keys;
+    for (std::uint64_t s = 0; s < 20; ++s)
+        for (std::uint32_t c = 0; c < 30; ++c)
+            for (std::uint32_t l = 0; l < 40; ++l)
+                keys.push_back(key_of(layer_chunk_key{session_id{s}, chunk_index{c}, layer_index{l}}));
+    std::sort(keys.begin(), keys.end());
+    REQUIRE(std::adjacent_find(keys.begin(), keys.end()) == keys.end());
+    REQUIRE(key_of(block_key{42}) == 42);
+}
+
+TEST_CASE("tier and state names", "[ids]") {
+    REQUIRE(to_string(tier::gpu) == "gpu");
+    REQUIRE(to_string(item_state::dropped) == "dropped");
+    REQUIRE(is_resident(resident_in(tier::cpu)));
+    REQUIRE_FALSE(is_resident(item_state::free));
+    REQUIRE_FALSE(is_resident(item_state::dropped));
+    REQUIRE(to_string(granularity::per_layer) == "per_layer");
+}

@@ -1,0 +1,180 @@
+// The flat building blocks against obviously-correct standard containers, on
+// long random operation sequences.
+#include <catch2/catch.hpp>
+
+#include <kvpolicy/core/ghost_list.hpp>
+#include <kvpolicy/core/index_list.hpp>
+#include <kvpolicy/core/indexed_heap.hpp>
+
+#include <algorithm>
+#include <deque>
+#include <list>
+#include <map>
+#include <random>
+#include <vector>
+
+using namespace kvpolicy;
+
+namespace {
+std::vector<std::uint32_t> walk(const index_links& links, const index_list& l) {
+    std::vector<std::uint32_t> out;
+    for (std::uint32_t i = l.front; i != no_index; i = links.next(i)) out.push_back(i);
+    std::vector<std::uint32_t> back;
+    for (std::uint32_t i = l.back; i != no_index; i = links.prev(i)) back.push_back(i);
+    std::reverse(back.begin(), back.end());
+    REQUIRE(out == back);  // both directions agree
+    REQUIRE(out.size() == l.size);
+    return out;
+}
+}  // namespace
+
+TEST_CASE("index_links: three lists sharing one arena match std::list", "[core][index_list]") {
+    const std::uint64_t seed = GENERATE(1u, 2u, 3u);
+    std::mt19937_64 rng(seed);
+    constexpr std::uint32_t n = 200;
+    index_links links(n);
+    index_list lists[3];
+    std::list<std::uint32_t> ref[3];
+    std::vector<int> where(n, -1);
+    for (int op = 0; op < 100'000; ++op) {
+        const std::uint32_t id = static_cast<std::uint32_t>(rng() % n);
+        const int l = static_cast<int>(rng() % 3);
+        if (where[id] < 0) {
+            if (rng() % 2) {
+                links.push_back(lists[l], id);
+                ref[l].push_back(id);
+            } else {
+                links.push_front(lists[l], id);
+                ref[l].push_front(id);
+            }
+            where[id] = l;
+        } else {
+            const int from = where[id];
+            switch (rng() % 4) {
+                case 0:
+                    links.remove(lists[from], id);
+                    ref[from].remove(id);
+                    where[id] = -1;
+                    break;
+                case 1:
+                    links.move_to_back(lists[from], lists[l], id);
+                    ref[from].remove(id);
+                    ref[l].push_back(id);
+                    where[id] = l;
+                    break;
+                case 2: {
+                    const std::uint32_t f = links.pop_front(lists[from]);
+                    REQUIRE(f == ref[from].front());
+                    ref[from].pop_front();
+                    where[f] = -1;
+                    break;
+                }
+                default: {
+                    // insert a free id right after `id`
+                    const std::uint32_t other = static_cast<std::uint32_t>(rng() % n);
+                    if (where[other] >= 0) break;
+                    links.insert_after(lists[from], id, other);
+                    auto it = std::find(ref[from].begin(), ref[from].end(), id);
+                    ref[from].insert(std::next(it), other);
+                    where[other] = from;
+                    break;
+                }
+            }
+        }
+        if (op % 97 == 0)
+            for (int k = 0; k < 3; ++k)
+                REQUIRE(walk(links, lists[k]) == std::vector<std::uint32_t>(ref[k].begin(), ref[k].end()));
+    }
+    for (int k = 0; k < 3; ++k)
+        REQUIRE(walk(links, lists[k]) == std::vector<std::uint32_t>(ref[k].begin(), ref[k].end()));
+}
+
+TEST_CASE("ghost_list matches a deque of keys under push, pop, erase and overflow", "[core][ghost_list]") {
+    const std::size_t capacity = GENERATE(1u, 7u, 64u, 1000u);
+    std::mt19937_64 rng(capacity);
+    ghost_list g(capacity);
+    std::deque<std::uint64_t> ref;
+    // Keys cluster so that hash collisions and probe chains wrap the table.
+    const std::uint64_t universe = capacity * 3 + 5;
+    for (int op = 0; op < 100'000; ++op) {
+        const std::uint64_t key = (rng() % universe) * 0x100000001ULL;
+        const bool present = std::find(ref.begin(), ref.end(), key) != ref.end();
+        REQUIRE(g.contains(key) == present);
+        switch (rng() % 3) {
+            case 0:
+                if (!present) {
+                    const auto dropped = g.push_back(key);
+                    if (ref.size() == capacity) {
+                        REQUIRE(dropped == ref.front());
+                        ref.pop_front();
+                    } else {
+                        REQUIRE_FALSE(dropped.has_value());
+                    }
+                    ref.push_back(key);
+                }
+                break;
+            case 1:
+                REQUIRE(g.erase(key) == present);
+                if (present) ref.erase(std::find(ref.begin(), ref.end(), key));
+                break;
+            default:
+                if (!ref.empty()) {
+                    REQUIRE(g.front() == ref.front());
+                    REQUIRE(g.pop_front() == ref.front());
+                    ref.pop_front();
+                }
+        }
+        REQUIRE(g.size() == ref.size());
+    }
+    for (std::uint64_t k : ref) REQUIRE(g.contains(k));
+    g.clear();
+    REQUIRE(g.empty());
+    for (std::uint64_t k : ref) REQUIRE_FALSE(g.contains(k));
+}
+
+TEST_CASE("indexed_heap pops in (key, id) order under updates and erasures", "[core][indexed_heap]") {
+    const std::uint64_t seed = GENERATE(11u, 12u);
+    std::mt19937_64 rng(seed);
+    constexpr std::uint32_t n = 300;
+    indexed_heap<std::int64_t> heap(n);
+    std::map<std::uint32_t, std::int64_t> ref;  // id -> key
+    auto ref_top = [&] {
+        auto best = ref.begin();
+        for (auto it = ref.begin(); it != ref.end(); ++it)
+            if (it->second < best->second || (it->second == best->second && it->first < best->first)) best = it;
+        return best;
+    };
+    for (int op = 0; op < 100'000; ++op) {
+        const std::uint32_t id = static_cast<std::uint32_t>(rng() % n);
+        const std::int64_t key = static_cast<std::int64_t>(rng() % 50);  // many ties
+        REQUIRE(heap.contains(id) == ref.contains(id));
+        switch (rng() % 4) {
+            case 0:
+                if (!ref.contains(id)) {
+                    heap.push(id, key);
+                    ref[id] = key;
+                }
+                break;
+            case 1:
+                if (ref.contains(id)) {
+                    heap.update(id, key);
+                    ref[id] = key;
+                }
+                break;
+            case 2:
+                if (ref.contains(id)) {
+                    heap.erase(id);
+                    ref.erase(id);
+                }
+                break;
+            default:
+                if (!ref.empty()) {
+                    const auto best = ref_top();
+                    REQUIRE(heap.top() == best->first);
+                    REQUIRE(heap.pop() == best->first);
+                    ref.erase(best);
+                }
+        }
+        REQUIRE(heap.size() == ref.size());
+    }
+}
