@@ -5,12 +5,14 @@
 #include <kvpolicy/core/ghost_list.hpp>
 #include <kvpolicy/core/index_list.hpp>
 #include <kvpolicy/core/indexed_heap.hpp>
+#include <kvpolicy/core/key_index.hpp>
 
 #include <algorithm>
 #include <deque>
 #include <list>
 #include <map>
 #include <random>
+#include <unordered_map>
 #include <vector>
 
 using namespace kvpolicy;
@@ -177,4 +179,30 @@ TEST_CASE("indexed_heap pops in (key, id) order under updates and erasures", "[c
         }
         REQUIRE(heap.size() == ref.size());
     }
+}
+
+TEST_CASE("key_index matches std::unordered_map under insert, erase and reuse", "[core][key_index]") {
+    const std::size_t capacity = GENERATE(1u, 5u, 300u);
+    std::mt19937_64 rng(capacity + 17);
+    key_index index(capacity);
+    std::unordered_map<std::uint64_t, std::uint32_t> ref;
+    const std::uint64_t universe = capacity * 4 + 3;
+    for (int op = 0; op < 100'000; ++op) {
+        const std::uint64_t key = (rng() % universe) << 32;  // high bits only: mixing must scatter them
+        const auto it = ref.find(key);
+        REQUIRE(index.find(key) == (it == ref.end() ? no_index : it->second));
+        if (rng() % 2 && it == ref.end() && ref.size() < capacity) {
+            const auto slot = static_cast<std::uint32_t>(rng() % 1000);
+            index.insert(key, slot);
+            ref[key] = slot;
+        } else {
+            REQUIRE(index.erase(key) == (it == ref.end() ? no_index : it->second));
+            ref.erase(key);
+        }
+        REQUIRE(index.size() == ref.size());
+    }
+    for (const auto& [k, v] : ref) REQUIRE(index.find(k) == v);
+    index.clear();
+    REQUIRE(index.size() == 0);
+    for (const auto& [k, v] : ref) REQUIRE(index.find(k) == no_index);
 }
