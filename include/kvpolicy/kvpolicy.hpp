@@ -15,11 +15,19 @@
 #include "kvpolicy/core/transfer.hpp"
 #include "kvpolicy/core/type_list.hpp"
 
+#include "kvpolicy/cost/calibrate.hpp"
+#include "kvpolicy/cost/measured_table.hpp"
+#include "kvpolicy/cost/measurement.hpp"
+#include "kvpolicy/cost/pensieve_linear.hpp"
+#include "kvpolicy/cost/pipelined_depth.hpp"
+#include "kvpolicy/cost/session_relative.hpp"
 #include "kvpolicy/cost/uniform_weights.hpp"
 #include "kvpolicy/cost/unit_cost.hpp"
 
+#include "kvpolicy/eviction/checkerboard.hpp"
 #include "kvpolicy/eviction/item_tracking.hpp"
 #include "kvpolicy/eviction/registry.hpp"
+#include "kvpolicy/eviction/retention_value.hpp"
 
 #include "kvpolicy/select/nth_element_selector.hpp"
 

@@ -3,11 +3,13 @@
 #pragma once
 
 #include "kvpolicy/core/type_list.hpp"
+#include "kvpolicy/eviction/checkerboard.hpp"
 #include "kvpolicy/eviction/fifo.hpp"
 #include "kvpolicy/eviction/lru.hpp"
+#include "kvpolicy/eviction/retention_value.hpp"
 
 namespace kvpolicy {
 
-using eviction_policies = type_list<fifo, lru>;
+using eviction_policies = type_list<fifo, lru, retention_value<>, lexicographic_checkerboard>;
 
 }  // namespace kvpolicy

@@ -1,0 +1,249 @@
+// retention_value: evict the item with the lowest recompute cost per unit of
+// idle time, the policy of Pensieve (Yu et al., "Stateful Large Language
+// Model Serving with Pensieve", EuroSys'25, §4.3.1) in seed 000's layer-wise
+// form.
+//
+//     retention = cost / time_inactive
+//     cost      = layer_weight(layer, num_layers)
+//               * position_weight(chunk, session_total_chunks)
+//               * base_cost(context_length)
+//
+// An item that is cheap to recompute (a back layer, a leading chunk, a short
+// context) and long idle goes first. Use it for multi-turn serving where
+// dropped KV is recomputed rather than lost; with `unit_cost` and uniform
+// weights it reduces to LRU (at O(n) per pop instead of O(1)).
+//
+// The order changes as time passes (`eviction_order::time_varying`), so no
+// structure can keep it: a pop scores every evictable item at `now` in one
+// pass over dense arrays (ids, cost, last use, kept compact by swap-removal
+// with a position map) and hands the scores to `Selector`, which selects the
+// k lowest, ties broken by id. `pop_victims(out, now)` scores once for the
+// whole batch; `pop_victim(now)` is a batch of one, O(n).
+//
+// Edges, as tested:
+// - cost is computed when an item is inserted, accessed or released, from
+//   that call's `access_context` (so a session that grows re-weights the
+//   chunks it touches through `session_total_chunks`), in the order
+//   (layer_weight * position_weight) * cost(context_length); a reference model
+//   that repeats the order gets bit-identical scores.
+// - time_inactive = now - last use, in clock ticks; a release counts as a use
+//   at `ctx.now`. time_inactive = 0 (used at `now`, or `now` earlier than the
+//   last use) scores +inf: such an item is never chosen while an idle one is
+//   evictable, and among only such items the lowest cost goes first.
+// - equal scores (and equal costs among just-used items): lowest id first.
+// - a held item (`on_hold`) is no candidate; accesses while held are
+//   superseded by the release.
+// - bad cost parameters are rejected when the cost model is constructed
+//   (`pensieve_linear` throws config_error naming the parameter), so no
+//   policy with a NaN or negative cost exists; a custom model that still
+//   returns NaN makes the selector throw usage_error, and the pop then
+//   removes nothing.
+// Departures from the paper: Pensieve scores whole chunks; seed 000 scores
+// each (session, chunk, layer) separately and adds the layer and position
+// weights. Pensieve's time is wall time; here it is the caller's ticks.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kvpolicy/core/concepts.hpp"
+#include "kvpolicy/core/index_list.hpp"
+#include "kvpolicy/cost/pensieve_linear.hpp"
+#include "kvpolicy/cost/pipelined_depth.hpp"
+#include "kvpolicy/cost/session_relative.hpp"
+#include "kvpolicy/eviction/item_tracking.hpp"
+#include "kvpolicy/select/nth_element_selector.hpp"
+
+namespace kvpolicy {
+
+/// The three models a `retention_value` policy multiplies, as values (a
+/// calibrated `pensieve_linear`, a `measured_table` with its points).
+template <cost_model Cost, layer_weight LayerWeight, position_weight PositionWeight>
+struct retention_value_config {
+    Cost cost{};
+    LayerWeight layer_weighting{};
+    PositionWeight position_weighting{};
+};
+
+template <cost_model Cost = pensieve_linear, layer_weight LayerWeight = pipelined_depth,
+          position_weight PositionWeight = session_relative, victim_selector Selector = nth_element_selector>
+class retention_value {
+public:
+    using config_type = retention_value_config<Cost, LayerWeight, PositionWeight>;
+    using cost_type = Cost;
+    using layer_weight_type = LayerWeight;
+    using position_weight_type = PositionWeight;
+    using selector_type = Selector;
+
+    static constexpr std::string_view name = "retention_value";
+    static constexpr eviction_order order = eviction_order::time_varying;
+
+    /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.
+    /// Complexity: O(capacity) memory, about 33 bytes per item plus the
+    /// selector's scratch.
+    explicit retention_value(std::size_t capacity, const config_type& config = {})
+        : tracking_(capacity, "retention_value"), config_(config), pos_(capacity, no_index), scores_(capacity) {
+        ids_.reserve(capacity);
+        cost_.reserve(capacity);
+        last_use_.reserve(capacity);
+    }
+
+    /// The cost this policy gives an item described by `ctx`.
+    [[nodiscard]] double item_cost(const access_context& ctx) const noexcept(nothrow_cost) {
+        return config_.layer_weighting.weight(ctx.layer, ctx.num_layers) *
+               config_.position_weighting.weight(ctx.chunk, ctx.session_total_chunks) *
+               config_.cost.cost(ctx.context_length);
+    }
+
+    /// An evictable item's retention value at `now` (+inf when used at
+    /// `now`); empty for an item that is held or not tracked.
+    [[nodiscard]] std::optional<double> retention(item_id id, timestamp now) const noexcept {
+        if (!tracking_.is_evictable(id)) return std::nullopt;
+        const std::uint32_t p = pos_[id.index()];
+        return score(cost_[p], last_use_[p], now);
+    }
+
+    void on_insert(item_id id, const access_context& ctx) noexcept(nothrow_cost) {
+        const double c = checked_cost(ctx);
+        tracking_.mark_inserted(id);
+        add_candidate(id, c, ctx.now);
+    }
+    void on_access(item_id id, const access_context& ctx) noexcept(nothrow_cost) {
+        if (tracking_.is_evictable(id)) {
+            const double c = checked_cost(ctx);
+            const std::uint32_t p = pos_[id.index()];
+            cost_[p] = c;
+            last_use_[p] = ctx.now;
+        }
+        tracking_.mark_accessed(id);
+    }
+    void on_hold(item_id id) noexcept {
+        tracking_.mark_held(id);
+        remove_candidate(id);
+    }
+    void on_release(item_id id, const access_context& ctx) noexcept(nothrow_cost) {
+        const double c = checked_cost(ctx);
+        tracking_.mark_released(id);
+        add_candidate(id, c, ctx.now);
+    }
+    void on_erase(item_id id) noexcept {
+        if (tracking_.mark_erased(id)) remove_candidate(id);
+    }
+
+    /// Effects: removes and returns the evictable item with the lowest
+    /// retention value at `now`. Complexity: O(evictable).
+    /// Throws: what the selector throws (usage_error on a NaN score); nothing
+    /// is removed then.
+    std::optional<item_id> pop_victim(timestamp now) {
+        item_id v{};
+        if (pop_victims(std::span<item_id>(&v, 1), now) == 0) return std::nullopt;
+        return v;
+    }
+
+    /// Effects: removes the min(out.size(), evictable_size()) items with the
+    /// lowest retention values at `now` and writes them to `out` in ascending
+    /// order (the order repeated pop_victim(now) calls would give).
+    /// Complexity: one scoring pass, plus the selector (nth_element: O(n + k
+    /// log k)), plus a second pass only when fewer than k items are idle.
+    /// Throws: what the selector throws; nothing is removed then.
+    std::size_t pop_victims(std::span<item_id> out, timestamp now) {
+        const std::size_t n = ids_.size();
+        const std::size_t k = std::min(out.size(), n);
+        if (k == 0) return 0;
+        for (std::size_t i = 0; i < n; ++i) scores_[i] = score(cost_[i], last_use_[i], now);
+        const std::size_t got = selector_.select_lowest(std::span<const double>(scores_.data(), n),
+                                                        std::span<const item_id>(ids_.data(), n), out.first(k));
+        // Just-used items score +inf, so they sort last; among them the
+        // order by id the selector gave is replaced by the order by cost.
+        std::size_t idle = got;
+        while (idle > 0 && std::isinf(scores_[pos_[out[idle - 1].index()]])) --idle;
+        if (idle < got) {
+            fresh_cost_.clear();
+            fresh_ids_.clear();
+            for (std::size_t i = 0; i < n; ++i)
+                if (std::isinf(scores_[i])) {
+                    fresh_cost_.push_back(cost_[i]);
+                    fresh_ids_.push_back(ids_[i]);
+                }
+            selector_.select_lowest(std::span<const double>(fresh_cost_), std::span<const item_id>(fresh_ids_),
+                                    out.subspan(idle, got - idle));
+        }
+        for (std::size_t i = 0; i < got; ++i) {
+            remove_candidate(out[i]);
+            tracking_.mark_evicted(out[i]);
+        }
+        return got;
+    }
+
+    [[nodiscard]] std::size_t capacity() const noexcept { return tracking_.capacity(); }
+    [[nodiscard]] std::size_t size() const noexcept { return tracking_.size(); }
+    [[nodiscard]] std::size_t evictable_size() const noexcept { return tracking_.evictable_size(); }
+    [[nodiscard]] bool contains(item_id id) const noexcept { return tracking_.contains(id); }
+    [[nodiscard]] const policy_counters& counters() const noexcept { return tracking_.counters(); }
+    [[nodiscard]] const config_type& config() const noexcept { return config_; }
+
+private:
+    static constexpr bool nothrow_cost =
+        noexcept(std::declval<const Cost&>().cost(std::uint64_t{})) &&
+        noexcept(std::declval<const LayerWeight&>().weight(layer_index{}, std::uint32_t{})) &&
+        noexcept(std::declval<const PositionWeight&>().weight(chunk_index{}, std::uint32_t{}));
+
+    [[nodiscard]] static double score(double cost, timestamp last_use, timestamp now) noexcept {
+        return last_use < now ? cost / static_cast<double>(now - last_use) : std::numeric_limits<double>::infinity();
+    }
+
+    [[nodiscard]] double checked_cost(const access_context& ctx) const noexcept(nothrow_cost) {
+        const double c = item_cost(ctx);
+        // A negative or infinite cost breaks the order (+inf reads as "just
+        // used"). NaN passes on to the selector, which rejects it with an
+        // error that names the item.
+        KVPOLICY_ASSERT(!(c < 0.0) && !(c > std::numeric_limits<double>::max()));
+        return c;
+    }
+
+    // The dense arrays never outgrow their reserved capacity, so push_back
+    // does not allocate.
+    void add_candidate(item_id id, double c, timestamp t) noexcept {
+        pos_[id.index()] = static_cast<std::uint32_t>(ids_.size());
+        ids_.push_back(id);
+        cost_.push_back(c);
+        last_use_.push_back(t);
+    }
+    void remove_candidate(item_id id) noexcept {
+        const std::uint32_t p = pos_[id.index()];
+        KVPOLICY_ASSERT(p != no_index && ids_[p] == id);
+        const std::size_t last = ids_.size() - 1;
+        if (p != last) {
+            ids_[p] = ids_[last];
+            cost_[p] = cost_[last];
+            last_use_[p] = last_use_[last];
+            pos_[ids_[p].index()] = p;
+        }
+        ids_.pop_back();
+        cost_.pop_back();
+        last_use_.pop_back();
+        pos_[id.index()] = no_index;
+    }
+
+    item_tracking tracking_;
+    config_type config_;
+    [[no_unique_address]] Selector selector_{};
+    std::vector<std::uint32_t> pos_;   // [capacity] index in the dense arrays, or no_index
+    std::vector<item_id> ids_;         // [evictable] dense candidates
+    std::vector<double> cost_;         // [evictable] cost, parallel to ids_
+    std::vector<timestamp> last_use_;  // [evictable] last use, parallel to ids_
+    std::vector<double> scores_;       // [capacity] scratch: scores at the last pop
+    std::vector<double> fresh_cost_;   // scratch: costs of just-used items
+    std::vector<item_id> fresh_ids_;   // scratch: their ids
+};
+
+static_assert(eviction_policy<retention_value<>>);
+
+}  // namespace kvpolicy
