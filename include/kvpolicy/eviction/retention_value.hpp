@@ -11,7 +11,8 @@
 // An item that is cheap to recompute (a back layer, a leading chunk, a short
 // context) and long idle goes first. Use it for multi-turn serving where
 // dropped KV is recomputed rather than lost; with `unit_cost` and uniform
-// weights it reduces to LRU (at O(n) per pop instead of O(1)).
+// weights it reduces to LRU, ties in last-use time broken by id (at O(n)
+// per pop instead of O(1)).
 //
 // The order changes as time passes (`eviction_order::time_varying`), so no
 // structure can keep it: a pop scores every evictable item at `now` in one
