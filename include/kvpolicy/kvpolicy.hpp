@@ -10,6 +10,7 @@
 #include "kvpolicy/core/index_list.hpp"
 #include "kvpolicy/core/indexed_heap.hpp"
 #include "kvpolicy/core/item_key.hpp"
+#include "kvpolicy/core/key_index.hpp"
 #include "kvpolicy/core/sparse_context.hpp"
 #include "kvpolicy/core/tier.hpp"
 #include "kvpolicy/core/transfer.hpp"
@@ -34,3 +35,11 @@
 #include "kvpolicy/sparse/full_attention.hpp"
 
 #include "kvpolicy/cache/host_memcpy_engine.hpp"
+
+#include "kvpolicy/cache/block_hasher.hpp"
+#include "kvpolicy/cache/metrics.hpp"
+#include "kvpolicy/cache/presets.hpp"
+#include "kvpolicy/cache/swap_plan.hpp"
+#include "kvpolicy/cache/tiered_cache.hpp"
+
+#include "kvpolicy/pool/block_pool.hpp"

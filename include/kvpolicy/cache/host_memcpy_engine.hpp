@@ -73,7 +73,14 @@ public:
             block_arena* to = arenas_[static_cast<std::size_t>(op.to)];
             const bool ok = from != nullptr && to != nullptr && op.src.index() < from->capacity() &&
                             op.dst.index() < to->capacity() && !(from == to && op.src == op.dst);
-            if (ok) {
+            if (ok && op.exchange) {
+                bounce_.resize(from->block_bytes());
+                std::memcpy(bounce_.data(), to->block(op.dst).data(), bounce_.size());
+                std::memcpy(to->block(op.dst).data(), from->block(op.src).data(), bounce_.size());
+                std::memcpy(from->block(op.src).data(), bounce_.data(), bounce_.size());
+                bytes_moved_ += 2 * from->block_bytes();
+                ++done;
+            } else if (ok) {
                 std::memcpy(to->block(op.dst).data(), from->block(op.src).data(), from->block_bytes());
                 bytes_moved_ += from->block_bytes();
                 ++done;
@@ -88,6 +95,7 @@ public:
 private:
     std::array<block_arena*, tier_count> arenas_;
     std::size_t bytes_moved_ = 0;
+    std::vector<std::byte> bounce_;  // one block, for exchanges
 };
 
 static_assert(transfer_engine<host_memcpy_engine>);

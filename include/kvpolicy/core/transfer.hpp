@@ -13,12 +13,15 @@
 
 namespace kvpolicy {
 
-/// Copy block `src` of tier `from` into block `dst` of tier `to`.
+/// Copy block `src` of tier `from` into block `dst` of tier `to`; with
+/// `exchange`, swap the two blocks' contents instead (through a bounce
+/// buffer), which is how a full GPU tier trades a victim for a CPU hit.
 struct block_transfer {
     tier from = tier::gpu;
     block_id src{};
     tier to = tier::cpu;
     block_id dst{};
+    bool exchange = false;
 
     friend constexpr bool operator==(const block_transfer&, const block_transfer&) noexcept = default;
 };

@@ -1,0 +1,88 @@
+// The output of one scheduler step (seed 003's "swap plan").
+//
+// `transfers` lists the step's copies in the order the cache planned them,
+// and that order is the contract: run them in order, all before the step's
+// forward pass. Each copy then reads exactly what the cache's bookkeeping
+// said was in its source when it was planned, whatever slots the step
+// reused (a CPU slot read by a swap-in may be the destination of a later
+// swap-out; a GPU slot a victim left may receive a later swap-in). Engines
+// that overlap copies with compute may reorder copies that touch disjoint
+// slots. Three kinds of copy:
+// - swap-out (GPU -> CPU): a GPU victim sheltered in the CPU tier;
+// - swap-in (CPU -> GPU): a CPU hit brought back;
+// - exchange (GPU <-> CPU, `exchange = true`): with the GPU full, a CPU hit
+//   and a GPU victim trade places, which only a two-way swap can do.
+// `execute_plan` runs a plan through any transfer engine.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <span>
+
+#include "kvpolicy/core/concepts.hpp"
+#include "kvpolicy/core/ids.hpp"
+#include "kvpolicy/core/transfer.hpp"
+
+namespace kvpolicy {
+
+/// An item whose KV is gone: it must be recomputed if it is needed again.
+struct dropped_item {
+    std::uint64_t key = 0;
+    session_id owner{};
+    chunk_index chunk{};
+    layer_index layer{};
+
+    friend bool operator==(const dropped_item&, const dropped_item&) = default;
+};
+
+/// Tokens [token_begin, token_end) of `session` whose KV was dropped; with
+/// per-layer items, a chunk with any dropped layer is reported whole.
+struct recovery_range {
+    session_id session{};
+    std::uint64_t token_begin = 0;
+    std::uint64_t token_end = 0;
+
+    friend bool operator==(const recovery_range&, const recovery_range&) = default;
+};
+
+struct swap_plan {
+    std::vector<block_transfer> transfers;  ///< in planning order: run in this order
+    std::vector<dropped_item> drops;        ///< items lost this step
+    std::vector<recovery_range> recovery;   ///< by session, sorted, merged
+
+    void clear() noexcept {
+        transfers.clear();
+        drops.clear();
+        recovery.clear();
+    }
+    [[nodiscard]] bool empty() const noexcept { return transfers.empty() && drops.empty(); }
+
+    [[nodiscard]] std::size_t swap_outs() const noexcept {
+        return count([](const block_transfer& t) { return !t.exchange && t.from == tier::gpu; });
+    }
+    [[nodiscard]] std::size_t swap_ins() const noexcept {
+        return count([](const block_transfer& t) { return !t.exchange && t.to == tier::gpu; });
+    }
+    [[nodiscard]] std::size_t exchanges() const noexcept {
+        return count([](const block_transfer& t) { return t.exchange; });
+    }
+
+private:
+    template <class Pred>
+    [[nodiscard]] std::size_t count(Pred pred) const noexcept {
+        std::size_t n = 0;
+        for (const block_transfer& t : transfers) n += pred(t) ? 1 : 0;
+        return n;
+    }
+};
+
+/// Runs a plan's copies in order. Returns how many failed (0 = all done);
+/// `status` receives one entry per transfer.
+template <transfer_engine Engine>
+std::size_t execute_plan(const swap_plan& plan, Engine& engine, std::vector<transfer_status>& status) {
+    status.resize(plan.transfers.size());
+    return plan.transfers.size() - engine.execute(plan.transfers, status);
+}
+
+}  // namespace kvpolicy
