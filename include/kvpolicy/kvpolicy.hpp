@@ -25,10 +25,16 @@
 #include "kvpolicy/cost/uniform_weights.hpp"
 #include "kvpolicy/cost/unit_cost.hpp"
 
+#include "kvpolicy/eviction/arc.hpp"
+#include "kvpolicy/eviction/belady.hpp"
 #include "kvpolicy/eviction/checkerboard.hpp"
+#include "kvpolicy/eviction/gdsf.hpp"
 #include "kvpolicy/eviction/item_tracking.hpp"
+#include "kvpolicy/eviction/lirs.hpp"
 #include "kvpolicy/eviction/registry.hpp"
 #include "kvpolicy/eviction/retention_value.hpp"
+#include "kvpolicy/eviction/s3fifo.hpp"
+#include "kvpolicy/eviction/w_tinylfu.hpp"
 
 #include "kvpolicy/select/nth_element_selector.hpp"
 

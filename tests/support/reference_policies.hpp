@@ -9,12 +9,16 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
+#include <deque>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include <kvpolicy/core/access_context.hpp>
 #include <kvpolicy/core/ids.hpp>
+#include <kvpolicy/eviction/w_tinylfu.hpp>
 
 namespace kvpolicy::testing {
 
@@ -162,6 +166,536 @@ struct ref_checkerboard {
         });
         const item_id v{order.front().id};
         on_erase(v);
+        return v;
+    }
+};
+
+// --- Part B references: arc, s3fifo, lirs, w_tinylfu, gdsf, belady. Each is
+// written from its paper's pseudo-code with vectors, deques and linear scans.
+
+/// Shared by the part-B references: one record per tracked item, found by
+/// linear scan; list order is a use stamp (smaller = older), so "the LRU of
+/// T1" is the evictable T1 record with the smallest stamp.
+template <class Entry>
+struct ref_records {
+    std::vector<Entry> items;
+    std::uint64_t clock = 0;
+
+    Entry* find(item_id id) {
+        for (auto& e : items)
+            if (e.id == id.value) return &e;
+        return nullptr;
+    }
+    void erase(item_id id) {
+        std::erase_if(items, [&](const Entry& e) { return e.id == id.value; });
+    }
+    template <class Pred>
+    Entry* oldest_evictable(Pred pred) {
+        Entry* best = nullptr;
+        for (auto& e : items)
+            if (!e.held && pred(e) && (best == nullptr || e.stamp < best->stamp)) best = &e;
+        return best;
+    }
+    template <class Pred>
+    std::size_t count(Pred pred) const {
+        return static_cast<std::size_t>(std::count_if(items.begin(), items.end(), pred));
+    }
+    bool any_evictable() const {
+        return std::any_of(items.begin(), items.end(), [](const Entry& e) { return !e.held; });
+    }
+};
+
+inline bool ref_erase_key(std::deque<std::uint64_t>& d, std::uint64_t key) {
+    const auto it = std::find(d.begin(), d.end(), key);
+    if (it == d.end()) return false;
+    d.erase(it);
+    return true;
+}
+
+/// ARC, Fig. 4 of Megiddo & Modha: T1/T2 as stamped records, B1/B2 as
+/// deques of keys (newest at the back, at most c each), p a double.
+/// `on_miss` runs cases II/III before REPLACE; without it, pop_victim runs
+/// case IV and the ghost hit adapts p at insert.
+struct ref_arc {
+    struct entry {
+        std::uint32_t id;
+        std::uint64_t key;
+        bool t2, held;
+        std::uint64_t stamp;
+    };
+    std::size_t c;
+    ref_records<entry> r;
+    std::deque<std::uint64_t> b1, b2;
+    double p = 0.0;
+    std::optional<std::pair<std::uint64_t, int>> pending;  // key, 0 / 1 = in B1 / 2 = in B2
+
+    explicit ref_arc(std::size_t capacity) : c(capacity) {}
+
+    int adapt(std::uint64_t key) {
+        const auto n1 = static_cast<double>(b1.size()), n2 = static_cast<double>(b2.size());
+        if (std::find(b1.begin(), b1.end(), key) != b1.end()) {
+            p = std::min(p + std::max(n2 / n1, 1.0), static_cast<double>(c));
+            ref_erase_key(b1, key);
+            return 1;
+        }
+        if (std::find(b2.begin(), b2.end(), key) != b2.end()) {
+            p = std::max(p - std::max(n1 / n2, 1.0), 0.0);
+            ref_erase_key(b2, key);
+            return 2;
+        }
+        return 0;
+    }
+    void on_miss(const access_context& ctx) { pending = std::pair{ctx.key, adapt(ctx.key)}; }
+    void on_insert(item_id id, const access_context& ctx) {
+        const int g = (pending && pending->first == ctx.key) ? pending->second : adapt(ctx.key);
+        pending.reset();
+        r.items.push_back({id.value, ctx.key, g != 0, false, r.clock++});
+    }
+    void on_access(item_id id, const access_context&) {
+        entry* e = r.find(id);
+        e->t2 = true;
+        e->stamp = r.clock++;
+    }
+    void on_hold(item_id id) { r.find(id)->held = true; }
+    void on_release(item_id id, const access_context&) {
+        entry* e = r.find(id);
+        e->held = false;
+        e->stamp = r.clock++;
+    }
+    void on_erase(item_id id) { r.erase(id); }
+
+    std::optional<item_id> evict(entry* e, std::deque<std::uint64_t>* ghost) {
+        const item_id v{e->id};
+        const std::uint64_t key = e->key;
+        r.erase(v);
+        if (ghost != nullptr) {
+            ref_erase_key(b1, key);
+            ref_erase_key(b2, key);
+            if (ghost->size() == c) ghost->pop_front();
+            ghost->push_back(key);
+        }
+        return v;
+    }
+    std::optional<item_id> replace(bool key_in_b2) {
+        const auto t1 = static_cast<double>(r.count([](const entry& e) { return !e.t2; }));
+        entry* lru1 = r.oldest_evictable([](const entry& e) { return !e.t2; });
+        entry* lru2 = r.oldest_evictable([](const entry& e) { return e.t2; });
+        const bool rule_t1 = t1 > p || (t1 == p && key_in_b2);
+        if (lru1 != nullptr && (rule_t1 || lru2 == nullptr)) return evict(lru1, &b1);
+        return evict(lru2, &b2);
+    }
+    std::optional<item_id> pop_victim(timestamp) {
+        if (!r.any_evictable()) return std::nullopt;
+        if (pending && pending->second != 0) return replace(pending->second == 2);
+        const std::size_t t1 = r.count([](const entry& e) { return !e.t2; });
+        const std::size_t t2 = r.items.size() - t1;
+        if (t1 + b1.size() >= c) {
+            if (!b1.empty()) {
+                b1.pop_front();
+            } else if (entry* lru1 = r.oldest_evictable([](const entry& e) { return !e.t2; })) {
+                return evict(lru1, nullptr);
+            }
+        } else if (t1 + t2 + b1.size() + b2.size() >= 2 * c && !b2.empty()) {
+            b2.pop_front();
+        }
+        return replace(false);
+    }
+};
+
+/// S3-FIFO, Algorithm 1 of Yang et al. with libCacheSim's rules: S and M as
+/// stamped records (FIFO order), G a deque of keys trimmed to its share at
+/// each insert (it may hold one more key in between).
+struct ref_s3fifo {
+    struct entry {
+        std::uint32_t id;
+        std::uint64_t key;
+        bool main, held;
+        int freq;
+        std::uint64_t stamp;
+    };
+    std::size_t small_target, ghost_target;
+    bool evicted_once = false;
+    ref_records<entry> r;
+    std::deque<std::uint64_t> ghost;
+
+    explicit ref_s3fifo(std::size_t capacity)
+        : small_target(static_cast<std::size_t>(static_cast<double>(capacity) * 0.1)),
+          ghost_target(static_cast<std::size_t>(static_cast<double>(capacity) * 0.9)) {}
+
+    void on_insert(item_id id, const access_context& ctx) {
+        const bool ghost_hit = ref_erase_key(ghost, ctx.key);
+        if (ghost.size() > ghost_target) ghost.pop_front();
+        const std::size_t small = r.count([](const entry& e) { return !e.main; });
+        const bool to_main = ghost_hit || (!evicted_once && small >= small_target);
+        r.items.push_back({id.value, ctx.key, to_main, false, 0, r.clock++});
+    }
+    void on_access(item_id id, const access_context&) {
+        entry* e = r.find(id);
+        e->freq = std::min(e->freq + 1, 3);
+    }
+    void on_hold(item_id id) { r.find(id)->held = true; }
+    void on_release(item_id id, const access_context&) {
+        entry* e = r.find(id);
+        e->held = false;
+        e->stamp = r.clock++;
+    }
+    void on_erase(item_id id) { r.erase(id); }
+    std::optional<item_id> pop_victim(timestamp) {
+        if (!r.any_evictable()) return std::nullopt;
+        evicted_once = true;
+        auto in_small = [](const entry& e) { return !e.main; };
+        auto in_main = [](const entry& e) { return e.main; };
+        if (r.oldest_evictable(in_small) != nullptr &&
+            (r.count(in_small) >= small_target || r.oldest_evictable(in_main) == nullptr)) {
+            while (entry* t = r.oldest_evictable(in_small)) {
+                if (t->freq >= 2) {
+                    *t = {t->id, t->key, true, false, 0, r.clock++};
+                    continue;
+                }
+                const item_id v{t->id};
+                const std::uint64_t key = t->key;
+                r.erase(v);
+                if (ghost_target > 0) {
+                    ref_erase_key(ghost, key);
+                    if (ghost.size() == ghost_target + 1) ghost.pop_front();
+                    ghost.push_back(key);
+                }
+                return v;
+            }
+        }
+        for (;;) {
+            entry* t = r.oldest_evictable(in_main);
+            if (t->freq > 0) {
+                --t->freq;
+                t->stamp = r.clock++;
+                continue;
+            }
+            const item_id v{t->id};
+            r.erase(v);
+            return v;
+        }
+    }
+};
+
+/// LIRS as the paper's section 3.3 describes it: S a vector of entries from
+/// bottom (index 0) to top, Q a vector of ids (front = victim), the
+/// non-resident entries' keys in a deque in the order they became
+/// non-resident (at most `max_nonresident`, the oldest forgotten first).
+struct ref_lirs {
+    struct item {
+        std::uint32_t id;
+        std::uint64_t key;
+        bool lir, held;
+    };
+    struct node {
+        bool resident;
+        std::uint32_t id;   // resident entries
+        std::uint64_t key;  // non-resident entries
+    };
+    std::size_t hir_target, lir_target, max_nonresident;
+    std::vector<item> items;
+    std::vector<node> s;            // bottom first
+    std::vector<std::uint32_t> q;   // evictable resident HIR ids, front first
+    std::deque<std::uint64_t> nonresident;
+
+    explicit ref_lirs(std::size_t capacity, double hir_fraction = 0.01)
+        : hir_target(std::max<std::size_t>(1, static_cast<std::size_t>(static_cast<double>(capacity) * hir_fraction))),
+          lir_target(capacity - hir_target),
+          max_nonresident(capacity) {}
+
+    item* find(std::uint32_t id) {
+        for (auto& e : items)
+            if (e.id == id) return &e;
+        return nullptr;
+    }
+    std::size_t lir_count() const {
+        return static_cast<std::size_t>(std::count_if(items.begin(), items.end(), [](const item& e) { return e.lir; }));
+    }
+    std::ptrdiff_t s_pos(std::uint32_t id) const {
+        for (std::size_t i = 0; i < s.size(); ++i)
+            if (s[i].resident && s[i].id == id) return static_cast<std::ptrdiff_t>(i);
+        return -1;
+    }
+    void s_remove(std::uint32_t id) {
+        if (auto i = s_pos(id); i >= 0) s.erase(s.begin() + i);
+    }
+    void q_remove(std::uint32_t id) { std::erase(q, id); }
+    void forget(std::uint64_t key) {
+        std::erase_if(s, [&](const node& n) { return !n.resident && n.key == key; });
+        ref_erase_key(nonresident, key);
+    }
+    void prune() {
+        while (!s.empty() && !(s.front().resident && find(s.front().id)->lir)) {
+            if (!s.front().resident) ref_erase_key(nonresident, s.front().key);
+            s.erase(s.begin());
+        }
+    }
+    void demote_bottom() {
+        item* b = find(s.front().id);
+        s.erase(s.begin());
+        b->lir = false;
+        if (!b->held) q.push_back(b->id);
+        prune();
+    }
+    void make_lir_on_top(item* x) {
+        x->lir = true;
+        s.push_back({true, x->id, 0});
+        if (lir_count() > lir_target) demote_bottom();
+    }
+    void on_insert(item_id id, const access_context& ctx) {
+        items.push_back({id.value, ctx.key, false, false});
+        item* x = &items.back();
+        const bool in_s = std::find(nonresident.begin(), nonresident.end(), ctx.key) != nonresident.end();
+        if (in_s) {
+            forget(ctx.key);
+            make_lir_on_top(x);
+        } else if (lir_count() < lir_target) {
+            make_lir_on_top(x);
+        } else {
+            s.push_back({true, x->id, 0});
+            q.push_back(x->id);
+            prune();
+        }
+    }
+    void on_access(item_id id, const access_context&) {
+        item* x = find(id.value);
+        if (x->lir) {
+            const bool was_bottom = s_pos(x->id) == 0;
+            s_remove(x->id);
+            s.push_back({true, x->id, 0});
+            if (was_bottom) prune();
+        } else if (s_pos(x->id) >= 0 || lir_count() < lir_target) {
+            q_remove(x->id);
+            s_remove(x->id);
+            make_lir_on_top(x);
+        } else {
+            s.push_back({true, x->id, 0});
+            if (!x->held) {
+                q_remove(x->id);
+                q.push_back(x->id);
+            }
+            prune();
+        }
+    }
+    void on_hold(item_id id) {
+        item* x = find(id.value);
+        x->held = true;
+        q_remove(x->id);
+    }
+    void on_release(item_id id, const access_context&) {
+        item* x = find(id.value);
+        x->held = false;
+        if (!x->lir) q.push_back(x->id);
+    }
+    void on_erase(item_id id) {
+        q_remove(id.value);
+        s_remove(id.value);
+        std::erase_if(items, [&](const item& e) { return e.id == id.value; });
+        prune();
+    }
+    std::optional<item_id> pop_victim(timestamp) {
+        if (std::all_of(items.begin(), items.end(), [](const item& e) { return e.held; })) return std::nullopt;
+        while (q.empty()) demote_bottom();
+        const std::uint32_t v = q.front();
+        q.erase(q.begin());
+        const std::uint64_t key = find(v)->key;
+        if (const auto i = s_pos(v); i >= 0) {
+            std::erase_if(s, [&](const node& n) { return !n.resident && n.key == key; });  // repeated key
+            ref_erase_key(nonresident, key);
+            if (max_nonresident > 0 && nonresident.size() == max_nonresident) forget(nonresident.front());
+            const auto j = s_pos(v);
+            if (max_nonresident > 0) {
+                s[static_cast<std::size_t>(j)] = {false, 0, key};
+                nonresident.push_back(key);
+            } else {
+                s.erase(s.begin() + j);
+            }
+        }
+        std::erase_if(items, [&](const item& e) { return e.id == v; });
+        return item_id{v};
+    }
+};
+
+/// W-TinyLFU: window, probation and protected as stamped records; the sketch
+/// as 4 plain rows of small integers and a vector<bool> doorkeeper, indexed by
+/// the policy's published hash functions.
+struct ref_w_tinylfu {
+    enum seg : std::uint8_t { window, probation, protected_ };
+    struct entry {
+        std::uint32_t id;
+        std::uint64_t key;
+        seg s;
+        bool held;
+        std::uint64_t stamp;
+    };
+    std::size_t window_target, protected_target, width, door_bits;
+    std::uint64_t sample, additions = 0;
+    std::vector<std::vector<int>> rows;
+    std::vector<bool> door;
+    ref_records<entry> r;
+
+    explicit ref_w_tinylfu(std::size_t capacity, double window_fraction = 0.01)
+        : window_target(std::max<std::size_t>(1, static_cast<std::size_t>(static_cast<double>(capacity) * window_fraction))),
+          protected_target((capacity - window_target) * 4 / 5),
+          width(std::bit_ceil(std::max<std::size_t>(capacity, 16))),
+          door_bits(std::bit_ceil(std::max<std::size_t>(8 * capacity, 64))),
+          sample(10 * capacity),
+          rows(4, std::vector<int>(width, 0)),
+          door(door_bits, false) {}
+
+    bool door_has(std::uint64_t key) const {
+        return door[tinylfu_sketch::doorkeeper_index(key, 0, door_bits)] &&
+               door[tinylfu_sketch::doorkeeper_index(key, 1, door_bits)];
+    }
+    void record(std::uint64_t key) {
+        if (door_has(key)) {
+            for (std::size_t i = 0; i < 4; ++i) {
+                int& n = rows[i][tinylfu_sketch::counter_index(key, i, width)];
+                n = std::min(n + 1, 15);
+            }
+        } else {
+            door[tinylfu_sketch::doorkeeper_index(key, 0, door_bits)] = true;
+            door[tinylfu_sketch::doorkeeper_index(key, 1, door_bits)] = true;
+        }
+        if (++additions == sample) {
+            for (auto& row : rows)
+                for (int& n : row) n /= 2;
+            door.assign(door_bits, false);
+            additions /= 2;
+        }
+    }
+    int estimate(std::uint64_t key) const {
+        int m = 15;
+        for (std::size_t i = 0; i < 4; ++i) m = std::min(m, rows[i][tinylfu_sketch::counter_index(key, i, width)]);
+        return m + (door_has(key) ? 1 : 0);
+    }
+    std::size_t count(seg s) const {
+        return r.count([s](const entry& e) { return e.s == s; });
+    }
+    entry* lru(seg s) {
+        return r.oldest_evictable([s](const entry& e) { return e.s == s; });
+    }
+    void on_insert(item_id id, const access_context& ctx) {
+        record(ctx.key);
+        r.items.push_back({id.value, ctx.key, window, false, r.clock++});
+        if (count(window) > window_target)
+            if (entry* w = lru(window)) *w = {w->id, w->key, probation, false, r.clock++};
+    }
+    void on_access(item_id id, const access_context&) {
+        entry* e = r.find(id);
+        record(e->key);
+        const bool promoted = e->s == probation;
+        if (promoted) e->s = protected_;
+        e->stamp = r.clock++;
+        if (promoted && count(protected_) > protected_target)
+            if (entry* p = lru(protected_)) *p = {p->id, p->key, probation, false, r.clock++};
+    }
+    void on_hold(item_id id) { r.find(id)->held = true; }
+    void on_release(item_id id, const access_context&) {
+        entry* e = r.find(id);
+        e->held = false;
+        e->stamp = r.clock++;
+    }
+    void on_erase(item_id id) { r.erase(id); }
+    std::optional<item_id> pop_victim(timestamp) {
+        if (!r.any_evictable()) return std::nullopt;
+        entry* cand = count(window) >= window_target ? lru(window) : nullptr;
+        entry* mv = lru(probation) != nullptr ? lru(probation) : lru(protected_);
+        entry* v = nullptr;
+        if (cand != nullptr && mv != nullptr) {
+            if (estimate(cand->key) > estimate(mv->key)) {
+                *cand = {cand->id, cand->key, probation, false, r.clock++};
+                v = mv;
+            } else {
+                v = cand;
+            }
+        } else {
+            v = cand != nullptr ? cand : mv != nullptr ? mv : lru(window);
+        }
+        const item_id victim{v->id};
+        r.erase(victim);
+        return victim;
+    }
+};
+
+/// GDSF with unit cost: H = L + freq / size; victim = lowest (H, time H was
+/// set); L = the victim's H.
+struct ref_gdsf {
+    struct entry {
+        std::uint32_t id;
+        std::uint32_t freq;
+        double per_use;  // cost / size
+        double h;
+        bool held;
+        std::uint64_t stamp;
+    };
+    ref_records<entry> r;
+    double inflation = 0.0;
+
+    explicit ref_gdsf(std::size_t) {}
+
+    void set_h(entry& e) {
+        e.h = inflation + e.freq * e.per_use;
+        e.stamp = r.clock++;
+    }
+    void on_insert(item_id id, const access_context& ctx) {
+        r.items.push_back({id.value, 1, 1.0 / std::max<std::uint32_t>(ctx.size, 1), 0.0, false, 0});
+        set_h(r.items.back());
+    }
+    void on_access(item_id id, const access_context&) {
+        entry* e = r.find(id);
+        ++e->freq;
+        if (!e->held) set_h(*e);
+    }
+    void on_hold(item_id id) { r.find(id)->held = true; }
+    void on_release(item_id id, const access_context&) {
+        entry* e = r.find(id);
+        e->held = false;
+        set_h(*e);
+    }
+    void on_erase(item_id id) { r.erase(id); }
+    std::optional<item_id> pop_victim(timestamp) {
+        const entry* best = nullptr;
+        for (const auto& e : r.items)
+            if (!e.held && (best == nullptr || e.h < best->h || (e.h == best->h && e.stamp < best->stamp))) best = &e;
+        if (best == nullptr) return std::nullopt;
+        inflation = best->h;
+        const item_id v{best->id};
+        r.erase(v);
+        return v;
+    }
+};
+
+/// Belady's MIN: victim = farthest next use; among equals, the one whose
+/// next use was given first.
+struct ref_belady {
+    struct entry {
+        std::uint32_t id;
+        timestamp next_use;
+        bool held;
+        std::uint64_t stamp;
+    };
+    ref_records<entry> r;
+
+    explicit ref_belady(std::size_t) {}
+
+    void on_insert(item_id id, const access_context& ctx) { r.items.push_back({id.value, ctx.next_use, false, r.clock++}); }
+    void on_access(item_id id, const access_context& ctx) {
+        entry* e = r.find(id);
+        if (!e->held) *e = {e->id, ctx.next_use, false, r.clock++};
+    }
+    void on_hold(item_id id) { r.find(id)->held = true; }
+    void on_release(item_id id, const access_context& ctx) { *r.find(id) = {id.value, ctx.next_use, false, r.clock++}; }
+    void on_erase(item_id id) { r.erase(id); }
+    std::optional<item_id> pop_victim(timestamp) {
+        const entry* best = nullptr;
+        for (const auto& e : r.items)
+            if (!e.held && (best == nullptr || e.next_use > best->next_use ||
+                            (e.next_use == best->next_use && e.stamp < best->stamp)))
+                best = &e;
+        if (best == nullptr) return std::nullopt;
+        const item_id v{best->id};
+        r.erase(v);
         return v;
     }
 };

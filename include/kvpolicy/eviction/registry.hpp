@@ -3,13 +3,19 @@
 #pragma once
 
 #include "kvpolicy/core/type_list.hpp"
+#include "kvpolicy/eviction/arc.hpp"
+#include "kvpolicy/eviction/belady.hpp"
 #include "kvpolicy/eviction/checkerboard.hpp"
 #include "kvpolicy/eviction/fifo.hpp"
+#include "kvpolicy/eviction/gdsf.hpp"
+#include "kvpolicy/eviction/lirs.hpp"
 #include "kvpolicy/eviction/lru.hpp"
 #include "kvpolicy/eviction/retention_value.hpp"
+#include "kvpolicy/eviction/s3fifo.hpp"
+#include "kvpolicy/eviction/w_tinylfu.hpp"
 
 namespace kvpolicy {
 
-using eviction_policies = type_list<fifo, lru, retention_value<>, lexicographic_checkerboard>;
+using eviction_policies = type_list<fifo, lru, retention_value<>, lexicographic_checkerboard, arc, s3fifo, lirs, w_tinylfu, gdsf<>, belady>;
 
 }  // namespace kvpolicy

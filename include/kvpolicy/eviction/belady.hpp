@@ -1,0 +1,99 @@
+// Belady's MIN: evict the item whose next use is farthest in the future
+// (Belady, "A study of replacement algorithms for a virtual-storage
+// computer", IBM Systems Journal 5(2), 1966).
+//
+// The offline optimum for demand paging: no policy that inserts every missed
+// item has fewer misses on the same trace, so it is the bound every online
+// policy is measured against. It needs the future: `ctx.next_use`, the time
+// of the item's next use, given at insert, access and release (`never` = not
+// used again: the farthest of all). Use it in simulation only, with next uses
+// computed from the trace; in a live engine nothing knows them.
+//
+// Ties (several items never used again, or equal next uses) go to the item
+// whose next use was given earliest, so victims are deterministic and
+// independent of slot ids. A held item leaves the heap; its release brings
+// it back with the release's next use (the latest knowledge). O(log n) per
+// operation; about 29 bytes per item.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+#include "kvpolicy/core/concepts.hpp"
+#include "kvpolicy/core/indexed_heap.hpp"
+#include "kvpolicy/eviction/item_tracking.hpp"
+
+namespace kvpolicy {
+
+class belady {
+public:
+    /// MIN has no parameter: the trace supplies the future.
+    struct config_type {};
+
+    static constexpr std::string_view name = "belady";
+    static constexpr eviction_order order = eviction_order::static_between_accesses;
+
+    explicit belady(std::size_t capacity, const config_type& = {}) : tracking_(capacity, "belady"), heap_(capacity) {}
+
+    void on_insert(item_id id, const access_context& ctx) noexcept {
+        tracking_.mark_inserted(id);
+        heap_.push(id.value, {ctx.next_use, stamp_++});
+    }
+
+    void on_access(item_id id, const access_context& ctx) noexcept {
+        tracking_.mark_accessed(id);
+        if (tracking_.is_evictable(id)) heap_.update(id.value, {ctx.next_use, stamp_++});
+    }
+
+    void on_hold(item_id id) noexcept {
+        tracking_.mark_held(id);
+        heap_.erase(id.value);
+    }
+
+    void on_release(item_id id, const access_context& ctx) noexcept {
+        tracking_.mark_released(id);
+        heap_.push(id.value, {ctx.next_use, stamp_++});
+    }
+
+    void on_erase(item_id id) noexcept {
+        if (tracking_.mark_erased(id)) heap_.erase(id.value);
+    }
+
+    std::optional<item_id> pop_victim(timestamp) noexcept {
+        if (heap_.empty()) return std::nullopt;
+        const item_id victim{heap_.pop()};
+        tracking_.mark_evicted(victim);
+        return victim;
+    }
+
+    std::size_t pop_victims(std::span<item_id> out, timestamp now) noexcept {
+        return pop_victims_one_by_one(*this, out, now);
+    }
+
+    [[nodiscard]] std::size_t capacity() const noexcept { return tracking_.capacity(); }
+    [[nodiscard]] std::size_t size() const noexcept { return tracking_.size(); }
+    [[nodiscard]] std::size_t evictable_size() const noexcept { return tracking_.evictable_size(); }
+    [[nodiscard]] bool contains(item_id id) const noexcept { return tracking_.contains(id); }
+    [[nodiscard]] const policy_counters& counters() const noexcept { return tracking_.counters(); }
+
+private:
+    // The heap pops its least element, so "least" is "farthest next use".
+    struct rank {
+        timestamp next_use;
+        std::uint64_t stamp;  // when next_use was given: older first among equals
+
+        friend constexpr bool operator<(const rank& a, const rank& b) noexcept {
+            return a.next_use > b.next_use || (a.next_use == b.next_use && a.stamp < b.stamp);
+        }
+    };
+
+    item_tracking tracking_;
+    indexed_heap<rank> heap_;  // evictable items, farthest next use on top
+    std::uint64_t stamp_ = 0;
+};
+
+static_assert(eviction_policy<belady>);
+
+}  // namespace kvpolicy

@@ -1,0 +1,223 @@
+// S3-FIFO: three static FIFO queues (Yang et al., "FIFO queues are all you
+// need for cache eviction", SOSP'23, Algorithm 1).
+//
+// New items enter a small FIFO S (10% of the capacity); items whose key the
+// ghost FIFO G remembers go straight to the main FIFO M. Each item carries a
+// 2-bit frequency, capped at 3, raised on every hit. When S is at or above
+// its share, its oldest item is examined: with freq >= 2 it moves to M
+// (freq reset), otherwise it is evicted and its key enters G (as many keys as
+// M holds items: 90%). Otherwise M's oldest item is examined: with freq >= 1
+// it is reinserted at M's head with freq - 1 (a 2-bit CLOCK), otherwise it is
+// evicted. Most blocks that are used once leave through S quickly (quick
+// demotion) and frequency is only acted on at eviction (lazy promotion), so a
+// hit is a single byte write. Use it as a cheap, scan-resistant default where
+// many blocks are never reused; it is FIFO-cheap and usually beats LRU and
+// ARC on such workloads.
+//
+// Rules as libCacheSim's S3FIFO (default parameters) runs them, so flat-mode
+// miss ratios match it: the promotion threshold `move_to_main_threshold = 2`
+// (freq >= 2) is the paper's `t.freq > 1`; a promotion does not evict from M
+// at once (M may run over its share, and the next eviction comes from M,
+// so each pop yields exactly one victim where the paper's evictS could take
+// two); a pop that starts on S keeps examining S until it evicts or S is
+// empty. Departures from the paper: `fill_main_before_first_eviction` (on by
+// default, as in libCacheSim since 2024; off gives the paper's and
+// libCacheSim's S3FIFOv0 behaviour) sends new items to M once S is full
+// until the first eviction; libCacheSim refuses blocks not smaller than S,
+// so below 20 blocks it degenerates where this one keeps working.
+//
+// Holds and releases: a held item leaves its queue (keeping queue and
+// frequency) and still counts toward its queue's share. A hit while held
+// raises the frequency. A release re-enters at the head (newest end) of its
+// own queue, as fifo's does, but is not another hit: the request that held
+// the block was counted by on_insert / on_access, and counting its end too
+// would promote every block out of S. An erasure leaves no ghost.
+// O(1) amortized per pop (each examined item moves or loses a frequency
+// unit); about 20 bytes per item plus ~50 bytes per ghost key.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvpolicy/core/concepts.hpp"
+#include "kvpolicy/core/error.hpp"
+#include "kvpolicy/core/ghost_list.hpp"
+#include "kvpolicy/core/index_list.hpp"
+#include "kvpolicy/eviction/item_tracking.hpp"
+
+namespace kvpolicy {
+
+class s3fifo {
+public:
+    struct config_type {
+        /// Share of the capacity for the small queue S (paper: 10%).
+        double small_fraction = 0.10;
+        /// Ghost keys as a share of the capacity (paper: as many as M holds, 90%).
+        double ghost_fraction = 0.90;
+        /// S -> M when freq >= this (paper: freq > 1; libCacheSim: 2). 1 to 3.
+        std::uint32_t move_to_main_threshold = 2;
+        /// Before the first eviction, new items go to M once S is full
+        /// (libCacheSim's S3FIFO); false: always to S (the paper, S3FIFOv0).
+        bool fill_main_before_first_eviction = true;
+    };
+
+    static constexpr std::string_view name = "s3fifo";
+    static constexpr eviction_order order = eviction_order::static_between_accesses;
+
+    explicit s3fifo(std::size_t capacity) : s3fifo(capacity, config_type{}) {}
+
+    /// Throws: config_error if `capacity` is 0, a fraction is outside [0, 1]
+    /// or NaN, or the threshold is outside 1..3.
+    s3fifo(std::size_t capacity, const config_type& config)
+        : tracking_(capacity, "s3fifo"),
+          config_(validated(config)),
+          links_(capacity),
+          in_main_(capacity, 0),
+          freq_(capacity, 0),
+          keys_(capacity, 0),
+          small_target_(share(capacity, config.small_fraction)),
+          ghost_target_(share(capacity, config.ghost_fraction)),
+          ghost_(ghost_target_ == 0 ? 0 : ghost_target_ + 1) {}
+
+    void on_insert(item_id id, const access_context& ctx) noexcept {
+        tracking_.mark_inserted(id);
+        keys_[id.index()] = ctx.key;
+        freq_[id.index()] = 0;
+        bool to_main = ghost_.erase(ctx.key);
+        if (ghost_.size() > ghost_target_) ghost_.pop_front();  // the key the last pop kept for this check
+        if (to_main) ++tracking_.counters().ghost_hits;
+        else to_main = config_.fill_main_before_first_eviction && !evicted_once_ && small_count_ >= small_target_;
+        in_main_[id.index()] = to_main ? 1 : 0;
+        ++(to_main ? main_count_ : small_count_);
+        links_.push_back(to_main ? main_ : small_, id.value);
+    }
+
+    void on_access(item_id id, const access_context&) noexcept {
+        tracking_.mark_accessed(id);
+        auto& f = freq_[id.index()];
+        if (f < max_freq) ++f;
+    }
+
+    void on_hold(item_id id) noexcept {
+        tracking_.mark_held(id);
+        links_.remove(queue_of(id), id.value);
+    }
+
+    void on_release(item_id id, const access_context&) noexcept {
+        tracking_.mark_released(id);
+        links_.push_back(queue_of(id), id.value);
+    }
+
+    void on_erase(item_id id) noexcept {
+        if (tracking_.mark_erased(id)) links_.remove(queue_of(id), id.value);
+        --(in_main_[id.index()] != 0 ? main_count_ : small_count_);
+    }
+
+    std::optional<item_id> pop_victim(timestamp) noexcept {
+        if (tracking_.evictable_size() == 0) return std::nullopt;
+        evicted_once_ = true;
+        if (!small_.empty() && (small_count_ >= small_target_ || main_.empty())) {
+            while (!small_.empty()) {
+                const std::uint32_t t = small_.front;
+                if (freq_[t] >= config_.move_to_main_threshold) {
+                    links_.move_to_back(small_, main_, t);
+                    in_main_[t] = 1;
+                    freq_[t] = 0;
+                    --small_count_;
+                    ++main_count_;
+                    continue;
+                }
+                links_.remove(small_, t);
+                --small_count_;
+                remember(keys_[t]);
+                return evict(t);
+            }
+        }
+        // M is not empty here: either S was passed over while M had items, or
+        // S's items were all just promoted into M.
+        for (;;) {
+            const std::uint32_t t = main_.front;
+            if (freq_[t] > 0) {
+                --freq_[t];
+                links_.move_to_back(main_, main_, t);
+                continue;
+            }
+            links_.remove(main_, t);
+            --main_count_;
+            return evict(t);
+        }
+    }
+
+    std::size_t pop_victims(std::span<item_id> out, timestamp now) noexcept {
+        return pop_victims_one_by_one(*this, out, now);
+    }
+
+    [[nodiscard]] std::size_t capacity() const noexcept { return tracking_.capacity(); }
+    [[nodiscard]] std::size_t size() const noexcept { return tracking_.size(); }
+    [[nodiscard]] std::size_t evictable_size() const noexcept { return tracking_.evictable_size(); }
+    [[nodiscard]] bool contains(item_id id) const noexcept { return tracking_.contains(id); }
+    [[nodiscard]] const policy_counters& counters() const noexcept { return tracking_.counters(); }
+
+    /// Resident items (held ones included) in S and M; keys in G (one more
+    /// than its share between a pop and the next insert).
+    [[nodiscard]] std::size_t small_size() const noexcept { return small_count_; }
+    [[nodiscard]] std::size_t main_size() const noexcept { return main_count_; }
+    [[nodiscard]] std::size_t ghost_size() const noexcept { return ghost_.size(); }
+
+private:
+    static constexpr std::uint8_t max_freq = 3;  // 2 bits
+
+    static config_type validated(const config_type& c) {
+        auto fraction_ok = [](double f) { return f >= 0.0 && f <= 1.0; };  // false for NaN
+        if (!fraction_ok(c.small_fraction) || !fraction_ok(c.ghost_fraction))
+            throw config_error("s3fifo: small_fraction " + std::to_string(c.small_fraction) + " and ghost_fraction " +
+                               std::to_string(c.ghost_fraction) + " must lie in [0, 1]; the paper uses 0.1 and 0.9");
+        if (c.move_to_main_threshold < 1 || c.move_to_main_threshold > max_freq)
+            throw config_error("s3fifo: move_to_main_threshold " + std::to_string(c.move_to_main_threshold) +
+                               " must be 1, 2 or 3 (frequencies are 2-bit); the paper uses 2");
+        return c;
+    }
+    // Truncates as libCacheSim does, so queue shares agree block for block.
+    static std::size_t share(std::size_t capacity, double fraction) noexcept {
+        return static_cast<std::size_t>(static_cast<double>(capacity) * fraction);
+    }
+
+    [[nodiscard]] index_list& queue_of(item_id id) noexcept { return in_main_[id.index()] != 0 ? main_ : small_; }
+
+    // G may hold ghost_target_ + 1 keys until the next insert: libCacheSim
+    // looks the missed key up in G before it evicts, so a pop must not push
+    // that key out before on_insert has looked; on_insert trims G back.
+    void remember(std::uint64_t key) noexcept {
+        if (ghost_.capacity() == 0) return;
+        ghost_.erase(key);  // a repeated key (callers leaving ctx.key at 0) refreshes its ghost
+        ghost_.push_back(key);  // drops the oldest first when G is at share + 1
+    }
+
+    item_id evict(std::uint32_t t) noexcept {
+        const item_id v{t};
+        tracking_.mark_evicted(v);
+        return v;
+    }
+
+    item_tracking tracking_;
+    config_type config_;
+    index_links links_;                 // [capacity] S / M links of evictable items
+    index_list small_, main_;           // evictable items, oldest first
+    std::vector<std::uint8_t> in_main_; // [capacity] 1 if the item belongs to M (kept while held)
+    std::vector<std::uint8_t> freq_;    // [capacity] 0..3
+    std::vector<std::uint64_t> keys_;   // [capacity] ctx.key at insert: what G remembers
+    std::size_t small_target_;
+    std::size_t ghost_target_;
+    std::size_t small_count_ = 0, main_count_ = 0;  // resident, held included
+    ghost_list ghost_;
+    bool evicted_once_ = false;
+};
+
+static_assert(eviction_policy<s3fifo>);
+
+}  // namespace kvpolicy
