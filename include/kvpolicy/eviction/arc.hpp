@@ -36,7 +36,8 @@
 // bounds whenever the cache is full; after erasures leave it part-empty the
 // oldest key is dropped instead of growing a list past c); a key evicted
 // while a ghost of the same key exists replaces that ghost. O(1) per
-// operation; about 9 + 9 + 1 bytes per item plus 2 x ~50 bytes per ghost.
+// operation; about 19 bytes per item, plus about 63 bytes per ghost key in
+// each of B1 and B2 (bench/eviction_bench.cpp).
 #pragma once
 
 #include <algorithm>

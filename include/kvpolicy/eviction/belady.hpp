@@ -13,7 +13,7 @@
 // whose next use was given earliest, so victims are deterministic and
 // independent of slot ids. A held item leaves the heap; its release brings
 // it back with the release's next use (the latest knowledge). O(log n) per
-// operation; about 29 bytes per item.
+// operation; about 25 bytes per item.
 #pragma once
 
 #include <cstdint>

@@ -33,7 +33,10 @@
 // the block was counted by on_insert / on_access, and counting its end too
 // would promote every block out of S. An erasure leaves no ghost.
 // O(1) amortized per pop (each examined item moves or loses a frequency
-// unit); about 20 bytes per item plus ~50 bytes per ghost key.
+// unit); about 20 bytes per item plus about 67 bytes per ghost key. G may
+// hold one key beyond its share between a pop and the next insert, so that
+// the insert still finds a key the pop would have pushed out: libCacheSim
+// looks the missed key up in G before it evicts.
 #pragma once
 
 #include <algorithm>

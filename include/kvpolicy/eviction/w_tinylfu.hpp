@@ -32,7 +32,7 @@
 // Departures from the paper: counters are bumped in every row (no
 // conservative update); the doorkeeper has 8 bits per item and 2 hash
 // functions; the sketch has bit_ceil(capacity) counters per row. O(1) per
-// operation; about 31 bytes per item, sketch and doorkeeper included.
+// operation; about 23 bytes per item, sketch and doorkeeper included.
 #pragma once
 
 #include <algorithm>
