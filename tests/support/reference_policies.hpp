@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <deque>
 #include <optional>
@@ -52,12 +53,12 @@ struct ref_ordered_by_stamp {
     }
 };
 
-/// FIFO: stamp at insert and at release; accesses change nothing.
+/// FIFO: stamp at insert only; accesses and holds change nothing.
 struct ref_fifo : ref_ordered_by_stamp {
     void on_insert(item_id id, const access_context&) { items.push_back({id.value, clock++, false}); }
     void on_access(item_id, const access_context&) {}
     void on_hold(item_id id) { find(id)->held = true; }
-    void on_release(item_id id, const access_context&) { *find(id) = {id.value, clock++, false}; }
+    void on_release(item_id id, const access_context&) { find(id)->held = false; }
     void on_erase(item_id id) { erase(id); }
     std::optional<item_id> pop_victim(timestamp) { return pop_oldest_evictable(); }
 };
@@ -704,5 +705,491 @@ struct ref_belady {
 /// policy adds its specialisation next to its reference.
 template <class Policy>
 struct reference_for;
+
+// --- Part A references: round_robin, lfu, clock, sieve, slru, two_q,
+// qos_aware, predictive. Each is written from its algorithm's definition
+// (clock faces with a hand index, sorted scans), never from the optimized
+// structure, and takes the capacity so the driver can build every reference
+// alike.
+
+/// Round robin: the evictable slot with the smallest id at or after the
+/// hand, else (wrapping) the smallest evictable id; the hand moves past it.
+struct ref_round_robin {
+    struct entry {
+        std::uint32_t id;
+        bool held;
+    };
+    std::vector<entry> items;
+    std::uint32_t hand = 0;
+
+    explicit ref_round_robin(std::size_t = 0) {}
+    entry* find(item_id id) {
+        for (auto& e : items)
+            if (e.id == id.value) return &e;
+        return nullptr;
+    }
+    void on_insert(item_id id, const access_context&) { items.push_back({id.value, false}); }
+    void on_access(item_id, const access_context&) {}
+    void on_hold(item_id id) { find(id)->held = true; }
+    void on_release(item_id id, const access_context&) { find(id)->held = false; }
+    void on_erase(item_id id) { std::erase_if(items, [&](const entry& e) { return e.id == id.value; }); }
+    std::optional<item_id> pop_victim(timestamp) {
+        const entry* at_or_after = nullptr;
+        const entry* lowest = nullptr;
+        for (const auto& e : items) {
+            if (e.held) continue;
+            if (e.id >= hand && (at_or_after == nullptr || e.id < at_or_after->id)) at_or_after = &e;
+            if (lowest == nullptr || e.id < lowest->id) lowest = &e;
+        }
+        const entry* v = at_or_after != nullptr ? at_or_after : lowest;
+        if (v == nullptr) return std::nullopt;
+        const item_id victim{v->id};
+        hand = victim.value + 1;
+        on_erase(victim);
+        return victim;
+    }
+};
+
+/// LFU: the evictable item with the fewest uses (insert = 1, every access
+/// and every release +1), ties to the oldest last use.
+struct ref_lfu {
+    struct entry {
+        std::uint32_t id;
+        std::uint64_t count;
+        std::uint64_t last_use;
+        bool held;
+    };
+    std::vector<entry> items;
+    std::uint64_t clock = 0;
+
+    explicit ref_lfu(std::size_t = 0) {}
+    entry* find(item_id id) {
+        for (auto& e : items)
+            if (e.id == id.value) return &e;
+        return nullptr;
+    }
+    void use(entry& e) {
+        ++e.count;
+        e.last_use = clock++;
+    }
+    void on_insert(item_id id, const access_context&) { items.push_back({id.value, 1, clock++, false}); }
+    void on_access(item_id id, const access_context&) { use(*find(id)); }
+    void on_hold(item_id id) { find(id)->held = true; }
+    void on_release(item_id id, const access_context&) {
+        find(id)->held = false;
+        use(*find(id));
+    }
+    void on_erase(item_id id) { std::erase_if(items, [&](const entry& e) { return e.id == id.value; }); }
+    std::optional<item_id> pop_victim(timestamp) {
+        const entry* best = nullptr;
+        for (const auto& e : items)
+            if (!e.held && (best == nullptr || e.count < best->count ||
+                            (e.count == best->count && e.last_use < best->last_use)))
+                best = &e;
+        if (best == nullptr) return std::nullopt;
+        const item_id v{best->id};
+        on_erase(v);
+        return v;
+    }
+};
+
+/// CLOCK: a clock face (a circular array) and a hand index. New items go
+/// just behind the hand with the bit clear; a hit sets the bit; the hand
+/// clears set bits and evicts the first clear one. A held item leaves the
+/// face, keeping its bit; its release puts it behind the hand, bit set.
+struct ref_clock {
+    struct slot {
+        std::uint32_t id;
+        bool referenced;
+    };
+    std::vector<slot> face;  // in hand order
+    std::size_t hand = 0;    // index into face; face.size() means 0
+    std::vector<slot> off_face;
+
+    explicit ref_clock(std::size_t = 0) {}
+    void place_behind_hand(slot s) {
+        face.insert(face.begin() + static_cast<std::ptrdiff_t>(hand), s);
+        ++hand;
+    }
+    std::optional<std::size_t> index_on_face(item_id id) const {
+        for (std::size_t i = 0; i < face.size(); ++i)
+            if (face[i].id == id.value) return i;
+        return std::nullopt;
+    }
+    void take_off_face(std::size_t i) {
+        face.erase(face.begin() + static_cast<std::ptrdiff_t>(i));
+        if (i < hand) --hand;
+    }
+    void on_insert(item_id id, const access_context&) { place_behind_hand({id.value, false}); }
+    void on_access(item_id id, const access_context&) {
+        for (auto* v : {&face, &off_face})
+            for (auto& s : *v)
+                if (s.id == id.value) s.referenced = true;
+    }
+    void on_hold(item_id id) {
+        const std::size_t i = *index_on_face(id);
+        off_face.push_back(face[i]);
+        take_off_face(i);
+    }
+    void on_release(item_id id, const access_context&) {
+        std::erase_if(off_face, [&](const slot& s) { return s.id == id.value; });
+        place_behind_hand({id.value, true});
+    }
+    void on_erase(item_id id) {
+        if (auto i = index_on_face(id)) take_off_face(*i);
+        std::erase_if(off_face, [&](const slot& s) { return s.id == id.value; });
+    }
+    std::optional<item_id> pop_victim(timestamp) {
+        if (face.empty()) return std::nullopt;
+        for (;;) {
+            if (hand >= face.size()) hand = 0;
+            if (!face[hand].referenced) break;
+            face[hand].referenced = false;
+            ++hand;
+        }
+        const item_id v{face[hand].id};
+        face.erase(face.begin() + static_cast<std::ptrdiff_t>(hand));  // the hand now rests on the next slot
+        return v;
+    }
+};
+
+/// SIEVE, after the paper's pseudocode: a queue from tail (oldest, index 0)
+/// to head (newest); the hand is an index or "none" (= start at the tail).
+struct ref_sieve {
+    struct object {
+        std::uint32_t id;
+        bool visited;
+    };
+    std::vector<object> queue;
+    std::optional<std::size_t> hand;
+    std::vector<object> held;
+
+    explicit ref_sieve(std::size_t = 0) {}
+    std::optional<std::size_t> index_of(item_id id) const {
+        for (std::size_t i = 0; i < queue.size(); ++i)
+            if (queue[i].id == id.value) return i;
+        return std::nullopt;
+    }
+    // Removing the object under the hand leaves the hand on the next newer
+    // object, or none past the head.
+    void remove_at(std::size_t i) {
+        queue.erase(queue.begin() + static_cast<std::ptrdiff_t>(i));
+        if (hand && i < *hand) --*hand;
+        if (hand && *hand == queue.size()) hand.reset();
+    }
+    void on_insert(item_id id, const access_context&) { queue.push_back({id.value, false}); }
+    void on_access(item_id id, const access_context&) {
+        for (auto* v : {&queue, &held})
+            for (auto& o : *v)
+                if (o.id == id.value) o.visited = true;
+    }
+    void on_hold(item_id id) {
+        const std::size_t i = *index_of(id);
+        held.push_back(queue[i]);
+        remove_at(i);
+    }
+    void on_release(item_id id, const access_context&) {
+        std::erase_if(held, [&](const object& o) { return o.id == id.value; });
+        queue.push_back({id.value, true});
+    }
+    void on_erase(item_id id) {
+        if (auto i = index_of(id)) remove_at(*i);
+        std::erase_if(held, [&](const object& o) { return o.id == id.value; });
+    }
+    std::optional<item_id> pop_victim(timestamp) {
+        if (queue.empty()) return std::nullopt;
+        std::size_t o = hand.value_or(0);
+        while (queue[o].visited) {
+            queue[o].visited = false;
+            o = (o + 1 == queue.size()) ? 0 : o + 1;
+        }
+        const item_id v{queue[o].id};
+        hand = o;
+        remove_at(o);
+        return v;
+    }
+};
+
+/// SLRU: every item has a segment and a last-use stamp. Inserts go to
+/// segment 0; a hit (an access, or a release) goes one segment up. After
+/// each move, from the top segment down, a segment holding more than its
+/// share of evictable items sends its least recent one to the segment
+/// below as that segment's most recent. The victim is the least recent item
+/// of the lowest segment that has an evictable item.
+struct ref_slru {
+    struct entry {
+        std::uint32_t id;
+        std::size_t segment;
+        std::uint64_t stamp;
+        bool held;
+    };
+    std::size_t segments = 4;
+    std::size_t share = 1;
+    std::vector<entry> items;
+    std::uint64_t clock = 0;
+
+    explicit ref_slru(std::size_t capacity, std::size_t segment_count = 4)
+        : segments(segment_count), share(capacity / segment_count == 0 ? 1 : capacity / segment_count) {}
+    entry* find(item_id id) {
+        for (auto& e : items)
+            if (e.id == id.value) return &e;
+        return nullptr;
+    }
+    entry* least_recent_in(std::size_t s) {
+        entry* best = nullptr;
+        for (auto& e : items)
+            if (!e.held && e.segment == s && (best == nullptr || e.stamp < best->stamp)) best = &e;
+        return best;
+    }
+    std::size_t evictable_in(std::size_t s) const {
+        return static_cast<std::size_t>(
+            std::count_if(items.begin(), items.end(), [&](const entry& e) { return !e.held && e.segment == s; }));
+    }
+    void hit(entry& e) {
+        e.segment = std::min(e.segment + 1, segments - 1);
+        if (e.held) return;
+        e.stamp = clock++;
+        for (std::size_t s = segments - 1; s > 0; --s)
+            while (evictable_in(s) > share) {
+                entry* lru = least_recent_in(s);
+                lru->segment = s - 1;
+                lru->stamp = clock++;
+            }
+    }
+    void on_insert(item_id id, const access_context&) { items.push_back({id.value, 0, clock++, false}); }
+    void on_access(item_id id, const access_context&) { hit(*find(id)); }
+    void on_hold(item_id id) { find(id)->held = true; }
+    void on_release(item_id id, const access_context&) {
+        find(id)->held = false;
+        hit(*find(id));
+    }
+    void on_erase(item_id id) { std::erase_if(items, [&](const entry& e) { return e.id == id.value; }); }
+    std::optional<item_id> pop_victim(timestamp) {
+        for (std::size_t s = 0; s < segments; ++s)
+            if (entry* e = least_recent_in(s)) {
+                const item_id v{e->id};
+                on_erase(v);
+                return v;
+            }
+        return std::nullopt;
+    }
+};
+
+/// 2Q, full version, as the paper's pseudocode with pages made items: A1in
+/// (FIFO), Am (LRU), A1out (FIFO of keys, at most Kout). Kin and Kout are
+/// counts (default 25% and 50% of the capacity, rounded down).
+struct ref_two_q {
+    struct entry {
+        std::uint32_t id;
+        std::uint64_t key;
+        bool in_am;
+        std::uint64_t stamp;  // A1in: arrival order; Am: recency
+        bool held;
+    };
+    std::size_t kin = 0, kout = 0;
+    std::vector<entry> items;
+    std::deque<std::uint64_t> a1out;  // oldest first
+    std::uint64_t clock = 0;
+    std::uint64_t ghost_hits = 0;
+
+    explicit ref_two_q(std::size_t capacity) : kin(capacity / 4), kout(capacity / 2) {}
+    ref_two_q(std::size_t kin_items, std::size_t kout_keys) : kin(kin_items), kout(kout_keys) {}
+    entry* find(item_id id) {
+        for (auto& e : items)
+            if (e.id == id.value) return &e;
+        return nullptr;
+    }
+    void on_insert(item_id id, const access_context& ctx) {
+        const auto ghost = std::find(a1out.begin(), a1out.end(), ctx.key);
+        const bool remembered = ghost != a1out.end();
+        if (remembered) {
+            a1out.erase(ghost);
+            ++ghost_hits;
+        }
+        items.push_back({id.value, ctx.key, remembered, clock++, false});
+    }
+    void on_access(item_id id, const access_context&) {
+        entry& e = *find(id);
+        if (e.in_am && !e.held) e.stamp = clock++;  // A1in: do nothing
+    }
+    void on_hold(item_id id) { find(id)->held = true; }
+    void on_release(item_id id, const access_context&) {
+        entry& e = *find(id);
+        e.held = false;
+        e.stamp = clock++;
+    }
+    void on_erase(item_id id) { std::erase_if(items, [&](const entry& e) { return e.id == id.value; }); }
+    entry* oldest(bool in_am) {
+        entry* best = nullptr;
+        for (auto& e : items)
+            if (!e.held && e.in_am == in_am && (best == nullptr || e.stamp < best->stamp)) best = &e;
+        return best;
+    }
+    std::optional<item_id> pop_victim(timestamp) {
+        const auto a1in_size =
+            static_cast<std::size_t>(std::count_if(items.begin(), items.end(), [](const entry& e) { return !e.in_am; }));
+        entry* from_a1in = oldest(false);
+        entry* from_am = oldest(true);
+        if (from_a1in != nullptr && (a1in_size > kin || from_am == nullptr)) {
+            const item_id v{from_a1in->id};
+            const std::uint64_t key = from_a1in->key;
+            std::erase(a1out, key);
+            a1out.push_back(key);
+            if (a1out.size() > kout) a1out.pop_front();
+            on_erase(v);
+            return v;
+        }
+        if (from_am == nullptr) return std::nullopt;
+        const item_id v{from_am->id};
+        on_erase(v);
+        return v;
+    }
+};
+
+/// QoS: each use sets (priority, priority_until) and makes the item the
+/// most recent. At each pop, expired non-default priorities (until <= now)
+/// fall back to the default, in (until, id) order, each as a use. The victim
+/// is the lowest priority's least recent evictable item.
+struct ref_qos_aware {
+    struct entry {
+        std::uint32_t id;
+        std::int32_t priority;
+        timestamp until;
+        std::uint64_t stamp;
+        bool held;
+    };
+    std::vector<entry> items;
+    std::uint64_t clock = 0;
+
+    explicit ref_qos_aware(std::size_t = 0) {}
+    entry* find(item_id id) {
+        for (auto& e : items)
+            if (e.id == id.value) return &e;
+        return nullptr;
+    }
+    void use(entry& e, const access_context& ctx) {
+        e.priority = ctx.priority;
+        e.until = ctx.priority_until;
+        e.stamp = clock++;
+    }
+    void on_insert(item_id id, const access_context& ctx) {
+        items.push_back({id.value, 0, 0, 0, false});
+        use(items.back(), ctx);
+    }
+    void on_access(item_id id, const access_context& ctx) { use(*find(id), ctx); }
+    void on_hold(item_id id) { find(id)->held = true; }
+    void on_release(item_id id, const access_context& ctx) {
+        find(id)->held = false;
+        use(*find(id), ctx);
+    }
+    void on_erase(item_id id) { std::erase_if(items, [&](const entry& e) { return e.id == id.value; }); }
+    std::optional<item_id> pop_victim(timestamp now) {
+        std::vector<entry*> expired;
+        for (auto& e : items)
+            if (!e.held && e.priority != default_priority && e.until <= now) expired.push_back(&e);
+        std::sort(expired.begin(), expired.end(),
+                  [](const entry* a, const entry* b) { return a->until != b->until ? a->until < b->until : a->id < b->id; });
+        for (entry* e : expired) {
+            e->priority = default_priority;
+            e->until = never;
+            e->stamp = clock++;
+        }
+        const entry* best = nullptr;
+        for (const auto& e : items)
+            if (!e.held && (best == nullptr || e.priority < best->priority ||
+                            (e.priority == best->priority && e.stamp < best->stamp)))
+                best = &e;
+        if (best == nullptr) return std::nullopt;
+        const item_id v{best->id};
+        on_erase(v);
+        return v;
+    }
+};
+
+/// Predictive: items with a lifetime estimate go first, shortest first;
+/// then items with only a completion ratio, most complete first; then the
+/// rest; ties (and the last group) by least recent use. Each use re-reads
+/// lifetime and ratio.
+struct ref_predictive {
+    struct entry {
+        std::uint32_t id;
+        int group;  // 0 lifetime, 1 ratio, 2 neither
+        double lifetime;
+        double ratio;
+        std::uint64_t stamp;
+        bool held;
+    };
+    std::vector<entry> items;
+    std::uint64_t clock = 0;
+
+    explicit ref_predictive(std::size_t = 0) {}
+    entry* find(item_id id) {
+        for (auto& e : items)
+            if (e.id == id.value) return &e;
+        return nullptr;
+    }
+    void use(entry& e, const access_context& ctx) {
+        e.group = 2;
+        if (ctx.max_length > 0) {
+            e.group = 1;
+            e.ratio = static_cast<double>(ctx.sequence_length) / static_cast<double>(ctx.max_length);
+        }
+        if (!std::isnan(ctx.estimated_lifetime)) {
+            e.group = 0;
+            e.lifetime = ctx.estimated_lifetime;
+        }
+        e.stamp = clock++;
+    }
+    static bool evict_before(const entry& a, const entry& b) {
+        if (a.group != b.group) return a.group < b.group;
+        if (a.group == 0 && a.lifetime != b.lifetime) return a.lifetime < b.lifetime;
+        if (a.group == 1 && a.ratio != b.ratio) return a.ratio > b.ratio;
+        return a.stamp < b.stamp;
+    }
+    void on_insert(item_id id, const access_context& ctx) {
+        items.push_back({id.value, 2, 0.0, 0.0, 0, false});
+        use(items.back(), ctx);
+    }
+    void on_access(item_id id, const access_context& ctx) { use(*find(id), ctx); }
+    void on_hold(item_id id) { find(id)->held = true; }
+    void on_release(item_id id, const access_context& ctx) {
+        find(id)->held = false;
+        use(*find(id), ctx);
+    }
+    void on_erase(item_id id) { std::erase_if(items, [&](const entry& e) { return e.id == id.value; }); }
+    std::optional<item_id> pop_victim(timestamp) {
+        const entry* best = nullptr;
+        for (const auto& e : items)
+            if (!e.held && (best == nullptr || evict_before(e, *best))) best = &e;
+        if (best == nullptr) return std::nullopt;
+        const item_id v{best->id};
+        on_erase(v);
+        return v;
+    }
+};
+
+}  // namespace kvpolicy::testing
+
+namespace kvpolicy {
+class round_robin;
+class lfu;
+class clock;
+class sieve;
+class slru;
+class two_q;
+class qos_aware;
+class predictive;
+}  // namespace kvpolicy
+
+namespace kvpolicy::testing {
+
+template <> struct reference_for<round_robin> { using type = ref_round_robin; };
+template <> struct reference_for<lfu> { using type = ref_lfu; };
+template <> struct reference_for<clock> { using type = ref_clock; };
+template <> struct reference_for<sieve> { using type = ref_sieve; };
+template <> struct reference_for<slru> { using type = ref_slru; };
+template <> struct reference_for<two_q> { using type = ref_two_q; };
+template <> struct reference_for<qos_aware> { using type = ref_qos_aware; };
+template <> struct reference_for<predictive> { using type = ref_predictive; };
 
 }  // namespace kvpolicy::testing

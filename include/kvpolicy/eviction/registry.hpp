@@ -6,16 +6,24 @@
 #include "kvpolicy/eviction/arc.hpp"
 #include "kvpolicy/eviction/belady.hpp"
 #include "kvpolicy/eviction/checkerboard.hpp"
+#include "kvpolicy/eviction/clock.hpp"
 #include "kvpolicy/eviction/fifo.hpp"
 #include "kvpolicy/eviction/gdsf.hpp"
+#include "kvpolicy/eviction/lfu.hpp"
 #include "kvpolicy/eviction/lirs.hpp"
 #include "kvpolicy/eviction/lru.hpp"
+#include "kvpolicy/eviction/predictive.hpp"
+#include "kvpolicy/eviction/qos_aware.hpp"
 #include "kvpolicy/eviction/retention_value.hpp"
+#include "kvpolicy/eviction/round_robin.hpp"
 #include "kvpolicy/eviction/s3fifo.hpp"
+#include "kvpolicy/eviction/sieve.hpp"
+#include "kvpolicy/eviction/slru.hpp"
+#include "kvpolicy/eviction/two_q.hpp"
 #include "kvpolicy/eviction/w_tinylfu.hpp"
 
 namespace kvpolicy {
 
-using eviction_policies = type_list<fifo, lru, retention_value<>, lexicographic_checkerboard, arc, s3fifo, lirs, w_tinylfu, gdsf<>, belady>;
+using eviction_policies = type_list<fifo, lru, round_robin, lfu, clock, sieve, slru, two_q, qos_aware, predictive, retention_value<>, lexicographic_checkerboard, arc, s3fifo, lirs, w_tinylfu, gdsf<>, belady>;
 
 }  // namespace kvpolicy

@@ -1,0 +1,103 @@
+// CLOCK: second-chance FIFO with one reference bit per item.
+//
+// Items sit on a circular list (the clock face) swept by a hand. A hit sets
+// the item's reference bit and moves nothing. To find a victim the hand looks
+// at the item under it: a set bit is cleared and the hand moves on (the item
+// got its second chance); a clear bit makes that item the victim. New items
+// are placed just behind the hand, so they are looked at last, and enter with
+// the bit CLEAR: an item must be hit once after insertion to survive the
+// next sweep. Use it where LRU's per-hit list move is too costly (a hit here
+// is one byte written) and LRU-like quality is wanted.
+//
+// Paper: F. J. Corbató, "A paging experiment with the Multics system" (1968).
+// Departures: a held item leaves the face (it cannot be a victim) and keeps
+// its bit, which hits during the hold still set; its release re-enters it
+// just behind the hand with the bit SET, because the release ends a use, as
+// for LRU. The face is an index-linked queue whose front is under the hand:
+// "advance the hand past an item" is moving the front to the back, so
+// pop_victim is O(1) amortised (each step clears a bit that one access or
+// release set) and every other operation is O(1).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "kvpolicy/core/concepts.hpp"
+#include "kvpolicy/core/index_list.hpp"
+#include "kvpolicy/eviction/item_tracking.hpp"
+
+namespace kvpolicy {
+
+class clock {
+public:
+    struct config_type {};
+
+    static constexpr std::string_view name = "clock";
+    static constexpr eviction_order order = eviction_order::static_between_accesses;
+
+    /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.
+    explicit clock(std::size_t capacity, const config_type& = {})
+        : tracking_(capacity, "clock"), links_(capacity), referenced_(capacity, 0) {}
+
+    void on_insert(item_id id, const access_context&) noexcept {
+        tracking_.mark_inserted(id);
+        referenced_[id.value] = 0;
+        links_.push_back(face_, id.value);
+    }
+    void on_access(item_id id, const access_context&) noexcept {
+        tracking_.mark_accessed(id);
+        referenced_[id.value] = 1;
+    }
+    void on_hold(item_id id) noexcept {
+        tracking_.mark_held(id);
+        links_.remove(face_, id.value);
+    }
+    void on_release(item_id id, const access_context&) noexcept {
+        tracking_.mark_released(id);
+        referenced_[id.value] = 1;
+        links_.push_back(face_, id.value);
+    }
+    void on_erase(item_id id) noexcept {
+        if (tracking_.mark_erased(id)) links_.remove(face_, id.value);
+    }
+
+    /// Complexity: O(1) amortised.
+    std::optional<item_id> pop_victim(timestamp) noexcept {
+        if (face_.empty()) return std::nullopt;
+        while (referenced_[face_.front] != 0) {
+            referenced_[face_.front] = 0;
+            links_.move_to_back(face_, face_, face_.front);
+        }
+        const item_id v{links_.pop_front(face_)};
+        tracking_.mark_evicted(v);
+        return v;
+    }
+    std::size_t pop_victims(std::span<item_id> out, timestamp now) noexcept {
+        return pop_victims_one_by_one(*this, out, now);
+    }
+
+    /// The reference bit. Precondition: contains(id).
+    [[nodiscard]] bool referenced(item_id id) const noexcept {
+        KVPOLICY_ASSERT(contains(id));
+        return referenced_[id.value] != 0;
+    }
+
+    [[nodiscard]] std::size_t capacity() const noexcept { return tracking_.capacity(); }
+    [[nodiscard]] std::size_t size() const noexcept { return tracking_.size(); }
+    [[nodiscard]] std::size_t evictable_size() const noexcept { return tracking_.evictable_size(); }
+    [[nodiscard]] bool contains(item_id id) const noexcept { return tracking_.contains(id); }
+    [[nodiscard]] const policy_counters& counters() const noexcept { return tracking_.counters(); }
+
+private:
+    item_tracking tracking_;
+    index_links links_;                     // [capacity] face links
+    index_list face_;                       // evictable items; front is under the hand
+    std::vector<std::uint8_t> referenced_;  // [capacity] reference bits
+};
+
+static_assert(eviction_policy<clock>);
+
+}  // namespace kvpolicy
