@@ -166,7 +166,7 @@ TEST_CASE("every error leaves the cache exactly as it was", "[cache][errors]") {
 TEST_CASE("impossible configurations are refused with the fix", "[cache][errors]") {
     REQUIRE_THROWS_WITH((tiered_cache<lru, lru>({.gpu_capacity = 0})), Catch::Contains("at least one block"));
     REQUIRE_THROWS_WITH((tiered_cache<lru, lru>({.gpu_capacity = 4, .block_size = 0})), Catch::Contains("block_size 0"));
-    REQUIRE_THROWS_WITH((tiered_cache<lru, lru, per_layer_traits>({.gpu_capacity = 4, .cpu_capacity = 8, .num_layers = 8})),
+    REQUIRE_THROWS_WITH((tiered_cache<lru, lru>({.gpu_capacity = 4, .cpu_capacity = 8, .num_layers = 8, .items = granularity::per_layer})),
                         Catch::Contains("at least num_layers items per tier"));
 }
 
@@ -367,7 +367,8 @@ TEST_CASE("LRU on G + C exclusive tiers serves exactly the hits of one LRU tier 
 
 TEST_CASE("per-layer items: a block hits only whole, a chunk with a dropped layer is recovered whole", "[cache][per_layer]") {
     // 2 layers per block; GPU 4 items (2 blocks), CPU 2 items (1 block).
-    tiered_cache<lru, lru, per_layer_traits> cache({.gpu_capacity = 4, .cpu_capacity = 2, .block_size = 32, .num_layers = 2});
+    tiered_cache<lru, lru> cache(
+        {.gpu_capacity = 4, .cpu_capacity = 2, .block_size = 32, .num_layers = 2, .items = granularity::per_layer});
     cache.begin_step();
     cache.admit(session_id{1}, chain({1, 2}));
     (void)cache.end_step();

@@ -58,3 +58,11 @@
 #include "kvpolicy/cache/tiered_cache.hpp"
 
 #include "kvpolicy/pool/block_pool.hpp"
+
+// The simulator's headers are host-only (zlib, range-v3): not under nvcc.
+#if !defined(__CUDACC__)
+#include "kvpolicy/sim/replay.hpp"
+#include "kvpolicy/sim/report.hpp"
+#include "kvpolicy/sim/trace.hpp"
+#include "kvpolicy/sim/workload.hpp"
+#endif

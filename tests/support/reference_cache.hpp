@@ -3,7 +3,7 @@
 // It states the cache's rules directly:
 // - an item is evictable iff cached, unreferenced and unpinned;
 // - LRU orders candidates by their last insert/hit/release, FIFO by their
-//   last insert/release (a hit while held changes nothing for either);
+//   insert alone (a hit while held changes nothing for either);
 // - admit holds the GPU items first, then takes victims for what is missing;
 //   free GPU slots go to CPU hits first; with the GPU full each remaining
 //   CPU hit is exchanged with a victim (the oldest victims first), the other
@@ -65,7 +65,7 @@ struct reference_cache {
 
     void release_gpu(std::uint64_t k) {
         auto& e = gpu.at(k);
-        if (--e.refs == 0 && !e.pinned) e.stamp = ++clock;
+        if (--e.refs == 0 && !e.pinned && gpu_rule == ref_rule::lru) e.stamp = ++clock;
     }
     void release(std::uint64_t session) {
         auto& h = held.at(session);
@@ -78,7 +78,7 @@ struct reference_cache {
     void unpin(std::uint64_t k) {
         auto& e = gpu.at(k);
         e.pinned = false;
-        if (e.refs == 0) e.stamp = ++clock;
+        if (e.refs == 0 && gpu_rule == ref_rule::lru) e.stamp = ++clock;
     }
 
     // The evictable key with the smallest stamp.
@@ -170,7 +170,7 @@ struct reference_cache {
         for (std::size_t v = n_pairs; v < victims.size(); ++v) {
             const std::uint64_t k = victims[v];
             if (inclusive && cpu.contains(k)) {
-                if (--cpu.at(k).refs == 0) cpu.at(k).stamp = ++clock;
+                if (--cpu.at(k).refs == 0 && cpu_rule == ref_rule::lru) cpu.at(k).stamp = ++clock;
                 continue;
             }
             if (cpu_cap > 0 && excess == 0) {
@@ -183,7 +183,7 @@ struct reference_cache {
         if (inclusive)
             for (std::uint64_t k : swap_ins) {
                 add_gpu(k);
-                if (--cpu.at(k).refs == 0) cpu.at(k).stamp = ++clock;
+                if (--cpu.at(k).refs == 0 && cpu_rule == ref_rule::lru) cpu.at(k).stamp = ++clock;
             }
         for (std::uint64_t k : fresh) add_gpu(k);
         for (std::uint64_t k : keys) held[session].push_back(k);  // every block is held now, in block order

@@ -53,12 +53,12 @@ struct ref_ordered_by_stamp {
     }
 };
 
-/// FIFO: stamp at insert and at release; accesses change nothing.
+/// FIFO: stamp at insert only; accesses and holds change nothing.
 struct ref_fifo : ref_ordered_by_stamp {
     void on_insert(item_id id, const access_context&) { items.push_back({id.value, clock++, false}); }
     void on_access(item_id, const access_context&) {}
     void on_hold(item_id id) { find(id)->held = true; }
-    void on_release(item_id id, const access_context&) { *find(id) = {id.value, clock++, false}; }
+    void on_release(item_id id, const access_context&) { find(id)->held = false; }
     void on_erase(item_id id) { erase(id); }
     std::optional<item_id> pop_victim(timestamp) { return pop_oldest_evictable(); }
 };

@@ -3,9 +3,9 @@
 // A GPU tier and an optional CPU tier (`block_pool`s, each with its own
 // eviction policy), composed at compile time:
 //
-//   using cache = tiered_cache<lru, lru>;                         // vLLM-like
-//   using cache = tiered_cache<retention_value<>, checkerboard,   // Pensieve
-//                              per_layer_traits>;
+//   using cache = tiered_cache<lru, lru>;                    // vLLM-like
+//   using cache = tiered_cache<retention_value<>,            // Pensieve, with
+//                              lexicographic_checkerboard>;  // .items = per_layer
 //
 // One step (ARCHITECTURE.md, "Data flow of one scheduler step"):
 //   begin_step();
@@ -29,11 +29,12 @@
 // (ref > 0) or pinned item is never a victim. Every public call validates
 // first and throws before changing anything.
 //
-// Items: with `granularity::whole_block` an item is a block; with
-// `per_layer` each block is `num_layers` items, one per layer (seed 000's
-// layer-chunks), so a policy can drop back layers first. A block is a hit
-// only if all its layers are cached; a chunk with any dropped layer is
-// recomputed (and reported) whole.
+// Items (`cache_config::items`): with `granularity::whole_block` an item is
+// a block; with `per_layer` each block is `num_layers` items, one per layer
+// (seed 000's layer-chunks), so a policy can drop back layers first. A block
+// is a hit only if all its layers are cached; a chunk with any dropped layer
+// is recomputed (and reported) whole. A run-time choice: making it a type
+// parameter would double every composition's instantiations for one integer.
 #pragma once
 
 #include <algorithm>
@@ -74,25 +75,18 @@ concept cache_traits = requires {
     typename T::mutex_type;
     typename T::clock_type;
     typename T::cost_model_type;
-    { T::item_granularity } -> std::convertible_to<granularity>;
 } && clock_source<typename T::clock_type> && cost_model<typename T::cost_model_type> &&
     requires(typename T::mutex_type& m) {
         m.lock();
         m.unlock();
     };
 
-/// Defaults: single-threaded, a manual clock, whole blocks, unit cost.
+/// Defaults: single-threaded, a manual clock, unit cost.
 /// Derive and override a member to change one thing.
 struct default_cache_traits {
     using mutex_type = no_mutex;
     using clock_type = manual_clock;
     using cost_model_type = unit_cost;
-    static constexpr granularity item_granularity = granularity::whole_block;
-};
-
-/// Seed 000's layer-chunks as items.
-struct per_layer_traits : default_cache_traits {
-    static constexpr granularity item_granularity = granularity::per_layer;
 };
 
 /// The cache shared between a scheduler thread and a transfer thread.
@@ -105,6 +99,7 @@ struct cache_config {
     std::size_t cpu_capacity = 0;  ///< items in the CPU tier; 0 = no CPU tier, GPU victims are dropped
     std::uint32_t block_size = 16; ///< tokens per block
     std::uint32_t num_layers = 1;  ///< layers per block; the items per block under per_layer
+    granularity items = granularity::whole_block;  ///< what one eviction item is
     std::size_t item_bytes = 0;    ///< bytes of one item, for the byte counters
     bool inclusive = false;        ///< keep the CPU copy when a block is swapped in
     bool verify_chain = true;      ///< reject requests whose hashes contradict the cached chain
@@ -134,14 +129,13 @@ public:
     using cpu_policy_type = CpuPolicy;
     using traits_type = Traits;
     using clock_type = typename Traits::clock_type;
-    static constexpr granularity item_granularity = Traits::item_granularity;
 
     /// Throws: config_error for a capacity of 0 GPU items, 0 layers, a block
     /// size of 0, or per-layer capacities that do not hold one whole block.
     explicit tiered_cache(const cache_config& config, const typename GpuPolicy::config_type& gpu_policy = {},
                           const typename CpuPolicy::config_type& cpu_policy = {}, clock_type clock = {})
         : config_(validated(config)),
-          items_per_block_(item_granularity == granularity::per_layer ? config.num_layers : 1),
+          items_per_block_(config.items == granularity::per_layer ? config.num_layers : 1),
           clock_(std::move(clock)),
           gpu_(tier::gpu, config.gpu_capacity, gpu_policy),
           filled_(config.gpu_capacity, 0),
@@ -278,7 +272,7 @@ public:
         if (!in_step_) throw usage_error("end_step: no step is open; call begin_step() first");
         in_step_ = false;
         const timestamp now = clock_.now();
-        for (std::uint32_t b : deferred_releases_) gpu_.release(block_id{b}, context_for(gpu_, block_id{b}, now));
+        for (std::uint32_t b : deferred_releases_) gpu_.release(block_id{b}, now);
         deferred_releases_.clear();
         for (std::uint32_t b : filled_this_step_) filled_[b] = 0;
         filled_this_step_.clear();
@@ -290,12 +284,20 @@ public:
     /// items in), and allocates and holds the miss tail as blocks to compute.
     /// `ctx` supplies the request's other fields (priority, lifetime, ...);
     /// the cache fills in time, key, session and position per item.
-    /// Throws: usage_error outside a step or for a malformed chain (a hash
-    /// twice, or a cached block under another parent); capacity_error if the
-    /// items to place exceed what is free or evictable. Nothing changes then.
-    admission admit(session_id session, std::span<const block_hash> hashes, const access_context& ctx = {}) {
+    /// `next_use`, when given, holds each block's next use (for Belady and
+    /// other oracle studies); empty = unknown.
+    /// Throws: usage_error outside a step, for a malformed chain (a hash
+    /// twice, or a cached block under another parent) or a `next_use` of the
+    /// wrong length; capacity_error if the items to place exceed what is free
+    /// or evictable. Nothing changes then.
+    admission admit(session_id session, std::span<const block_hash> hashes, const access_context& ctx = {},
+                    std::span<const timestamp> next_use = {}) {
         std::scoped_lock lock(mutex_);
         if (!in_step_) throw usage_error("admit: no step is open; call begin_step() first");
+        if (!next_use.empty() && next_use.size() != hashes.size())
+            throw usage_error("admit: " + std::to_string(next_use.size()) + " next-use times for " +
+                              std::to_string(hashes.size()) + " blocks; give one per block or none");
+        next_use_ = next_use;
         verify_chain(hashes);
         const prefix_match match = lookup_unlocked(hashes);
 
@@ -388,11 +390,15 @@ public:
             plan_.transfers.push_back({tier::cpu, p.cpu_slot, tier::gpu, g});
             // The copy just planned reads the slot before anything later in
             // the plan can write it, so the slot is free to reuse now.
-            if (config_.inclusive) cpu_->release(p.cpu_slot, p.ctx);
+            if (config_.inclusive) cpu_->release(p.cpu_slot, now);
             else cpu_->free_slot(p.cpu_slot);
             ++metrics_.swap_in_items;
             metrics_.swap_in_bytes += config_.item_bytes;
         };
+        // Every item bound for the GPU is a miss there; the policy hears of
+        // each before it chooses victims (ARC adapts here).
+        for (const pending_swap_in& p : swap_ins_pending_) gpu_.note_miss(p.ctx);
+        for (const new_item& n : new_items_) gpu_.note_miss(n.ctx);
         if (!config_.inclusive)  // the unpaired ones fit in the free slots
             for (std::size_t k = n_pairs; k < swap_ins_pending_.size(); ++k) plan_swap_in(swap_ins_pending_[k]);
         if (n_victims > 0) {
@@ -405,7 +411,7 @@ public:
             for (std::size_t k = 0; k < n_pairs; ++k) {
                 const block_id g = victims_[k];
                 const pending_swap_in& p = swap_ins_pending_[k];
-                cpu_->store(p.cpu_slot, gpu_.key(g), gpu_.meta(g), context_for(gpu_, g, now), 0);
+                cpu_->store(p.cpu_slot, gpu_.key(g), gpu_.meta(g), gpu_.last_context(g, now), 0);
                 fill(g, p.key, p.meta, p.ctx, s, p.held_pos);
                 plan_.transfers.push_back({tier::gpu, g, tier::cpu, p.cpu_slot, true});
                 ++metrics_.swap_in_items;
@@ -500,7 +506,7 @@ public:
         const timestamp now = clock_.now();
         for (std::uint32_t l = 0; l < items_per_block_; ++l) {
             const block_id b = *gpu_.cached_block(item_key(hash, l));
-            gpu_.unpin(b, context_for(gpu_, b, now));
+            gpu_.unpin(b, now);
         }
     }
 
@@ -545,7 +551,7 @@ private:
     }
     void release_one(std::uint32_t b, timestamp now) {
         if (in_step_ && filled_[b]) deferred_releases_.push_back(b);
-        else gpu_.release(block_id{b}, context_for(gpu_, block_id{b}, now));
+        else gpu_.release(block_id{b}, now);
     }
 
     static cache_config validated(const cache_config& c) {
@@ -553,7 +559,7 @@ private:
             throw config_error("cache_config: gpu_capacity 0 cannot hold a block; give at least one block");
         if (c.block_size == 0) throw config_error("cache_config: block_size 0; give the tokens per block (e.g. 16)");
         if (c.num_layers == 0) throw config_error("cache_config: num_layers 0; give at least 1");
-        if (item_granularity == granularity::per_layer &&
+        if (c.items == granularity::per_layer &&
             (c.gpu_capacity < c.num_layers || (c.cpu_capacity > 0 && c.cpu_capacity < c.num_layers)))
             throw config_error("cache_config: per-layer tiers of " + std::to_string(c.gpu_capacity) + " / " +
                                std::to_string(c.cpu_capacity) + " items cannot hold one block of " +
@@ -572,21 +578,7 @@ private:
         c.num_layers = items_per_block_;
         c.session_total_chunks = total_chunks;
         c.context_length = chunk * config_.block_size;
-        return c;
-    }
-
-    template <class Pool>
-    access_context context_for(const Pool& pool, block_id b, timestamp now) const noexcept {
-        const block_meta& m = pool.meta(b);
-        access_context c;
-        c.now = now;
-        c.key = pool.key(b);
-        c.session = m.owner;
-        c.chunk = m.chunk;
-        c.layer = m.layer;
-        c.num_layers = items_per_block_;
-        c.session_total_chunks = std::max<std::uint32_t>(m.chunk.value + 1, 1);
-        c.context_length = std::uint64_t{m.chunk.value} * config_.block_size;
+        if (!next_use_.empty()) c.next_use = next_use_[chunk];
         return c;
     }
 
@@ -651,6 +643,8 @@ private:
         std::size_t cpu_room = 0;
         if (cpu_ && to_copy > 0) {
             cpu_room = cpu_->num_free_blocks();
+            for (const block_id v : victims)
+                if (!(config_.inclusive && cpu_->cached_block(gpu_.key(v)))) cpu_->note_miss(gpu_.last_context(v, now));
             if (to_copy > cpu_room) {
                 cpu_victims_.resize(to_copy - cpu_room);
                 const std::size_t got = cpu_->pop_victims(cpu_victims_, now);
@@ -669,10 +663,10 @@ private:
         for (const block_id v : victims) {
             const std::uint64_t key = gpu_.key(v);
             if (const auto copy = cpu_ && config_.inclusive ? cpu_->cached_block(key) : std::nullopt) {
-                cpu_->release(*copy, context_for(gpu_, v, now));  // now the only copy
+                cpu_->release(*copy, now);  // now the only copy
             } else if (cpu_ && excess == 0) {
                 const block_id c = *cpu_->take_free();
-                cpu_->store(c, key, gpu_.meta(v), context_for(gpu_, v, now), 0);
+                cpu_->store(c, key, gpu_.meta(v), gpu_.last_context(v, now), 0);
                 plan_.transfers.push_back({tier::gpu, v, tier::cpu, c});
                 ++metrics_.swap_out_items;
                 metrics_.swap_out_bytes += config_.item_bytes;
@@ -748,6 +742,7 @@ private:
     std::vector<pending_swap_in> swap_ins_pending_;  // scratch
     std::vector<new_item> new_items_;               // scratch
     std::vector<block_hash> chain_scratch_;
+    std::span<const timestamp> next_use_;  // of the admit in progress
 };
 
 }  // namespace kvpolicy

@@ -48,6 +48,9 @@ enum class eviction_order : std::uint8_t {
 /// only evictable items are ever victims, so a block a running request holds
 /// can never be chosen.
 ///
+/// - `on_miss(ctx)`: a key that is not tracked was requested; room for it is
+///   about to be made (pops), then it is inserted. ARC adapts its target
+///   here, before REPLACE, as the paper does; most policies ignore it.
 /// - `on_insert(id, ctx)`: a new item, evictable. Pre: not tracked, size() < capacity().
 /// - `on_access(id, ctx)`: a hit on a tracked item (evictable or held).
 /// - `on_hold(id)`: the item stops being evictable; its state is kept. Pre: evictable.
@@ -65,6 +68,7 @@ concept eviction_policy =
     std::constructible_from<P, std::size_t, const typename P::config_type&> &&
     requires { typename std::integral_constant<eviction_order, P::order>; } &&
     requires(P& p, const P& cp, item_id id, const access_context& ctx, std::span<item_id> out, timestamp now) {
+        { p.on_miss(ctx) } -> std::same_as<void>;
         { p.on_insert(id, ctx) } -> std::same_as<void>;
         { p.on_access(id, ctx) } -> std::same_as<void>;
         { p.on_hold(id) } -> std::same_as<void>;

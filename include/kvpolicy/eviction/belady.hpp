@@ -37,6 +37,7 @@ public:
 
     explicit belady(std::size_t capacity, const config_type& = {}) : tracking_(capacity, "belady"), heap_(capacity) {}
 
+void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_inserted(id);
         heap_.push(id.value, {ctx.next_use, stamp_++});

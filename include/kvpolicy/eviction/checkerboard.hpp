@@ -59,6 +59,7 @@ public:
         return {std::numeric_limits<std::uint32_t>::max() - ctx.layer.value, ctx.session.value, ctx.chunk.value};
     }
 
+void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_inserted(id);
         heap_.push(id.value, order_key_of(ctx));

@@ -42,6 +42,7 @@ public:
     explicit clock(std::size_t capacity, const config_type& = {})
         : tracking_(capacity, "clock"), links_(capacity), referenced_(capacity, 0) {}
 
+void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context&) noexcept {
         tracking_.mark_inserted(id);
         referenced_[id.value] = 0;

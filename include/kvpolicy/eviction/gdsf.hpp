@@ -54,6 +54,7 @@ public:
         : tracking_(capacity, "gdsf"), cost_model_(config.cost), heap_(capacity), freq_(capacity, 0),
           value_(capacity, 0.0) {}
 
+void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_inserted(id);
         freq_[id.index()] = 1;

@@ -72,6 +72,7 @@ public:
         for (std::size_t n = capacity + 1; n-- > 0;) free_nodes_.push_back(static_cast<std::uint32_t>(n));
     }
 
+void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context&) noexcept {
         tracking_.mark_inserted(id);
         std::uint32_t n = chain_.front;

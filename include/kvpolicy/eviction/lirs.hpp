@@ -87,6 +87,7 @@ public:
         for (std::size_t g = max_ghosts_; g-- > 0;) free_ghosts_.push_back(static_cast<std::uint32_t>(g));
     }
 
+void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_inserted(id);
         keys_[id.index()] = ctx.key;

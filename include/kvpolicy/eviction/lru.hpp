@@ -26,6 +26,7 @@ public:
     explicit lru(std::size_t capacity, const config_type& = {})
         : tracking_(capacity, "lru"), links_(capacity) {}
 
+void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context&) noexcept {
         tracking_.mark_inserted(id);
         links_.push_back(recency_, id.value);

@@ -80,6 +80,7 @@ public:
     explicit predictive(std::size_t capacity, const config_type& = {})
         : tracking_(capacity, "predictive"), heap_(capacity) {}
 
+void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_inserted(id);
         heap_.push(id.value, rank(ctx));

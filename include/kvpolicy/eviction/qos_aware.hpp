@@ -76,6 +76,7 @@ public:
         classes_.reserve(capacity + 1);
     }
 
+void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_inserted(id);
         set_retention(id.value, ctx);

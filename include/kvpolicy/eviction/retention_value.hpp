@@ -111,6 +111,7 @@ public:
         return score(cost_[p], last_use_[p], now);
     }
 
+void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context& ctx) noexcept(nothrow_cost) {
         const double c = checked_cost(ctx);
         tracking_.mark_inserted(id);

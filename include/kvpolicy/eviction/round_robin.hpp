@@ -41,6 +41,7 @@ public:
           words_((capacity + 63) / 64, 0),
           summary_((words_.size() + 63) / 64, 0) {}
 
+void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context&) noexcept {
         tracking_.mark_inserted(id);
         set(id.value);

@@ -87,6 +87,7 @@ public:
           ghost_target_(share(capacity, config.ghost_fraction)),
           ghost_(ghost_target_ == 0 ? 0 : ghost_target_ + 1) {}
 
+void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_inserted(id);
         keys_[id.index()] = ctx.key;

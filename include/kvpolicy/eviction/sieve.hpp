@@ -44,6 +44,7 @@ public:
     explicit sieve(std::size_t capacity, const config_type& = {})
         : tracking_(capacity, "sieve"), links_(capacity), visited_(capacity, 0) {}
 
+void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context&) noexcept {
         tracking_.mark_inserted(id);
         visited_[id.value] = 0;

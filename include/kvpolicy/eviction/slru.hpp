@@ -59,6 +59,7 @@ public:
           segment_of_(capacity, 0),
           upper_share_(std::max<std::size_t>(1, capacity / config.segments)) {}
 
+void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context&) noexcept {
         tracking_.mark_inserted(id);
         segment_of_[id.value] = 0;

@@ -63,6 +63,7 @@ public:
           kin_(checked_kin(capacity, config.kin)),
           a1out_(checked_kout(capacity, config.kout)) {}
 
+void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_inserted(id);
         key_[id.value] = ctx.key;

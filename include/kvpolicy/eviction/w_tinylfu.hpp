@@ -170,6 +170,7 @@ public:
           keys_(capacity, 0),
           sketch_(capacity, std::uint64_t{config.sample_factor} * capacity) {}
 
+void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_inserted(id);
         keys_[id.index()] = ctx.key;

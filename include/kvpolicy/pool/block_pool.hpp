@@ -54,6 +54,7 @@ public:
           pinned_(capacity, 0),
           key_(capacity, 0),
           meta_(capacity),
+          last_ctx_(capacity),
           victims_(capacity) {
         free_.reserve(capacity);
         for (std::size_t i = capacity; i-- > 0;) free_.push_back(static_cast<std::uint32_t>(i));
@@ -80,6 +81,14 @@ public:
     [[nodiscard]] bool is_pinned(block_id b) const noexcept { return pinned_[b.index()] != 0; }
     [[nodiscard]] std::uint64_t key(block_id b) const noexcept { return key_[b.index()]; }
     [[nodiscard]] const block_meta& meta(block_id b) const noexcept { return meta_[b.index()]; }
+    /// What the policy was told at the item's last insert or hit, with
+    /// `now` = `at`: releases and moves replay it, so a policy keeps the
+    /// request's facts (Belady's next use, a QoS priority) across a hold.
+    [[nodiscard]] access_context last_context(block_id b, timestamp at) const noexcept {
+        access_context c = last_ctx_[b.index()];
+        c.now = at;
+        return c;
+    }
     [[nodiscard]] bool is_evictable(block_id b) const noexcept {
         return state_[b.index()] == slot_state::cached && refs_[b.index()] == 0 && pinned_[b.index()] == 0;
     }
@@ -116,6 +125,7 @@ public:
         meta_[b.index()] = meta;
         refs_[b.index()] = refs;
         pinned_[b.index()] = 0;
+        last_ctx_[b.index()] = ctx;
         index_.insert(key, b.value);
         policy_.on_insert(item_id{b.value}, ctx);
         if (refs > 0) policy_.on_hold(item_id{b.value});
@@ -156,9 +166,14 @@ public:
 
     // --- use
 
+    /// The item `ctx` describes is not here and is about to be stored once
+    /// room is made: the policy hears of it before choosing victims.
+    void note_miss(const access_context& ctx) noexcept { policy_.on_miss(ctx); }
+
     /// A hit on cached item `b`.
     void touch(block_id b, const access_context& ctx) noexcept {
         KVPOLICY_ASSERT(state_[b.index()] == slot_state::cached);
+        last_ctx_[b.index()] = ctx;
         policy_.on_access(item_id{b.value}, ctx);
     }
     /// One more holder; the first one takes the item out of candidacy.
@@ -166,21 +181,22 @@ public:
         KVPOLICY_ASSERT(state_[b.index()] == slot_state::cached);
         if (refs_[b.index()]++ == 0 && pinned_[b.index()] == 0) policy_.on_hold(item_id{b.value});
     }
-    /// One holder fewer; the last one makes the item a candidate again.
+    /// One holder fewer; the last one makes the item a candidate again, as
+    /// a use at `now` with the context of its last access.
     /// Precondition: ref_count(b) > 0 (the cache checks and throws first).
-    void release(block_id b, const access_context& ctx) noexcept {
+    void release(block_id b, timestamp now) noexcept {
         KVPOLICY_ASSERT(state_[b.index()] == slot_state::cached && refs_[b.index()] > 0);
-        if (--refs_[b.index()] == 0 && pinned_[b.index()] == 0) policy_.on_release(item_id{b.value}, ctx);
+        if (--refs_[b.index()] == 0 && pinned_[b.index()] == 0) policy_.on_release(item_id{b.value}, last_context(b, now));
     }
     void pin(block_id b) noexcept {
         KVPOLICY_ASSERT(state_[b.index()] == slot_state::cached && pinned_[b.index()] == 0);
         pinned_[b.index()] = 1;
         if (refs_[b.index()] == 0) policy_.on_hold(item_id{b.value});
     }
-    void unpin(block_id b, const access_context& ctx) noexcept {
+    void unpin(block_id b, timestamp now) noexcept {
         KVPOLICY_ASSERT(state_[b.index()] == slot_state::cached && pinned_[b.index()] == 1);
         pinned_[b.index()] = 0;
-        if (refs_[b.index()] == 0) policy_.on_release(item_id{b.value}, ctx);
+        if (refs_[b.index()] == 0) policy_.on_release(item_id{b.value}, last_context(b, now));
     }
 
 private:
@@ -199,6 +215,7 @@ private:
     std::vector<std::uint8_t> pinned_; // [capacity]
     std::vector<std::uint64_t> key_;   // [capacity] item key (block hash, or layer-chunk key)
     std::vector<block_meta> meta_;     // [capacity]
+    std::vector<access_context> last_ctx_;  // [capacity] context of the last insert or hit
     std::vector<std::uint32_t> free_;  // free slots, a stack
     std::vector<item_id> victims_;     // [capacity] scratch for pop_victims
 };

@@ -1,0 +1,320 @@
+// Replay engines: drive a policy, or the real cache type, with a trace.
+//
+// - flat: every block access is independent, as in generic cache
+//   simulators: a hit touches the item; a miss is announced (on_miss),
+//   evicts one victim when full and inserts. Logical time is the access index.
+// - prefix: request level, one tier, through `tiered_cache`: a request hits
+//   the longest cached prefix of its hash ids; every block after the first
+//   miss is recomputed (a recomputed block still cached is touched, not
+//   duplicated); the request's blocks are held while it is served, so they
+//   cannot evict each other. Requests are served one at a time in trace
+//   order and finish before the next (the trace gives arrivals, not
+//   completions). A request longer than the whole tier cannot be held at
+//   once: it is served uncached (every block a miss, nothing inserted) and
+//   counted in `bypassed_requests`.
+// - tiered: the same with a CPU tier below the GPU tier; CPU hits are
+//   swapped in, GPU victims sheltered, CPU victims dropped. With
+//   `num_layers` > 1 each block is that many layer-chunk items (seed 000).
+// Belady needs the future: its engines take the whole trace in memory and
+// pass every access's next use; every other policy streams.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kvpolicy/cache/tiered_cache.hpp"
+#include "kvpolicy/core/access_context.hpp"
+#include "kvpolicy/core/concepts.hpp"
+#include "kvpolicy/core/key_index.hpp"
+#include "kvpolicy/cost/pensieve_linear.hpp"
+#include "kvpolicy/sim/trace.hpp"
+
+namespace kvpolicy::sim {
+
+enum class replay_mode : std::uint8_t { flat, prefix, tiered };
+
+[[nodiscard]] inline std::string_view to_string(replay_mode m) noexcept {
+    switch (m) {
+        case replay_mode::flat: return "flat";
+        case replay_mode::prefix: return "prefix";
+        case replay_mode::tiered: return "tiered";
+    }
+    return "?";
+}
+
+struct replay_result {
+    std::string policy;
+    std::size_t capacity = 0;  ///< blocks (the GPU tier's, in tiered mode)
+    replay_mode mode = replay_mode::flat;
+    std::uint64_t requests = 0;
+    std::uint64_t accesses = 0;  ///< block accesses
+    std::uint64_t hits = 0;
+    std::uint64_t misses = 0;
+    std::uint64_t evictions = 0;
+    double seconds = 0;  ///< replay wall time
+    // prefix and tiered
+    std::uint64_t tokens = 0;
+    std::uint64_t hit_tokens = 0;
+    std::uint64_t bypassed_requests = 0;
+    // tiered
+    std::size_t cpu_capacity = 0;
+    std::uint64_t gpu_hits = 0;
+    std::uint64_t cpu_hits = 0;
+    std::uint64_t recomputed_blocks = 0;  ///< misses on blocks the cache had held and dropped
+    std::uint64_t swap_out_blocks = 0;
+    double prefill_seconds_saved = 0;
+    bad_line_report bad_lines;
+
+    [[nodiscard]] double hit_ratio() const noexcept {
+        return accesses == 0 ? 0.0 : static_cast<double>(hits) / static_cast<double>(accesses);
+    }
+    [[nodiscard]] double miss_ratio() const noexcept { return accesses == 0 ? 0.0 : 1.0 - hit_ratio(); }
+    [[nodiscard]] double token_hit_ratio() const noexcept {
+        return tokens == 0 ? 0.0 : static_cast<double>(hit_tokens) / static_cast<double>(tokens);
+    }
+    [[nodiscard]] double accesses_per_second() const noexcept {
+        return seconds > 0 ? static_cast<double>(accesses) / seconds : 0.0;
+    }
+};
+
+/// An access stream in memory, with each access's next use (for Belady).
+struct oracle_accesses {
+    std::vector<std::uint64_t> keys;
+    std::vector<std::uint32_t> sizes;
+    std::vector<timestamp> next_use;  ///< index of the key's next access, or `never`
+
+    /// Fills `next_use` with one backward pass.
+    void compute_next_use() {
+        next_use.assign(keys.size(), never);
+        std::unordered_map<std::uint64_t, timestamp> seen;
+        seen.reserve(keys.size() / 4 + 16);
+        for (std::size_t i = keys.size(); i-- > 0;) {
+            auto [it, fresh] = seen.try_emplace(keys[i], static_cast<timestamp>(i + 1));
+            if (!fresh) {
+                next_use[i] = it->second;
+                it->second = static_cast<timestamp>(i + 1);
+            }
+        }
+    }
+};
+
+/// Flat replay: `next(access_record&)` from `source`; `next_use(i)` gives
+/// the i-th access's next use (`never` for online policies).
+template <eviction_policy Policy, class Source, class NextUse>
+replay_result replay_flat(Source& source, std::size_t capacity, NextUse next_use,
+                          const typename Policy::config_type& config = {}) {
+    replay_result r;
+    r.policy = std::string(Policy::name);
+    r.capacity = capacity;
+    r.mode = replay_mode::flat;
+    Policy policy(capacity, config);
+    key_index where(capacity);                     // key -> slot
+    std::vector<std::uint64_t> key_of(capacity);  // [capacity] slot -> key
+    std::uint32_t used = 0;
+    access_context ctx;
+    access_record a;
+    const auto t0 = std::chrono::steady_clock::now();
+    while (source.next(a)) {
+        // Logical time is the 1-based access index; it is also what next_use counts.
+        ctx.now = ++r.accesses;
+        ctx.key = a.obj_id;
+        ctx.size = static_cast<std::uint32_t>(std::max<std::uint64_t>(a.obj_size, 1));
+        ctx.next_use = next_use(r.accesses - 1);
+        std::uint32_t slot = where.find(a.obj_id);
+        if (slot != no_index) {
+            ++r.hits;
+            policy.on_access(item_id{slot}, ctx);
+            continue;
+        }
+        ++r.misses;
+        policy.on_miss(ctx);
+        if (used == capacity) {
+            const auto v = policy.pop_victim(ctx.now);
+            slot = v->value;
+            where.erase(key_of[slot]);
+            ++r.evictions;
+        } else {
+            slot = used++;
+        }
+        where.insert(a.obj_id, slot);
+        key_of[slot] = a.obj_id;
+        policy.on_insert(item_id{slot}, ctx);
+    }
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+}
+
+/// Reads an oracle stream back as access records.
+class oracle_source {
+public:
+    explicit oracle_source(const oracle_accesses& a) : a_(&a) {}
+    bool next(access_record& out) noexcept {
+        if (i_ == a_->keys.size()) return false;
+        out.obj_id = a_->keys[i_];
+        out.obj_size = a_->sizes.empty() ? 1 : a_->sizes[i_];
+        ++i_;
+        return true;
+    }
+
+private:
+    const oracle_accesses* a_;
+    std::size_t i_ = 0;
+};
+
+/// Flat accesses of a request stream: each hash id, in order.
+template <class RequestSource>
+class flattened_requests {
+public:
+    explicit flattened_requests(RequestSource& s) : source_(&s) {}
+    bool next(access_record& out) {
+        while (i_ == request_.hash_ids.size()) {
+            if (!source_->next(request_)) return false;
+            i_ = 0;
+        }
+        out.time = request_.timestamp_ms;
+        out.obj_id = request_.hash_ids[i_++];
+        out.obj_size = 1;
+        return true;
+    }
+
+private:
+    RequestSource* source_;
+    request_record request_;
+    std::size_t i_ = 0;
+};
+
+/// Requests held in memory (the built-in workload, or a trace read for Belady).
+class vector_request_source {
+public:
+    explicit vector_request_source(const std::vector<request_record>& r) : requests_(&r) {}
+    bool next(request_record& out) {
+        if (i_ == requests_->size()) return false;
+        out = (*requests_)[i_++];
+        return true;
+    }
+
+private:
+    const std::vector<request_record>* requests_;
+    std::size_t i_ = 0;
+};
+
+/// What the request-level engines need besides the policies.
+struct request_replay_config {
+    std::size_t capacity = 0;      ///< GPU tier, blocks
+    std::size_t cpu_capacity = 0;  ///< CPU tier, blocks (tiered mode)
+    std::uint32_t block_size = 16;
+    std::uint32_t num_layers = 1;  ///< > 1: layer-chunk items (needs a per-layer cache type)
+    pensieve_linear cost{};        ///< recompute seconds of one block from its context
+    double bandwidth_bytes_per_s = 25e9;     ///< CPU -> GPU
+    double kv_bytes_per_token = 131072;      ///< Llama-3-8B, fp16: 2 x 32 layers x 8 heads x 128 x 2 B
+    bool skip_bad_lines = false;
+    std::string trace_name = "built-in";
+};
+
+/// The "now" of each request, and each block's next use in those units
+/// (for Belady): requests in memory.
+struct request_times {
+    std::vector<timestamp> now;                   // [request]
+    std::vector<std::vector<timestamp>> next_use; // [request][block]
+};
+
+/// Monotonic request times: the trace's milliseconds in microseconds, with
+/// requests in the same microsecond spread by one tick so time always moves.
+inline timestamp request_time(timestamp previous, std::uint64_t timestamp_ms) noexcept {
+    return std::max(previous + 1, timestamp_ms * 1000);
+}
+
+inline request_times compute_request_times(const std::vector<request_record>& requests) {
+    request_times t;
+    t.now.resize(requests.size());
+    timestamp prev = 0;
+    for (std::size_t i = 0; i < requests.size(); ++i) t.now[i] = prev = request_time(prev, requests[i].timestamp_ms);
+    t.next_use.resize(requests.size());
+    std::unordered_map<std::uint64_t, timestamp> seen;
+    for (std::size_t i = requests.size(); i-- > 0;) {
+        auto& nu = t.next_use[i];
+        nu.resize(requests[i].hash_ids.size());
+        for (std::size_t b = 0; b < nu.size(); ++b) {
+            auto it = seen.find(requests[i].hash_ids[b]);
+            nu[b] = it == seen.end() ? never : it->second;
+        }
+        for (std::uint64_t h : requests[i].hash_ids) seen[h] = t.now[i];
+    }
+    return t;
+}
+
+/// Prefix or tiered replay through `tiered_cache<Gpu, Cpu, Traits>`.
+/// `times`, when given, supplies each block's next use (Belady).
+/// Throws: parse_error naming file:line for a request whose hash chain is
+/// malformed (unless skipping bad lines, which counts it instead).
+template <eviction_policy Gpu, eviction_policy Cpu, cache_traits Traits = default_cache_traits, class RequestSource>
+replay_result replay_requests(RequestSource& source, const request_replay_config& cfg, replay_mode mode,
+                              const request_times* times = nullptr) {
+    const std::uint32_t items = cfg.num_layers;
+    tiered_cache<Gpu, Cpu, Traits> cache({.gpu_capacity = cfg.capacity * items,
+                                          .cpu_capacity = mode == replay_mode::tiered ? cfg.cpu_capacity * items : 0,
+                                          .block_size = cfg.block_size,
+                                          .num_layers = cfg.num_layers,
+                                          .items = items > 1 ? granularity::per_layer : granularity::whole_block,
+                                          .item_bytes = static_cast<std::size_t>(cfg.kv_bytes_per_token) * cfg.block_size / items});
+    replay_result r;
+    r.policy = std::string(Gpu::name);
+    r.capacity = cfg.capacity;
+    r.cpu_capacity = mode == replay_mode::tiered ? cfg.cpu_capacity : 0;
+    r.mode = mode;
+    const double transfer_s = cfg.kv_bytes_per_token * cfg.block_size / cfg.bandwidth_bytes_per_s;
+    request_record req;
+    timestamp now = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    while (source.next(req)) {
+        const std::size_t index = r.requests++;
+        now = times ? times->now[index] : request_time(now, req.timestamp_ms);
+        cache.clock().set(now);
+        const std::size_t n = req.hash_ids.size();
+        r.accesses += n;
+        const std::uint64_t tokens = std::max<std::uint64_t>(req.input_length, n * cfg.block_size);
+        r.tokens += tokens;
+        const session_id session{req.has_session ? req.session : index};
+        cache.begin_step();
+        admission a;
+        try {
+            a = cache.admit(session, req.hash_ids, {},
+                            times ? std::span<const timestamp>(times->next_use[index]) : std::span<const timestamp>{});
+        } catch (const capacity_error&) {
+            (void)cache.end_step();  // longer than the tier: served uncached
+            ++r.bypassed_requests;
+            r.misses += n;
+            continue;
+        } catch (const usage_error& e) {
+            (void)cache.end_step();
+            parse_error bad(cfg.trace_name, req.line, e.what());
+            if (!cfg.skip_bad_lines) throw bad;
+            r.bad_lines.add(bad);
+            r.accesses -= n;
+            r.tokens -= tokens;
+            continue;
+        }
+        (void)cache.end_step();
+        if (n > 0) cache.release(session);
+        r.hits += a.match.run;
+        r.misses += n - a.match.run;
+        r.hit_tokens += std::min<std::uint64_t>(a.match.run * cfg.block_size, tokens);
+        for (std::size_t i = 0; i < a.match.run; ++i) r.prefill_seconds_saved += cfg.cost.cost(i * cfg.block_size);
+        r.prefill_seconds_saved -= static_cast<double>(a.match.cpu_blocks) * transfer_s;
+    }
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const cache_metrics m = cache.metrics();
+    r.evictions = m.gpu.evictions / items;
+    r.gpu_hits = m.gpu.hit_blocks;
+    r.cpu_hits = m.cpu.hit_blocks;
+    r.recomputed_blocks = m.recomputed_blocks;
+    r.swap_out_blocks = m.swap_out_items / items;
+    return r;
+}
+
+}  // namespace kvpolicy::sim

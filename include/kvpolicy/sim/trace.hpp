@@ -1,0 +1,331 @@
+// Trace readers for the simulator: Mooncake JSONL requests and block-access
+// CSV rows, streamed from plain or gzip files.
+//
+// Both readers are strict: a malformed line is a `parse_error` naming
+// file:line and the reason. With `skip_bad_lines` they count such lines
+// instead, keep the first few messages for the report, and go on.
+//
+// The JSONL parser is written for this one schema
+// ({"timestamp", "input_length", "output_length", "hash_ids", "session"},
+// other keys skipped) rather than through a general JSON library: replay
+// throughput is a headline figure, and a request line is mostly one long
+// array of integers.
+#pragma once
+
+#if defined(__CUDACC__)
+#error "kvpolicy/sim headers are host-only (they use zlib); do not include them from .cu files"
+#endif
+
+#include <zlib.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvpolicy/core/error.hpp"
+
+namespace kvpolicy::sim {
+
+/// One request of a Mooncake-format trace.
+struct request_record {
+    std::uint64_t timestamp_ms = 0;
+    std::uint64_t input_length = 0;
+    std::uint64_t output_length = 0;
+    std::uint64_t session = 0;
+    bool has_session = false;
+    std::vector<std::uint64_t> hash_ids;  ///< per-block prefix hashes, in order
+    std::size_t line = 0;                 ///< where it came from
+};
+
+/// One row of a block-access CSV.
+struct access_record {
+    std::uint64_t time = 0;
+    std::uint64_t obj_id = 0;
+    std::uint64_t obj_size = 1;
+};
+
+/// Lines of a plain or gzip file (zlib reads plain files transparently).
+class line_source {
+public:
+    /// Throws: config_error naming the file if it cannot be opened.
+    explicit line_source(std::string path, std::size_t buffer_bytes = 1 << 20) : path_(std::move(path)) {
+        file_ = gzopen(path_.c_str(), "rb");
+        if (file_ == nullptr)
+            throw config_error("cannot open trace '" + path_ + "': " + std::strerror(errno) +
+                               "; check the path (traces live in ../shared/traces)");
+        gzbuffer(file_, 256 * 1024);
+        buffer_.resize(buffer_bytes);
+    }
+    line_source(const line_source&) = delete;
+    line_source& operator=(const line_source&) = delete;
+    ~line_source() {
+        if (file_ != nullptr) gzclose(file_);
+    }
+
+    [[nodiscard]] const std::string& path() const noexcept { return path_; }
+    /// 1-based number of the line last returned.
+    [[nodiscard]] std::size_t line_number() const noexcept { return line_; }
+
+    /// The next line without its newline (and without a trailing '\r');
+    /// valid until the next call. False at the end of the file.
+    /// Throws: parse_error on a read error or a line longer than the buffer
+    /// can grow to (1 GiB).
+    bool next(std::string_view& out) {
+        for (;;) {
+            const char* nl = static_cast<const char*>(std::memchr(buffer_.data() + begin_, '\n', end_ - begin_));
+            if (nl != nullptr) {
+                const std::size_t len = static_cast<std::size_t>(nl - (buffer_.data() + begin_));
+                out = trim_cr({buffer_.data() + begin_, len});
+                begin_ += len + 1;
+                ++line_;
+                return true;
+            }
+            if (eof_) {
+                if (begin_ == end_) return false;
+                out = trim_cr({buffer_.data() + begin_, end_ - begin_});  // last line, no newline
+                begin_ = end_;
+                ++line_;
+                return true;
+            }
+            refill();
+        }
+    }
+
+private:
+    static std::string_view trim_cr(std::string_view s) noexcept {
+        return (!s.empty() && s.back() == '\r') ? s.substr(0, s.size() - 1) : s;
+    }
+    void refill() {
+        if (begin_ > 0) {  // move the partial line to the front
+            std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
+            end_ -= begin_;
+            begin_ = 0;
+        }
+        if (end_ == buffer_.size()) {
+            if (buffer_.size() >= (std::size_t{1} << 30))
+                throw parse_error(path_, line_ + 1, "line longer than 1 GiB; is this a text trace?");
+            buffer_.resize(buffer_.size() * 2);
+        }
+        const int n = gzread(file_, buffer_.data() + end_, static_cast<unsigned>(buffer_.size() - end_));
+        if (n < 0) {
+            int code = 0;
+            throw parse_error(path_, line_ + 1, std::string("read error: ") + gzerror(file_, &code));
+        }
+        if (n == 0) eof_ = true;
+        end_ += static_cast<std::size_t>(n);
+    }
+
+    std::string path_;
+    gzFile file_ = nullptr;
+    std::vector<char> buffer_;
+    std::size_t begin_ = 0, end_ = 0;
+    std::size_t line_ = 0;
+    bool eof_ = false;
+};
+
+/// Bad lines seen with skip_bad_lines on.
+struct bad_line_report {
+    std::size_t count = 0;
+    std::vector<std::string> first_messages;  ///< up to 5
+
+    void add(const parse_error& e) {
+        ++count;
+        if (first_messages.size() < 5) first_messages.emplace_back(e.what());
+    }
+};
+
+namespace detail {
+
+// A cursor over one line, with the small scanners the two formats need.
+struct cursor {
+    const char* p;
+    const char* end;
+
+    void skip_ws() noexcept {
+        while (p < end && (*p == ' ' || *p == '\t')) ++p;
+    }
+    bool eat(char c) noexcept {
+        skip_ws();
+        if (p < end && *p == c) {
+            ++p;
+            return true;
+        }
+        return false;
+    }
+    bool uint(std::uint64_t& v) noexcept {
+        skip_ws();
+        const auto [ptr, ec] = std::from_chars(p, end, v);
+        if (ec != std::errc{} || ptr == p) return false;
+        p = ptr;
+        return true;
+    }
+    bool string(std::string_view& s) noexcept {
+        skip_ws();
+        if (p >= end || *p != '"') return false;
+        const char* start = ++p;
+        while (p < end && *p != '"') {
+            if (*p == '\\') ++p;
+            ++p;
+        }
+        if (p >= end) return false;
+        s = {start, static_cast<std::size_t>(p - start)};
+        ++p;
+        return true;
+    }
+    // Skips one JSON value of any kind (for keys we do not use).
+    bool skip_value(int depth = 0) noexcept {
+        skip_ws();
+        if (p >= end || depth > 32) return false;
+        if (*p == '"') {
+            std::string_view ignored;
+            return string(ignored);
+        }
+        if (*p == '[' || *p == '{') {
+            const char close = *p == '[' ? ']' : '}';
+            ++p;
+            if (eat(close)) return true;
+            for (;;) {
+                if (close == '}') {
+                    std::string_view k;
+                    if (!string(k) || !eat(':')) return false;
+                }
+                if (!skip_value(depth + 1)) return false;
+                if (eat(close)) return true;
+                if (!eat(',')) return false;
+            }
+        }
+        const char* start = p;
+        while (p < end && *p != ',' && *p != '}' && *p != ']' && *p != ' ') ++p;
+        return p > start;
+    }
+};
+
+}  // namespace detail
+
+/// Parses one Mooncake JSONL line into `out` (its hash_ids buffer is
+/// reused). Returns an empty string on success, else the reason.
+inline std::string parse_mooncake_line(std::string_view line, request_record& out) {
+    detail::cursor c{line.data(), line.data() + line.size()};
+    out.hash_ids.clear();
+    out.has_session = false;
+    bool seen_ts = false, seen_in = false, seen_out = false, seen_ids = false;
+    if (!c.eat('{')) return "expected a JSON object starting with '{'";
+    if (!c.eat('}')) {
+        for (;;) {
+            std::string_view key;
+            if (!c.string(key)) return "expected a quoted key";
+            if (!c.eat(':')) return "expected ':' after \"" + std::string(key) + "\"";
+            auto number = [&](std::uint64_t& v, bool& seen) -> std::string {
+                if (!c.uint(v)) return "\"" + std::string(key) + "\" must be a non-negative integer";
+                seen = true;
+                return {};
+            };
+            std::string err;
+            if (key == "timestamp") err = number(out.timestamp_ms, seen_ts);
+            else if (key == "input_length") err = number(out.input_length, seen_in);
+            else if (key == "output_length") err = number(out.output_length, seen_out);
+            else if (key == "session") err = number(out.session, out.has_session);
+            else if (key == "hash_ids") {
+                if (!c.eat('[')) return "hash_ids must be an array of integers";
+                if (!c.eat(']')) {
+                    for (;;) {
+                        std::uint64_t v = 0;
+                        if (!c.uint(v)) return "hash_ids must be an array of integers";
+                        out.hash_ids.push_back(v);
+                        if (c.eat(']')) break;
+                        if (!c.eat(',')) return "hash_ids must be an array of integers";
+                    }
+                }
+                seen_ids = true;
+            } else if (!c.skip_value()) {
+                return "malformed value for \"" + std::string(key) + "\"";
+            }
+            if (!err.empty()) return err;
+            if (c.eat('}')) break;
+            if (!c.eat(',')) return "expected ',' or '}' after \"" + std::string(key) + "\"";
+        }
+    }
+    c.skip_ws();
+    if (c.p != c.end) return "unexpected characters after the object";
+    if (!seen_ts) return "missing field \"timestamp\"";
+    if (!seen_in) return "missing field \"input_length\"";
+    if (!seen_out) return "missing field \"output_length\"";
+    if (!seen_ids) return "missing field \"hash_ids\"";
+    return {};
+}
+
+/// Parses one CSV row `time,obj_id,obj_size`. Returns nullptr on success,
+/// else the reason (a static string: rows are the hot path).
+inline const char* parse_csv_row(std::string_view line, access_record& out) noexcept {
+    detail::cursor c{line.data(), line.data() + line.size()};
+    if (!c.uint(out.time) || !c.eat(',') || !c.uint(out.obj_id) || !c.eat(',') || !c.uint(out.obj_size))
+        return "expected three non-negative integers time,obj_id,obj_size";
+    c.skip_ws();
+    if (c.p != c.end) return "unexpected characters after obj_size";
+    return nullptr;
+}
+
+/// Requests of a Mooncake-format JSONL (or .jsonl.gz) trace, streamed.
+class mooncake_reader {
+public:
+    mooncake_reader(const std::string& path, bool skip_bad_lines) : lines_(path), skip_(skip_bad_lines) {}
+
+    /// Throws: parse_error (file:line: reason) unless skipping bad lines.
+    bool next(request_record& out) {
+        std::string_view line;
+        while (lines_.next(line)) {
+            if (line.find_first_not_of(" \t") == std::string_view::npos) continue;  // blank
+            const std::string err = parse_mooncake_line(line, out);
+            if (err.empty()) {
+                out.line = lines_.line_number();
+                return true;
+            }
+            parse_error e(lines_.path(), lines_.line_number(), err);
+            if (!skip_) throw e;
+            bad_.add(e);
+        }
+        return false;
+    }
+    [[nodiscard]] const bad_line_report& bad_lines() const noexcept { return bad_; }
+
+private:
+    line_source lines_;
+    bool skip_;
+    bad_line_report bad_;
+};
+
+/// Rows of a `time,obj_id,obj_size` CSV (with that header), streamed.
+class csv_reader {
+public:
+    /// Throws: parse_error if the header is missing or different.
+    csv_reader(const std::string& path, bool skip_bad_lines) : lines_(path), skip_(skip_bad_lines) {
+        std::string_view header;
+        if (!lines_.next(header) || header != "time,obj_id,obj_size")
+            throw parse_error(lines_.path(), 1, "expected the header 'time,obj_id,obj_size'");
+    }
+
+    bool next(access_record& out) {
+        std::string_view line;
+        while (lines_.next(line)) {
+            if (line.empty()) continue;
+            const char* err = parse_csv_row(line, out);
+            if (err == nullptr) return true;
+            parse_error e(lines_.path(), lines_.line_number(), err);
+            if (!skip_) throw e;
+            bad_.add(e);
+        }
+        return false;
+    }
+    [[nodiscard]] const bad_line_report& bad_lines() const noexcept { return bad_; }
+
+private:
+    line_source lines_;
+    bool skip_;
+    bad_line_report bad_;
+};
+
+}  // namespace kvpolicy::sim

@@ -1,0 +1,259 @@
+// The simulator's engines: flat mode against independent naive computations
+// and libCacheSim's numbers on the real Mooncake traces; prefix and tiered
+// modes on a hand-made trace whose hits are written out.
+#include <catch2/catch.hpp>
+
+#include <kvpolicy/eviction/registry.hpp>
+#include <kvpolicy/sim/replay.hpp>
+
+#include <deque>
+#include <fstream>
+#include <list>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+using namespace kvpolicy;
+using namespace kvpolicy::sim;
+
+namespace {
+
+const std::string traces = KVPOLICY_TRACES_DIR;
+
+std::vector<std::uint64_t> read_keys(const std::string& path) {
+    std::ifstream in(path);
+    REQUIRE(in.good());
+    std::string line;
+    std::getline(in, line);
+    std::vector<std::uint64_t> keys;
+    while (std::getline(in, line)) {
+        const auto a = line.find(','), b = line.find(',', a + 1);
+        keys.push_back(std::stoull(line.substr(a + 1, b - a - 1)));
+    }
+    return keys;
+}
+
+// Naive reference computations, each the textbook definition.
+std::size_t naive_lru_misses(const std::vector<std::uint64_t>& keys, std::size_t capacity) {
+    std::list<std::uint64_t> order;  // front = most recent
+    std::unordered_map<std::uint64_t, std::list<std::uint64_t>::iterator> where;
+    std::size_t misses = 0;
+    for (std::uint64_t k : keys) {
+        if (auto it = where.find(k); it != where.end()) {
+            order.splice(order.begin(), order, it->second);
+            continue;
+        }
+        ++misses;
+        if (order.size() == capacity) {
+            where.erase(order.back());
+            order.pop_back();
+        }
+        order.push_front(k);
+        where[k] = order.begin();
+    }
+    return misses;
+}
+
+std::size_t naive_fifo_misses(const std::vector<std::uint64_t>& keys, std::size_t capacity) {
+    std::deque<std::uint64_t> queue;
+    std::unordered_set<std::uint64_t> in;
+    std::size_t misses = 0;
+    for (std::uint64_t k : keys) {
+        if (in.contains(k)) continue;
+        ++misses;
+        if (queue.size() == capacity) {
+            in.erase(queue.front());
+            queue.pop_front();
+        }
+        queue.push_back(k);
+        in.insert(k);
+    }
+    return misses;
+}
+
+// MIN: on a miss with a full cache, evict the resident key used farthest in
+// the future (never used again counts as infinitely far).
+std::size_t naive_belady_misses(const std::vector<std::uint64_t>& keys, std::size_t capacity) {
+    std::vector<std::size_t> next(keys.size());
+    std::unordered_map<std::uint64_t, std::size_t> seen;
+    for (std::size_t i = keys.size(); i-- > 0;) {
+        auto it = seen.find(keys[i]);
+        next[i] = it == seen.end() ? SIZE_MAX : it->second;
+        seen[keys[i]] = i;
+    }
+    std::set<std::pair<std::size_t, std::uint64_t>> by_next;  // (next use, key)
+    std::unordered_map<std::uint64_t, std::size_t> resident;  // key -> its next use
+    std::size_t misses = 0;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+        const std::uint64_t k = keys[i];
+        if (auto it = resident.find(k); it != resident.end()) {
+            by_next.erase({it->second, k});
+        } else {
+            ++misses;
+            if (resident.size() == capacity) {
+                const auto far = std::prev(by_next.end());
+                resident.erase(far->second);
+                by_next.erase(far);
+            }
+        }
+        resident[k] = next[i];
+        by_next.insert({next[i], k});
+    }
+    return misses;
+}
+
+replay_result flat_run(const std::string& policy, const std::string& csv, std::size_t capacity) {
+    return visit_by_name<eviction_policies>(policy, [&]<class P>() {
+        if constexpr (std::is_same_v<P, belady>) {
+            oracle_accesses o;
+            csv_reader src(csv, false);
+            access_record a;
+            while (src.next(a)) o.keys.push_back(a.obj_id);
+            o.compute_next_use();
+            oracle_source os(o);
+            return replay_flat<P>(os, capacity, [&](std::size_t i) { return o.next_use[i]; });
+        } else {
+            csv_reader src(csv, false);
+            return replay_flat<P>(src, capacity, [](std::size_t) { return never; });
+        }
+    });
+}
+
+}  // namespace
+
+TEST_CASE("flat mode equals naive LRU, FIFO and Belady on synthetic_blocks.csv", "[sim][flat]") {
+    const std::string csv = traces + "/mooncake/synthetic_blocks.csv";
+    const auto keys = read_keys(csv);
+    REQUIRE(keys.size() == 121877);
+    for (const std::size_t capacity : {1000u, 10000u}) {
+        INFO("capacity " << capacity);
+        const auto lru_r = flat_run("lru", csv, capacity);
+        REQUIRE(lru_r.accesses == keys.size());
+        REQUIRE(lru_r.hits + lru_r.misses == lru_r.accesses);
+        REQUIRE(lru_r.misses == naive_lru_misses(keys, capacity));
+        REQUIRE(flat_run("fifo", csv, capacity).misses == naive_fifo_misses(keys, capacity));
+        REQUIRE(flat_run("belady", csv, capacity).misses == naive_belady_misses(keys, capacity));
+    }
+}
+
+TEST_CASE("flat mode reproduces libCacheSim's miss counts on the Mooncake traces", "[sim][flat][libcachesim]") {
+    // tests/data/libcachesim_miss_counts.csv: written by
+    // scripts/reference-miss-ratios.py with libCacheSim 0.3.5 (PyPI).
+    std::ifstream in(std::string(KVPOLICY_SOURCE_DIR) + "/tests/data/libcachesim_miss_counts.csv");
+    REQUIRE(in.good());
+    std::string line;
+    std::getline(in, line);
+    int rows = 0;
+    while (std::getline(in, line)) {
+        std::stringstream ss(line);
+        std::string trace, policy, capacity, accesses, misses;
+        std::getline(ss, trace, ',');
+        std::getline(ss, policy, ',');
+        std::getline(ss, capacity, ',');
+        std::getline(ss, accesses, ',');
+        std::getline(ss, misses, ',');
+        INFO(trace << " " << policy << " " << capacity);
+        const replay_result r = flat_run(policy, traces + "/mooncake/" + trace, std::stoull(capacity));
+        REQUIRE(r.accesses == std::stoull(accesses));
+        REQUIRE(r.misses == std::stoull(misses));  // exact: the miss ratio agrees to every decimal
+        ++rows;
+    }
+    REQUIRE(rows >= 14);
+}
+
+TEST_CASE("prefix mode on a hand-made trace", "[sim][prefix]") {
+    // Capacity 4 blocks, LRU; each request is held while served and then
+    // released tail first, so its tail becomes the least recent.
+    //  r1 [1 2 3]  nothing cached: 0 hits.            LRU order after: 3 2 1 (+1 free)
+    //  r2 [1 2 4]  1 2 hit, 4 takes the free slot: 2.  after: 3 4 2 1
+    //  r3 [5 6]    victims 3, 4: 0 hits.               after: 2 1 6 5
+    //  r4 [1 2 3]  1 2 hit (held), 3 needs a slot: victim 6: 2 hits.
+    std::vector<request_record> reqs;
+    auto add = [&](std::uint64_t ts, std::vector<std::uint64_t> ids) {
+        request_record r;
+        r.timestamp_ms = ts;
+        r.input_length = ids.size() * 16;
+        r.hash_ids = std::move(ids);
+        r.line = reqs.size() + 1;
+        reqs.push_back(r);
+    };
+    add(0, {1, 2, 3});
+    add(1, {1, 2, 4});
+    add(2, {5, 6});
+    add(3, {1, 2, 3});
+    vector_request_source src(reqs);
+    request_replay_config cfg{.capacity = 4, .block_size = 16, .trace_name = "hand-made"};
+    const replay_result r = replay_requests<lru, lru>(src, cfg, replay_mode::prefix);
+    REQUIRE(r.requests == 4);
+    REQUIRE(r.accesses == 11);
+    REQUIRE(r.hits == 4);
+    REQUIRE(r.misses == 7);
+    REQUIRE(r.evictions == 3);  // 3, 4, 6
+    REQUIRE(r.token_hit_ratio() == Approx(4.0 / 11.0));
+
+    // A request longer than the tier cannot be held at once: served uncached.
+    add(5, {10, 11, 12, 13, 14});
+    vector_request_source src2(reqs);
+    const replay_result r2 = replay_requests<lru, lru>(src2, cfg, replay_mode::prefix);
+    REQUIRE(r2.bypassed_requests == 1);
+    REQUIRE(r2.hits == 4);
+    REQUIRE(r2.misses == 7 + 5);
+}
+
+TEST_CASE("prefix mode: blocks cached after the first miss are recomputed but not duplicated", "[sim][prefix]") {
+    // Capacity 4, FIFO (which, unlike LRU, can evict a parent before its child).
+    //  r1 [1 2 3]  0 hits
+    //  r2 [4 5]    one free slot, one victim: 1 (inserted first)
+    //  r3 [1 2 3]  1 is gone, so the run is 0 and 1 2 3 are all misses; 2 and 3
+    //              are still cached: touched and held, not stored twice; only
+    //              1 needs a slot: one victim (4; 2 and 3 are held)
+    std::vector<request_record> reqs;
+    for (const auto& ids : std::vector<std::vector<std::uint64_t>>{{1, 2, 3}, {4, 5}, {1, 2, 3}}) {
+        request_record r;
+        r.timestamp_ms = reqs.size();
+        r.input_length = ids.size() * 16;
+        r.hash_ids = ids;
+        reqs.push_back(r);
+    }
+    vector_request_source src(reqs);
+    const replay_result r = replay_requests<fifo, lru>(src, {.capacity = 4, .block_size = 16}, replay_mode::prefix);
+    REQUIRE(r.hits == 0);
+    REQUIRE(r.misses == 8);
+    REQUIRE(r.evictions == 2);  // 1, then 4: a duplicate of 2 or 3 would have needed more
+}
+
+TEST_CASE("tiered mode on a hand-made trace", "[sim][tiered]") {
+    // GPU 2 blocks, CPU 2 blocks, LRU on both, exclusive.
+    //  r1 [1 2]  0 hits.                            GPU LRU after: 2 1
+    //  r2 [3 4]  victims 2, 1, swapped out: 0 hits.  GPU: 4 3, CPU: 2 1
+    //  r3 [1 2]  two CPU hits; the GPU is full, so each is exchanged with a
+    //            GPU victim (4, 3): 2 CPU hits.       GPU: 2 1, CPU: 4 3
+    //  r4 [5]    victim 2 sheltered; the CPU is full: it drops 4: 0 hits.
+    //                                                GPU: 1 5, CPU: 3 2
+    //  r5 [3 9]  3 is a CPU hit, exchanged with victim 1; 9 needs victim 5,
+    //            sheltered, the CPU dropping 2: 1 CPU hit.
+    std::vector<request_record> reqs;
+    auto add = [&](std::uint64_t ts, std::vector<std::uint64_t> ids) {
+        request_record r;
+        r.timestamp_ms = ts;
+        r.input_length = ids.size() * 16;
+        r.hash_ids = std::move(ids);
+        reqs.push_back(r);
+    };
+    add(0, {1, 2});
+    add(1, {3, 4});
+    add(2, {1, 2});
+    add(3, {5});
+    add(4, {3, 9});
+    vector_request_source src(reqs);
+    request_replay_config cfg{.capacity = 2, .cpu_capacity = 2, .block_size = 16, .trace_name = "hand-made"};
+    const replay_result r = replay_requests<lru, lru>(src, cfg, replay_mode::tiered);
+    REQUIRE(r.gpu_hits == 0);
+    REQUIRE(r.cpu_hits == 3);  // r3: 1 and 2, r5: 3
+    REQUIRE(r.hits == 3);
+    REQUIRE(r.misses == 9 - 3);
+    REQUIRE(r.prefill_seconds_saved > 0);
+}

@@ -1,0 +1,157 @@
+// Trace parsing: good input, every kind of bad input with its message, gzip,
+// and skip-bad-lines accounting.
+#include <catch2/catch.hpp>
+
+#include <kvpolicy/sim/trace.hpp>
+#include <kvpolicy/sim/workload.hpp>
+
+#include <zlib.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <string>
+
+using namespace kvpolicy;
+using namespace kvpolicy::sim;
+
+namespace {
+
+std::string temp_file(const std::string& name, const std::string& content, bool gzip = false) {
+    const std::string path = std::string(P_tmpdir) + "/kvpolicy_test_" + name;
+    if (gzip) {
+        gzFile f = gzopen(path.c_str(), "wb");
+        REQUIRE(f != nullptr);
+        REQUIRE(gzwrite(f, content.data(), static_cast<unsigned>(content.size())) == static_cast<int>(content.size()));
+        gzclose(f);
+    } else {
+        std::ofstream(path) << content;
+    }
+    return path;
+}
+
+std::string parse_error_of(std::string_view line) {
+    request_record r;
+    return parse_mooncake_line(line, r);
+}
+
+}  // namespace
+
+TEST_CASE("mooncake lines: the schema, extra keys, whitespace", "[sim][trace]") {
+    request_record r;
+    REQUIRE(parse_mooncake_line(R"({"timestamp": 27, "input_length": 1024, "output_length": 7, "hash_ids": [4, 5, 6]})", r).empty());
+    REQUIRE(r.timestamp_ms == 27);
+    REQUIRE(r.input_length == 1024);
+    REQUIRE(r.output_length == 7);
+    REQUIRE(r.hash_ids == std::vector<std::uint64_t>{4, 5, 6});
+    REQUIRE_FALSE(r.has_session);
+    REQUIRE(parse_mooncake_line(R"(  { "session":3,"hash_ids":[] , "note": {"a": [1, "x"]}, "timestamp":0,"input_length":0,"output_length":0 } )", r).empty());
+    REQUIRE(r.has_session);
+    REQUIRE(r.session == 3);
+    REQUIRE(r.hash_ids.empty());
+}
+
+TEST_CASE("mooncake lines: each malformation names itself", "[sim][trace][errors]") {
+    const std::map<std::string, std::string> cases{
+        {R"([1, 2])", "expected a JSON object starting with '{'"},
+        {R"({"timestamp": -1, "input_length": 1, "output_length": 1, "hash_ids": []})", "\"timestamp\" must be a non-negative integer"},
+        {R"({"timestamp": 1, "input_length": 1, "output_length": 1, "hash_ids": [1, "2"]})", "hash_ids must be an array of integers"},
+        {R"({"timestamp": 1, "input_length": 1, "output_length": 1, "hash_ids": 5})", "hash_ids must be an array of integers"},
+        {R"({"timestamp": 1, "input_length": 1, "output_length": 1})", "missing field \"hash_ids\""},
+        {R"({"input_length": 1, "output_length": 1, "hash_ids": []})", "missing field \"timestamp\""},
+        {R"({"timestamp": 1, "input_length": 1, "output_length": 1, "hash_ids": []} x)", "unexpected characters after the object"},
+        {R"({"timestamp": 1 "input_length": 1})", "expected ',' or '}' after \"timestamp\""},
+        {R"({timestamp: 1})", "expected a quoted key"},
+    };
+    for (const auto& [line, message] : cases) {
+        INFO(line);
+        REQUIRE(parse_error_of(line) == message);
+    }
+}
+
+TEST_CASE("csv rows: good and bad", "[sim][trace][errors]") {
+    access_record a;
+    REQUIRE(parse_csv_row("12,34,1", a) == nullptr);
+    REQUIRE(a.time == 12);
+    REQUIRE(a.obj_id == 34);
+    REQUIRE(std::string(parse_csv_row("12,x,1", a)) == "expected three non-negative integers time,obj_id,obj_size");
+    REQUIRE(std::string(parse_csv_row("12,3", a)) == "expected three non-negative integers time,obj_id,obj_size");
+    REQUIRE(std::string(parse_csv_row("1,2,3,4", a)) == "unexpected characters after obj_size");
+}
+
+TEST_CASE("readers stream plain and gzip files and name file:line on bad input", "[sim][trace][errors]") {
+    const std::string body = "{\"timestamp\": 1, \"input_length\": 32, \"output_length\": 1, \"hash_ids\": [1, 2]}\n"
+                             "\n"
+                             "{\"timestamp\": 2, \"input_length\": 32, \"output_length\": 1, \"hash_ids\": [1, 3]}\r\n"
+                             "{\"timestamp\": 3, \"hash_ids\": [1]}\n"
+                             "{\"timestamp\": 4, \"input_length\": 16, \"output_length\": 1, \"hash_ids\": [9]}";
+    for (const bool gz : {false, true}) {
+        const std::string path = temp_file(gz ? "t.jsonl.gz" : "t.jsonl", body, gz);
+        {
+            mooncake_reader strict(path, false);
+            request_record r;
+            REQUIRE(strict.next(r));
+            REQUIRE(r.line == 1);
+            REQUIRE(strict.next(r));
+            REQUIRE(r.line == 3);  // blank line skipped, \r trimmed
+            REQUIRE(r.hash_ids == std::vector<std::uint64_t>{1, 3});
+            REQUIRE_THROWS_WITH(strict.next(r), path + ":4: missing field \"input_length\"");
+        }
+        mooncake_reader lenient(path, true);
+        request_record r;
+        std::vector<std::size_t> lines;
+        while (lenient.next(r)) lines.push_back(r.line);
+        REQUIRE(lines == std::vector<std::size_t>{1, 3, 5});  // the last line has no newline
+        REQUIRE(lenient.bad_lines().count == 1);
+        REQUIRE(lenient.bad_lines().first_messages.at(0) == path + ":4: missing field \"input_length\"");
+    }
+    const std::string csv = temp_file("t.csv", "time,obj_id,obj_size\n0,5,1\n0,oops,1\n1,6,1\n");
+    csv_reader strict(csv, false);
+    access_record a;
+    REQUIRE(strict.next(a));
+    REQUIRE(a.obj_id == 5);
+    REQUIRE_THROWS_WITH(strict.next(a), csv + ":3: expected three non-negative integers time,obj_id,obj_size");
+    const std::string headless = temp_file("h.csv", "0,5,1\n");
+    REQUIRE_THROWS_WITH(csv_reader(headless, false), headless + ":1: expected the header 'time,obj_id,obj_size'");
+    REQUIRE_THROWS_WITH(mooncake_reader("/nonexistent/trace.jsonl", false),
+                        Catch::StartsWith("cannot open trace '/nonexistent/trace.jsonl'"));
+}
+
+TEST_CASE("the built-in workload: seeded, a prefix forest, the configured means", "[sim][workload]") {
+    chat_workload_config cfg;
+    cfg.sessions = 400;
+    const auto a = generate_chat_workload(cfg);
+    const auto b = generate_chat_workload(cfg);
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) REQUIRE(a[i].hash_ids == b[i].hash_ids);
+    cfg.seed = 2;
+    REQUIRE(generate_chat_workload(cfg).front().hash_ids != a.front().hash_ids);
+
+    // Equal ids mean equal prefixes: every id has one predecessor everywhere.
+    std::map<std::uint64_t, std::uint64_t> parent;
+    double prompt_plus_answer = 0;
+    std::size_t turns = 0;
+    std::uint64_t prev_ts = 0;
+    std::map<std::uint64_t, std::uint64_t> last_history;
+    for (const request_record& r : a) {
+        REQUIRE(r.timestamp_ms >= prev_ts);
+        prev_ts = r.timestamp_ms;
+        REQUIRE(r.hash_ids.size() == r.input_length / 16);
+        for (std::size_t i = 0; i < r.hash_ids.size(); ++i) {
+            const std::uint64_t p = i == 0 ? ~0ULL : r.hash_ids[i - 1];
+            auto [it, fresh] = parent.emplace(r.hash_ids[i], p);
+            REQUIRE(it->second == p);
+        }
+        // A turn's input grows from the session's previous input and answer.
+        if (auto it = last_history.find(r.session); it != last_history.end()) {
+            REQUIRE(r.input_length > it->second);
+            prompt_plus_answer += static_cast<double>(r.input_length - it->second);
+            ++turns;
+        }
+        last_history[r.session] = r.input_length;
+    }
+    // Mean prompt + answer per later turn is about 161 + 338 tokens.
+    REQUIRE(turns > 500);
+    REQUIRE(prompt_plus_answer / static_cast<double>(turns) == Approx(161.31 + 337.99).epsilon(0.15));
+    REQUIRE_THROWS_WITH(generate_chat_workload({.sessions = 0}), "workload: sessions must be at least 1");
+}

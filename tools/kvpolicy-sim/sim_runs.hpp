@@ -1,0 +1,49 @@
+// kvpolicy-sim's pieces: the parsed options, the inputs shared by every
+// (policy, capacity) run, and the two entry points that turn a policy name
+// into a compile-time type (one per translation unit, so they compile in
+// parallel).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <kvpolicy/sim/replay.hpp>
+#include <kvpolicy/sim/workload.hpp>
+
+namespace kvpolicy::sim_tool {
+
+enum class trace_format { mooncake, csv };
+
+struct options {
+    std::string trace;  // empty: the built-in workload
+    trace_format format = trace_format::mooncake;
+    sim::replay_mode mode = sim::replay_mode::prefix;
+    std::vector<std::string> policies;
+    std::vector<std::size_t> capacities;
+    std::size_t cpu_capacity = 0;
+    std::string cpu_policy = "lru";
+    std::uint32_t block_size = 16;
+    std::uint32_t layers = 1;
+    std::string output = "table";
+    std::string plot;
+    std::uint64_t seed = 1;
+    unsigned threads = 0;
+    bool skip_bad_lines = false;
+    sim::chat_workload_config workload;
+    sim::request_replay_config replay;
+};
+
+/// Read once, shared read-only by every run.
+struct shared_inputs {
+    std::shared_ptr<const std::vector<sim::request_record>> requests;  // built-in, or a trace Belady needs
+    std::shared_ptr<const sim::request_times> times;                   // for Belady, request modes
+    std::shared_ptr<const sim::oracle_accesses> oracle;                // for Belady, flat mode
+};
+
+sim::replay_result run_flat(const options& o, const std::string& policy, std::size_t capacity, const shared_inputs& in);
+sim::replay_result run_requests(const options& o, const std::string& policy, std::size_t capacity,
+                                const shared_inputs& in);
+
+}  // namespace kvpolicy::sim_tool
