@@ -48,6 +48,11 @@
 #include "kvpolicy/select/nth_element_selector.hpp"
 
 #include "kvpolicy/sparse/full_attention.hpp"
+#include "kvpolicy/sparse/lse_merge.hpp"
+#include "kvpolicy/sparse/quest.hpp"
+#include "kvpolicy/sparse/reference_attention.hpp"
+#include "kvpolicy/sparse/registry.hpp"
+#include "kvpolicy/sparse/sink_window.hpp"
 
 #include "kvpolicy/cache/host_memcpy_engine.hpp"
 
