@@ -1,0 +1,182 @@
+// attention: a reference paged decode-attention kernel that returns (o, lse).
+//
+// One query token, every query head, over the tokens of a paged KV cache
+// (the layout of sparse/reference_attention.hpp, its host reference). It
+// exists so that the GPU tests can show that attention streamed through the
+// ring loader slot by slot and merged (merge.cuh) equals one pass, and that
+// Quest-selected attention approaches full attention; and so the Quest bench
+// has a full-attention baseline. Not a serving kernel: fp32, no tensor cores,
+// no tiling across heads (FlashAttention / FlashInfer are those).
+//
+// Grid (num_q_heads, num_splits), four warps per block; each warp walks its
+// tokens with an online softmax (max, denominator, accumulator), one lane
+// per 32 channels, then the warps and, with splits, the blocks are combined
+// by the log-sum-exp merge. Departures from FlashAttention-2 (Dao, 2023):
+// none in the math (natural-log lse, split-KV combine); head_dim must be a
+// multiple of 32, at most 256.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cuda/std/limits>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "kvpolicy/core/error.hpp"
+#include "kvpolicy/cuda/check.cuh"
+#include "kvpolicy/cuda/merge.cuh"
+#include "kvpolicy/sparse/reference_attention.hpp"
+
+namespace kvpolicy::cuda {
+
+/// One decode step's attention inputs and outputs, all device memory.
+struct paged_decode_args {
+    const float* q = nullptr;                  ///< [num_q_heads][head_dim]
+    const float* k_cache = nullptr;            ///< block b at k_cache + b * block_stride: [block_size][num_kv_heads][head_dim]
+    const float* v_cache = nullptr;            ///< same layout as k_cache
+    std::size_t block_stride = 0;              ///< floats between blocks; 0 = packed
+    const std::uint32_t* block_table = nullptr;  ///< [ceil(num_tokens / block_size)] blocks in sequence order
+    std::uint64_t num_tokens = 0;
+    decode_attention_shape shape{};
+    float* o = nullptr;                        ///< [num_q_heads][head_dim]
+    float* lse = nullptr;                      ///< [num_q_heads]
+};
+
+namespace detail {
+
+inline constexpr int attention_warps = 4;
+inline constexpr int attention_max_per_lane = 8;  // head_dim <= 256
+
+// grid (num_q_heads, splits). Writes o/lse at [split][head] in `o_out`,
+// `lse_out` (the final arrays when splits == 1).
+__global__ void __launch_bounds__(attention_warps * 32)
+    paged_decode_kernel(paged_decode_args a, std::size_t stride, float* o_out, float* lse_out) {
+    __shared__ float warp_m[attention_warps];
+    __shared__ float warp_l[attention_warps];
+    __shared__ float warp_acc[attention_warps][attention_max_per_lane * 32];
+    constexpr float neg_inf = -::cuda::std::numeric_limits<float>::infinity();
+
+    const std::uint32_t h = blockIdx.x, split = blockIdx.y, splits = gridDim.y;
+    const std::uint32_t d = a.shape.head_dim, per_lane = d / 32;
+    const std::uint32_t kvh = h / (a.shape.num_q_heads / a.shape.num_kv_heads);
+    const std::size_t row = std::size_t{a.shape.num_kv_heads} * d;
+    const unsigned lane = threadIdx.x % 32u, warp = threadIdx.x / 32u;
+    const std::uint64_t chunk = (a.num_tokens + splits - 1) / splits;
+    const std::uint64_t begin = chunk * split;
+    const std::uint64_t end = begin + chunk < a.num_tokens ? begin + chunk : a.num_tokens;
+
+    float q[attention_max_per_lane], acc[attention_max_per_lane];
+#pragma unroll
+    for (int j = 0; j < attention_max_per_lane; ++j) {
+        q[j] = j < static_cast<int>(per_lane) ? a.q[std::size_t{h} * d + lane + 32u * j] : 0.0f;
+        acc[j] = 0.0f;
+    }
+    float m = neg_inf, l = 0.0f;
+    for (std::uint64_t t = begin + warp; t < end; t += attention_warps) {
+        const std::size_t at = std::size_t{a.block_table[t / a.shape.block_size]} * stride +
+                               static_cast<std::size_t>(t % a.shape.block_size) * row + std::size_t{kvh} * d;
+        const float* k = a.k_cache + at;
+        const float* v = a.v_cache + at;
+        float dot = 0.0f;
+#pragma unroll
+        for (int j = 0; j < attention_max_per_lane; ++j)
+            if (j < static_cast<int>(per_lane)) dot += q[j] * k[lane + 32u * j];
+#pragma unroll
+        for (int off = 16; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+        const float s = dot * a.shape.scale;
+        const float m_new = fmaxf(m, s);
+        const float correction = expf(m - m_new);  // 0 on the first token (m = -inf)
+        const float p = expf(s - m_new);
+        l = l * correction + p;
+#pragma unroll
+        for (int j = 0; j < attention_max_per_lane; ++j)
+            if (j < static_cast<int>(per_lane)) acc[j] = acc[j] * correction + p * v[lane + 32u * j];
+        m = m_new;
+    }
+    if (lane == 0) {
+        warp_m[warp] = m;
+        warp_l[warp] = l;
+    }
+#pragma unroll
+    for (int j = 0; j < attention_max_per_lane; ++j)
+        if (j < static_cast<int>(per_lane)) warp_acc[warp][lane + 32u * j] = acc[j];
+    __syncthreads();
+
+    float big = neg_inf;
+    for (int w = 0; w < attention_warps; ++w) big = fmaxf(big, warp_m[w]);
+    float denom = 0.0f;
+    if (big != neg_inf)
+        for (int w = 0; w < attention_warps; ++w)
+            if (warp_m[w] != neg_inf) denom += warp_l[w] * expf(warp_m[w] - big);
+    float* o = o_out + (std::size_t{split} * gridDim.x + h) * d;
+    for (std::uint32_t c = threadIdx.x; c < d; c += blockDim.x) {
+        float sum = 0.0f;
+        if (big != neg_inf)
+            for (int w = 0; w < attention_warps; ++w)
+                if (warp_m[w] != neg_inf) sum += warp_acc[w][c] * expf(warp_m[w] - big);
+        o[c] = big == neg_inf ? 0.0f : sum / denom;
+    }
+    if (threadIdx.x == 0) lse_out[std::size_t{split} * gridDim.x + h] = big == neg_inf ? neg_inf : big + logf(denom);
+}
+
+inline void check_decode_args(const paged_decode_args& a) {
+    const auto& s = a.shape;
+    if (s.head_dim == 0 || s.head_dim % 32 != 0 || s.head_dim > 32 * attention_max_per_lane)
+        throw usage_error("paged_decode_attention: head_dim " + std::to_string(s.head_dim) +
+                          " is not a multiple of 32 in [32, 256]");
+    if (s.num_kv_heads == 0 || s.num_q_heads == 0 || s.num_q_heads % s.num_kv_heads != 0 || s.block_size == 0)
+        throw usage_error("paged_decode_attention: query heads must be a positive multiple of KV heads, and "
+                          "block_size at least 1");
+    if (a.q == nullptr || a.o == nullptr || a.lse == nullptr ||
+        (a.num_tokens > 0 && (a.k_cache == nullptr || a.v_cache == nullptr || a.block_table == nullptr)))
+        throw usage_error("paged_decode_attention: q, o, lse (and k_cache, v_cache, block_table with tokens) "
+                          "must be device pointers");
+}
+
+}  // namespace detail
+
+/// Effects: enqueues one-pass decode attention: a.o and a.lse over tokens
+/// [0, a.num_tokens). Throws: usage_error for a shape the kernel does not
+/// take (see the header paragraph) or a missing pointer; cuda_error.
+inline void paged_decode_attention(const paged_decode_args& a, cudaStream_t stream) {
+    detail::check_decode_args(a);
+    const std::size_t stride =
+        a.block_stride != 0 ? a.block_stride : std::size_t{a.shape.block_size} * a.shape.num_kv_heads * a.shape.head_dim;
+    detail::paged_decode_kernel<<<dim3(a.shape.num_q_heads, 1), detail::attention_warps * 32, 0, stream>>>(
+        a, stride, a.o, a.lse);
+    KVPOLICY_CUDA_CHECK(cudaGetLastError());
+}
+
+/// Split-KV decode attention: `num_splits` blocks per head each take a
+/// contiguous share of the tokens, then merge.cuh combines them. Two-phase
+/// temporary storage (a null d_temp_storage only sets temp_storage_bytes).
+/// Throws: as paged_decode_attention, and usage_error if the temporary
+/// storage is smaller than the size query said.
+inline void paged_decode_attention_split(void* d_temp_storage, std::size_t& temp_storage_bytes,
+                                         const paged_decode_args& a, std::uint32_t num_splits, cudaStream_t stream) {
+    detail::check_decode_args(a);
+    if (num_splits == 0) throw usage_error("paged_decode_attention_split: num_splits is 0; give at least 1");
+    const std::size_t heads = a.shape.num_q_heads;
+    const std::size_t lse_at = (std::size_t{num_splits} * heads * a.shape.head_dim * sizeof(float) + 255) & ~std::size_t{255};
+    const std::size_t total = lse_at + std::size_t{num_splits} * heads * sizeof(float);
+    if (d_temp_storage == nullptr) {
+        temp_storage_bytes = total;
+        return;
+    }
+    if (temp_storage_bytes < total)
+        throw usage_error("paged_decode_attention_split: temporary storage has " + std::to_string(temp_storage_bytes) +
+                          " bytes, needs " + std::to_string(total) + "; ask with a null d_temp_storage first");
+    auto* o_parts = static_cast<float*>(d_temp_storage);
+    auto* lse_parts = reinterpret_cast<float*>(static_cast<unsigned char*>(d_temp_storage) + lse_at);
+    const std::size_t stride =
+        a.block_stride != 0 ? a.block_stride : std::size_t{a.shape.block_size} * a.shape.num_kv_heads * a.shape.head_dim;
+    detail::paged_decode_kernel<<<dim3(a.shape.num_q_heads, num_splits), detail::attention_warps * 32, 0, stream>>>(
+        a, stride, o_parts, lse_parts);
+    KVPOLICY_CUDA_CHECK(cudaGetLastError());
+    merge_attention_states(o_parts, lse_parts, num_splits, a.shape.num_q_heads, a.shape.head_dim, a.o, a.lse,
+                           stream);
+}
+
+}  // namespace kvpolicy::cuda

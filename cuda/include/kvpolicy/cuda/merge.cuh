@@ -1,0 +1,103 @@
+// merge: log-sum-exp merge of partial attention states on the device.
+//
+// The CUDA twin of sparse/lse_merge.hpp (which explains the formula and is
+// the reference these kernels are tested against): given attention over
+// disjoint key sets as (o, lse) pairs, produce attention over their union.
+// `merge_attention_state` folds one state into an accumulator in place (what
+// the ring pipeline does as each slot's partial arrives);
+// `merge_attention_states` combines S partials at once (split-KV decode).
+// FlashAttention's split-KV combine / FlashInfer's `merge_state`
+// (Ye et al., "FlashInfer", MLSys'25). Departures: natural-log lse (as
+// FlashAttention), float arithmetic with expf/logf; an empty part (lse =
+// -inf) is the identity, and all-empty gives o = 0, lse = -inf.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cuda/std/limits>
+
+#include <cstdint>
+
+#include "kvpolicy/cuda/check.cuh"
+
+namespace kvpolicy::cuda {
+
+namespace detail {
+
+inline constexpr int merge_threads = 128;
+
+// grid.x = rows; o_* [rows][head_dim], lse_* [rows].
+__global__ void __launch_bounds__(merge_threads)
+    merge_state_inplace_kernel(float* o_a, float* lse_a, const float* o_b, const float* lse_b,
+                               std::uint32_t head_dim) {
+    const std::uint32_t r = blockIdx.x;
+    const float la = lse_a[r], lb = lse_b[r];
+    constexpr float empty = -::cuda::std::numeric_limits<float>::infinity();
+    float* oa = o_a + std::size_t{r} * head_dim;
+    const float* ob = o_b + std::size_t{r} * head_dim;
+    if (lb == empty) return;
+    const bool take_b = la == empty;
+    const float m = fmaxf(la, lb);
+    const float wa = take_b ? 0.0f : expf(la - m);
+    const float wb = expf(lb - m);
+    const float s = wa + wb;
+    // An empty accumulator's o is not read: it may hold anything (NaN too).
+    for (std::uint32_t i = threadIdx.x; i < head_dim; i += blockDim.x)
+        oa[i] = take_b ? ob[i] : (wa * oa[i] + wb * ob[i]) / s;
+    __syncthreads();  // every thread has read lse_a[r] before it changes
+    if (threadIdx.x == 0) lse_a[r] = take_b ? lb : m + logf(s);
+}
+
+// grid.x = rows; parts: o [num_parts][rows][head_dim], lse [num_parts][rows].
+__global__ void __launch_bounds__(merge_threads)
+    merge_states_kernel(const float* o_parts, const float* lse_parts, std::uint32_t num_parts, std::uint32_t rows,
+                        std::uint32_t head_dim, float* o, float* lse) {
+    const std::uint32_t r = blockIdx.x;
+    constexpr float empty = -::cuda::std::numeric_limits<float>::infinity();
+    float m = empty;
+    for (std::uint32_t p = 0; p < num_parts; ++p) m = fmaxf(m, lse_parts[std::size_t{p} * rows + r]);
+    float* out = o + std::size_t{r} * head_dim;
+    if (m == empty) {
+        for (std::uint32_t i = threadIdx.x; i < head_dim; i += blockDim.x) out[i] = 0.0f;
+        if (threadIdx.x == 0) lse[r] = empty;
+        return;
+    }
+    float s = 0.0f;
+    for (std::uint32_t p = 0; p < num_parts; ++p) s += expf(lse_parts[std::size_t{p} * rows + r] - m);
+    for (std::uint32_t i = threadIdx.x; i < head_dim; i += blockDim.x) {
+        float acc = 0.0f;
+        for (std::uint32_t p = 0; p < num_parts; ++p) {
+            const float l = lse_parts[std::size_t{p} * rows + r];
+            if (l == empty) continue;  // an empty part's o is not read
+            acc += expf(l - m) * o_parts[(std::size_t{p} * rows + r) * head_dim + i];
+        }
+        out[i] = acc / s;
+    }
+    if (threadIdx.x == 0) lse[r] = m + logf(s);
+}
+
+}  // namespace detail
+
+/// Effects: enqueues, for each of `rows` rows, the merge of (o_b, lse_b) into
+/// (o_a, lse_a). Shapes: o_* [rows][head_dim], lse_* [rows], device memory.
+inline void merge_attention_state(float* o_a, float* lse_a, const float* o_b, const float* lse_b,
+                                  std::uint32_t rows, std::uint32_t head_dim, cudaStream_t stream) {
+    if (rows == 0) return;
+    detail::merge_state_inplace_kernel<<<rows, detail::merge_threads, 0, stream>>>(o_a, lse_a, o_b, lse_b,
+                                                                                    head_dim);
+    KVPOLICY_CUDA_CHECK(cudaGetLastError());
+}
+
+/// Effects: enqueues (o, lse) = the merge of `num_parts` states.
+/// Shapes: o_parts [num_parts][rows][head_dim], lse_parts [num_parts][rows],
+/// o [rows][head_dim], lse [rows], device memory.
+inline void merge_attention_states(const float* o_parts, const float* lse_parts, std::uint32_t num_parts,
+                                   std::uint32_t rows, std::uint32_t head_dim, float* o, float* lse,
+                                   cudaStream_t stream) {
+    if (rows == 0) return;
+    detail::merge_states_kernel<<<rows, detail::merge_threads, 0, stream>>>(o_parts, lse_parts, num_parts, rows,
+                                                                            head_dim, o, lse);
+    KVPOLICY_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace kvpolicy::cuda
