@@ -1,0 +1,118 @@
+// Shared by the GPU benchmarks: the device's name for the table header,
+// event timing on a stream, medians, and a --reps/--json command line.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <kvpolicy/cuda/check.cuh>
+#include <kvpolicy/cuda/memory.cuh>
+
+namespace kvpolicy::bench {
+
+inline std::string gpu_name() {
+    int device = 0;
+    KVPOLICY_CUDA_CHECK(cudaGetDevice(&device));
+    cudaDeviceProp p{};
+    KVPOLICY_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
+    return std::string(p.name) + " (sm_" + std::to_string(p.major) + std::to_string(p.minor) + ", " +
+           std::to_string(p.multiProcessorCount) + " SMs)";
+}
+
+inline double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+/// Median microseconds of `reps` runs of `enqueue()` on `stream`, timed by
+/// events around each run, after one untimed warm-up run.
+template <class F>
+double time_gpu_us(cudaStream_t stream, int reps, F&& enqueue) {
+    cuda::event_handle start(true), stop(true);
+    enqueue();
+    KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<double> t;
+    for (int r = 0; r < reps; ++r) {
+        KVPOLICY_CUDA_CHECK(cudaEventRecord(start.get(), stream));
+        enqueue();
+        KVPOLICY_CUDA_CHECK(cudaEventRecord(stop.get(), stream));
+        KVPOLICY_CUDA_CHECK(cudaEventSynchronize(stop.get()));
+        float ms = 0.0f;
+        KVPOLICY_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+        t.push_back(1000.0 * ms);
+    }
+    return median(t);
+}
+
+/// Median wall-clock microseconds of `reps` runs of `run()` (which must
+/// finish its work, host or device, before returning), after a warm-up.
+template <class F>
+double time_wall_us(int reps, F&& run) {
+    run();
+    std::vector<double> t;
+    for (int r = 0; r < reps; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        run();
+        const auto t1 = std::chrono::steady_clock::now();
+        t.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    }
+    return median(t);
+}
+
+struct options {
+    int reps = 0;               ///< 0: each benchmark's default
+    const char* json = nullptr;  ///< write rows here too
+};
+
+inline options parse(int argc, char** argv) {
+    options o;
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+            o.reps = std::atoi(argv[++i]);
+        else if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc)
+            o.json = argv[++i];
+        else {
+            std::fprintf(stderr, "usage: %s [--reps N] [--json FILE]\n", argv[0]);
+            std::exit(2);
+        }
+    }
+    return o;
+}
+
+/// Collects JSON objects (already formatted) and writes them as an array.
+class json_rows {
+public:
+    void add(std::string row) { rows_.push_back(std::move(row)); }
+    void write(const char* path) const {
+        if (path == nullptr) return;
+        std::FILE* f = std::fopen(path, "w");
+        if (f == nullptr) {
+            std::fprintf(stderr, "cannot write %s\n", path);
+            std::exit(1);
+        }
+        std::fprintf(f, "[");
+        for (std::size_t i = 0; i < rows_.size(); ++i) std::fprintf(f, "%s%s", i ? ",\n " : "", rows_[i].c_str());
+        std::fprintf(f, "]\n");
+        std::fclose(f);
+    }
+
+private:
+    std::vector<std::string> rows_;
+};
+
+inline int skip_without_gpu(const char* program) {
+    if (cuda::device_count() == 0) {
+        std::printf("%s: no CUDA device on this machine: nothing to measure\n", program);
+        return 77;
+    }
+    return 0;
+}
+
+}  // namespace kvpolicy::bench

@@ -1,0 +1,155 @@
+// Quest on the GPU: scoring every block and choosing the top-K, against full
+// decode attention over the same context, at 32K and 128K tokens.
+//
+// Shape: 16-token blocks, 8 KV heads x 128 channels, 32 query heads (GQA 4),
+// fp32 K and V; token budget 4096 (256 blocks). Rows, per context length:
+// full attention (split-KV, the best of 16..128 splits), Quest scoring +
+// top-K (device only, as select() runs it minus the host copies), attention
+// over the 256 chosen blocks, and device_quest::select end to end
+// (synchronous, host ids in and out). The ratio full / (score + top-K +
+// sparse attention) is what Quest saves when the KV is already on the GPU;
+// with the KV offloaded, the loads it saves count too (loader_bench).
+// Medians of --reps runs (default 20).
+//
+//   quest_bench [--reps N] [--json FILE]
+#include <kvpolicy/cuda/attention.cuh>
+#include <kvpolicy/cuda/quest.cuh>
+#include <kvpolicy/cuda/select.cuh>
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "gpu_bench.cuh"
+
+// A named namespace, not `using namespace kvpolicy` at global scope: nvcc's
+// generated stubs name ::cuda::std unqualified, and kvpolicy::cuda would
+// make that ambiguous.
+namespace quest_bench {
+using namespace kvpolicy;
+using namespace kvpolicy::cuda;
+
+namespace {
+
+// Deterministic pseudo-random floats in [-1, 1) without a host round trip.
+__global__ void fill_kernel(float* x, std::size_t n, std::uint32_t seed) {
+    const std::size_t stride = std::size_t{gridDim.x} * blockDim.x;
+    for (std::size_t i = std::size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
+        std::uint32_t h = static_cast<std::uint32_t>(i) * 2654435761u ^ seed ^ static_cast<std::uint32_t>(i >> 32);
+        h ^= h >> 15;
+        h *= 2246822519u;
+        h ^= h >> 13;
+        x[i] = static_cast<float>(h >> 8) * (2.0f / 16777216.0f) - 1.0f;
+    }
+}
+
+void fill(float* x, std::size_t n, std::uint32_t seed) {
+    fill_kernel<<<1024, 256>>>(x, n, seed);
+    KVPOLICY_CUDA_CHECK(cudaGetLastError());
+    KVPOLICY_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+}  // namespace
+
+int run(int argc, char** argv) {
+    const bench::options opt = bench::parse(argc, argv);
+    if (int rc = bench::skip_without_gpu("quest_bench")) return rc;
+    try {
+        constexpr std::uint32_t bs = 16, kv_heads = 8, q_heads = 32, d = 128, budget_tokens = 4096;
+        const int reps = opt.reps > 0 ? opt.reps : 20;
+        const std::size_t block_floats = 2ul * bs * kv_heads * d;
+        std::printf("Quest scoring + top-K vs full decode attention; GPU: %s\n", bench::gpu_name().c_str());
+        std::printf("%9s %7s %12s %7s %12s %12s %12s %12s %9s\n", "context", "blocks", "full us", "splits",
+                    "score+topK", "sparse attn", "quest total", "select() us", "full/qst");
+        stream_handle stream;
+        bench::json_rows json;
+        for (std::uint32_t tokens : {32768u, 131072u}) {
+            const std::uint32_t blocks = tokens / bs;
+            device_buffer<float> d_cache(blocks * block_floats), d_q(q_heads * d), d_o(q_heads * d), d_lse(q_heads),
+                d_scores(blocks);
+            fill(d_cache.get(), blocks * block_floats, tokens);
+            fill(d_q.get(), q_heads * d, 99);
+            std::vector<std::uint32_t> ids(blocks), valid(blocks, bs);
+            std::iota(ids.begin(), ids.end(), 0u);
+            device_buffer<std::uint32_t> d_ids(blocks), d_valid(blocks), d_sel(blocks);
+            KVPOLICY_CUDA_CHECK(cudaMemcpy(d_ids.get(), ids.data(), blocks * 4ul, cudaMemcpyHostToDevice));
+            KVPOLICY_CUDA_CHECK(cudaMemcpy(d_valid.get(), valid.data(), blocks * 4ul, cudaMemcpyHostToDevice));
+            KVPOLICY_CUDA_CHECK(cudaDeviceSynchronize());
+
+            const decode_attention_shape shape{.num_q_heads = q_heads, .num_kv_heads = kv_heads, .head_dim = d,
+                                               .block_size = bs, .scale = 0.088f};
+            const auto args = [&](std::uint32_t n_blocks) {
+                return paged_decode_args{.q = d_q.get(), .k_cache = d_cache.get(),
+                                         .v_cache = d_cache.get() + block_floats / 2, .block_stride = block_floats,
+                                         .block_table = d_ids.get(), .num_tokens = std::uint64_t{n_blocks} * bs,
+                                         .shape = shape, .o = d_o.get(), .lse = d_lse.get()};
+            };
+            const auto split_attention = [&](std::uint32_t n_blocks, std::uint32_t& best_splits) {
+                double best = 1e30;
+                for (std::uint32_t splits : {16u, 32u, 64u, 128u}) {
+                    std::size_t bytes = 0;
+                    paged_decode_attention_split(nullptr, bytes, args(n_blocks), splits, stream.get());
+                    device_buffer<unsigned char> temp(bytes);
+                    const double us = bench::time_gpu_us(stream.get(), reps, [&] {
+                        paged_decode_attention_split(temp.get(), bytes, args(n_blocks), splits, stream.get());
+                    });
+                    if (us < best) {
+                        best = us;
+                        best_splits = splits;
+                    }
+                }
+                return best;
+            };
+            std::uint32_t full_splits = 0, sparse_splits = 0;
+            const double full_us = split_attention(blocks, full_splits);
+
+            const quest_config cfg{.num_layers = 1, .num_blocks = blocks, .num_kv_heads = kv_heads, .head_dim = d,
+                                   .token_budget = budget_tokens};
+            device_quest quest(cfg, stream.get());
+            quest.on_offload_blocks(layer_index{0}, d_cache.get(), block_floats, d_ids.get(), d_valid.get(), blocks);
+            const quest_plan plan = plan_quest_selection(blocks, bs, cfg);
+            const auto middle = static_cast<std::uint32_t>(plan.middle_end - plan.middle_begin);
+            const auto keep = static_cast<std::uint32_t>(plan.middle_keep);
+            device_buffer<select_status> d_status(1);
+            std::size_t bytes = 0;
+            select_lowest<float>(nullptr, bytes, d_scores.get(), nullptr, middle, d_sel.get(), keep, d_status.get(),
+                                 stream.get());
+            device_buffer<unsigned char> temp(bytes);
+            const double score_us = bench::time_gpu_us(stream.get(), reps, [&] {
+                quest.score_blocks(layer_index{0}, d_ids.get() + plan.middle_begin, middle, d_q.get(), q_heads,
+                                   d_scores.get(), true);
+                select_lowest<float>(temp.get(), bytes, d_scores.get(), nullptr, middle, d_sel.get(), keep,
+                                     d_status.get(), stream.get());
+            });
+            const std::uint32_t budget_blocks = budget_tokens / bs;
+            const double sparse_us = split_attention(budget_blocks, sparse_splits);
+
+            std::vector<block_id> available(blocks), out(blocks);
+            for (std::uint32_t i = 0; i < blocks; ++i) available[i] = block_id{i};
+            const selection_context ctx{.layer = layer_index{0}, .block_size = bs, .num_q_heads = q_heads,
+                                        .num_kv_heads = kv_heads, .head_dim = d,
+                                        .query = std::span<const float>(d_q.get(), q_heads * d)};
+            const double select_us = bench::time_wall_us(reps, [&] { (void)quest.select(available, ctx, out); });
+
+            const double total = score_us + sparse_us;
+            std::printf("%8uK %7u %12.1f %7u %12.1f %12.1f %12.1f %12.1f %8.1fx\n", tokens / 1024, blocks, full_us,
+                        full_splits, score_us, sparse_us, total, select_us, full_us / total);
+            std::fflush(stdout);
+            json.add("{\"tokens\": " + std::to_string(tokens) + ", \"full_attention_us\": " + std::to_string(full_us) +
+                     ", \"quest_score_topk_us\": " + std::to_string(score_us) +
+                     ", \"sparse_attention_us\": " + std::to_string(sparse_us) +
+                     ", \"select_end_to_end_us\": " + std::to_string(select_us) + "}");
+        }
+        json.write(opt.json);
+    } catch (const std::exception& e) {
+        std::printf("quest_bench: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}
+
+}  // namespace quest_bench
+
+int main(int argc, char** argv) { return quest_bench::run(argc, argv); }
