@@ -3,8 +3,11 @@
 #pragma once
 
 #include "kvpolicy/cache/tiered_cache.hpp"
+#include "kvpolicy/eviction/checkerboard.hpp"
 #include "kvpolicy/eviction/fifo.hpp"
 #include "kvpolicy/eviction/lru.hpp"
+#include "kvpolicy/eviction/qos_aware.hpp"
+#include "kvpolicy/eviction/retention_value.hpp"
 
 namespace kvpolicy {
 
@@ -13,6 +16,21 @@ namespace kvpolicy {
 /// `cache_config::inclusive` for the offload connector's behaviour, which
 /// keeps the CPU copy).
 using vllm_like_cache = tiered_cache<lru, lru>;
+
+/// TensorRT-LLM's KV cache manager: retention priorities with durations (a
+/// priority falls back to the default when its duration ends), LRU within a
+/// priority, on the GPU and on the host offload tier alike. Pass the request's
+/// priority and `priority_until` in admit's context.
+using trtllm_like_cache = tiered_cache<qos_aware, qos_aware>;
+
+/// Pensieve (Yu et al., EuroSys'25) as seed 000 refines it: items are
+/// layer-chunks (construct with `.items = granularity::per_layer` and the
+/// model's `.num_layers`); the GPU tier evicts to the CPU tier by retention
+/// value = cost / time inactive, with Pensieve's linear recompute cost and
+/// seed 000's layer and position weights; the CPU tier drops leading chunks
+/// of back layers first (the lexicographic checkerboard), which are the
+/// cheapest to recompute.
+using pensieve_cache = tiered_cache<retention_value<>, lexicographic_checkerboard>;
 
 /// Seed 003's first version of CPU offload: LRU on the GPU, FIFO over the
 /// CPU slots (round robin in the seed; `round_robin` once registered).
