@@ -3,7 +3,7 @@
 # everything is already there. Run as root (or with sudo available).
 set -euo pipefail
 
-packages=(cmake g++ make catch2 librange-v3-dev zlib1g-dev libcli11-dev gnuplot-nox)
+packages=(cmake g++ make catch2 librange-v3-dev zlib1g-dev libcli11-dev gnuplot-nox pkg-config python3-venv)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -17,4 +17,7 @@ ctest --preset asan -j "$jobs"
 # warnings (-O2 inlining) are errors too.
 cmake --preset release
 cmake --build --preset release -j "$jobs"
+# kvpolicy as users take it: the installed package (CMake, pkg-config),
+# FetchContent and Conan, each built and run (about a minute).
+scripts/check-packaging.sh
 echo "test.sh: suite built and passed in $(( $(date +%s) - start )) s"

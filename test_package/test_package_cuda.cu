@@ -1,0 +1,35 @@
+// A consumer of kvpolicy::cuda: device code that needs C++20 (a concept and
+// a requires-clause on a kernel), so it fails to build if the package did not
+// give nvcc -std=c++20. Runs where there is a GPU; elsewhere it was enough to
+// build it.
+#include <concepts>
+#include <cstdio>
+
+#include <kvpolicy/cuda/check.cuh>
+#include <kvpolicy/eviction/lru.hpp>
+
+static_assert(kvpolicy::eviction_policy<kvpolicy::lru>);
+
+template <class T>
+    requires std::unsigned_integral<T>
+__global__ void fill_ids(T* out, T n) {
+    const T i = static_cast<T>(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i < n) out[i] = i;
+}
+
+int main() {
+    if (kvpolicy::cuda::device_count() == 0) {
+        std::printf("kvpolicy test_package_cuda: built; no GPU here, not run\n");
+        return 0;
+    }
+    constexpr unsigned n = 1000;
+    unsigned* ids = nullptr;
+    KVPOLICY_CUDA_CHECK(cudaMalloc(&ids, n * sizeof(unsigned)));
+    fill_ids<<<(n + 255) / 256, 256>>>(ids, n);
+    KVPOLICY_CUDA_CHECK(cudaGetLastError());
+    unsigned last = 0;
+    KVPOLICY_CUDA_CHECK(cudaMemcpy(&last, ids + n - 1, sizeof last, cudaMemcpyDeviceToHost));
+    KVPOLICY_CUDA_CHECK(cudaFree(ids));
+    std::printf("kvpolicy test_package_cuda: last id %u\n", last);
+    return last == n - 1 ? 0 : 1;
+}
