@@ -34,6 +34,39 @@ std::string policy_from_flag(std::string_view flag) {
 }
 // example-end
 
+// example-begin cache
+#include <kvpolicy/cache/presets.hpp>
+
+// A GPU tier of 4 blocks over a CPU tier of 8, LRU on both (vLLM's choice).
+kvpolicy::vllm_like_cache cache({.gpu_capacity = 4, .cpu_capacity = 8, .block_size = 16});
+
+// One scheduler step for one request: its blocks' chained hashes in, the
+// copies to run before the forward pass out.
+std::vector<kvpolicy::block_transfer> schedule(std::uint64_t session, const std::vector<kvpolicy::block_hash>& blocks) {
+    using namespace kvpolicy;
+    cache.begin_step();
+    const admission a = cache.admit(session_id{session}, blocks);  // hits held, CPU hits swapped in, misses allocated
+    const swap_plan& plan = cache.end_step();                      // run plan.transfers in order
+    std::vector<block_transfer> copies = plan.transfers;
+    cache.release(session_id{session});                            // after the forward pass
+    (void)a;
+    return copies;
+}
+// example-end
+
+TEST_CASE("README: one scheduler step of the composed cache", "[readme]") {
+    using namespace kvpolicy;
+    REQUIRE(schedule(1, {11, 12, 13}).empty());          // 3 new blocks: room enough, no copies
+    const auto second = schedule(2, {21, 22, 23});       // needs 3: 1 free + 2 victims, sheltered
+    REQUIRE(second.size() == 2);
+    REQUIRE(second[0].from == tier::gpu);
+    REQUIRE(second[0].to == tier::cpu);
+    const auto third = schedule(1, {11, 12, 13});        // the sheltered blocks come back
+    REQUIRE(cache.lookup(std::vector<block_hash>{11, 12, 13}).run == 3);
+    REQUIRE_FALSE(third.empty());
+    REQUIRE(cache.check_invariants().empty());
+}
+
 TEST_CASE("README: compose a policy and evict", "[readme]") {
     REQUIRE(evict_two() == std::vector{kvpolicy::item_id{2}, kvpolicy::item_id{3}});
     REQUIRE(policy_from_flag("fifo") == "fifo");

@@ -132,15 +132,15 @@ public:
 
     /// Throws: config_error for a capacity of 0 GPU items, 0 layers, a block
     /// size of 0, or per-layer capacities that do not hold one whole block.
-    explicit tiered_cache(const cache_config& config, const typename GpuPolicy::config_type& gpu_policy = {},
-                          const typename CpuPolicy::config_type& cpu_policy = {}, clock_type clock = {})
+    explicit tiered_cache(const cache_config& config, const typename GpuPolicy::config_type& gpu_policy_config = {},
+                          const typename CpuPolicy::config_type& cpu_policy_config = {}, clock_type clock = {})
         : config_(validated(config)),
           items_per_block_(config.items == granularity::per_layer ? config.num_layers : 1),
           clock_(std::move(clock)),
-          gpu_(tier::gpu, config.gpu_capacity, gpu_policy),
+          gpu_(tier::gpu, config.gpu_capacity, gpu_policy_config),
           filled_(config.gpu_capacity, 0),
           dropped_keys_(std::max<std::size_t>(config.gpu_capacity + config.cpu_capacity, 1024)) {
-        if (config_.cpu_capacity > 0) cpu_.emplace(tier::cpu, config_.cpu_capacity, cpu_policy);
+        if (config_.cpu_capacity > 0) cpu_.emplace(tier::cpu, config_.cpu_capacity, cpu_policy_config);
         metrics_.gpu.capacity = config_.gpu_capacity;
         metrics_.cpu.capacity = config_.cpu_capacity;
     }
