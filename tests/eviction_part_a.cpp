@@ -107,7 +107,7 @@ TEST_CASE("round_robin: large capacities search across summary words", "[evictio
     REQUIRE(p.pop_victim(0) == item_id{n - 2});
 }
 
-TEST_CASE("lfu: counts, recency among equal counts, release as a use, re-insert from 1", "[eviction][lfu]") {
+TEST_CASE("lfu: counts, recency among equal counts, a release is no use, re-insert from 1", "[eviction][lfu]") {
     lfu p(4, {});
     for (std::uint32_t i = 0; i < 4; ++i) p.on_insert(item_id{i}, {});
     p.on_access(item_id{0}, {});
@@ -117,14 +117,14 @@ TEST_CASE("lfu: counts, recency among equal counts, release as a use, re-insert 
     p.on_hold(item_id{3});
     p.on_access(item_id{3}, {});  // held hits count: 3 -> 2
     REQUIRE(p.count(item_id{3}) == 2);
-    p.on_release(item_id{3}, {});  // the release is a use: 3
-    REQUIRE(p.count(item_id{3}) == 3);
-    REQUIRE(p.pop_victim(0) == item_id{2});  // count 2, older
+    p.on_release(item_id{3}, {});  // not a use: still 2, last used at its held hit
+    REQUIRE(p.count(item_id{3}) == 2);
+    REQUIRE(p.pop_victim(0) == item_id{2});  // count 2, oldest last use
     REQUIRE(p.pop_victim(0) == item_id{1});
-    REQUIRE(p.pop_victim(0) == item_id{0});  // count 3, reached before 3 did
-    p.on_insert(item_id{0}, {});             // back, at count 1 again
-    REQUIRE(p.count(item_id{0}) == 1);
-    REQUIRE(pop_all(p) == std::vector<std::uint32_t>{0, 3});
+    REQUIRE(p.pop_victim(0) == item_id{3});  // count 2, the most recent use
+    p.on_insert(item_id{3}, {});             // back, at count 1 again
+    REQUIRE(p.count(item_id{3}) == 1);
+    REQUIRE(pop_all(p) == std::vector<std::uint32_t>{3, 0});
 }
 
 TEST_CASE("lfu: in-use items at low counts do not block victims above them", "[eviction][lfu]") {
@@ -135,9 +135,9 @@ TEST_CASE("lfu: in-use items at low counts do not block victims above them", "[e
     p.on_hold(item_id{0});
     p.on_hold(item_id{2});
     REQUIRE(p.pop_victim(0) == item_id{1});
-    p.on_release(item_id{2}, {});  // count 4 now, joins 3 (count 4) as more recent
-    p.on_release(item_id{0}, {});  // count 2: the lowest
-    REQUIRE(pop_all(p) == std::vector<std::uint32_t>{0, 3, 2, 4});
+    p.on_release(item_id{2}, {});  // still count 3: a release is no use
+    p.on_release(item_id{0}, {});  // count 1: the lowest
+    REQUIRE(pop_all(p) == std::vector<std::uint32_t>{0, 2, 3, 4});
 }
 
 TEST_CASE("clock: new items enter with the bit clear, a hit buys one more sweep", "[eviction][clock]") {
@@ -156,7 +156,7 @@ TEST_CASE("clock: new items enter with the bit clear, a hit buys one more sweep"
     REQUIRE(p.pop_victim(0) == item_id{0});  // its second chance is spent
     p.on_hold(item_id{1});
     p.on_access(item_id{1}, {});
-    p.on_release(item_id{1}, {});  // back behind the hand, bit set
+    p.on_release(item_id{1}, {});  // no reference: its place, and the bit the held hit set
     REQUIRE(p.referenced(item_id{1}));
     REQUIRE(pop_all(p) == std::vector<std::uint32_t>{2, 1});
 }
@@ -184,17 +184,21 @@ TEST_CASE("sieve: the hand keeps its place and new items are demoted quickly", "
     REQUIRE(p.pop_victim(0) == item_id{0});
 }
 
-TEST_CASE("sieve: holding the item under the hand moves the hand toward the head", "[eviction][sieve]") {
+TEST_CASE("sieve: a held item keeps its place and bit; the hand passes over it", "[eviction][sieve]") {
     sieve p(4, {});
     for (std::uint32_t i = 0; i < 4; ++i) p.on_insert(item_id{i}, {});
     p.on_access(item_id{0}, {});
     REQUIRE(p.pop_victim(0) == item_id{1});
     REQUIRE(p.hand() == item_id{2});
     p.on_hold(item_id{2});
-    REQUIRE(p.hand() == item_id{3});
-    p.on_release(item_id{2}, {});  // at the head, visited
+    REQUIRE(p.hand() == item_id{2});  // the hold moves nothing
+    p.on_access(item_id{2}, {});      // a hit while held sets the bit
+    REQUIRE(p.pop_victim(0) == item_id{3});  // 2 passed over, its bit kept
+    REQUIRE_FALSE(p.hand().has_value());
     REQUIRE(p.visited(item_id{2}));
-    REQUIRE(pop_all(p) == std::vector<std::uint32_t>{3, 0, 2});
+    p.on_release(item_id{2}, {});  // no reference: its place (between 0 and the head), its bit
+    REQUIRE(p.visited(item_id{2}));
+    REQUIRE(pop_all(p) == std::vector<std::uint32_t>{0, 2});
 }
 
 TEST_CASE("slru: hits climb one segment, overflow cascades down", "[eviction][slru]") {

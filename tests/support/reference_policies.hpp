@@ -335,11 +335,8 @@ struct ref_s3fifo {
         e->freq = std::min(e->freq + 1, 3);
     }
     void on_hold(item_id id) { r.find(id)->held = true; }
-    void on_release(item_id id, const access_context&) {
-        entry* e = r.find(id);
-        e->held = false;
-        e->stamp = r.clock++;
-    }
+    // A release is not a new reference: queue, place (stamp) and freq stay.
+    void on_release(item_id id, const access_context&) { r.find(id)->held = false; }
     void on_erase(item_id id) { r.erase(id); }
     std::optional<item_id> pop_victim(timestamp) {
         if (!r.any_evictable()) return std::nullopt;
@@ -751,7 +748,7 @@ struct ref_round_robin {
 };
 
 /// LFU: the evictable item with the fewest uses (insert = 1, every access
-/// and every release +1), ties to the oldest last use.
+/// +1; a release is not a use), ties to the oldest last insert / access.
 struct ref_lfu {
     struct entry {
         std::uint32_t id;
@@ -775,10 +772,7 @@ struct ref_lfu {
     void on_insert(item_id id, const access_context&) { items.push_back({id.value, 1, clock++, false}); }
     void on_access(item_id id, const access_context&) { use(*find(id)); }
     void on_hold(item_id id) { find(id)->held = true; }
-    void on_release(item_id id, const access_context&) {
-        find(id)->held = false;
-        use(*find(id));
-    }
+    void on_release(item_id id, const access_context&) { find(id)->held = false; }  // nothing else
     void on_erase(item_id id) { std::erase_if(items, [&](const entry& e) { return e.id == id.value; }); }
     std::optional<item_id> pop_victim(timestamp) {
         const entry* best = nullptr;
@@ -795,16 +789,17 @@ struct ref_lfu {
 
 /// CLOCK: a clock face (a circular array) and a hand index. New items go
 /// just behind the hand with the bit clear; a hit sets the bit; the hand
-/// clears set bits and evicts the first clear one. A held item leaves the
-/// face, keeping its bit; its release puts it behind the hand, bit set.
+/// clears set bits and evicts the first clear one. A held item stays on the
+/// face; the hand passes over it, its bit untouched. Release: held = false;
+/// nothing else.
 struct ref_clock {
     struct slot {
         std::uint32_t id;
         bool referenced;
+        bool held = false;
     };
     std::vector<slot> face;  // in hand order
     std::size_t hand = 0;    // index into face; face.size() means 0
-    std::vector<slot> off_face;
 
     explicit ref_clock(std::size_t = 0) {}
     void place_behind_hand(slot s) {
@@ -821,30 +816,16 @@ struct ref_clock {
         if (i < hand) --hand;
     }
     void on_insert(item_id id, const access_context&) { place_behind_hand({id.value, false}); }
-    void on_access(item_id id, const access_context&) {
-        for (auto* v : {&face, &off_face})
-            for (auto& s : *v)
-                if (s.id == id.value) s.referenced = true;
-    }
-    void on_hold(item_id id) {
-        const std::size_t i = *index_on_face(id);
-        off_face.push_back(face[i]);
-        take_off_face(i);
-    }
-    void on_release(item_id id, const access_context&) {
-        std::erase_if(off_face, [&](const slot& s) { return s.id == id.value; });
-        place_behind_hand({id.value, true});
-    }
-    void on_erase(item_id id) {
-        if (auto i = index_on_face(id)) take_off_face(*i);
-        std::erase_if(off_face, [&](const slot& s) { return s.id == id.value; });
-    }
+    void on_access(item_id id, const access_context&) { face[*index_on_face(id)].referenced = true; }
+    void on_hold(item_id id) { face[*index_on_face(id)].held = true; }
+    void on_release(item_id id, const access_context&) { face[*index_on_face(id)].held = false; }
+    void on_erase(item_id id) { take_off_face(*index_on_face(id)); }
     std::optional<item_id> pop_victim(timestamp) {
-        if (face.empty()) return std::nullopt;
+        if (std::all_of(face.begin(), face.end(), [](const slot& s) { return s.held; })) return std::nullopt;
         for (;;) {
             if (hand >= face.size()) hand = 0;
-            if (!face[hand].referenced) break;
-            face[hand].referenced = false;
+            if (!face[hand].held && !face[hand].referenced) break;
+            if (!face[hand].held) face[hand].referenced = false;
             ++hand;
         }
         const item_id v{face[hand].id};
@@ -855,14 +836,16 @@ struct ref_clock {
 
 /// SIEVE, after the paper's pseudocode: a queue from tail (oldest, index 0)
 /// to head (newest); the hand is an index or "none" (= start at the tail).
+/// A held object stays in the queue; the hand passes over it, its bit
+/// untouched. Release: held = false; nothing else.
 struct ref_sieve {
     struct object {
         std::uint32_t id;
         bool visited;
+        bool held = false;
     };
     std::vector<object> queue;
     std::optional<std::size_t> hand;
-    std::vector<object> held;
 
     explicit ref_sieve(std::size_t = 0) {}
     std::optional<std::size_t> index_of(item_id id) const {
@@ -878,29 +861,15 @@ struct ref_sieve {
         if (hand && *hand == queue.size()) hand.reset();
     }
     void on_insert(item_id id, const access_context&) { queue.push_back({id.value, false}); }
-    void on_access(item_id id, const access_context&) {
-        for (auto* v : {&queue, &held})
-            for (auto& o : *v)
-                if (o.id == id.value) o.visited = true;
-    }
-    void on_hold(item_id id) {
-        const std::size_t i = *index_of(id);
-        held.push_back(queue[i]);
-        remove_at(i);
-    }
-    void on_release(item_id id, const access_context&) {
-        std::erase_if(held, [&](const object& o) { return o.id == id.value; });
-        queue.push_back({id.value, true});
-    }
-    void on_erase(item_id id) {
-        if (auto i = index_of(id)) remove_at(*i);
-        std::erase_if(held, [&](const object& o) { return o.id == id.value; });
-    }
+    void on_access(item_id id, const access_context&) { queue[*index_of(id)].visited = true; }
+    void on_hold(item_id id) { queue[*index_of(id)].held = true; }
+    void on_release(item_id id, const access_context&) { queue[*index_of(id)].held = false; }
+    void on_erase(item_id id) { remove_at(*index_of(id)); }
     std::optional<item_id> pop_victim(timestamp) {
-        if (queue.empty()) return std::nullopt;
+        if (std::all_of(queue.begin(), queue.end(), [](const object& o) { return o.held; })) return std::nullopt;
         std::size_t o = hand.value_or(0);
-        while (queue[o].visited) {
-            queue[o].visited = false;
+        while (queue[o].held || queue[o].visited) {
+            if (!queue[o].held) queue[o].visited = false;
             o = (o + 1 == queue.size()) ? 0 : o + 1;
         }
         const item_id v{queue[o].id};
@@ -911,7 +880,8 @@ struct ref_sieve {
 };
 
 /// SLRU: every item has a segment and a last-use stamp. Inserts go to
-/// segment 0; a hit (an access, or a release) goes one segment up. After
+/// segment 0; a hit (an access) goes one segment up. A release is no hit:
+/// held = false, most recent of its own segment, then the same cascade. After
 /// each move, from the top segment down, a segment holding more than its
 /// share of evictable items sends its least recent one to the segment
 /// below as that segment's most recent. The victim is the least recent item
@@ -948,6 +918,9 @@ struct ref_slru {
     void hit(entry& e) {
         e.segment = std::min(e.segment + 1, segments - 1);
         if (e.held) return;
+        refresh(e);
+    }
+    void refresh(entry& e) {
         e.stamp = clock++;
         for (std::size_t s = segments - 1; s > 0; --s)
             while (evictable_in(s) > share) {
@@ -961,7 +934,7 @@ struct ref_slru {
     void on_hold(item_id id) { find(id)->held = true; }
     void on_release(item_id id, const access_context&) {
         find(id)->held = false;
-        hit(*find(id));
+        refresh(*find(id));
     }
     void on_erase(item_id id) { std::erase_if(items, [&](const entry& e) { return e.id == id.value; }); }
     std::optional<item_id> pop_victim(timestamp) {
@@ -1013,10 +986,12 @@ struct ref_two_q {
         if (e.in_am && !e.held) e.stamp = clock++;  // A1in: do nothing
     }
     void on_hold(item_id id) { find(id)->held = true; }
+    // A release is not a new reference: A1in keeps its arrival stamp; Am
+    // (an LRU list) takes it as its most recent.
     void on_release(item_id id, const access_context&) {
         entry& e = *find(id);
         e.held = false;
-        e.stamp = clock++;
+        if (e.in_am) e.stamp = clock++;
     }
     void on_erase(item_id id) { std::erase_if(items, [&](const entry& e) { return e.id == id.value; }); }
     entry* oldest(bool in_am) {

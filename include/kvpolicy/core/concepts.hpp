@@ -54,8 +54,11 @@ enum class eviction_order : std::uint8_t {
 /// - `on_insert(id, ctx)`: a new item, evictable. Pre: not tracked, size() < capacity().
 /// - `on_access(id, ctx)`: a hit on a tracked item (evictable or held).
 /// - `on_hold(id)`: the item stops being evictable; its state is kept. Pre: evictable.
-/// - `on_release(id, ctx)`: evictable again; the release counts as a use at
-///   `ctx.now` as each policy's header says. Pre: held.
+/// - `on_release(id, ctx)`: evictable again. Pre: held. A release is not a
+///   new reference (the access or insert before the hold was counted):
+///   position-based policies (fifo, clock, sieve, s3fifo, 2Q's A1in, lfu,
+///   round_robin) put the item back where it was, bits and counts unchanged;
+///   recency-ordered (LRU-family) lists put it at their most-recent end.
 /// - `on_erase(id)`: forget a tracked item without evicting it (no ghost).
 /// - `pop_victim(now)`: remove and return the next victim; empty when nothing
 ///   is evictable. Ghost-keeping policies remember the victim's key.

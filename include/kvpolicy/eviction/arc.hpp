@@ -26,7 +26,8 @@
 // Holds and releases: a held item leaves its list but keeps its T1/T2 tag and
 // still counts in |T1| or |T2| (it is resident). REPLACE takes the list the
 // rule names if it has an evictable item, else the other one. A hit while
-// held moves the tag to T2. A release refreshes recency in the item's own
+// held moves the tag to T2. T1 and T2 are recency-ordered (the LRU family of
+// concepts.hpp's hold/release rule): a release refreshes recency in the item's own
 // list (MRU of T1 or T2) but is not a second reference: the request that
 // held the block was already counted by on_insert / on_access, and counting
 // its end again would send every block to T2 and cost ARC its scan

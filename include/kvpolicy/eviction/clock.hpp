@@ -10,13 +10,20 @@
 // is one byte written) and LRU-like quality is wanted.
 //
 // Paper: F. J. Corbató, "A paging experiment with the Multics system" (1968).
-// Departures: a held item leaves the face (it cannot be a victim) and keeps
-// its bit, which hits during the hold still set; its release re-enters it
-// just behind the hand with the bit SET, because the release ends a use, as
-// for LRU. The face is an index-linked queue whose front is under the hand:
-// "advance the hand past an item" is moving the front to the back, so
-// pop_victim is O(1) amortised (each step clears a bit that one access or
-// release set) and every other operation is O(1).
+// Departures, for held items only (the zoo-wide rule of concepts.hpp: a
+// release is not a new reference, and position-based policies put a
+// released item back where it was): a held item stays at its place on the
+// face but is no candidate; the hand passes over it without looking at its
+// bit, which the access that preceded the hold set and hits during the hold
+// still set. Its release changes nothing but evictability: no bit is set and
+// nothing moves, so under a serving engine's hold-use-release pattern CLOCK
+// stays CLOCK (re-entering behind the hand would make it LRU). The face is an
+// index-linked queue whose front is under the hand: "advance the hand past an
+// item" is moving the front to the back. pop_victim is O(1 + held/evictable)
+// amortised: each step either clears a bit that one access set or passes a
+// held item, and the hand passes each held item once per sweep; the worst
+// case, one evictable item among n held ones, is O(n) per pop. Every other
+// operation is O(1).
 #pragma once
 
 #include <cstdint>
@@ -52,25 +59,27 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
         tracking_.mark_accessed(id);
         referenced_[id.value] = 1;
     }
-    void on_hold(item_id id) noexcept {
-        tracking_.mark_held(id);
+    void on_hold(item_id id) noexcept { tracking_.mark_held(id); }  // stays on the face
+    /// Not a new reference: the bit stays as the accesses left it, the place too.
+    void on_release(item_id id, const access_context&) noexcept { tracking_.mark_released(id); }
+    void on_erase(item_id id) noexcept {
+        tracking_.mark_erased(id);
         links_.remove(face_, id.value);
     }
-    void on_release(item_id id, const access_context&) noexcept {
-        tracking_.mark_released(id);
-        referenced_[id.value] = 1;
-        links_.push_back(face_, id.value);
-    }
-    void on_erase(item_id id) noexcept {
-        if (tracking_.mark_erased(id)) links_.remove(face_, id.value);
-    }
 
-    /// Complexity: O(1) amortised.
+    /// Complexity: O(1 + held/evictable) amortised; O(size()) worst case.
     std::optional<item_id> pop_victim(timestamp) noexcept {
-        if (face_.empty()) return std::nullopt;
-        while (referenced_[face_.front] != 0) {
-            referenced_[face_.front] = 0;
-            links_.move_to_back(face_, face_, face_.front);
+        if (tracking_.evictable_size() == 0) return std::nullopt;
+        for (;;) {
+            const std::uint32_t f = face_.front;
+            if (tracking_.is_held(item_id{f})) {
+                links_.move_to_back(face_, face_, f);  // passed over, bit untouched
+            } else if (referenced_[f] != 0) {
+                referenced_[f] = 0;
+                links_.move_to_back(face_, face_, f);
+            } else {
+                break;
+            }
         }
         const item_id v{links_.pop_front(face_)};
         tracking_.mark_evicted(v);
@@ -95,7 +104,7 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
 private:
     item_tracking tracking_;
     index_links links_;                     // [capacity] face links
-    index_list face_;                       // evictable items; front is under the hand
+    index_list face_;                       // tracked items, held ones included; front is under the hand
     std::vector<std::uint8_t> referenced_;  // [capacity] reference bits
 };
 

@@ -21,7 +21,8 @@
 // is below its share (at warm-up, or after erasures removed LIR blocks) every
 // referenced block becomes LIR, as the paper does at warm-up.
 //
-// Holds and releases: holds only touch Q (S is a record of references, not
+// Holds and releases (recency-ordered: the LRU family of concepts.hpp's
+// hold/release rule): holds only touch Q (S is a record of references, not
 // of candidacy): a held resident HIR block leaves Q, a hit while held acts
 // as any hit, and a release puts a resident HIR block back at Q's end. A
 // release is not a reference, so it does not move the block in S: the

@@ -1,7 +1,10 @@
 // LRU: evict the least recently used item.
 //
 // What vLLM's prefix cache and most serving engines do. An access moves the
-// item to the most-recent end; a release counts as a use at release time.
+// item to the most-recent end. Recency-ordered (the LRU family of
+// concepts.hpp's hold/release rule): a release is not a new reference but,
+// as in vLLM, re-enters at the most-recent end, so a finished request's
+// tail, released first, is evicted first.
 // One index-linked list: O(1) per operation, 9 bytes per item. Weak on scans
 // and on items used once (see ARC, S3-FIFO, W-TinyLFU for those).
 #pragma once

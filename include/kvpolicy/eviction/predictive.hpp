@@ -24,7 +24,8 @@
 //
 // Every use (insert, access, release) re-reads lifetime and ratio from the
 // context and makes the item the most recent; a held item leaves the order
-// and its release, which ends a use, places it anew. One indexed heap:
+// and its release places it anew (the LRU tier is recency-ordered: the LRU
+// family of concepts.hpp's hold/release rule, most-recent end). One indexed heap:
 // O(log n) per operation and pop.
 #pragma once
 

@@ -19,7 +19,9 @@
 // moves to the most-recent end of the default class, in order of
 // (priority_until, id); that is where TensorRT-LLM's refresh() puts expired
 // blocks too. Between pops an item stays in the class it was given. A held
-// item is in no class; its release sets its retention anew.
+// item is in no class; its release sets its retention anew. Classes are
+// recency-ordered (the LRU family of concepts.hpp's hold/release rule): a
+// release re-enters at the most-recent end of its class.
 //
 // Source: NVIDIA TensorRT-LLM, KvCacheRetentionConfig and
 // batch_manager/evictionPolicy.cpp (priorities 1..100 in per-priority LRU

@@ -4,7 +4,9 @@
 // The first CPU-tier policy of vLLM's KV offloading RFC (seed 003: "on the
 // CPU eviction policy, we will use round-robin for simplicity first, LRU will
 // be added next"). It keeps no recency at all: inserts, accesses and releases
-// change nothing but evictability, so every operation is a bit flip. Use it
+// change nothing but evictability, so every operation is a bit flip. It is
+// position-based in concepts.hpp's hold/release rule: slot order is fixed,
+// so a released slot is back where it was by construction. Use it
 // where the tier is a plain overflow buffer or where tracking uses is too
 // costly; prefer LRU or SIEVE when reuse matters.
 //

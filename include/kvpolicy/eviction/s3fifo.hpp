@@ -26,14 +26,19 @@
 // until the first eviction; libCacheSim refuses blocks not smaller than S,
 // so below 20 blocks it degenerates where this one keeps working.
 //
-// Holds and releases: a held item leaves its queue (keeping queue and
-// frequency) and still counts toward its queue's share. A hit while held
-// raises the frequency. A release re-enters at the head (newest end) of its
-// own queue, as fifo's does, but is not another hit: the request that held
-// the block was counted by on_insert / on_access, and counting its end too
-// would promote every block out of S. An erasure leaves no ghost.
-// O(1) amortized per pop (each examined item moves or loses a frequency
-// unit); about 20 bytes per item plus about 67 bytes per ghost key. G may
+// Holds and releases (the zoo-wide rule of concepts.hpp): a held item leaves
+// its queue's candidates but keeps its queue, its place in it and its
+// frequency, and still counts toward its queue's share. A hit while held
+// raises the frequency. A release is not another hit and changes nothing but
+// evictability: the item is examined where it was in S or M, as fifo's is
+// (re-entering at the newest end would make S and M LRU lists under a
+// serving engine's hold-use-release pattern, and counting the release as a
+// hit would promote every block out of S). An erasure leaves no ghost.
+// Each queue is an indexed heap keyed by the item's place (a sequence number
+// set at insert, at promotion and at M's reinsertion), so a released item
+// re-enters at its old place: O(log n) per operation, a pop O(log n)
+// amortized (each examined item moves or loses a frequency
+// unit); about 50 bytes per item plus about 67 bytes per ghost key. G may
 // hold one key beyond its share between a pop and the next insert, so that
 // the insert still finds a key the pop would have pushed out: libCacheSim
 // looks the missed key up in G before it evicts.
@@ -51,6 +56,7 @@
 #include "kvpolicy/core/error.hpp"
 #include "kvpolicy/core/ghost_list.hpp"
 #include "kvpolicy/core/index_list.hpp"
+#include "kvpolicy/core/indexed_heap.hpp"
 #include "kvpolicy/eviction/item_tracking.hpp"
 
 namespace kvpolicy {
@@ -79,7 +85,9 @@ public:
     s3fifo(std::size_t capacity, const config_type& config)
         : tracking_(capacity, "s3fifo"),
           config_(validated(config)),
-          links_(capacity),
+          small_(capacity),
+          main_(capacity),
+          place_(capacity, 0),
           in_main_(capacity, 0),
           freq_(capacity, 0),
           keys_(capacity, 0),
@@ -98,7 +106,8 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
         else to_main = config_.fill_main_before_first_eviction && !evicted_once_ && small_count_ >= small_target_;
         in_main_[id.index()] = to_main ? 1 : 0;
         ++(to_main ? main_count_ : small_count_);
-        links_.push_back(to_main ? main_ : small_, id.value);
+        place_[id.index()] = next_place_++;
+        queue_of(id).push(id.value, place_[id.index()]);
     }
 
     void on_access(item_id id, const access_context&) noexcept {
@@ -109,16 +118,17 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
 
     void on_hold(item_id id) noexcept {
         tracking_.mark_held(id);
-        links_.remove(queue_of(id), id.value);
+        queue_of(id).erase(id.value);
     }
 
+    /// Not a new reference: back to its place in its queue, frequency unchanged.
     void on_release(item_id id, const access_context&) noexcept {
         tracking_.mark_released(id);
-        links_.push_back(queue_of(id), id.value);
+        queue_of(id).push(id.value, place_[id.index()]);
     }
 
     void on_erase(item_id id) noexcept {
-        if (tracking_.mark_erased(id)) links_.remove(queue_of(id), id.value);
+        if (tracking_.mark_erased(id)) queue_of(id).erase(id.value);
         --(in_main_[id.index()] != 0 ? main_count_ : small_count_);
     }
 
@@ -127,16 +137,16 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
         evicted_once_ = true;
         if (!small_.empty() && (small_count_ >= small_target_ || main_.empty())) {
             while (!small_.empty()) {
-                const std::uint32_t t = small_.front;
+                const std::uint32_t t = small_.pop();
                 if (freq_[t] >= config_.move_to_main_threshold) {
-                    links_.move_to_back(small_, main_, t);
+                    place_[t] = next_place_++;
+                    main_.push(t, place_[t]);
                     in_main_[t] = 1;
                     freq_[t] = 0;
                     --small_count_;
                     ++main_count_;
                     continue;
                 }
-                links_.remove(small_, t);
                 --small_count_;
                 remember(keys_[t]);
                 return evict(t);
@@ -145,13 +155,14 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
         // M is not empty here: either S was passed over while M had items, or
         // S's items were all just promoted into M.
         for (;;) {
-            const std::uint32_t t = main_.front;
+            const std::uint32_t t = main_.top();
             if (freq_[t] > 0) {
                 --freq_[t];
-                links_.move_to_back(main_, main_, t);
+                place_[t] = next_place_++;
+                main_.update(t, place_[t]);  // reinserted at M's head
                 continue;
             }
-            links_.remove(main_, t);
+            main_.pop();
             --main_count_;
             return evict(t);
         }
@@ -191,7 +202,9 @@ private:
         return static_cast<std::size_t>(static_cast<double>(capacity) * fraction);
     }
 
-    [[nodiscard]] index_list& queue_of(item_id id) noexcept { return in_main_[id.index()] != 0 ? main_ : small_; }
+    [[nodiscard]] indexed_heap<std::uint64_t>& queue_of(item_id id) noexcept {
+        return in_main_[id.index()] != 0 ? main_ : small_;
+    }
 
     // G may hold ghost_target_ + 1 keys until the next insert: libCacheSim
     // looks the missed key up in G before it evicts, so a pop must not push
@@ -210,8 +223,8 @@ private:
 
     item_tracking tracking_;
     config_type config_;
-    index_links links_;                 // [capacity] S / M links of evictable items
-    index_list small_, main_;           // evictable items, oldest first
+    indexed_heap<std::uint64_t> small_, main_;  // evictable items by place: oldest first
+    std::vector<std::uint64_t> place_;  // [capacity] place in its queue (kept while held)
     std::vector<std::uint8_t> in_main_; // [capacity] 1 if the item belongs to M (kept while held)
     std::vector<std::uint8_t> freq_;    // [capacity] 0..3
     std::vector<std::uint64_t> keys_;   // [capacity] ctx.key at insert: what G remembers
@@ -219,6 +232,7 @@ private:
     std::size_t ghost_target_;
     std::size_t small_count_ = 0, main_count_ = 0;  // resident, held included
     ghost_list ghost_;
+    std::uint64_t next_place_ = 0;
     bool evicted_once_ = false;
 };
 

@@ -13,12 +13,18 @@
 //
 // Paper: Y. Zhang, J. Yang, Y. Yue, Y. Vigfusson, K. V. Rashmi, "SIEVE is
 // Simpler than LRU: an Efficient Turn-Key Eviction Algorithm for Web Caches",
-// NSDI 2024. Departures, for held items only: a held item leaves the queue
-// (the hand, if on it, moves to the next item toward the head, as after an
-// eviction) and keeps its bit, which hits during the hold still set; its
-// release re-enters it at the head with the bit SET, because the release ends
-// a use. pop_victim is O(1) amortised (each step clears a bit that one access
-// or release set); every other operation is O(1).
+// NSDI 2024. Departures, for held items only (the zoo-wide rule of
+// concepts.hpp: a release is not a new reference, and position-based
+// policies put a released item back where it was): a held item keeps its
+// place in the queue but is no candidate; the hand passes over it without
+// looking at its bit, which the access that preceded the hold set and hits
+// during the hold still set. Its release changes nothing but evictability,
+// so under a serving engine's hold-use-release pattern SIEVE stays SIEVE
+// (re-entering at the head would make it LRU). pop_victim is
+// O(1 + held/evictable) amortised: each step either clears a bit that one
+// access set or passes a held item, once per sweep; the worst case, one
+// evictable item among n held ones, is O(n) per pop. Every other operation
+// is O(1).
 #pragma once
 
 #include <cstdint>
@@ -54,25 +60,20 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
         tracking_.mark_accessed(id);
         visited_[id.value] = 1;
     }
-    void on_hold(item_id id) noexcept {
-        tracking_.mark_held(id);
+    void on_hold(item_id id) noexcept { tracking_.mark_held(id); }  // stays in the queue
+    /// Not a new reference: the bit stays as the accesses left it, the place too.
+    void on_release(item_id id, const access_context&) noexcept { tracking_.mark_released(id); }
+    void on_erase(item_id id) noexcept {
+        tracking_.mark_erased(id);
         unlink(id.value);
     }
-    void on_release(item_id id, const access_context&) noexcept {
-        tracking_.mark_released(id);
-        visited_[id.value] = 1;
-        links_.push_back(queue_, id.value);
-    }
-    void on_erase(item_id id) noexcept {
-        if (tracking_.mark_erased(id)) unlink(id.value);
-    }
 
-    /// Complexity: O(1) amortised.
+    /// Complexity: O(1 + held/evictable) amortised; O(size()) worst case.
     std::optional<item_id> pop_victim(timestamp) noexcept {
-        if (queue_.empty()) return std::nullopt;
+        if (tracking_.evictable_size() == 0) return std::nullopt;
         std::uint32_t o = hand_ != no_index ? hand_ : queue_.front;
-        while (visited_[o] != 0) {
-            visited_[o] = 0;
+        while (tracking_.is_held(item_id{o}) || visited_[o] != 0) {
+            if (!tracking_.is_held(item_id{o})) visited_[o] = 0;  // a held item is passed over, bit untouched
             o = links_.next(o);
             if (o == no_index) o = queue_.front;
         }
@@ -113,7 +114,7 @@ private:
 
     item_tracking tracking_;
     index_links links_;                  // [capacity] queue links
-    index_list queue_;                   // evictable items; front = tail (oldest), back = head (newest)
+    index_list queue_;                   // tracked items, held ones included; front = tail (oldest), back = head (newest)
     std::vector<std::uint8_t> visited_;  // [capacity] visited bits
     std::uint32_t hand_ = no_index;      // next item to examine; no_index = the tail
 };

@@ -18,9 +18,12 @@
 // default, each upper segment holding capacity/segments items (at least one)
 // and segment 0 the rest, as in libCacheSim's SLRU; segment shares count
 // evictable items only — a held item leaves its segment, remembers it (hits
-// during the hold still promote it) and its release, which ends a use,
-// counts as one more hit. Every operation is O(segments): O(1) for a fixed
-// configuration.
+// during the hold still promote it). SLRU is recency-ordered (LRU family):
+// a release is not a new reference (the zoo-wide rule of concepts.hpp), so
+// it climbs no segment; it re-enters at the most-recent end of the segment
+// the item belongs to, as vLLM releases blocks, which may demote that
+// segment's least recent item. Every operation is O(segments): O(1) for a
+// fixed configuration.
 #pragma once
 
 #include <algorithm>
@@ -81,13 +84,12 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
         tracking_.mark_held(id);
         links_.remove(segments_[segment_of_[id.value]], id.value);
     }
-    /// The release counts as a hit: one segment up.
+    /// Not a new reference: the most-recent end of its own segment, no climb.
     void on_release(item_id id, const access_context&) noexcept {
         tracking_.mark_released(id);
-        const std::size_t up = promoted(segment_of_[id.value]);
-        segment_of_[id.value] = static_cast<std::uint8_t>(up);
-        links_.push_back(segments_[up], id.value);
-        demote_overflow(up);
+        const std::size_t s = segment_of_[id.value];
+        links_.push_back(segments_[s], id.value);
+        demote_overflow(s);
     }
     void on_erase(item_id id) noexcept {
         if (tracking_.mark_erased(id)) links_.remove(segments_[segment_of_[id.value]], id.value);

@@ -17,10 +17,14 @@
 // Departures: |A1in| counts A1in's items held by requests too (they occupy
 // the cache), but only evictable ones can be victims, so a victim comes from
 // A1in when it has an evictable item and either |A1in| > Kin or Am has none
-// evictable; otherwise from Am. A held item keeps its queue; its release,
-// which ends a use, re-enters at the back of A1in (FIFO: as an insert) or at
-// the most-recent end of Am (as a hit). A1out is keyed by `ctx.key`, so it
-// survives the slot's reuse. Every operation is O(1).
+// evictable; otherwise from Am. A held item keeps its queue. Its release is
+// not a new reference (the zoo-wide rule of concepts.hpp): an A1in item goes
+// back to its place in the FIFO (re-entering at the back would make A1in an
+// LRU list under a serving engine's hold-use-release pattern); Am is
+// recency-ordered and, as every LRU-family list here, takes a released item
+// at its most-recent end. A1out is keyed by `ctx.key`, so it survives the
+// slot's reuse. A1in is an indexed heap keyed by insertion number, O(log n)
+// per A1in operation; Am operations are O(1).
 #pragma once
 
 #include <cmath>
@@ -35,6 +39,7 @@
 #include "kvpolicy/core/error.hpp"
 #include "kvpolicy/core/ghost_list.hpp"
 #include "kvpolicy/core/index_list.hpp"
+#include "kvpolicy/core/indexed_heap.hpp"
 #include "kvpolicy/eviction/item_tracking.hpp"
 
 namespace kvpolicy {
@@ -58,6 +63,8 @@ public:
     explicit two_q(std::size_t capacity, const config_type& config = {})
         : tracking_(capacity, "two_q"),
           links_(capacity),
+          a1in_(capacity),
+          arrival_(capacity, 0),
           in_am_(capacity, 0),
           key_(capacity, 0),
           kin_(checked_kin(capacity, config.kin)),
@@ -73,7 +80,8 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
             links_.push_back(am_, id.value);
         } else {
             in_am_[id.value] = 0;
-            links_.push_back(a1in_, id.value);
+            arrival_[id.value] = next_arrival_++;
+            a1in_.push(id.value, arrival_[id.value]);
             ++a1in_residents_;
         }
     }
@@ -83,21 +91,23 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     }
     void on_hold(item_id id) noexcept {
         tracking_.mark_held(id);
-        links_.remove(queue_of(id.value), id.value);
+        unlink(id.value);
     }
+    /// Not a new reference: A1in, back to its place; Am, its most-recent end.
     void on_release(item_id id, const access_context&) noexcept {
         tracking_.mark_released(id);
-        links_.push_back(queue_of(id.value), id.value);
+        if (in_am_[id.value] != 0) links_.push_back(am_, id.value);
+        else a1in_.push(id.value, arrival_[id.value]);
     }
     void on_erase(item_id id) noexcept {
-        if (tracking_.mark_erased(id)) links_.remove(queue_of(id.value), id.value);
+        if (tracking_.mark_erased(id)) unlink(id.value);
         if (in_am_[id.value] == 0) --a1in_residents_;
     }
 
-    /// Complexity: O(1).
+    /// Complexity: O(log n) from A1in, O(1) from Am.
     std::optional<item_id> pop_victim(timestamp) noexcept {
         if (!a1in_.empty() && (a1in_residents_ > kin_ || am_.empty())) {
-            const item_id v{links_.pop_front(a1in_)};
+            const item_id v{a1in_.pop()};
             --a1in_residents_;
             if (a1out_.capacity() > 0) {
                 a1out_.erase(key_[v.value]);  // only if two live items shared a key
@@ -142,12 +152,17 @@ private:
         return static_cast<std::size_t>(static_cast<double>(capacity) * kout);
     }
 
-    [[nodiscard]] index_list& queue_of(std::uint32_t id) noexcept { return in_am_[id] != 0 ? am_ : a1in_; }
+    void unlink(std::uint32_t id) noexcept {
+        if (in_am_[id] != 0) links_.remove(am_, id);
+        else a1in_.erase(id);
+    }
 
     item_tracking tracking_;
-    index_links links_;                 // [capacity] queue links
-    index_list a1in_;                   // evictable A1in items, oldest first
+    index_links links_;                 // [capacity] Am links
     index_list am_;                     // evictable Am items, least recent first
+    indexed_heap<std::uint64_t> a1in_;  // evictable A1in items by arrival, oldest first
+    std::vector<std::uint64_t> arrival_;  // [capacity] A1in arrival number (kept while held)
+    std::uint64_t next_arrival_ = 0;
     std::vector<std::uint8_t> in_am_;   // [capacity] 1: Am, 0: A1in
     std::vector<std::uint64_t> key_;    // [capacity] what A1out remembers of an item
     std::size_t a1in_residents_ = 0;    // tracked A1in items, held ones included

@@ -24,7 +24,8 @@
 //
 // Holds and releases: a held item leaves its segment's list, keeping its
 // segment; a hit while held records a use and promotes probation to
-// protected as any hit. A release re-enters at the MRU end of its segment
+// protected as any hit. The segments are recency-ordered (the LRU family of
+// concepts.hpp's hold/release rule): a release re-enters at the MRU end of its segment
 // but records no use: the request that held the block was counted by
 // on_insert / on_access. If the window is below its share the victim comes
 // from main without a duel; if main has no evictable item, from the window.
