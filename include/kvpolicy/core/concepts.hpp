@@ -109,7 +109,7 @@ concept position_weight =
 /// Given scores and ids, writes the `out.size()` lowest (fewer if there are
 /// fewer ids) into `out` in ascending (score, id) order and returns the
 /// count. Ties are broken by id, so results are deterministic. NaN scores are
-/// rejected with `config_error`. Non-const: a selector may keep scratch space
+/// rejected with `usage_error`. Non-const: a selector may keep scratch space
 /// so repeated calls do not allocate.
 template <class S, class Score = double>
 concept victim_selector =
