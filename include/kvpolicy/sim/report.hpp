@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <map>
 #include <ostream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -142,14 +143,21 @@ inline void write_plot(const std::string& png, const std::vector<replay_result>&
            << "set title '" << title << "' noenhanced\n"
            << "set xlabel 'capacity (blocks)'\nset ylabel 'hit ratio'\n"
            << "set key outside right top noenhanced\nset grid\nset yrange [0:*]\n";
-    std::size_t distinct_capacities = 0;
-    for (const auto& [p, pts] : series) distinct_capacities = std::max(distinct_capacities, pts.size());
-    if (distinct_capacities > 2) script << "set logscale x 2\n";
+    std::set<std::size_t> capacities;
+    for (const auto& [p, pts] : series)
+        for (const auto& [cap, hr] : pts) capacities.insert(cap);
+    if (capacities.size() > 2) script << "set logscale x 2\n";
+    script << "set xtics (";  // ticks at the measured capacities, not at powers of two
+    for (auto it = capacities.begin(); it != capacities.end(); ++it)
+        script << (it == capacities.begin() ? "" : ", ") << *it;
+    script << ")\n";
     script << "plot ";
-    bool first = true;
+    std::size_t index = 0;
     for (const auto& [policy, pts] : series) {
-        script << (first ? "" : ", ") << "'-' using 1:2 with linespoints lw 2 title '" << policy << "'";
-        first = false;
+        // 8 colours repeat: every 8 policies switch the dash style so lines stay apart.
+        script << (index == 0 ? "" : ", ") << "'-' using 1:2 with linespoints lw 2 dt " << 1 + index / 8
+               << " title '" << policy << "'";
+        ++index;
     }
     script << "\n";
     for (const auto& [policy, pts] : series) {
