@@ -19,9 +19,11 @@
 #include <string>
 #include <vector>
 
+#include "support/fault_injecting_engine.hpp"
 #include "support/reference_cache.hpp"
 
 using namespace kvpolicy;
+using kvpolicy::testing::fault_injecting_engine;
 using kvpolicy::testing::ref_rule;
 using kvpolicy::testing::reference_cache;
 
@@ -202,17 +204,23 @@ struct composition {
 };
 
 // Drives a real cache and the reference with the same random steps; checks
-// decisions, residency, invariants and the bytes in the arenas.
+// decisions, residency, invariants and the bytes in the arenas. With
+// `fail_rate` > 0, copies fail at random (scribbling over their output) and
+// requests are now and then cancelled while their copies are in flight; the
+// completion reports must match the reference's, and every cached item must
+// still have its bytes.
 template <class Cache>
-void run_differential(const composition& comp, std::uint64_t seed, std::size_t steps) {
-    INFO("composition " << comp.name << " seed " << seed);
+cache_metrics run_differential(const composition& comp, std::uint64_t seed, std::size_t steps, double fail_rate = 0.0) {
+    INFO("composition " << comp.name << " seed " << seed << " fail rate " << fail_rate);
     std::mt19937_64 rng(seed);
-    const std::size_t gpu_cap = 8 + rng() % 24, cpu_cap = rng() % 3 == 0 ? 0 : 4 + rng() % 24;
+    const std::size_t gpu_cap = 8 + rng() % 24;
+    const bool no_cpu = rng() % 3 == 0 && fail_rate == 0;  // faults need copies to fail
+    const std::size_t cpu_cap = no_cpu ? 0 : 4 + rng() % 24;
     Cache cache({.gpu_capacity = gpu_cap, .cpu_capacity = cpu_cap, .block_size = 16, .item_bytes = 64,
                  .inclusive = comp.inclusive});
     reference_cache ref(gpu_cap, cpu_cap, comp.gpu_rule, comp.cpu_rule, comp.inclusive);
     block_arena gpu_bytes(gpu_cap, 64), cpu_bytes(std::max<std::size_t>(cpu_cap, 1), 64);
-    host_memcpy_engine engine(gpu_bytes, cpu_bytes);
+    fault_injecting_engine engine(gpu_bytes, cpu_bytes, fail_rate, seed);
     std::vector<transfer_status> status;
 
     // Sessions grow chains; a shared system prompt (keys 1..3) starts some.
@@ -236,6 +244,7 @@ void run_differential(const composition& comp, std::uint64_t seed, std::size_t s
         cache.begin_step();
         ref.begin_step();
         std::vector<std::pair<std::vector<block_hash>, std::size_t>> computed;  // chain, run
+        std::vector<std::size_t> computed_session;
         const std::size_t admits = 1 + rng() % 3;
         for (std::size_t r = 0; r < admits; ++r) {
             const std::size_t s = rng() % n_sessions;
@@ -270,15 +279,52 @@ void run_differential(const composition& comp, std::uint64_t seed, std::size_t s
             REQUIRE(got.gpu_evictions == expected.second);
             busy[s] = true;
             computed.emplace_back(req, got.match.run);
+            computed_session.push_back(s);
         }
         const swap_plan& plan = cache.end_step();
         std::vector<std::uint64_t> drops;
         for (const dropped_item& d : plan.drops) drops.push_back(d.key);
         REQUIRE(drops == ref.drops);
-        REQUIRE(execute_plan(plan, engine, status) == 0);
-        // The forward pass: the miss tails are computed into their GPU slots.
-        for (const auto& [req, run] : computed)
-            for (std::size_t i = run; i < req.size(); ++i) write(gpu_bytes, *cache.gpu().cached_block(req[i]), content_of(req[i]));
+        const std::size_t failed = execute_plan(plan, engine, status);
+        if (fail_rate == 0) REQUIRE(failed == 0);
+        // Now and then a request is cancelled while its copies are in flight
+        // (one whose new items nobody else holds: nobody else computes them).
+        std::vector<bool> cancelled(n_sessions, false);
+        if (fail_rate > 0 && rng() % 4 == 0 && !computed.empty()) {
+            const std::size_t pick = rng() % computed.size();
+            const auto& [req, run] = computed[pick];
+            const std::size_t s = computed_session[pick];
+            bool alone = true;
+            for (std::size_t i = run; i < req.size(); ++i) alone = alone && cache.gpu().ref_count(*cache.gpu().cached_block(req[i])) == 1;
+            if (alone) {
+                cache.free_session(session_id{s}, /*forget_blocks=*/true);
+                ref.forget(s);
+                busy[s] = false;
+                cancelled[pick] = true;
+            }
+        }
+        std::vector<bool> failed_ops(status.size());
+        for (std::size_t i = 0; i < status.size(); ++i) failed_ops[i] = status[i] == transfer_status::failed;
+        const transfer_report report = cache.complete_transfers(plan, status);
+        const reference_cache::completion expected_loss = ref.complete(failed_ops);
+        std::vector<std::uint64_t> lost;
+        for (const dropped_item& d : report.drops) lost.push_back(d.key);
+        std::sort(lost.begin(), lost.end());
+        REQUIRE(lost == expected_loss.drops);
+        std::vector<std::pair<std::uint64_t, std::uint64_t>> recompute;
+        for (const recompute_item& r : report.recompute) recompute.emplace_back(r.key, r.session.value);
+        std::sort(recompute.begin(), recompute.end());
+        REQUIRE(recompute == expected_loss.recompute);
+        if (failed == 0) REQUIRE(report.clean());
+        // The forward pass: the miss tails (of the requests not cancelled)
+        // and the failed swap-ins are computed into their GPU slots.
+        for (std::size_t r = 0; r < computed.size(); ++r)
+            if (!cancelled[r])
+                for (std::size_t i = computed[r].second; i < computed[r].first.size(); ++i) {
+                    const block_hash h = computed[r].first[i];
+                    write(gpu_bytes, *cache.gpu().cached_block(h), content_of(h));
+                }
+        for (const recompute_item& r : report.recompute) write(gpu_bytes, r.block, content_of(r.key));
         // Residency and data: the same number cached per tier, and every key
         // the reference caches is cached in the same tier with its bytes.
         REQUIRE(cache.gpu().num_cached_blocks() == ref.gpu.size());
@@ -317,6 +363,8 @@ void run_differential(const composition& comp, std::uint64_t seed, std::size_t s
     const cache_metrics m = cache.metrics();
     REQUIRE(m.requests > steps / 2);
     REQUIRE(m.gpu.evictions > 0);
+    REQUIRE(m.failed_transfers >= engine.failures);
+    return m;
 }
 
 }  // namespace
@@ -327,6 +375,24 @@ TEST_CASE("the cache makes the reference model's decisions, and the data survive
     run_differential<tiered_cache<lru, lru>>({"lru/lru inclusive", ref_rule::lru, ref_rule::lru, true}, seed, 3000);
     run_differential<tiered_cache<lru, fifo>>({"lru/fifo exclusive", ref_rule::lru, ref_rule::fifo, false}, seed, 3000);
     run_differential<tiered_cache<fifo, lru>>({"fifo/lru inclusive", ref_rule::fifo, ref_rule::lru, true}, seed, 3000);
+}
+
+TEST_CASE("after any pattern of failed copies and cancellations, the data and the reference still agree",
+          "[cache][differential][faults]") {
+    const std::uint64_t seed = GENERATE(range(1u, 5u));
+    const double rate = GENERATE(0.05, 0.3);
+    const cache_metrics m[] = {
+        run_differential<tiered_cache<lru, lru>>({"lru/lru exclusive", ref_rule::lru, ref_rule::lru, false}, seed, 1500, rate),
+        run_differential<tiered_cache<lru, lru>>({"lru/lru inclusive", ref_rule::lru, ref_rule::lru, true}, seed, 1500, rate),
+        run_differential<tiered_cache<lru, fifo>>({"lru/fifo exclusive", ref_rule::lru, ref_rule::fifo, false}, seed, 1500, rate),
+        run_differential<tiered_cache<fifo, lru>>({"fifo/lru inclusive", ref_rule::fifo, ref_rule::lru, true}, seed, 1500, rate)};
+    std::uint64_t failed = 0, recomputed = 0;
+    for (const cache_metrics& x : m) {
+        failed += x.failed_transfers;
+        recomputed += x.recompute_items;
+    }
+    REQUIRE(failed > 0);      // the faults really happened
+    REQUIRE(recomputed > 0);  // and some failed swap-ins were still held
 }
 
 TEST_CASE("LRU on G + C exclusive tiers serves exactly the hits of one LRU tier of G + C", "[cache][property]") {

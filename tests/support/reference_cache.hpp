@@ -10,13 +10,19 @@
 //   victims are sheltered at the CPU's most-recent end, the CPU evicting its
 //   own victims (dropped) when it has no room, the newest victims pushing
 //   the oldest out when even that is not enough;
-// - a finished request's holds are released tail first (reverse block order).
+// - a finished request's holds are released tail first (reverse block order);
+// - failed copies (complete): a copy's output is lost if it failed or read a
+//   lost output; an item whose last copy's output is lost and that is still
+//   in that tier: CPU -> dropped; GPU -> recompute if held (owned by the
+//   requester), else dropped; an exchange loses both halves. Tracked by key:
+//   (tier, key) rather than slots.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <vector>
 
@@ -45,6 +51,15 @@ struct reference_cache {
     std::map<std::uint64_t, cpu_entry> cpu;
     std::map<std::uint64_t, std::vector<std::uint64_t>> held;  // session -> gpu keys, in hold order
     std::vector<std::uint64_t> drops;            // this step
+    // key -> the session that computed the copy in each tier (copies move with it)
+    std::map<std::uint64_t, std::uint64_t> gpu_owner, cpu_owner;
+    enum class op_kind { swap_in, swap_out, exchange };
+    struct op {
+        op_kind kind;
+        std::uint64_t to_gpu = 0, to_cpu = 0;  // keys written to each tier
+        std::uint64_t requester = 0;
+    };
+    std::vector<op> ops;  // this step's copies, in the cache's planning order
     std::uint64_t clock = 0;
 
     reference_cache(std::size_t g, std::size_t c, ref_rule gr, ref_rule cr, bool incl)
@@ -61,7 +76,10 @@ struct reference_cache {
         return m;
     }
 
-    void begin_step() { drops.clear(); }
+    void begin_step() {
+        drops.clear();
+        ops.clear();
+    }
 
     void release_gpu(std::uint64_t k) {
         auto& e = gpu.at(k);
@@ -72,6 +90,69 @@ struct reference_cache {
         for (auto k = h.rbegin(); k != h.rend(); ++k) release_gpu(*k);
         h.clear();
     }
+    /// free_session(session, /*forget_blocks=*/true).
+    void forget(std::uint64_t session) {
+        if (held.contains(session)) release(session);
+        held.erase(session);
+        std::erase_if(gpu, [&](const auto& p) {
+            return p.second.refs == 0 && !p.second.pinned && gpu_owner.at(p.first) == session;
+        });
+        std::erase_if(cpu, [&](const auto& p) {
+            return p.second.refs == 0 && cpu_owner.at(p.first) == session;
+        });
+    }
+
+    struct completion {
+        std::vector<std::uint64_t> drops;                                  // sorted
+        std::vector<std::pair<std::uint64_t, std::uint64_t>> recompute;    // (key, holder), sorted
+    };
+    /// `failed[i]`: op i failed.
+    completion complete(const std::vector<bool>& failed) {
+        std::map<std::pair<int, std::uint64_t>, bool> valid;  // (0 gpu / 1 cpu, key)
+        std::map<std::pair<int, std::uint64_t>, std::uint64_t> requester;
+        auto ok_at = [&](int t, std::uint64_t k) {
+            auto it = valid.find({t, k});
+            return it == valid.end() || it->second;
+        };
+        for (std::size_t i = 0; i < ops.size(); ++i) {
+            const op& o = ops[i];
+            bool ok = !failed[i];
+            if (o.kind == op_kind::swap_in) ok = ok && ok_at(1, o.to_gpu);
+            if (o.kind == op_kind::swap_out) ok = ok && ok_at(0, o.to_cpu);
+            if (o.kind == op_kind::exchange) ok = ok && ok_at(0, o.to_cpu) && ok_at(1, o.to_gpu);
+            if (o.kind != op_kind::swap_out) {
+                valid[{0, o.to_gpu}] = ok;
+                requester[{0, o.to_gpu}] = o.requester;
+            }
+            if (o.kind != op_kind::swap_in) valid[{1, o.to_cpu}] = ok;
+        }
+        completion c;
+        for (const auto& [where, ok] : valid) {
+            if (ok) continue;
+            const auto [t, k] = where;
+            if (t == 1 && cpu.contains(k)) {
+                cpu.erase(k);
+                c.drops.push_back(k);
+            }
+            if (t == 0 && gpu.contains(k)) {
+                if (gpu.at(k).refs == 0) {
+                    gpu.erase(k);
+                    c.drops.push_back(k);
+                    continue;
+                }
+                std::set<std::uint64_t> holders;
+                for (const auto& [s, keys] : held)
+                    if (std::find(keys.begin(), keys.end(), k) != keys.end()) holders.insert(s);
+                for (std::uint64_t s : holders) c.recompute.emplace_back(k, s);
+                const std::uint64_t r = requester.at(where);
+                gpu_owner[k] = holders.contains(r) ? r : *holders.begin();
+            }
+        }
+        std::sort(c.drops.begin(), c.drops.end());
+        std::sort(c.recompute.begin(), c.recompute.end());
+        return c;
+    }
+
     void pin(std::uint64_t k) {
         gpu.at(k).pinned = true;
     }
@@ -136,7 +217,11 @@ struct reference_cache {
         const std::size_t n_pairs = inclusive ? 0 : std::min(n_victims, swap_ins.size());
         auto add_gpu = [&](std::uint64_t k) { gpu[k] = {1, false, ++clock}; };
         if (!inclusive)
-            for (std::size_t p = n_pairs; p < swap_ins.size(); ++p) add_gpu(swap_ins[p]);  // into free slots
+            for (std::size_t p = n_pairs; p < swap_ins.size(); ++p) {  // into free slots
+                add_gpu(swap_ins[p]);
+                gpu_owner[swap_ins[p]] = cpu_owner.at(swap_ins[p]);
+                ops.push_back({op_kind::swap_in, swap_ins[p], 0, session});
+            }
         std::vector<std::uint64_t> victims;
         for (std::size_t v = 0; v < n_victims; ++v) {
             const std::uint64_t k = *gpu_victim();
@@ -145,7 +230,10 @@ struct reference_cache {
         }
         for (std::size_t p = 0; p < n_pairs; ++p) {
             cpu[victims[p]] = {0, ++clock};
+            cpu_owner[victims[p]] = gpu_owner.at(victims[p]);
             add_gpu(swap_ins[p]);
+            gpu_owner[swap_ins[p]] = cpu_owner.at(swap_ins[p]);
+            ops.push_back({op_kind::exchange, swap_ins[p], victims[p], session});
         }
         // Shelter the other victims.
         // Inclusive: victims with a CPU copy move nothing; the copies are
@@ -175,6 +263,8 @@ struct reference_cache {
             }
             if (cpu_cap > 0 && excess == 0) {
                 cpu[k] = {0, ++clock};
+                cpu_owner[k] = gpu_owner.at(k);
+                ops.push_back({op_kind::swap_out, 0, k, 0});
             } else {
                 if (excess > 0) --excess;
                 drops.push_back(k);
@@ -183,9 +273,14 @@ struct reference_cache {
         if (inclusive)
             for (std::uint64_t k : swap_ins) {
                 add_gpu(k);
+                gpu_owner[k] = cpu_owner.at(k);
+                ops.push_back({op_kind::swap_in, k, 0, session});
                 if (--cpu.at(k).refs == 0 && cpu_rule == ref_rule::lru) cpu.at(k).stamp = ++clock;
             }
-        for (std::uint64_t k : fresh) add_gpu(k);
+        for (std::uint64_t k : fresh) {
+            add_gpu(k);
+            gpu_owner[k] = session;
+        }
         for (std::uint64_t k : keys) held[session].push_back(k);  // every block is held now, in block order
         return {m, n_victims};
     }

@@ -49,7 +49,9 @@ struct cache_metrics {
     std::uint64_t swap_in_bytes = 0;
     std::uint64_t swap_out_items = 0;
     std::uint64_t swap_out_bytes = 0;
-    std::uint64_t dropped_items = 0;
+    std::uint64_t dropped_items = 0;     ///< by eviction from a full CPU tier or by a failed copy
+    std::uint64_t failed_transfers = 0;  ///< copies reported failed (or reading a failed copy's output)
+    std::uint64_t recompute_items = 0;   ///< held items a failed swap-in left without data
     std::uint64_t dropped_tokens = 0;    ///< from the recovery plans
     std::uint64_t recomputed_blocks = 0; ///< misses on blocks the cache had dropped
     std::uint64_t recomputed_tokens = 0;
@@ -90,6 +92,10 @@ struct cache_metrics {
         sample("swap_bytes_total", "direction=\"out\"", swap_out_bytes);
         family("dropped_items_total", "counter", "Items whose KV was dropped.");
         sample("dropped_items_total", "", dropped_items);
+        family("failed_transfers_total", "counter", "Copies that failed or read a failed copy's output.");
+        sample("failed_transfers_total", "", failed_transfers);
+        family("recompute_items_total", "counter", "Held items a failed swap-in left to be recomputed.");
+        sample("recompute_items_total", "", recompute_items);
         family("dropped_tokens_total", "counter", "Tokens whose KV was dropped.");
         sample("dropped_tokens_total", "", dropped_tokens);
         family("recomputed_tokens_total", "counter", "Tokens recomputed because the cache had dropped them.");

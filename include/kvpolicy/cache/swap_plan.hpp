@@ -12,7 +12,9 @@
 // - swap-in (CPU -> GPU): a CPU hit brought back;
 // - exchange (GPU <-> CPU, `exchange = true`): with the GPU full, a CPU hit
 //   and a GPU victim trade places, which only a two-way swap can do.
-// `execute_plan` runs a plan through any transfer engine.
+// `execute_plan` runs a plan through any transfer engine; the engine's
+// statuses then go back to the cache (`tiered_cache::complete_transfers`),
+// which answers with a `transfer_report`: what a failed copy cost.
 #pragma once
 
 #include <cstdint>
@@ -46,7 +48,31 @@ struct recovery_range {
     friend bool operator==(const recovery_range&, const recovery_range&) = default;
 };
 
+/// A GPU item that is still held but whose data never arrived (a failed
+/// swap-in): `session` holds it and must compute it in this step's forward
+/// pass, as it computes its miss tail.
+struct recompute_item {
+    block_id block{};  ///< the GPU slot to compute into
+    std::uint64_t key = 0;
+    session_id session{};
+    chunk_index chunk{};
+    layer_index layer{};
+
+    friend bool operator==(const recompute_item&, const recompute_item&) = default;
+};
+
+/// What `tiered_cache::complete_transfers` found in a plan's statuses.
+struct transfer_report {
+    std::size_t failed = 0;                 ///< copies that failed, or read the output of one that did
+    std::vector<dropped_item> drops;        ///< items unstored: their only copy never arrived
+    std::vector<recompute_item> recompute;  ///< held GPU items without data, one entry per holder
+    std::vector<recovery_range> recovery;   ///< the drops (by owner) and recomputes (by holder), merged
+
+    [[nodiscard]] bool clean() const noexcept { return failed == 0; }
+};
+
 struct swap_plan {
+    std::uint64_t step = 0;                 ///< which end_step made it (1, 2, ...): complete_transfers checks it
     std::vector<block_transfer> transfers;  ///< in planning order: run in this order
     std::vector<dropped_item> drops;        ///< items lost this step
     std::vector<recovery_range> recovery;   ///< by session, sorted, merged

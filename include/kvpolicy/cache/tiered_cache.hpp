@@ -18,7 +18,33 @@
 //       the CPU tier evicts through its own policy when full, and a CPU
 //       victim is dropped).
 //   const swap_plan& plan = end_step();   // run plan.transfers in order
+//   complete_transfers(plan, statuses);   // optional: what failed copies cost
 //   ... forward pass ...; release(session) when a request finishes.
+//
+// Failed copies (`complete_transfers`, called after the engine ran the plan
+// and before the next begin_step, from any thread). A copy's output is lost
+// when its status is `failed` or when it read the output of a lost copy
+// earlier in the plan (a swap-out that failed, then a swap-in of the same
+// item from that CPU slot). Whatever an item's last planned copy left
+// invalid, if the item is still where that copy put it:
+// - a swap-out (GPU -> CPU): the CPU copy is unstored and reported dropped
+//   (its GPU slot may already hold another item, so it cannot stay there);
+// - a swap-in (CPU -> GPU): if a request holds the item, it stays, owned by
+//   the request that swapped it in, and is reported for recompute to every
+//   holder (the forward pass computes it as it computes the miss tail);
+//   if nobody holds it (the request was cancelled meanwhile) or only a pin
+//   does, it is unstored and reported dropped;
+// - an exchange: both halves are lost (the victim's CPU copy dropped, the
+//   hit treated as a failed swap-in), since a two-way copy that failed may
+//   have half-written either side.
+// An inclusive CPU copy read by a failed swap-in is left as it was (a read
+// does not change its source). A plan not reported by the next begin_step
+// counts as all done.
+//
+// Cancelling a request before its forward pass: free_session(s, true). Its
+// holds go, and what it owns that nobody holds (its miss tail, the failed
+// swap-ins it was to recompute) is freed; its swap-ins still in flight
+// complete as above: a done one stays cached, unheld, with its data.
 //
 // A finished request's holds are released in reverse block order, so its
 // tail becomes the least recent and leaves before its prefix (a prefix is
@@ -259,6 +285,8 @@ public:
         std::scoped_lock lock(mutex_);
         if (in_step_) throw usage_error("begin_step: a step is already open; call end_step() first");
         plan_.clear();
+        plan_ops_.clear();
+        plan_open_ = false;  // an unreported plan counts as done
         in_step_ = true;
     }
 
@@ -277,7 +305,108 @@ public:
         for (std::uint32_t b : filled_this_step_) filled_[b] = 0;
         filled_this_step_.clear();
         build_recovery();
+        plan_.step = ++steps_ended_;
+        plan_open_ = true;
         return plan_;
+    }
+
+    /// Reports how the engine ran the last plan: `status[i]` for
+    /// `plan.transfers[i]` (execute_plan's output). Call it after end_step
+    /// and before the next begin_step, once per plan, from any thread.
+    /// Effects: the rules in the header comment; every lost item is unstored
+    /// (reported in `drops`) or left held for recompute (`recompute`), and
+    /// counted in metrics().
+    /// Throws: usage_error, changing nothing, inside a step, for a plan
+    /// already reported or of another step, a status count other than the
+    /// plan's transfer count, or a status that is neither done nor failed.
+    /// Complexity: O(transfers + sessions' holds per lost GPU item).
+    transfer_report complete_transfers(const swap_plan& plan, std::span<const transfer_status> status) {
+        std::scoped_lock lock(mutex_);
+        if (in_step_)
+            throw usage_error("complete_transfers: a step is open; report a plan after its end_step and before the "
+                              "next begin_step");
+        if (plan.step != plan_.step)
+            throw usage_error("complete_transfers: the plan is of step " + std::to_string(plan.step) +
+                              " but the cache's last plan is of step " + std::to_string(plan_.step) +
+                              "; report each plan before the next begin_step");
+        if (!plan_open_)
+            throw usage_error("complete_transfers: the plan of step " + std::to_string(plan.step) +
+                              " was already reported; report each plan once");
+        if (status.size() != plan_.transfers.size())
+            throw usage_error("complete_transfers: " + std::to_string(status.size()) + " statuses for " +
+                              std::to_string(plan_.transfers.size()) + " transfers; give one per transfer, in plan order");
+        for (std::size_t i = 0; i < status.size(); ++i)
+            if (status[i] != transfer_status::done && status[i] != transfer_status::failed)
+                throw usage_error("complete_transfers: status " + std::to_string(i) + " is " +
+                                  std::to_string(static_cast<unsigned>(status[i])) + ", neither done nor failed");
+
+        plan_open_ = false;
+        transfer_report report;
+        // Which slots the plan left holding valid data: untouched ones do;
+        // a copy's destination does iff it succeeded and read valid sources.
+        slot_fates_.clear();
+        auto fate = [&](tier t, block_id b) -> slot_fate* {
+            for (slot_fate& f : slot_fates_)
+                if (f.where == t && f.slot == b) return &f;
+            return nullptr;
+        };
+        auto valid = [&](tier t, block_id b) {
+            const slot_fate* f = fate(t, b);
+            return f == nullptr || f->valid;
+        };
+        auto set = [&](tier t, block_id b, bool ok, std::uint64_t key, session_id by) {
+            if (slot_fate* f = fate(t, b)) *f = {t, b, ok, key, by};
+            else slot_fates_.push_back({t, b, ok, key, by});
+        };
+        for (std::size_t i = 0; i < status.size(); ++i) {
+            const block_transfer& op = plan_.transfers[i];
+            const planned_op& keys = plan_ops_[i];
+            bool ok = status[i] == transfer_status::done && valid(op.from, op.src);
+            if (op.exchange) ok = ok && valid(op.to, op.dst);
+            if (op.exchange) set(op.from, op.src, ok, keys.to_src, keys.requester);
+            set(op.to, op.dst, ok, keys.to_dst, keys.requester);
+            report.failed += ok ? 0 : 1;
+        }
+        metrics_.failed_transfers += report.failed;
+        for (const slot_fate& f : slot_fates_) {
+            if (f.valid) continue;
+            if (f.where == tier::cpu) {
+                if (!cpu_ || cpu_->state(f.slot) != block_pool<CpuPolicy>::slot_state::cached || cpu_->key(f.slot) != f.key)
+                    continue;  // evicted (and reported) or freed since
+                drop_into(report.drops, f.key, cpu_->meta(f.slot));
+                cpu_->unstore(f.slot);
+                cpu_->free_slot(f.slot);
+                continue;
+            }
+            if (gpu_.state(f.slot) != block_pool<GpuPolicy>::slot_state::cached || gpu_.key(f.slot) != f.key) continue;
+            if (gpu_.ref_count(f.slot) == 0) {
+                drop_into(report.drops, f.key, gpu_.meta(f.slot));
+                gpu_.unstore(f.slot);
+                gpu_.free_slot(f.slot);
+                continue;
+            }
+            // Held: each holder is told; the requester (or, if it left, the
+            // first holder) computes it and so owns it.
+            const std::size_t first = report.recompute.size();
+            for (const auto& [id, st] : sessions_)
+                if (std::find(st.held.begin(), st.held.end(), f.slot.value) != st.held.end())
+                    report.recompute.push_back({f.slot, f.key, id, gpu_.meta(f.slot).chunk, gpu_.meta(f.slot).layer});
+            std::sort(report.recompute.begin() + static_cast<std::ptrdiff_t>(first), report.recompute.end(),
+                      [](const recompute_item& a, const recompute_item& b) { return a.session < b.session; });
+            const bool requester_holds =
+                std::any_of(report.recompute.begin() + static_cast<std::ptrdiff_t>(first), report.recompute.end(),
+                            [&](const recompute_item& r) { return r.session == f.requester; });
+            gpu_.set_owner(f.slot, requester_holds ? f.requester : report.recompute[first].session);
+            ++metrics_.recompute_items;
+        }
+        // Recovery: the drops by owner (counted as dropped tokens), then
+        // the recomputes by holder, merged per session.
+        for (const dropped_item& d : report.drops) report.recovery.push_back(chunk_range(d.owner, d.chunk));
+        merge_ranges(report.recovery);
+        for (const recovery_range& x : report.recovery) metrics_.dropped_tokens += x.token_end - x.token_begin;
+        for (const recompute_item& r : report.recompute) report.recovery.push_back(chunk_range(r.session, r.chunk));
+        merge_ranges(report.recovery);
+        return report;
     }
 
     /// Looks `hashes` up, holds the cached prefix for `session` (swapping CPU
@@ -388,6 +517,7 @@ public:
             const block_id g = *gpu_.take_free();
             fill(g, p.key, p.meta, p.ctx, s, p.held_pos);
             plan_.transfers.push_back({tier::cpu, p.cpu_slot, tier::gpu, g});
+            plan_ops_.push_back({p.key, 0, session});
             // The copy just planned reads the slot before anything later in
             // the plan can write it, so the slot is free to reuse now.
             if (config_.inclusive) cpu_->release(p.cpu_slot, now);
@@ -411,9 +541,11 @@ public:
             for (std::size_t k = 0; k < n_pairs; ++k) {
                 const block_id g = victims_[k];
                 const pending_swap_in& p = swap_ins_pending_[k];
-                cpu_->store(p.cpu_slot, gpu_.key(g), gpu_.meta(g), gpu_.last_context(g, now), 0);
+                const std::uint64_t victim_key = gpu_.key(g);
+                cpu_->store(p.cpu_slot, victim_key, gpu_.meta(g), gpu_.last_context(g, now), 0);
                 fill(g, p.key, p.meta, p.ctx, s, p.held_pos);
                 plan_.transfers.push_back({tier::gpu, g, tier::cpu, p.cpu_slot, true});
+                plan_ops_.push_back({victim_key, p.key, session});
                 ++metrics_.swap_in_items;
                 ++metrics_.swap_out_items;
                 metrics_.swap_in_bytes += config_.item_bytes;
@@ -526,6 +658,18 @@ private:
         block_meta meta;
         access_context ctx;
         std::size_t held_pos;  // its place in the session's holds
+    };
+    struct planned_op {
+        std::uint64_t to_dst;   // the item the copy writes into its destination
+        std::uint64_t to_src;   // exchange: the item it writes into its source
+        session_id requester;   // swap-in, exchange: the request it serves
+    };
+    struct slot_fate {
+        tier where;
+        block_id slot;
+        bool valid;
+        std::uint64_t key;  // written by the slot's last copy
+        session_id requester;
     };
     struct new_item {
         std::uint64_t key;
@@ -668,6 +812,7 @@ private:
                 const block_id c = *cpu_->take_free();
                 cpu_->store(c, key, gpu_.meta(v), gpu_.last_context(v, now), 0);
                 plan_.transfers.push_back({tier::gpu, v, tier::cpu, c});
+                plan_ops_.push_back({key, 0, session_id{}});
                 ++metrics_.swap_out_items;
                 metrics_.swap_out_bytes += config_.item_bytes;
             } else {
@@ -678,8 +823,9 @@ private:
         }
     }
 
-    void drop(std::uint64_t key, const block_meta& meta) {
-        plan_.drops.push_back({key, meta.owner, meta.chunk, meta.layer});
+    void drop(std::uint64_t key, const block_meta& meta) { drop_into(plan_.drops, key, meta); }
+    void drop_into(std::vector<dropped_item>& out, std::uint64_t key, const block_meta& meta) {
+        out.push_back({key, meta.owner, meta.chunk, meta.layer});
         ++metrics_.dropped_items;
         // Remember the block (layer 0's hash is the block hash only for whole
         // blocks; per layer, remember the chunk by its owner and index).
@@ -691,10 +837,18 @@ private:
         // One range per dropped chunk, then merged per session.
         std::vector<recovery_range>& r = plan_.recovery;
         r.clear();
-        for (const dropped_item& d : plan_.drops) {
-            const std::uint64_t begin = std::uint64_t{d.chunk.value} * config_.block_size;
-            r.push_back({d.owner, begin, begin + config_.block_size});
-        }
+        for (const dropped_item& d : plan_.drops) r.push_back(chunk_range(d.owner, d.chunk));
+        merge_ranges(r);
+        for (const recovery_range& x : r) metrics_.dropped_tokens += x.token_end - x.token_begin;
+    }
+
+    [[nodiscard]] recovery_range chunk_range(session_id session, chunk_index chunk) const noexcept {
+        const std::uint64_t begin = std::uint64_t{chunk.value} * config_.block_size;
+        return {session, begin, begin + config_.block_size};
+    }
+
+    // Sorts by session and start, and merges overlapping or touching ranges.
+    static void merge_ranges(std::vector<recovery_range>& r) {
         std::sort(r.begin(), r.end(), [](const recovery_range& a, const recovery_range& b) {
             return a.session != b.session ? a.session < b.session : a.token_begin < b.token_begin;
         });
@@ -706,7 +860,6 @@ private:
                 r[out++] = r[i];
         }
         r.resize(out);
-        for (const recovery_range& x : r) metrics_.dropped_tokens += x.token_end - x.token_begin;
     }
 
     template <class Pool>
@@ -731,6 +884,10 @@ private:
     std::optional<block_pool<CpuPolicy>> cpu_;
     bool in_step_ = false;
     swap_plan plan_;
+    std::vector<planned_op> plan_ops_;           // [plan_.transfers.size()]
+    std::uint64_t steps_ended_ = 0;
+    bool plan_open_ = false;                     // ended, not yet reported
+    std::vector<slot_fate> slot_fates_;          // scratch for complete_transfers
     std::vector<std::uint8_t> filled_;           // [gpu capacity] filled in the open step
     std::vector<std::uint32_t> filled_this_step_;
     std::vector<std::uint32_t> deferred_releases_;  // releases of filled items, done at end_step

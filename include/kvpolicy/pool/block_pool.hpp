@@ -188,6 +188,12 @@ public:
         KVPOLICY_ASSERT(state_[b.index()] == slot_state::cached && refs_[b.index()] > 0);
         if (--refs_[b.index()] == 0 && pinned_[b.index()] == 0) policy_.on_release(item_id{b.value}, last_context(b, now));
     }
+    /// Names the session that now computes cached item `b` (its data was
+    /// lost and is recomputed by `owner`).
+    void set_owner(block_id b, session_id owner) noexcept {
+        KVPOLICY_ASSERT(state_[b.index()] == slot_state::cached);
+        meta_[b.index()].owner = owner;
+    }
     void pin(block_id b) noexcept {
         KVPOLICY_ASSERT(state_[b.index()] == slot_state::cached && pinned_[b.index()] == 0);
         pinned_[b.index()] = 1;
