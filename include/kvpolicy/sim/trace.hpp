@@ -2,7 +2,7 @@
 // CSV rows, streamed from plain or gzip files.
 //
 // Both readers are strict: a malformed line is a `parse_error` naming
-// file:line and the reason. With `skip_bad_lines` they count such lines
+// file:line and the reason, and the record passed in is left as it was. With `skip_bad_lines` they count such lines
 // instead, keep the first few messages for the report, and go on.
 //
 // The JSONL parser is written for this one schema
@@ -25,6 +25,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kvpolicy/core/error.hpp"
@@ -330,14 +331,18 @@ class mooncake_reader {
 public:
     mooncake_reader(const std::string& path, bool skip_bad_lines) : lines_(path), skip_(skip_bad_lines) {}
 
-    /// Throws: parse_error (file:line: reason) unless skipping bad lines.
+    /// Throws: parse_error (file:line: reason) unless skipping bad lines;
+    /// `out` is unchanged then.
     bool next(request_record& out) {
         std::string_view line;
         while (lines_.next(line)) {
             if (line.find_first_not_of(" \t") == std::string_view::npos) continue;  // blank
-            const std::string err = parse_mooncake_line(line, out);
+            // Parsed into a scratch record, swapped in on success: the two
+            // hash_ids buffers are reused in turn.
+            const std::string err = parse_mooncake_line(line, scratch_);
             if (err.empty()) {
-                out.line = lines_.line_number();
+                scratch_.line = lines_.line_number();
+                std::swap(out, scratch_);
                 return true;
             }
             parse_error e(lines_.path(), lines_.line_number(), err);
@@ -352,6 +357,7 @@ private:
     line_source lines_;
     bool skip_;
     bad_line_report bad_;
+    request_record scratch_;
 };
 
 /// Rows of a `time,obj_id,obj_size` CSV (with that header), streamed.
@@ -364,24 +370,31 @@ public:
             throw parse_error(lines_.path(), 1, "expected the header 'time,obj_id,obj_size'");
     }
 
+    /// Throws: parse_error (file:line: reason) unless skipping bad lines;
+    /// `out` is unchanged then.
     bool next(access_record& out) {
         // Fast path: a whole `digits,digits,digits\n` row in the buffer,
         // parsed in one pass. Anything else (a row split by the buffer's
         // end, '\r', blank lines, errors) takes the line path below.
+        access_record row;
         {
             const char* p = lines_.unread_begin();
             const char* const end = lines_.unread_end();
-            if (detail::fast_uint(p, end, out.time) && p < end && *p++ == ',' && detail::fast_uint(p, end, out.obj_id) &&
-                p < end && *p++ == ',' && detail::fast_uint(p, end, out.obj_size) && p < end && *p == '\n') {
+            if (detail::fast_uint(p, end, row.time) && p < end && *p++ == ',' && detail::fast_uint(p, end, row.obj_id) &&
+                p < end && *p++ == ',' && detail::fast_uint(p, end, row.obj_size) && p < end && *p == '\n') {
                 lines_.consume_line(p + 1);
+                out = row;
                 return true;
             }
         }
         std::string_view line;
         while (lines_.next(line)) {
             if (line.empty()) continue;
-            const char* err = parse_csv_row(line, out);
-            if (err == nullptr) return true;
+            const char* err = parse_csv_row(line, row);
+            if (err == nullptr) {
+                out = row;
+                return true;
+            }
             parse_error e(lines_.path(), lines_.line_number(), err);
             if (!skip_) throw e;
             bad_.add(e);
