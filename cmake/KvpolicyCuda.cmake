@@ -4,8 +4,8 @@
 # Two facts of the toolchain this handles:
 # - CMake 3.25 does not know nvcc's C++20 flag, so CUDA sources would
 #   silently build as C++17 and every concept would fail. We tell it.
-# - CMAKE_CUDA_ARCHITECTURES=native fails on a machine with no GPU, so the
-#   default names the architectures (Ampere and Hopper).
+# - asking CMake for the architectures of "the GPU in this machine" fails on a
+#   machine with no GPU, so the default names them (Ampere and Hopper).
 
 macro(kvpolicy_enable_cuda)
     set(KVPOLICY_HAS_CUDA OFF)

@@ -115,6 +115,44 @@ inline std::size_t quest_top_positions(std::span<const float> scores, std::size_
     return keep;
 }
 
+namespace detail {
+// Argument checks shared by the host `quest` and the CUDA `device_quest`
+// (`who` names the caller in the messages): one set of rules, one wording.
+inline void check_quest_block(const quest_config& config, block_id block, layer_index layer, const char* who,
+                              const char* what) {
+    if (block.index() >= config.num_blocks || layer.index() >= config.num_layers)
+        throw usage_error(std::string(who) + "::" + what + ": block " + std::to_string(block.value) + " layer " +
+                          std::to_string(layer.value) + " is outside the config's " +
+                          std::to_string(config.num_blocks) + " blocks x " + std::to_string(config.num_layers) +
+                          " layers");
+}
+
+inline void check_quest_selection(const quest_config& config, std::span<const block_id> available,
+                                  const selection_context& ctx, std::span<block_id> out, const char* who) {
+    const std::string at = std::string(who) + "::select: ";
+    if (ctx.is_prefill)
+        throw usage_error(at + "called in prefill; Quest is decode-only (supports_prefill = false), "
+                               "use full_attention for prefill");
+    if (out.size() < available.size())
+        throw usage_error(at + "output holds " + std::to_string(out.size()) + " ids for " +
+                          std::to_string(available.size()) + " available blocks; size it to available.size()");
+    if (ctx.block_size == 0) throw usage_error(at + "block_size is 0; give tokens per block");
+    if (ctx.num_kv_heads != config.num_kv_heads || ctx.head_dim != config.head_dim || ctx.num_q_heads == 0 ||
+        ctx.num_q_heads % ctx.num_kv_heads != 0)
+        throw usage_error(at + "context has " + std::to_string(ctx.num_q_heads) + " query heads, " +
+                          std::to_string(ctx.num_kv_heads) + " KV heads, head_dim " + std::to_string(ctx.head_dim) +
+                          "; the config says " + std::to_string(config.num_kv_heads) + " KV heads, head_dim " +
+                          std::to_string(config.head_dim) + ", and query heads must be a multiple of KV heads");
+    if (ctx.query.size() != std::size_t{ctx.num_q_heads} * ctx.head_dim)
+        throw usage_error(at + "query has " + std::to_string(ctx.query.size()) +
+                          " values; give num_q_heads x head_dim = " +
+                          std::to_string(std::size_t{ctx.num_q_heads} * ctx.head_dim));
+    if (!std::ranges::all_of(ctx.query, [](float q) { return std::isfinite(q); }))
+        throw usage_error(at + "the query has a NaN or infinite value");
+    for (block_id b : available) check_quest_block(config, b, ctx.layer, who, "select");
+}
+}  // namespace detail
+
 class quest {
 public:
     using config_type = quest_config;
@@ -139,7 +177,7 @@ public:
     /// differs from the config, the view is too short, or a key is not
     /// finite (a bound of inf is no bound); nothing is recorded then.
     void on_offload(block_id block, layer_index layer, const key_block_view& keys) {
-        check_block(block, layer, "on_offload");
+        detail::check_quest_block(config_, block, layer, "quest", "on_offload");
         if (keys.num_kv_heads != config_.num_kv_heads || keys.head_dim != config_.head_dim)
             throw usage_error("quest::on_offload: keys have " + std::to_string(keys.num_kv_heads) + " KV heads x " +
                               std::to_string(keys.head_dim) + " channels, the config says " +
@@ -192,7 +230,7 @@ public:
     /// differs from the config, the query is not [num_q_heads][head_dim] of
     /// finite values, or a block is out of range; nothing is written then.
     std::size_t select(std::span<const block_id> available, const selection_context& ctx, std::span<block_id> out) {
-        check_selection(available, ctx, out);
+        detail::check_quest_selection(config_, available, ctx, out, "quest");
         const quest_plan plan = plan_quest_selection(available.size(), ctx.block_size, config_);
         if (plan.load_all) {
             std::ranges::copy(available, out.begin());
@@ -252,39 +290,6 @@ private:
     }
     [[nodiscard]] std::size_t offset(block_id block, layer_index layer) const noexcept {
         return flag_index(block, layer) * config_.num_kv_heads * config_.head_dim;
-    }
-
-    void check_block(block_id block, layer_index layer, const char* what) const {
-        if (block.index() >= config_.num_blocks || layer.index() >= config_.num_layers)
-            throw usage_error(std::string("quest::") + what + ": block " + std::to_string(block.value) + " layer " +
-                              std::to_string(layer.value) + " is outside the config's " +
-                              std::to_string(config_.num_blocks) + " blocks x " + std::to_string(config_.num_layers) +
-                              " layers");
-    }
-
-    void check_selection(std::span<const block_id> available, const selection_context& ctx,
-                         std::span<block_id> out) const {
-        if (ctx.is_prefill)
-            throw usage_error("quest::select: called in prefill; Quest is decode-only (supports_prefill = false), "
-                              "use full_attention for prefill");
-        if (out.size() < available.size())
-            throw usage_error("quest::select: output holds " + std::to_string(out.size()) + " ids for " +
-                              std::to_string(available.size()) + " available blocks; size it to available.size()");
-        if (ctx.block_size == 0) throw usage_error("quest::select: block_size is 0; give tokens per block");
-        if (ctx.num_kv_heads != config_.num_kv_heads || ctx.head_dim != config_.head_dim || ctx.num_q_heads == 0 ||
-            ctx.num_q_heads % ctx.num_kv_heads != 0)
-            throw usage_error("quest::select: context has " + std::to_string(ctx.num_q_heads) + " query heads, " +
-                              std::to_string(ctx.num_kv_heads) + " KV heads, head_dim " +
-                              std::to_string(ctx.head_dim) + "; the config says " +
-                              std::to_string(config_.num_kv_heads) + " KV heads, head_dim " +
-                              std::to_string(config_.head_dim) + ", and query heads must be a multiple of KV heads");
-        if (ctx.query.size() != std::size_t{ctx.num_q_heads} * ctx.head_dim)
-            throw usage_error("quest::select: query has " + std::to_string(ctx.query.size()) +
-                              " values; give num_q_heads x head_dim = " +
-                              std::to_string(std::size_t{ctx.num_q_heads} * ctx.head_dim));
-        if (!std::ranges::all_of(ctx.query, [](float q) { return std::isfinite(q); }))
-            throw usage_error("quest::select: the query has a NaN or infinite value");
-        for (block_id b : available) check_block(b, ctx.layer, "select");
     }
 
     config_type config_;

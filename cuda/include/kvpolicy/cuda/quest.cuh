@@ -191,7 +191,7 @@ public:
     /// Throws: usage_error as the host quest does (a NaN in the query is
     /// found on the device and reported after the fact, nothing written).
     std::size_t select(std::span<const block_id> available, const selection_context& ctx, std::span<block_id> out) {
-        check_selection(available, ctx, out);
+        ::kvpolicy::detail::check_quest_selection(config_, available, ctx, out, "device_quest");
         const quest_plan plan = plan_quest_selection(available.size(), ctx.block_size, config_);
         if (plan.load_all) {
             std::ranges::copy(available, out.begin());
@@ -255,28 +255,7 @@ private:
     }
 
     void check_range(std::uint32_t block, layer_index layer, const char* what) const {
-        if (block >= config_.num_blocks || layer.value >= config_.num_layers)
-            throw usage_error(std::string("device_quest::") + what + ": block " + std::to_string(block) +
-                              " layer " + std::to_string(layer.value) + " is outside the config's " +
-                              std::to_string(config_.num_blocks) + " blocks x " + std::to_string(config_.num_layers) +
-                              " layers");
-    }
-
-    void check_selection(std::span<const block_id> available, const selection_context& ctx,
-                         std::span<block_id> out) const {
-        if (ctx.is_prefill)
-            throw usage_error("device_quest::select: called in prefill; Quest is decode-only "
-                              "(supports_prefill = false), use full_attention for prefill");
-        if (out.size() < available.size())
-            throw usage_error("device_quest::select: output holds " + std::to_string(out.size()) + " ids for " +
-                              std::to_string(available.size()) + " available blocks; size it to available.size()");
-        if (ctx.block_size == 0 || ctx.num_kv_heads != config_.num_kv_heads || ctx.head_dim != config_.head_dim ||
-            ctx.num_q_heads == 0 || ctx.num_q_heads % ctx.num_kv_heads != 0 ||
-            ctx.query.size() != std::size_t{ctx.num_q_heads} * ctx.head_dim)
-            throw usage_error("device_quest::select: the context's shape (block_size, heads, head_dim, query size) "
-                              "does not match the config's " + std::to_string(config_.num_kv_heads) +
-                              " KV heads x head_dim " + std::to_string(config_.head_dim));
-        for (block_id b : available) check_range(b.value, ctx.layer, "select");
+        ::kvpolicy::detail::check_quest_block(config_, block_id{block}, layer, "device_quest", what);
     }
 
     config_type config_;
