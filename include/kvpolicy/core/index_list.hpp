@@ -1,9 +1,9 @@
 // Doubly linked lists threaded through flat arrays indexed by dense id.
 //
-// `index_links` owns one (prev, next) pair of uint32 per id; any number of
+// `index_links` owns one (prev, next) pair of uint32 per id, side by side; any number of
 // `index_list` heads can thread through it, as long as each id is in at most
 // one list at a time (ARC's T1 and T2, SLRU's segments, ...). No node is ever
-// allocated: linking is two array writes, and a list costs 8 bytes per item.
+// allocated: linking is a few array writes, and a list costs 8 bytes per item.
 #pragma once
 
 #include <cstdint>
@@ -28,57 +28,50 @@ struct index_list {
 class index_links {
 public:
     index_links() = default;
-    explicit index_links(std::size_t n) : prev_(n, no_index), next_(n, no_index), linked_(n, 0) {}
+    explicit index_links(std::size_t n) : links_(n) {}
 
-    [[nodiscard]] std::size_t capacity() const noexcept { return prev_.size(); }
-    [[nodiscard]] bool is_linked(std::uint32_t id) const noexcept { return linked_[id] != 0; }
-    [[nodiscard]] std::uint32_t next(std::uint32_t id) const noexcept { return next_[id]; }
-    [[nodiscard]] std::uint32_t prev(std::uint32_t id) const noexcept { return prev_[id]; }
+    [[nodiscard]] std::size_t capacity() const noexcept { return links_.size(); }
+    [[nodiscard]] bool is_linked(std::uint32_t id) const noexcept { return links_[id].next != unlinked; }
+    [[nodiscard]] std::uint32_t next(std::uint32_t id) const noexcept { return is_linked(id) ? links_[id].next : no_index; }
+    [[nodiscard]] std::uint32_t prev(std::uint32_t id) const noexcept { return is_linked(id) ? links_[id].prev : no_index; }
 
     /// Complexity: O(1). Precondition: `id` is in no list.
     void push_back(index_list& l, std::uint32_t id) noexcept {
         KVPOLICY_ASSERT(id < capacity() && !is_linked(id));
-        prev_[id] = l.back;
-        next_[id] = no_index;
-        if (l.back != no_index) next_[l.back] = id; else l.front = id;
+        links_[id] = {l.back, no_index};
+        if (l.back != no_index) links_[l.back].next = id; else l.front = id;
         l.back = id;
         ++l.size;
-        linked_[id] = 1;
     }
 
     /// Complexity: O(1). Precondition: `id` is in no list.
     void push_front(index_list& l, std::uint32_t id) noexcept {
         KVPOLICY_ASSERT(id < capacity() && !is_linked(id));
-        next_[id] = l.front;
-        prev_[id] = no_index;
-        if (l.front != no_index) prev_[l.front] = id; else l.back = id;
+        links_[id] = {no_index, l.front};
+        if (l.front != no_index) links_[l.front].prev = id; else l.back = id;
         l.front = id;
         ++l.size;
-        linked_[id] = 1;
     }
 
     /// Links `id` right after `pos` (which is in `l`). Complexity: O(1).
     void insert_after(index_list& l, std::uint32_t pos, std::uint32_t id) noexcept {
         KVPOLICY_ASSERT(is_linked(pos) && !is_linked(id));
-        const std::uint32_t n = next_[pos];
-        prev_[id] = pos;
-        next_[id] = n;
-        next_[pos] = id;
-        if (n != no_index) prev_[n] = id; else l.back = id;
+        const std::uint32_t n = links_[pos].next;
+        links_[id] = {pos, n};
+        links_[pos].next = id;
+        if (n != no_index) links_[n].prev = id; else l.back = id;
         ++l.size;
-        linked_[id] = 1;
     }
 
     /// Complexity: O(1). Precondition: `id` is in `l`.
     void remove(index_list& l, std::uint32_t id) noexcept {
         KVPOLICY_ASSERT(id < capacity() && is_linked(id) && l.size > 0);
-        const std::uint32_t p = prev_[id];
-        const std::uint32_t n = next_[id];
-        if (p != no_index) next_[p] = n; else l.front = n;
-        if (n != no_index) prev_[n] = p; else l.back = p;
-        prev_[id] = next_[id] = no_index;
+        const std::uint32_t p = links_[id].prev;
+        const std::uint32_t n = links_[id].next;
+        if (p != no_index) links_[p].next = n; else l.front = n;
+        if (n != no_index) links_[n].prev = p; else l.back = p;
+        links_[id] = {};
         --l.size;
-        linked_[id] = 0;
     }
 
     /// Removes and returns the front, or `no_index` if `l` is empty.
@@ -90,14 +83,40 @@ public:
 
     /// Moves `id` (in `from`) to the back of `to`; `from` may be `to`.
     void move_to_back(index_list& from, index_list& to, std::uint32_t id) noexcept {
+        if (&from == &to) {
+            move_to_back(to, id);
+            return;
+        }
         remove(from, id);
         push_back(to, id);
     }
 
+    /// Moves `id` to the back of its own list `l`: an LRU hit, the hottest
+    /// path of a replay, so it touches only the links that change.
+    void move_to_back(index_list& l, std::uint32_t id) noexcept {
+        KVPOLICY_ASSERT(id < capacity() && is_linked(id) && l.size > 0);
+        if (l.back == id) return;
+        // Two 4-byte loads, not one 8-byte copy: the previous move often
+        // just stored one half of this node (it was that item's neighbour),
+        // and a wide load over a narrow store stalls store forwarding.
+        const std::uint32_t p = links_[id].prev;
+        const std::uint32_t n = links_[id].next;  // valid: id is not the back
+        if (p != no_index) links_[p].next = n; else l.front = n;
+        links_[n].prev = p;
+        links_[l.back].next = id;
+        links_[id] = {l.back, no_index};
+        l.back = id;
+    }
+
 private:
-    std::vector<std::uint32_t> prev_;
-    std::vector<std::uint32_t> next_;
-    std::vector<std::uint8_t> linked_;
+    // `next == unlinked` marks an id in no list (no_index already means
+    // "no neighbour" at either end of a list).
+    static constexpr std::uint32_t unlinked = no_index - 1;
+    struct link {
+        std::uint32_t prev = unlinked;
+        std::uint32_t next = unlinked;
+    };
+    std::vector<link> links_;  // [capacity]: one cache line holds both ends of a node
 };
 
 }  // namespace kvpolicy

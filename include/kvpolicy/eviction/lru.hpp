@@ -36,7 +36,7 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     }
     void on_access(item_id id, const access_context&) noexcept {
         tracking_.mark_accessed(id);
-        if (tracking_.is_evictable(id)) links_.move_to_back(recency_, recency_, id.value);
+        if (tracking_.is_evictable(id)) links_.move_to_back(recency_, id.value);
     }
     void on_hold(item_id id) noexcept {
         tracking_.mark_held(id);

@@ -22,7 +22,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <concepts>
 #include <functional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -146,8 +148,16 @@ private:
     key_index index_;
 };
 
-/// Flat replay: `next(access_record&)` from `source`; `next_use(i)` gives
-/// the i-th access's next use (`never` for online policies).
+/// A source that can hand over many records at once (csv_reader): replay
+/// loops then run over a local array instead of a call per record.
+template <class Source>
+concept batch_source = requires(Source& s, std::span<access_record> out) {
+    { s.next_batch(out) } -> std::convertible_to<std::size_t>;
+};
+
+/// Flat replay: records from `source` (`next_batch` if it has one, else
+/// `next(access_record&)`); `next_use(i)` gives the i-th access's next use
+/// (`never` for online policies).
 template <eviction_policy Policy, class Source, class NextUse>
 replay_result replay_flat(Source& source, std::size_t capacity, NextUse next_use,
                           const typename Policy::config_type& config = {}) {
@@ -161,9 +171,7 @@ replay_result replay_flat(Source& source, std::size_t capacity, NextUse next_use
     std::uint32_t used = 0;
     std::uint64_t accesses = 0, hits = 0, misses = 0, evictions = 0;
     access_context ctx;
-    access_record a;
-    const auto t0 = std::chrono::steady_clock::now();
-    while (source.next(a)) {
+    auto replay_one = [&](const access_record& a) {
         // Logical time is the 1-based access index; it is also what next_use counts.
         ctx.now = ++accesses;
         ctx.key = a.obj_id;
@@ -173,7 +181,7 @@ replay_result replay_flat(Source& source, std::size_t capacity, NextUse next_use
         if (slot != no_index) {
             ++hits;
             policy.on_access(item_id{slot}, ctx);
-            continue;
+            return;
         }
         ++misses;
         policy.on_miss(ctx);
@@ -188,6 +196,14 @@ replay_result replay_flat(Source& source, std::size_t capacity, NextUse next_use
         where.insert(a.obj_id, slot);
         key_of[slot] = a.obj_id;
         policy.on_insert(item_id{slot}, ctx);
+    };
+    const auto t0 = std::chrono::steady_clock::now();
+    if constexpr (batch_source<Source>) {
+        std::vector<access_record> batch(4096);  // 96 KiB: stays in L2 beside the policy's arrays
+        for (std::size_t n; (n = source.next_batch(batch)) > 0;)
+            for (std::size_t i = 0; i < n; ++i) replay_one(batch[i]);
+    } else {
+        for (access_record a; source.next(a);) replay_one(a);
     }
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     r.accesses = accesses;
