@@ -139,6 +139,29 @@ TEST_CASE("flat mode equals naive LRU, FIFO and Belady on synthetic_blocks.csv",
     }
 }
 
+TEST_CASE("flat mode reads a Mooncake JSONL as the block CSV made from it, in batches or one by one", "[sim][flat]") {
+    for (const char* name : {"synthetic", "conversation"}) {
+        INFO(name);
+        const std::string csv = traces + "/mooncake/" + name + "_blocks.csv";
+        const std::string jsonl = traces + "/mooncake/" + name + "_trace.jsonl";
+        const auto keys = read_keys(csv);
+        {
+            mooncake_reader requests(jsonl, false);
+            flattened_requests<mooncake_reader> flat(requests);
+            std::vector<std::uint64_t> batched;
+            std::vector<access_record> batch(97);
+            for (std::size_t n; (n = flat.next_batch(batch)) > 0;)
+                for (std::size_t i = 0; i < n; ++i) batched.push_back(batch[i].obj_id);
+            REQUIRE(batched == keys);
+        }
+        mooncake_reader requests(jsonl, false);
+        flattened_requests<mooncake_reader> flat(requests);
+        std::vector<std::uint64_t> one_by_one;
+        for (access_record a; flat.next(a);) one_by_one.push_back(a.obj_id);
+        REQUIRE(one_by_one == keys);
+    }
+}
+
 TEST_CASE("flat mode reproduces libCacheSim's miss counts on the Mooncake traces", "[sim][flat][libcachesim]") {
     // tests/data/libcachesim_miss_counts.csv: written by
     // scripts/reference-miss-ratios.py with libCacheSim 0.3.5 (PyPI).

@@ -245,6 +245,23 @@ public:
         out.obj_size = 1;
         return true;
     }
+    /// As csv_reader::next_batch: 0 only at the end.
+    std::size_t next_batch(std::span<access_record> out) {
+        std::size_t n = 0;
+        while (n < out.size()) {
+            if (i_ == request_.hash_ids.size()) {
+                if (n > 0 || !source_->next(request_)) break;  // an error never takes rows with it
+                i_ = 0;
+                continue;
+            }
+            const std::size_t take = std::min(out.size() - n, request_.hash_ids.size() - i_);
+            for (std::size_t k = 0; k < take; ++k)
+                out[n + k] = {request_.timestamp_ms, request_.hash_ids[i_ + k], 1};
+            n += take;
+            i_ += take;
+        }
+        return n;
+    }
 
 private:
     RequestSource* source_;
