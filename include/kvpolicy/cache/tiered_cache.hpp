@@ -340,23 +340,32 @@ public:
                 throw usage_error("complete_transfers: status " + std::to_string(i) + " is " +
                                   std::to_string(static_cast<unsigned>(status[i])) + ", neither done nor failed");
 
-        plan_open_ = false;
-        transfer_report report;
         // Which slots the plan left holding valid data: untouched ones do;
         // a copy's destination does iff it succeeded and read valid sources.
+        // Each tier's slot -> its entry in slot_fates_ is found in O(1), so a
+        // per-layer plan of many thousand copies costs no more than its
+        // length. Allocated before anything changes.
         slot_fates_.clear();
+        slot_fates_.reserve(2 * status.size());
+        fate_index_[0].resize(gpu_.capacity(), no_index);
+        fate_index_[1].resize(cpu_ ? cpu_->capacity() : 0, no_index);
+        plan_open_ = false;
+        transfer_report report;
         auto fate = [&](tier t, block_id b) -> slot_fate* {
-            for (slot_fate& f : slot_fates_)
-                if (f.where == t && f.slot == b) return &f;
-            return nullptr;
+            const std::uint32_t i = fate_index_[t == tier::cpu][b.value];
+            return i == no_index ? nullptr : &slot_fates_[i];
         };
         auto valid = [&](tier t, block_id b) {
             const slot_fate* f = fate(t, b);
             return f == nullptr || f->valid;
         };
         auto set = [&](tier t, block_id b, bool ok, std::uint64_t key, session_id by) {
-            if (slot_fate* f = fate(t, b)) *f = {t, b, ok, key, by};
-            else slot_fates_.push_back({t, b, ok, key, by});
+            if (slot_fate* f = fate(t, b)) {
+                *f = {t, b, ok, key, by};
+            } else {
+                fate_index_[t == tier::cpu][b.value] = static_cast<std::uint32_t>(slot_fates_.size());
+                slot_fates_.push_back({t, b, ok, key, by});
+            }
         };
         for (std::size_t i = 0; i < status.size(); ++i) {
             const block_transfer& op = plan_.transfers[i];
@@ -368,6 +377,7 @@ public:
             report.failed += ok ? 0 : 1;
         }
         metrics_.failed_transfers += report.failed;
+        for (const slot_fate& f : slot_fates_) fate_index_[f.where == tier::cpu][f.slot.value] = no_index;
         for (const slot_fate& f : slot_fates_) {
             if (f.valid) continue;
             if (f.where == tier::cpu) {
@@ -888,6 +898,7 @@ private:
     std::uint64_t steps_ended_ = 0;
     bool plan_open_ = false;                     // ended, not yet reported
     std::vector<slot_fate> slot_fates_;          // scratch for complete_transfers
+    std::vector<std::uint32_t> fate_index_[2];   // [gpu, cpu][slot] -> slot_fates_ index or no_index (scratch)
     std::vector<std::uint8_t> filled_;           // [gpu capacity] filled in the open step
     std::vector<std::uint32_t> filled_this_step_;
     std::vector<std::uint32_t> deferred_releases_;  // releases of filled items, done at end_step
