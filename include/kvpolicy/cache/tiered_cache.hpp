@@ -191,7 +191,12 @@ public:
         return items_per_block_ == 1 ? hash : mix64(hash + 0x9e3779b97f4a7c15ULL * (std::uint64_t{layer} + 1));
     }
 
-    /// Where an item is now.
+    /// Where an item is now: `in_gpu`, `in_cpu`, or `free` when the cache
+    /// holds no copy of it. The cache keeps no record of keys it no longer
+    /// holds (that would grow without bound), so an item it dropped also
+    /// reads `free` here: a drop is reported once, when it happens, in the
+    /// step's `swap_plan::drops` or `transfer_report::drops`, with the token
+    /// range to recompute.
     [[nodiscard]] item_state where(block_hash hash, std::uint32_t layer = 0) const {
         std::scoped_lock lock(mutex_);
         return where_unlocked(item_key(hash, layer));
