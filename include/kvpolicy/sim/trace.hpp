@@ -310,7 +310,7 @@ struct repeated_field {
 };
 
 // Up to 19 decimal digits (never overflows); false if none, or more.
-inline bool fast_uint(const char*& p, const char* end, std::uint64_t& v) noexcept {
+inline bool bounded_uint(const char*& p, const char* end, std::uint64_t& v) noexcept {
     const char* start = p;
     v = 0;
     while (p < end && static_cast<unsigned char>(*p - '0') < 10) v = v * 10 + static_cast<std::uint64_t>(*p++ - '0');
@@ -333,7 +333,7 @@ bool parse_id_array(cursor& c, std::vector<std::uint64_t>& ids) {
         c.skip_ws();
         bool digits = false;
         if constexpr (Terminated) digits = sentinel_uint(c.p, v);
-        else digits = fast_uint(c.p, c.end, v);
+        else digits = bounded_uint(c.p, c.end, v);
         if (!digits) break;
         if (n == ids.size()) ids.resize(2 * n);
         ids[n++] = v;
@@ -414,8 +414,8 @@ inline const char* parse_csv_row(std::string_view line, access_record& out) noex
     // what it may and names what is wrong.
     const char* p = line.data();
     const char* const end = p + line.size();
-    if (detail::fast_uint(p, end, out.time) && p < end && *p++ == ',' && detail::fast_uint(p, end, out.obj_id) &&
-        p < end && *p++ == ',' && detail::fast_uint(p, end, out.obj_size) && p == end)
+    if (detail::bounded_uint(p, end, out.time) && p < end && *p++ == ',' && detail::bounded_uint(p, end, out.obj_id) &&
+        p < end && *p++ == ',' && detail::bounded_uint(p, end, out.obj_size) && p == end)
         return nullptr;
     detail::cursor c{line.data(), line.data() + line.size()};
     if (!c.uint(out.time) || !c.eat(',') || !c.uint(out.obj_id) || !c.eat(',') || !c.uint(out.obj_size))
