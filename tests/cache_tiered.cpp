@@ -11,39 +11,21 @@
 #include <kvpolicy/eviction/fifo.hpp>
 #include <kvpolicy/eviction/lru.hpp>
 
-#include <cstring>
-
-#include <map>
 #include <random>
-#include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
-#include "support/fault_injecting_engine.hpp"
-#include "support/reference_cache.hpp"
+#include "support/cache_snapshot.hpp"
+#include "support/differential_driver.hpp"
 
 using namespace kvpolicy;
-using kvpolicy::testing::fault_injecting_engine;
+using kvpolicy::testing::cache_snapshot;
 using kvpolicy::testing::ref_rule;
-using kvpolicy::testing::reference_cache;
 
 namespace {
 
 std::vector<block_hash> chain(std::initializer_list<block_hash> h) { return h; }
-
-// Everything observable, for "unchanged by a failed call" checks.
-template <class Cache>
-std::string snapshot(const Cache& c, const std::vector<block_hash>& universe, const std::vector<session_id>& sessions) {
-    std::string s;
-    for (block_hash h : universe) s += std::string(to_string(c.where(h))) + ",";
-    for (session_id id : sessions) s += std::to_string(c.held_by(id).size()) + ";";
-    const cache_metrics m = c.metrics();
-    s += std::to_string(m.requests) + "/" + std::to_string(m.gpu.evictions) + "/" + std::to_string(m.gpu.used);
-    s += "/" + std::to_string(c.gpu().num_free_blocks()) + "/" + std::to_string(c.gpu().num_evictable_blocks());
-    return s;
-}
-
-std::uint64_t content_of(std::uint64_t key) { return mix64(key ^ 0xabcdef); }
 
 }  // namespace
 
@@ -123,12 +105,11 @@ TEST_CASE("a full CPU drops its victim and the recovery plan names the tokens", 
 
 TEST_CASE("every error leaves the cache exactly as it was", "[cache][errors]") {
     tiered_cache<lru, lru> cache({.gpu_capacity = 4, .cpu_capacity = 2});
-    const std::vector<block_hash> universe{1, 2, 3, 4, 5, 6, 7, 8, 9};
     const std::vector<session_id> sessions{session_id{1}, session_id{2}};
     REQUIRE_THROWS_WITH(cache.admit(session_id{1}, chain({1})), Catch::Contains("begin_step() first"));
     cache.begin_step();
     cache.admit(session_id{1}, chain({1, 2, 3}));
-    const std::string before = snapshot(cache, universe, sessions);
+    const std::string before = cache_snapshot(cache, sessions);
 
     SECTION("more blocks than free or evictable") {
         REQUIRE_THROWS_AS(cache.admit(session_id{2}, chain({4, 5})), capacity_error);
@@ -144,10 +125,10 @@ TEST_CASE("every error leaves the cache exactly as it was", "[cache][errors]") {
     SECTION("double release and release of an unknown block") {
         (void)cache.end_step();
         cache.release(session_id{1});
-        const std::string after_release = snapshot(cache, universe, sessions);
+        const std::string after_release = cache_snapshot(cache, sessions);
         REQUIRE_THROWS_WITH(cache.release(session_id{1}), Catch::Contains("released twice"));
         REQUIRE_THROWS_AS(cache.release(session_id{2}, block_id{0}), usage_error);
-        REQUIRE(snapshot(cache, universe, sessions) == after_release);
+        REQUIRE(cache_snapshot(cache, sessions) == after_release);
         cache.begin_step();
         return;
     }
@@ -161,7 +142,7 @@ TEST_CASE("every error leaves the cache exactly as it was", "[cache][errors]") {
     SECTION("steps out of order") {
         REQUIRE_THROWS_WITH(cache.begin_step(), Catch::Contains("already open"));
     }
-    REQUIRE(snapshot(cache, universe, sessions) == before);
+    REQUIRE(cache_snapshot(cache, sessions) == before);
     REQUIRE(cache.check_invariants().empty());
 }
 
@@ -197,173 +178,44 @@ TEST_CASE("a held or pinned block is never a victim; a shared prefix only when n
 
 namespace {
 
-struct composition {
-    const char* name;
-    ref_rule gpu_rule, cpu_rule;
-    bool inclusive;
+using kvpolicy::testing::composition;
+using kvpolicy::testing::differential_params;
+using kvpolicy::testing::random_choices;
+
+// The differential driver's checks as Catch assertions: FAIL names the
+// check that failed (and throws, so the driver stops there); REQUIRE counts
+// the ones that pass.
+struct catch_checker {
+    void require(bool ok, std::string_view what) {
+        if (!ok) FAIL(std::string(what));
+        REQUIRE(ok);
+    }
 };
 
-// Drives a real cache and the reference with the same random steps; checks
-// decisions, residency, invariants and the bytes in the arenas. With
-// `fail_rate` > 0, copies fail at random (scribbling over their output) and
-// requests are now and then cancelled while their copies are in flight; the
-// completion reports must match the reference's, and every cached item must
-// still have its bytes.
+// Drives a real cache and the reference with the same random steps
+// (tests/support/differential_driver.hpp; fuzz/cache_ops.cpp drives the same
+// code from fuzz bytes). With `fail_rate` > 0, copies fail at random
+// (scribbling over their output) and requests are now and then cancelled
+// while their copies are in flight.
 template <class Cache>
 cache_metrics run_differential(const composition& comp, std::uint64_t seed, std::size_t steps, double fail_rate = 0.0) {
     INFO("composition " << comp.name << " seed " << seed << " fail rate " << fail_rate);
-    std::mt19937_64 rng(seed);
-    const std::size_t gpu_cap = 8 + rng() % 24;
-    const bool no_cpu = rng() % 3 == 0 && fail_rate == 0;  // faults need copies to fail
-    const std::size_t cpu_cap = no_cpu ? 0 : 4 + rng() % 24;
-    Cache cache({.gpu_capacity = gpu_cap, .cpu_capacity = cpu_cap, .block_size = 16, .item_bytes = 64,
-                 .inclusive = comp.inclusive});
-    reference_cache ref(gpu_cap, cpu_cap, comp.gpu_rule, comp.cpu_rule, comp.inclusive);
-    block_arena gpu_bytes(gpu_cap, 64), cpu_bytes(std::max<std::size_t>(cpu_cap, 1), 64);
-    fault_injecting_engine engine(gpu_bytes, cpu_bytes, fail_rate, seed);
-    std::vector<transfer_status> status;
-
-    // Sessions grow chains; a shared system prompt (keys 1..3) starts some.
-    constexpr std::size_t n_sessions = 6;
-    std::vector<std::vector<block_hash>> chains(n_sessions);
-    std::vector<bool> busy(n_sessions, false);
-    std::uint64_t next_key = 100;
-    std::vector<block_hash> universe{1, 2, 3};  // every key ever used
-    for (std::size_t s = 0; s < n_sessions; ++s)
-        if (rng() % 2) chains[s] = {1, 2, 3};
-
-    auto read = [](block_arena& a, block_id b) {
-        std::uint64_t v;
-        std::memcpy(&v, a.block(b).data(), sizeof v);
-        return v;
-    };
-    auto write = [](block_arena& a, block_id b, std::uint64_t v) { std::memcpy(a.block(b).data(), &v, sizeof v); };
-
-    for (std::size_t step = 0; step < steps; ++step) {
-        cache.clock().advance(1);
-        cache.begin_step();
-        ref.begin_step();
-        std::vector<std::pair<std::vector<block_hash>, std::size_t>> computed;  // chain, run
-        std::vector<std::size_t> computed_session;
-        const std::size_t admits = 1 + rng() % 3;
-        for (std::size_t r = 0; r < admits; ++r) {
-            const std::size_t s = rng() % n_sessions;
-            if (busy[s]) continue;
-            if (chains[s].size() > gpu_cap / 2) chains[s].resize(rng() % 2 ? 3 : 0);  // a new conversation
-            const std::size_t grow = rng() % 3;
-            for (std::size_t g = 0; g < grow; ++g) {
-                chains[s].push_back(next_key);
-                universe.push_back(next_key++);
-            }
-            if (chains[s].empty()) continue;
-            // Sometimes a request reads only a prefix (a branch point).
-            std::vector<block_hash> req(chains[s].begin(),
-                                        chains[s].begin() + static_cast<std::ptrdiff_t>(1 + rng() % chains[s].size()));
-            const std::string before = snapshot(cache, {1, 2, 3}, {});
-            bool ref_refused = false;
-            std::pair<reference_cache::match_t, std::size_t> expected;
-            try {
-                expected = ref.admit(s, req);
-            } catch (const std::length_error&) {
-                ref_refused = true;
-            }
-            if (ref_refused) {
-                REQUIRE_THROWS_AS(cache.admit(session_id{s}, req), capacity_error);
-                REQUIRE(snapshot(cache, {1, 2, 3}, {}) == before);
-                continue;
-            }
-            const admission got = cache.admit(session_id{s}, req);
-            REQUIRE(got.match.run == expected.first.run);
-            REQUIRE(got.match.gpu_blocks == expected.first.gpu);
-            REQUIRE(got.match.cpu_blocks == expected.first.cpu);
-            REQUIRE(got.gpu_evictions == expected.second);
-            busy[s] = true;
-            computed.emplace_back(req, got.match.run);
-            computed_session.push_back(s);
-        }
-        const swap_plan& plan = cache.end_step();
-        std::vector<std::uint64_t> drops;
-        for (const dropped_item& d : plan.drops) drops.push_back(d.key);
-        REQUIRE(drops == ref.drops);
-        const std::size_t failed = execute_plan(plan, engine, status);
-        if (fail_rate == 0) REQUIRE(failed == 0);
-        // Now and then a request is cancelled while its copies are in flight
-        // (one whose new items nobody else holds: nobody else computes them).
-        std::vector<bool> cancelled(n_sessions, false);
-        if (fail_rate > 0 && rng() % 4 == 0 && !computed.empty()) {
-            const std::size_t pick = rng() % computed.size();
-            const auto& [req, run] = computed[pick];
-            const std::size_t s = computed_session[pick];
-            bool alone = true;
-            for (std::size_t i = run; i < req.size(); ++i) alone = alone && cache.gpu().ref_count(*cache.gpu().cached_block(req[i])) == 1;
-            if (alone) {
-                cache.free_session(session_id{s}, /*forget_blocks=*/true);
-                ref.forget(s);
-                busy[s] = false;
-                cancelled[pick] = true;
-            }
-        }
-        std::vector<bool> failed_ops(status.size());
-        for (std::size_t i = 0; i < status.size(); ++i) failed_ops[i] = status[i] == transfer_status::failed;
-        const transfer_report report = cache.complete_transfers(plan, status);
-        const reference_cache::completion expected_loss = ref.complete(failed_ops);
-        std::vector<std::uint64_t> lost;
-        for (const dropped_item& d : report.drops) lost.push_back(d.key);
-        std::sort(lost.begin(), lost.end());
-        REQUIRE(lost == expected_loss.drops);
-        std::vector<std::pair<std::uint64_t, std::uint64_t>> recompute;
-        for (const recompute_item& r : report.recompute) recompute.emplace_back(r.key, r.session.value);
-        std::sort(recompute.begin(), recompute.end());
-        REQUIRE(recompute == expected_loss.recompute);
-        if (failed == 0) REQUIRE(report.clean());
-        // The forward pass: the miss tails (of the requests not cancelled)
-        // and the failed swap-ins are computed into their GPU slots.
-        for (std::size_t r = 0; r < computed.size(); ++r)
-            if (!cancelled[r])
-                for (std::size_t i = computed[r].second; i < computed[r].first.size(); ++i) {
-                    const block_hash h = computed[r].first[i];
-                    write(gpu_bytes, *cache.gpu().cached_block(h), content_of(h));
-                }
-        for (const recompute_item& r : report.recompute) write(gpu_bytes, r.block, content_of(r.key));
-        // Residency and data: the same number cached per tier, and every key
-        // the reference caches is cached in the same tier with its bytes.
-        REQUIRE(cache.gpu().num_cached_blocks() == ref.gpu.size());
-        REQUIRE((cache.has_cpu_tier() ? cache.cpu().num_cached_blocks() : 0) == ref.cpu.size());
-        for (const auto& [h, e] : ref.gpu) {
-            const auto g = cache.gpu().cached_block(h);
-            REQUIRE(g.has_value());
-            REQUIRE(read(gpu_bytes, *g) == content_of(h));
-        }
-        for (const auto& [h, e] : ref.cpu) {
-            const auto c = cache.cpu().cached_block(h);
-            REQUIRE(c.has_value());
-            REQUIRE(read(cpu_bytes, *c) == content_of(h));
-        }
-        REQUIRE(cache.check_invariants().empty());
-        // Finish some requests; pin or unpin now and then.
-        for (std::size_t s = 0; s < n_sessions; ++s)
-            if (busy[s] && rng() % 2) {
-                cache.release(session_id{s});
-                ref.release(s);
-                busy[s] = false;
-            }
-        if (rng() % 10 == 0) {
-            const block_hash h = universe[rng() % universe.size()];
-            if (ref.gpu.contains(h)) {
-                if (ref.gpu.at(h).pinned) {
-                    cache.unpin(h);
-                    ref.unpin(h);
-                } else {
-                    cache.pin(h);
-                    ref.pin(h);
-                }
-            }
-        }
-    }
-    const cache_metrics m = cache.metrics();
+    random_choices choices(seed);
+    const std::size_t gpu_cap = 8 + choices.choose(24);
+    const bool no_cpu = choices.choose(3) == 0 && fail_rate == 0;  // faults need copies to fail
+    const std::size_t cpu_cap = no_cpu ? 0 : 4 + choices.choose(24);
+    catch_checker check;
+    const differential_params params{.gpu_capacity = gpu_cap,
+                                     .cpu_capacity = cpu_cap,
+                                     .steps = steps,
+                                     .fail_rate = fail_rate,
+                                     .seed = seed,
+                                     .cancellations = fail_rate > 0};
+    const cache_metrics m = kvpolicy::testing::run_differential<Cache>(comp, params, choices, check);
+    // The run exercised what it is meant to: most steps admitted, and the
+    // GPU tier was full often enough to evict.
     REQUIRE(m.requests > steps / 2);
     REQUIRE(m.gpu.evictions > 0);
-    REQUIRE(m.failed_transfers >= engine.failures);
     return m;
 }
 
