@@ -3,7 +3,8 @@
 # everything is already there. Run as root (or with sudo available).
 set -euo pipefail
 
-packages=(cmake g++ make catch2 librange-v3-dev zlib1g-dev libcli11-dev gnuplot-nox pkg-config python3-venv)
+# clang-14 and libclang-rt-14-dev: the libFuzzer harnesses (scripts/fuzz.sh).
+packages=(cmake g++ make catch2 librange-v3-dev zlib1g-dev libcli11-dev gnuplot-nox pkg-config python3-venv clang-14 libclang-rt-14-dev)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -3,7 +3,8 @@
 # as errors under ASan + UBSan (precondition checks on), and run the whole
 # suite through CTest: unit and differential tests, header self-containment,
 # must-not-compile cases, and the CUDA programs (compiled where nvcc is,
-# reported as skipped where no GPU is); then the thread tests under TSan.
+# reported as skipped where no GPU is); then the thread tests under TSan,
+# and each fuzz harness for a minute (scripts/fuzz.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/install-deps.sh
@@ -18,6 +19,10 @@ ctest --preset asan -j "$jobs"
 cmake --preset tsan
 cmake --build --preset tsan -j "$jobs" --target cache_threads
 ctest --preset tsan -L threads -j "$jobs"
+# The libFuzzer harnesses (fuzz/), each for FUZZ_SECONDS (default 60) from
+# the committed corpus; the asan suite above already replayed that corpus and
+# every crash reproducer.
+scripts/fuzz.sh
 # The Release build of the examples, tools and benchmarks: optimisation-only
 # warnings (-O2 inlining) are errors too.
 cmake --preset release

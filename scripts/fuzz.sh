@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer harnesses (fuzz/; the `fuzz` preset: clang-14, ASan +
+# UBSan) and runs each for a bounded time, one after the other:
+#
+#   scripts/fuzz.sh [SECONDS]     # or FUZZ_SECONDS=SECONDS; default 60 each
+#
+# Each harness starts from its committed seed corpus and regressions
+# (fuzz/corpus/<harness>/, fuzz/regressions/<harness>/: read only) plus a
+# working corpus in build/fuzz/corpus/<harness>/, where new inputs go and
+# which later runs start from. Crash, leak and timeout reproducers go to
+# build/fuzz/artifacts/<harness>/, logs to build/fuzz/logs/. Prints one line
+# per harness (executions, exec/s, corpus, coverage) and exits non-zero if
+# any harness failed, naming the reproducer: copy it to
+# fuzz/regressions/<harness>/ once the bug is fixed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/install-deps.sh
+
+seconds=${1:-${FUZZ_SECONDS:-60}}
+harnesses=(trace_parsers cache_ops select_victims)
+jobs=$(nproc 2>/dev/null || echo 2)
+start=$(date +%s)
+
+cmake --preset fuzz >/dev/null
+cmake --build --preset fuzz -j "$jobs"
+built=$(date +%s)
+
+out=build/fuzz
+mkdir -p "$out/logs"
+failed=0
+summary=()
+for h in "${harnesses[@]}"; do
+    mkdir -p "$out/corpus/$h" "$out/artifacts/$h"
+    log="$out/logs/$h.log"
+    rc=0
+    # -timeout: one input may take this long (the slowest take well under a
+    # second); -rss_limit_mb: far above the ~500 MB they use.
+    "$out/fuzz/fuzz_$h" \
+        -max_total_time="$seconds" -print_final_stats=1 -timeout=30 -rss_limit_mb=4096 \
+        -artifact_prefix="$out/artifacts/$h/" \
+        "$out/corpus/$h" "fuzz/corpus/$h" "fuzz/regressions/$h" >"$log" 2>&1 || rc=$?
+    final_stat() { sed -n "s/^stat::$1: *//p" "$log" | tail -1; }
+    final=$(grep -E '^#[0-9]+ +(DONE|NEW|REDUCE|pulse|INITED)' "$log" | tail -1 || true)
+    cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$final")
+    ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$final")
+    corp=$(sed -n 's/.* corp: \([0-9]*\/[0-9a-zA-Z]*\).*/\1/p' <<<"$final")
+    line=$(printf 'fuzz: %-15s %10s executions  %7s exec/s  corpus %s  coverage %s edges, %s features' \
+        "$h" "$(final_stat number_of_executed_units)" "$(final_stat average_exec_per_sec)" "${corp:-?}" "${cov:-?}" "${ft:-?}")
+    if [ "$rc" -ne 0 ]; then
+        failed=1
+        reproducer=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -1)
+        line="$line  FAILED (exit $rc): reproducer ${reproducer:-none written}; log $log"
+        echo "---- $h: the end of $log" >&2
+        tail -n 40 "$log" >&2
+    fi
+    echo "$line"
+    summary+=("$line")
+done
+
+echo "fuzz.sh: ${seconds} s per harness; build $(( built - start )) s, total $(( $(date +%s) - start )) s"
+printf '%s\n' "${summary[@]}"
+exit "$failed"
