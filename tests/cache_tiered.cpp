@@ -176,6 +176,52 @@ TEST_CASE("a held or pinned block is never a victim; a shared prefix only when n
     REQUIRE(cache.check_invariants().empty());
 }
 
+TEST_CASE("inclusive: the stale CPU copy of a block being recomputed is not reported dropped when it makes room",
+          "[cache][inclusive]") {
+    // Found by fuzz/cache_ops.cpp. A request whose prefix misses at A
+    // recomputes its tail B on the GPU although B still has a CPU copy
+    // (inclusive tiers keep it). If making room for the request evicts that
+    // copy, nothing is lost: B is on the GPU by the end of the admit. It used
+    // to be reported dropped (a recovery range for tokens being computed in
+    // this very step, and a dropped item counted).
+    tiered_cache<lru, lru> cache({.gpu_capacity = 2, .cpu_capacity = 2, .block_size = 16, .inclusive = true});
+    const block_hash a = 1, b = 2, c = 3, d = 4, e = 5;
+    cache.begin_step();
+    cache.admit(session_id{1}, chain({a, b}));
+    (void)cache.end_step();
+    cache.release(session_id{1});  // tail first: b is the GPU's LRU item, then a
+    cache.begin_step();
+    cache.admit(session_id{2}, chain({c, d}));  // victims b, a: both sheltered in the CPU
+    const swap_plan& sheltered = cache.end_step();
+    REQUIRE(sheltered.swap_outs() == 2);
+    const std::vector<transfer_status> a_lost{transfer_status::done, transfer_status::failed};
+    REQUIRE(cache.complete_transfers(sheltered, a_lost).drops.size() == 1);  // a's copy never arrived
+    REQUIRE(cache.where(a) == item_state::free);
+    REQUIRE(cache.where(b) == item_state::in_cpu);
+    cache.release(session_id{2});  // d, then c
+    cache.begin_step();
+    cache.admit(session_id{3}, chain({e}));  // victim d fills the CPU: {b, d}
+    (void)cache.end_step();
+    cache.release(session_id{3});
+    const std::uint64_t dropped_before = cache.metrics().dropped_items;
+
+    cache.begin_step();
+    // a misses, so b is recomputed; the GPU victims c and e need the whole
+    // CPU, whose victims are b's stale copy (the older) and d.
+    const admission r = cache.admit(session_id{4}, chain({a, b}));
+    REQUIRE(r.match == prefix_match{0, 0, 0});
+    REQUIRE(r.gpu_evictions == 2);
+    const swap_plan& plan = cache.end_step();
+    REQUIRE(plan.drops.size() == 1);
+    REQUIRE(plan.drops[0].key == d);
+    REQUIRE(plan.recovery == std::vector<recovery_range>{{session_id{2}, 16, 32}});  // d's tokens, not b's
+    REQUIRE(cache.metrics().dropped_items == dropped_before + 1);
+    REQUIRE(cache.where(b) == item_state::in_gpu);
+    REQUIRE(cache.where(c) == item_state::in_cpu);
+    REQUIRE(cache.where(e) == item_state::in_cpu);
+    REQUIRE(cache.check_invariants().empty());
+}
+
 namespace {
 
 using kvpolicy::testing::composition;

@@ -8,8 +8,9 @@
 //   free GPU slots go to CPU hits first; with the GPU full each remaining
 //   CPU hit is exchanged with a victim (the oldest victims first), the other
 //   victims are sheltered at the CPU's most-recent end, the CPU evicting its
-//   own victims (dropped) when it has no room, the newest victims pushing
-//   the oldest out when even that is not enough;
+//   own victims (dropped, unless inclusive and the item is on the GPU or is
+//   one the request recomputes) when it has no room, the newest victims
+//   pushing the oldest out when even that is not enough;
 // - a finished request's holds are released tail first (reverse block order);
 // - failed copies (complete): a copy's output is lost if it failed or read a
 //   lost output; an item whose last copy's output is lost and that is still
@@ -249,7 +250,10 @@ struct reference_cache {
                 const auto k = cpu_victim();
                 if (!k) break;
                 cpu.erase(*k);
-                if (!(inclusive && gpu.contains(*k))) drops.push_back(*k);
+                // Inclusive: a copy of an item on the GPU, or about to be
+                // recomputed there, is no loss.
+                const bool on_gpu = gpu.contains(*k) || std::find(fresh.begin(), fresh.end(), *k) != fresh.end();
+                if (!(inclusive && on_gpu)) drops.push_back(*k);
                 ++room;
             }
         }

@@ -480,9 +480,11 @@ public:
         // 1. Hold what is on the GPU (prefix and tail), so making room cannot
         //    take it, and take this request's CPU items out of candidacy:
         //    prefix items will be swapped in; tail items are recomputed, so an
-        //    exclusive tier frees their stale copies now.
+        //    exclusive tier frees their stale copies now (an inclusive one
+        //    keeps them as the copies of the items about to be recomputed).
         swap_ins_pending_.clear();
         new_items_.clear();
+        recomputed_copies_.clear();
         for (std::size_t i = 0; i < hashes.size(); ++i) {
             const bool in_run = i < match.run;
             if (!in_run && dropped_keys_.erase(hashes[i])) {
@@ -515,11 +517,15 @@ public:
                 if (c && !config_.inclusive) {
                     cpu_->unstore(*c);
                     cpu_->free_slot(*c);
+                } else if (c) {
+                    recomputed_copies_.push_back(key);
                 }
                 const std::uint64_t parent = i == 0 ? no_parent : hashes[i - 1];
                 new_items_.push_back({key, {parent, session, chunk_index{static_cast<std::uint32_t>(i)}, layer_index{l}}, ictx, pos});
             }
         }
+
+        std::sort(recomputed_copies_.begin(), recomputed_copies_.end());
 
         // 2. Make room. Free GPU slots go first to swap-ins; with the GPU
         //    full, each remaining swap-in is paired with a GPU victim in an
@@ -809,10 +815,13 @@ private:
                 const std::size_t got = cpu_->pop_victims(cpu_victims_, now);
                 metrics_.cpu.evictions += got;
                 for (std::size_t i = 0; i < got; ++i) {
-                    // Inclusive: a CPU copy of an item still on the GPU is
-                    // not a loss; the GPU item just has no copy any more.
+                    // Inclusive: a CPU copy of an item still on the GPU, or
+                    // of one this admit recomputes there, is not a loss; the
+                    // GPU item just has no copy any more.
                     const std::uint64_t key = cpu_->key(cpu_victims_[i]);
-                    if (!(config_.inclusive && gpu_.cached_block(key))) drop(key, cpu_->meta(cpu_victims_[i]));
+                    const bool on_gpu = gpu_.cached_block(key) ||
+                                        std::binary_search(recomputed_copies_.begin(), recomputed_copies_.end(), key);
+                    if (!(config_.inclusive && on_gpu)) drop(key, cpu_->meta(cpu_victims_[i]));
                     cpu_->free_slot(cpu_victims_[i]);
                 }
                 cpu_room += got;
@@ -914,6 +923,7 @@ private:
     std::vector<block_id> cpu_victims_;          // scratch
     std::vector<pending_swap_in> swap_ins_pending_;  // scratch
     std::vector<new_item> new_items_;               // scratch
+    std::vector<std::uint64_t> recomputed_copies_;  // scratch: inclusive CPU copies of new items, sorted
     std::vector<block_hash> chain_scratch_;
     std::span<const timestamp> next_use_;  // of the admit in progress
 };
