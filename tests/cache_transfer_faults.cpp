@@ -169,6 +169,55 @@ TEST_CASE("a copy that reads a failed copy's output is lost too, whatever its st
     REQUIRE(cache.check_invariants().empty());
 }
 
+TEST_CASE("inclusive: an item is dropped once, and only when no copy of it is left", "[cache][faults][inclusive]") {
+    // Found by fuzz/cache_ops.cpp. In one step, victim 4 is swapped out
+    // (op 0) and, requested again, swapped back in from that CPU slot (op 2,
+    // after victim 1 made room, op 1). Inclusive tiers then hold two copies
+    // of 4.
+    // Chains unchecked, so that 4 can be asked for without its parent 1.
+    cache_t cache({.gpu_capacity = 2, .cpu_capacity = 2, .block_size = 16, .inclusive = true, .verify_chain = false});
+    cache.begin_step();
+    cache.admit(session_id{1}, std::vector<block_hash>{1, 4});
+    (void)cache.end_step();
+    cache.release(session_id{1});  // tail first: 4 is the LRU item
+    cache.begin_step();
+    cache.admit(session_id{2}, std::vector<block_hash>{2});  // victim 4, swapped out
+    cache.admit(session_id{3}, std::vector<block_hash>{4});  // a CPU hit: swapped back in, victim 1
+    const swap_plan& plan = cache.end_step();
+    REQUIRE(plan.swap_outs() == 2);
+    REQUIRE(plan.swap_ins() == 1);
+    REQUIRE(plan.transfers[2].src == plan.transfers[0].dst);
+    const std::uint64_t dropped_before = cache.metrics().dropped_items;
+
+    SECTION("both copies lost, the request holds it: recomputed, not dropped") {
+        const transfer_report r = cache.complete_transfers(plan, std::vector<transfer_status>{failed, done, done});
+        REQUIRE(r.failed == 2);
+        REQUIRE(r.drops.empty());  // the bad CPU copy goes; the item stays, to be recomputed on the GPU
+        REQUIRE(r.recompute.size() == 1);
+        REQUIRE(r.recompute[0].key == 4);
+        REQUIRE(r.recompute[0].session == session_id{3});
+        REQUIRE(cache.where(4) == item_state::in_gpu);
+        REQUIRE_FALSE(cache.cpu().cached_block(4).has_value());
+    }
+    SECTION("both copies lost, the request cancelled: dropped once") {
+        cache.free_session(session_id{3});
+        const transfer_report r = cache.complete_transfers(plan, std::vector<transfer_status>{failed, done, done});
+        REQUIRE(r.drops == std::vector<dropped_item>{{4, session_id{1}, chunk_index{1}, layer_index{0}}});
+        REQUIRE(r.recovery == std::vector<recovery_range>{{session_id{1}, 16, 32}});
+        REQUIRE(cache.metrics().dropped_items == dropped_before + 1);
+        REQUIRE(cache.where(4) == item_state::free);
+    }
+    SECTION("the GPU copy lost, the request cancelled, the CPU copy good: not dropped") {
+        cache.free_session(session_id{3});
+        const transfer_report r = cache.complete_transfers(plan, std::vector<transfer_status>{done, done, failed});
+        REQUIRE(r.failed == 1);
+        REQUIRE(r.drops.empty());
+        REQUIRE(cache.metrics().dropped_items == dropped_before);
+        REQUIRE(cache.where(4) == item_state::in_cpu);
+    }
+    REQUIRE(cache.check_invariants().empty());
+}
+
 TEST_CASE("complete_transfers validates first: a refused report changes nothing", "[cache][faults][errors]") {
     cache_t cache({.gpu_capacity = 2, .cpu_capacity = 2, .block_size = 16});
     one_swap_out(cache);

@@ -15,8 +15,9 @@
 // - failed copies (complete): a copy's output is lost if it failed or read a
 //   lost output; an item whose last copy's output is lost and that is still
 //   in that tier: CPU -> dropped; GPU -> recompute if held (owned by the
-//   requester), else dropped; an exchange loses both halves. Tracked by key:
-//   (tier, key) rather than slots.
+//   requester), else dropped; an exchange loses both halves; an item is
+//   reported dropped once, and only if no copy of it is left. Tracked by
+//   key: (tier, key) rather than slots.
 #pragma once
 
 #include <algorithm>
@@ -149,7 +150,10 @@ struct reference_cache {
                 gpu_owner[k] = holders.contains(r) ? r : *holders.begin();
             }
         }
+        // An item is dropped once, and only if no copy of it is left.
+        std::erase_if(c.drops, [&](std::uint64_t k) { return gpu.contains(k) || cpu.contains(k); });
         std::sort(c.drops.begin(), c.drops.end());
+        c.drops.erase(std::unique(c.drops.begin(), c.drops.end()), c.drops.end());
         std::sort(c.recompute.begin(), c.recompute.end());
         return c;
     }

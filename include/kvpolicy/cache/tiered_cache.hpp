@@ -38,8 +38,10 @@
 //   hit treated as a failed swap-in), since a two-way copy that failed may
 //   have half-written either side.
 // An inclusive CPU copy read by a failed swap-in is left as it was (a read
-// does not change its source). A plan not reported by the next begin_step
-// counts as all done.
+// does not change its source). An item is reported dropped once, and only if
+// no copy of it is left: with inclusive tiers, a lost copy whose other copy
+// is good, or whose GPU copy stays held for recompute, goes without a report.
+// A plan not reported by the next begin_step counts as all done.
 //
 // Cancelling a request before its forward pass: free_session(s, true). Its
 // holds go, and what it owns that nobody holds (its miss tail, the failed
@@ -352,6 +354,9 @@ public:
         // length. Allocated before anything changes.
         slot_fates_.clear();
         slot_fates_.reserve(2 * status.size());
+        lost_copies_.clear();
+        lost_copies_.reserve(2 * status.size());
+        lost_order_.reserve(2 * status.size());
         fate_index_[0].resize(gpu_.capacity(), no_index);
         fate_index_[1].resize(cpu_ ? cpu_->capacity() : 0, no_index);
         plan_open_ = false;
@@ -388,14 +393,14 @@ public:
             if (f.where == tier::cpu) {
                 if (!cpu_ || cpu_->state(f.slot) != block_pool<CpuPolicy>::slot_state::cached || cpu_->key(f.slot) != f.key)
                     continue;  // evicted (and reported) or freed since
-                drop_into(report.drops, f.key, cpu_->meta(f.slot));
+                lost_copies_.push_back({f.key, cpu_->meta(f.slot), false});
                 cpu_->unstore(f.slot);
                 cpu_->free_slot(f.slot);
                 continue;
             }
             if (gpu_.state(f.slot) != block_pool<GpuPolicy>::slot_state::cached || gpu_.key(f.slot) != f.key) continue;
             if (gpu_.ref_count(f.slot) == 0) {
-                drop_into(report.drops, f.key, gpu_.meta(f.slot));
+                lost_copies_.push_back({f.key, gpu_.meta(f.slot), false});
                 gpu_.unstore(f.slot);
                 gpu_.free_slot(f.slot);
                 continue;
@@ -414,6 +419,19 @@ public:
             gpu_.set_owner(f.slot, requester_holds ? f.requester : report.recompute[first].session);
             ++metrics_.recompute_items;
         }
+        // A lost copy is a lost item only if no copy of it is left (an
+        // inclusive tier's other copy, or a held GPU item being recomputed),
+        // and an item whose two copies were both lost is dropped once: in
+        // plan order, each key reported at its first lost copy.
+        lost_order_.resize(lost_copies_.size());
+        for (std::uint32_t i = 0; i < lost_order_.size(); ++i) lost_order_[i] = i;
+        std::stable_sort(lost_order_.begin(), lost_order_.end(),
+                         [&](std::uint32_t a, std::uint32_t b) { return lost_copies_[a].key < lost_copies_[b].key; });
+        for (std::size_t i = 1; i < lost_order_.size(); ++i)
+            if (lost_copies_[lost_order_[i]].key == lost_copies_[lost_order_[i - 1]].key)
+                lost_copies_[lost_order_[i]].again = true;
+        for (const lost_copy& c : lost_copies_)
+            if (!c.again && where_unlocked(c.key) == item_state::free) drop_into(report.drops, c.key, c.meta);
         // Recovery: the drops by owner (counted as dropped tokens), then
         // the recomputes by holder, merged per session.
         for (const dropped_item& d : report.drops) report.recovery.push_back(chunk_range(d.owner, d.chunk));
@@ -692,6 +710,11 @@ private:
         std::uint64_t key;  // written by the slot's last copy
         session_id requester;
     };
+    struct lost_copy {
+        std::uint64_t key;
+        block_meta meta;
+        bool again;  // the same item's other copy comes first in the plan
+    };
     struct new_item {
         std::uint64_t key;
         block_meta meta;
@@ -912,6 +935,8 @@ private:
     std::uint64_t steps_ended_ = 0;
     bool plan_open_ = false;                     // ended, not yet reported
     std::vector<slot_fate> slot_fates_;          // scratch for complete_transfers
+    std::vector<lost_copy> lost_copies_;         // scratch for complete_transfers, in plan order
+    std::vector<std::uint32_t> lost_order_;      // scratch: lost_copies_ indices by key
     std::vector<std::uint32_t> fate_index_[2];   // [gpu, cpu][slot] -> slot_fates_ index or no_index (scratch)
     std::vector<std::uint8_t> filled_;           // [gpu capacity] filled in the open step
     std::vector<std::uint32_t> filled_this_step_;
