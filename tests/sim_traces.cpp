@@ -64,6 +64,11 @@ TEST_CASE("mooncake lines: each malformation names itself", "[sim][trace][errors
         {R"({"timestamp": 1, "input_length": 1, "output_length": 1, "hash_ids": []} x)", "unexpected characters after the object"},
         {R"({"timestamp": 1 "input_length": 1})", "expected ',' or '}' after \"timestamp\""},
         {R"({timestamp: 1})", "expected a quoted key"},
+        // A key is quoted printable: control bytes as \xHH (a NUL would cut
+        // the message short, an escape sequence would reach the terminal),
+        // at most 40 bytes of it.
+        {std::string("{\"a\0b\x1b[31m\" 1}", 14), R"(expected ':' after "a\x00b\x1b[31m")"},
+        {"{\"" + std::string(50, 'k') + "\": 1 2}", "expected ',' or '}' after \"" + std::string(40, 'k') + "...\""},
     };
     for (const auto& [line, message] : cases) {
         INFO(line);

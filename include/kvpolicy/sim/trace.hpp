@@ -351,6 +351,28 @@ bool parse_id_array(cursor& c, std::vector<std::uint64_t>& ids) {
     return ok;
 }
 
+// A key from the trace as an error message quotes it: in double quotes,
+// control bytes and DEL as \xHH (a NUL would cut the message short where it
+// is read as a C string; an escape sequence would reach the terminal), at
+// most 40 bytes of it.
+inline std::string quoted(std::string_view key) {
+    constexpr std::size_t shown = 40;
+    std::string out = "\"";
+    for (const char ch : key.substr(0, shown)) {
+        const auto b = static_cast<unsigned char>(ch);
+        if (b < 0x20 || b == 0x7f) {
+            constexpr char hex[] = "0123456789abcdef";
+            out += "\\x";
+            out += hex[b >> 4];
+            out += hex[b & 15];
+        } else {
+            out += ch;
+        }
+    }
+    out += key.size() > shown ? "...\"" : "\"";
+    return out;
+}
+
 // `Terminated`: the byte just past `line` is readable and not a digit (a
 // line from line_source: its '\n', '\r' or the buffer's sentinel), so the
 // hash_ids digits are scanned with no end check.
@@ -365,9 +387,9 @@ std::string parse_mooncake_line(std::string_view line, request_record& out) {
         for (;;) {
             std::string_view key;
             if (!c.string(key)) return "expected a quoted key";
-            if (!c.eat(':')) return "expected ':' after \"" + std::string(key) + "\"";
+            if (!c.eat(':')) return "expected ':' after " + quoted(key);
             auto number = [&](std::uint64_t& v, bool& seen) -> std::string {
-                if (!c.uint(v)) return "\"" + std::string(key) + "\" must be a non-negative integer";
+                if (!c.uint(v)) return quoted(key) + " must be a non-negative integer";
                 seen = true;
                 return {};
             };
@@ -382,11 +404,11 @@ std::string parse_mooncake_line(std::string_view line, request_record& out) {
                     return "hash_ids must be an array of integers";
                 seen_ids = true;
             } else if (!c.skip_value()) {
-                return "malformed value for \"" + std::string(key) + "\"";
+                return "malformed value for " + quoted(key);
             }
             if (!err.empty()) return err;
             if (c.eat('}')) break;
-            if (!c.eat(',')) return "expected ',' or '}' after \"" + std::string(key) + "\"";
+            if (!c.eat(',')) return "expected ',' or '}' after " + quoted(key);
         }
     }
     c.skip_ws();
