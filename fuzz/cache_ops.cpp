@@ -160,8 +160,8 @@ private:
         return ctx;
     }
 
-    // The items of `hashes` that are not on the GPU, and whether admit must
-    // refuse them for want of room.
+    // Whether the GPU has room for the items of `hashes` it does not hold:
+    // free slots, and evictable items other than the request's own.
     bool room_for(std::span<const block_hash> hashes) const {
         std::size_t needed = 0, own_evictable = 0;
         for (const block_hash h : hashes)

@@ -40,7 +40,7 @@ for h in "${harnesses[@]}"; do
         -artifact_prefix="$out/artifacts/$h/" \
         "$out/corpus/$h" "fuzz/corpus/$h" "fuzz/regressions/$h" >"$log" 2>&1 || rc=$?
     final_stat() { sed -n "s/^stat::$1: *//p" "$log" | tail -1; }
-    final=$(grep -E '^#[0-9]+ +(DONE|NEW|REDUCE|pulse|INITED)' "$log" | tail -1 || true)
+    final=$(grep -E '^#[0-9]+[[:space:]]+(DONE|NEW|REDUCE|pulse|INITED)' "$log" | tail -1 || true)
     cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$final")
     ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$final")
     corp=$(sed -n 's/.* corp: \([0-9]*\/[0-9a-zA-Z]*\).*/\1/p' <<<"$final")
