@@ -74,6 +74,13 @@ TEST_CASE("mooncake lines: each malformation names itself", "[sim][trace][errors
         INFO(line);
         REQUIRE(parse_error_of(line) == message);
     }
+    // A key whose escape is cut off by the end of the line is no key.
+    REQUIRE(parse_error_of(R"({"abc\)") == "expected a quoted key");
+    // A repeated key: the last one counts, for the id array as for the numbers.
+    request_record r;
+    REQUIRE(parse_mooncake_line(R"({"timestamp": 1, "input_length": 1, "output_length": 1, "hash_ids": [1], "timestamp": 2, "hash_ids": [2, 3]})", r).empty());
+    REQUIRE(r.timestamp_ms == 2);
+    REQUIRE(r.hash_ids == std::vector<std::uint64_t>{2, 3});
 }
 
 TEST_CASE("csv rows: good and bad", "[sim][trace][errors]") {

@@ -216,7 +216,7 @@ struct cursor {
         if (p >= end || *p != '"') return false;
         const char* start = ++p;
         while (p < end && *p != '"') {
-            if (*p == '\\') ++p;
+            if (*p == '\\' && ++p == end) return false;  // an escape cut off by the line's end
             ++p;
         }
         if (p >= end) return false;
@@ -399,6 +399,7 @@ std::string parse_mooncake_line(std::string_view line, request_record& out) {
             else if (key == "output_length") err = number(out.output_length, seen_out);
             else if (key == "session") err = number(out.session, out.has_session);
             else if (key == "hash_ids") {
+                out.hash_ids.clear();  // a repeated key: the last one counts, as for the numbers
                 if (!c.eat('[')) return "hash_ids must be an array of integers";
                 if (!c.eat(']') && !parse_id_array<Terminated>(c, out.hash_ids))
                     return "hash_ids must be an array of integers";
