@@ -4,13 +4,15 @@
 // std::list LRU per tier, the same LRU/exclusive semantics), in the same run
 // on the same request stream. Both must serve the same hits.
 //
-//   build/release/bench/cache_step_bench [steps]
+//   build/release/bench/cache_step_bench [steps] [repeats]
 //
 // Workload: 256 concurrent sessions with 2k-token contexts (16-token blocks:
 // 128 blocks each, a shared 32-block system prompt); every step each session
 // asks for its context plus one new block; 1 in 16 sessions ends each step
 // and a new one starts. GPU tier 100k blocks, CPU tier 1M blocks.
-#include <chrono>
+#include <time.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <list>
@@ -126,31 +128,46 @@ struct straightforward_cache {
 
 int main(int argc, char** argv) {
     const std::size_t steps = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 60;
+    const int repeats = argc > 2 ? std::max(1, std::atoi(argv[2])) : 5;
     const auto stream = make_steps(steps);
     std::uint64_t blocks = 0;
     for (const auto& step : stream)
         for (const auto& r : step) blocks += r.second.size();
 
-    vllm_like_cache cache({.gpu_capacity = gpu_blocks, .cpu_capacity = cpu_blocks, .block_size = 16});
-    auto t0 = std::chrono::steady_clock::now();
-    std::uint64_t hits = 0;
-    for (const auto& step : stream) {
-        cache.clock().advance(1);
-        cache.begin_step();
-        for (const auto& [sid, hashes] : step) hits += cache.admit(session_id{sid}, hashes).match.run;
-        (void)cache.end_step();
-        for (const auto& [sid, hashes] : step) cache.release(session_id{sid});
-    }
-    const double ours = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // Best of `repeats`, the two alternating, each on a fresh cache; thread
+    // CPU time, so a process waiting for a shared core does not look slow.
+    auto cpu_now = [] {
+        timespec t{};
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+        return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+    };
+    double ours = 0, theirs = 0;
+    std::uint64_t hits = 0, base_hits = 0;
+    for (int rep = 0; rep < repeats; ++rep) {
+        vllm_like_cache cache({.gpu_capacity = gpu_blocks, .cpu_capacity = cpu_blocks, .block_size = 16});
+        hits = 0;
+        double t0 = cpu_now();
+        for (const auto& step : stream) {
+            cache.clock().advance(1);
+            cache.begin_step();
+            for (const auto& [sid, hashes] : step) hits += cache.admit(session_id{sid}, hashes).match.run;
+            (void)cache.end_step();
+            for (const auto& [sid, hashes] : step) cache.release(session_id{sid});
+        }
+        const double mine = cpu_now() - t0;
 
-    straightforward_cache base;
-    std::vector<std::vector<block_hash>> held(batch);
-    t0 = std::chrono::steady_clock::now();
-    for (const auto& step : stream) {
-        for (std::size_t i = 0; i < step.size(); ++i) base.admit(step[i].second, held[i]);
-        for (std::size_t i = 0; i < step.size(); ++i) base.release(held[i]);
+        straightforward_cache base;
+        std::vector<std::vector<block_hash>> held(batch);
+        t0 = cpu_now();
+        for (const auto& step : stream) {
+            for (std::size_t i = 0; i < step.size(); ++i) base.admit(step[i].second, held[i]);
+            for (std::size_t i = 0; i < step.size(); ++i) base.release(held[i]);
+        }
+        const double other = cpu_now() - t0;
+        base_hits = base.hits;
+        if (rep == 0 || mine < ours) ours = mine;
+        if (rep == 0 || other < theirs) theirs = other;
     }
-    const double theirs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     std::printf("%zu steps x %zu requests, %.0f blocks per request, GPU %zu + CPU %zu blocks\n", steps, batch,
                 static_cast<double>(blocks) / static_cast<double>(steps * batch), gpu_blocks, cpu_blocks);
@@ -158,9 +175,9 @@ int main(int argc, char** argv) {
     std::printf("  %-36s %12.1f %12.2f %12llu\n", "kvpolicy vllm_like_cache", 1e6 * ours / static_cast<double>(steps),
                 1e9 * ours / static_cast<double>(blocks), static_cast<unsigned long long>(hits));
     std::printf("  %-36s %12.1f %12.2f %12llu\n", "unordered_map + std::list", 1e6 * theirs / static_cast<double>(steps),
-                1e9 * theirs / static_cast<double>(blocks), static_cast<unsigned long long>(base.hits));
-    std::printf("  speed-up: %.2fx\n", theirs / ours);
-    if (hits != base.hits) {
+                1e9 * theirs / static_cast<double>(blocks), static_cast<unsigned long long>(base_hits));
+    std::printf("  speed-up: %.2fx (best of %d, thread CPU time)\n", theirs / ours, repeats);
+    if (hits != base_hits) {
         std::fprintf(stderr, "the two caches served different hits: the comparison is void\n");
         return 1;
     }
