@@ -196,8 +196,15 @@ int main(int argc, char** argv) {
         std::printf("  kvpolicy-sim vs hand-written: %.2fx; vs the same reader with map + list: %.2fx\n",
                     ours_rate / hand_rate, ours_rate / base_rate);
         if (!jsonl.empty()) {
-            const outcome pc = in_child([&] { return parse_only(csv, false); });
-            const outcome pj = in_child([&] { return parse_only(jsonl, true); });
+            // Best of N as well: a first read after another program may find
+            // the file out of the page cache.
+            outcome pc, pj;
+            for (int i = 0; i < repeats; ++i) {
+                const outcome c = in_child([&] { return parse_only(csv, false); });
+                const outcome j = in_child([&] { return parse_only(jsonl, true); });
+                if (i == 0 || c.cpu_seconds < pc.cpu_seconds) pc = c;
+                if (i == 0 || j.cpu_seconds < pj.cpu_seconds) pj = j;
+            }
             std::printf("parsing alone (block ids per second):\n");
             const double csv_rate = static_cast<double>(pc.accesses) / pc.cpu_seconds;
             const double jsonl_rate = static_cast<double>(pj.accesses) / pj.cpu_seconds;
