@@ -40,32 +40,45 @@ struct outcome {
     double cpu_seconds = 0;
 };
 
-// The usual hand-written LRU replay: getline, a hash map into a linked list.
+// The LRU such replays usually write: a hash map into a linked list.
+class map_list_lru {
+public:
+    explicit map_list_lru(std::size_t capacity) : capacity_(capacity) { where_.reserve(capacity * 2); }
+
+    void access(std::uint64_t key, outcome& o) {
+        ++o.accesses;
+        if (auto it = where_.find(key); it != where_.end()) {
+            order_.splice(order_.begin(), order_, it->second);
+            return;
+        }
+        ++o.misses;
+        if (order_.size() == capacity_) {
+            where_.erase(order_.back());
+            order_.pop_back();
+        }
+        order_.push_front(key);
+        where_.emplace(key, order_.begin());
+    }
+
+private:
+    std::size_t capacity_;
+    std::list<std::uint64_t> order_;  // front = most recent
+    std::unordered_map<std::uint64_t, std::list<std::uint64_t>::iterator> where_;
+};
+
+// The usual hand-written replay: getline, then that LRU.
 outcome handwritten_lru(const std::string& csv, std::size_t capacity) {
     std::ifstream in(csv);
     std::string line;
     std::getline(in, line);  // header
-    std::list<std::uint64_t> order;  // front = most recent
-    std::unordered_map<std::uint64_t, std::list<std::uint64_t>::iterator> where;
-    where.reserve(capacity * 2);
+    map_list_lru lru(capacity);
     outcome o;
     while (std::getline(in, line)) {
         const auto a = line.find(',');
         const auto b = line.find(',', a + 1);
         std::uint64_t key = 0;
         std::from_chars(line.data() + a + 1, line.data() + b, key);
-        ++o.accesses;
-        if (auto it = where.find(key); it != where.end()) {
-            order.splice(order.begin(), order, it->second);
-            continue;
-        }
-        ++o.misses;
-        if (order.size() == capacity) {
-            where.erase(order.back());
-            order.pop_back();
-        }
-        order.push_front(key);
-        where.emplace(key, order.begin());
+        lru.access(key, o);
     }
     return o;
 }
@@ -74,26 +87,10 @@ outcome handwritten_lru(const std::string& csv, std::size_t capacity) {
 // is then the cache structure alone.
 outcome baseline_lru(const std::string& csv, std::size_t capacity) {
     sim::csv_reader src(csv, false);
-    std::list<std::uint64_t> order;  // front = most recent
-    std::unordered_map<std::uint64_t, std::list<std::uint64_t>::iterator> where;
-    where.reserve(capacity * 2);
+    map_list_lru lru(capacity);
     outcome o;
-    sim::access_record a;
     const auto t0 = std::chrono::steady_clock::now();
-    while (src.next(a)) {
-        ++o.accesses;
-        if (auto it = where.find(a.obj_id); it != where.end()) {
-            order.splice(order.begin(), order, it->second);
-            continue;
-        }
-        ++o.misses;
-        if (order.size() == capacity) {
-            where.erase(order.back());
-            order.pop_back();
-        }
-        order.push_front(a.obj_id);
-        where.emplace(a.obj_id, order.begin());
-    }
+    for (sim::access_record a; src.next(a);) lru.access(a.obj_id, o);
     o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return o;
 }

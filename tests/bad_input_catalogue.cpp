@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "support/cache_snapshot.hpp"
+
 using namespace kvpolicy;
 
 namespace {
@@ -38,17 +40,11 @@ void require_throws(F&& f, const std::string& message) {
 
 using cache_t = tiered_cache<lru, lru>;
 
-// Everything observable about the cache.
+// Everything observable about the cache (tests/support/cache_snapshot.hpp),
+// with the holds of the sessions the fixture uses.
 std::string snapshot(const cache_t& c) {
-    std::string s;
-    for (block_hash h = 1; h <= 12; ++h) s += std::string(to_string(c.where(h))) + ",";
-    for (std::uint64_t id = 1; id <= 3; ++id) s += std::to_string(c.held_by(session_id{id}).size()) + ";";
-    const cache_metrics m = c.metrics();
-    s += std::to_string(m.requests) + "/" + std::to_string(m.gpu.evictions) + "/" + std::to_string(m.gpu.used) + "/" +
-         std::to_string(m.dropped_items) + "/" + std::to_string(m.failed_transfers) + "/" +
-         std::to_string(m.lookup_blocks) + "/" + std::to_string(c.in_step());
-    s += "/" + std::to_string(c.gpu().num_free_blocks()) + "/" + std::to_string(c.gpu().num_evictable_blocks());
-    return s;
+    constexpr session_id sessions[] = {session_id{1}, session_id{2}, session_id{3}};
+    return kvpolicy::testing::cache_snapshot(c, sessions);
 }
 
 // GPU 4, CPU 2; in a step, session 1 holds {1, 2, 3}; 9 was dropped.
