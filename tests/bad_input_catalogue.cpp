@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "support/cache_snapshot.hpp"
+#include "support/scratch_dir.hpp"
 
 using namespace kvpolicy;
 
@@ -60,16 +61,12 @@ struct fixture {
     }
 };
 
-std::string write_file(const std::string& name, const std::string& text) {
-    const std::string path = "bad_input_catalogue_" + name;
-    std::ofstream(path) << text;
-    return path;
-}
 
 }  // namespace
 
 TEST_CASE("bad input: a malformed trace line is a parse_error naming file:line", "[bad_input]") {
-    const std::string path = write_file("trace.jsonl",
+    const testing::scratch_dir dir;  // this test's files, removed at its end
+    const std::string path = dir.write("trace.jsonl",
                                         "{\"timestamp\": 0, \"input_length\": 32, \"output_length\": 1, \"hash_ids\": [1, 2]}\n"
                                         "{\"timestamp\": 1, \"input_length\": 32, \"output_length\": 1, \"hash_ids\": [1, x]}\n");
     sim::mooncake_reader reader(path, /*skip_bad_lines=*/false);
@@ -84,14 +81,14 @@ TEST_CASE("bad input: a malformed trace line is a parse_error naming file:line",
     REQUIRE_FALSE(skipping.next(r));
     REQUIRE(skipping.bad_lines().count == 1);
     REQUIRE(r.hash_ids == before.hash_ids);
-    std::remove(path.c_str());
 }
 
 TEST_CASE("bad input: a CSV trace without its header, a malformed row, a missing file", "[bad_input]") {
-    const std::string no_header = write_file("no_header.csv", "1,2,3\n");
+    const testing::scratch_dir dir;  // this test's files, removed at its end
+    const std::string no_header = dir.write("no_header.csv", "1,2,3\n");
     require_throws<parse_error>([&] { sim::csv_reader r(no_header, false); },
                                 no_header + ":1: expected the header 'time,obj_id,obj_size'");
-    const std::string bad_row = write_file("bad_row.csv", "time,obj_id,obj_size\n1,2,3\n1,-2,3\n");
+    const std::string bad_row = dir.write("bad_row.csv", "time,obj_id,obj_size\n1,2,3\n1,-2,3\n");
     sim::csv_reader reader(bad_row, false);
     sim::access_record a;
     REQUIRE(reader.next(a));
@@ -100,9 +97,7 @@ TEST_CASE("bad input: a CSV trace without its header, a malformed row, a missing
     REQUIRE(a.obj_id == 2);
     require_throws<config_error>([&] { sim::csv_reader r("no/such/trace.csv", false); },
                                  "cannot open trace 'no/such/trace.csv': No such file or directory; check the path "
-                                 "(traces live in ../shared/traces)");
-    std::remove(no_header.c_str());
-    std::remove(bad_row.c_str());
+                                 "and that the file is readable");
 }
 
 TEST_CASE("bad input: a NaN, infinite or negative cost parameter", "[bad_input]") {

@@ -7,6 +7,8 @@
 
 #include <zlib.h>
 
+#include "support/scratch_dir.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -19,15 +21,16 @@ using namespace kvpolicy::sim;
 
 namespace {
 
-std::string temp_file(const std::string& name, const std::string& content, bool gzip = false) {
-    const std::string path = std::string(P_tmpdir) + "/kvpolicy_test_" + name;
-    if (gzip) {
+// Writes `content` to `name` in the test's own scratch directory.
+std::string temp_file(const testing::scratch_dir& dir, const std::string& name, const std::string& content,
+                      bool gzip = false) {
+    if (!gzip) return dir.write(name, content);
+    const std::string path = dir.file(name);
+    {
         gzFile f = gzopen(path.c_str(), "wb");
         REQUIRE(f != nullptr);
         REQUIRE(gzwrite(f, content.data(), static_cast<unsigned>(content.size())) == static_cast<int>(content.size()));
         gzclose(f);
-    } else {
-        std::ofstream(path) << content;
     }
     return path;
 }
@@ -94,13 +97,14 @@ TEST_CASE("csv rows: good and bad", "[sim][trace][errors]") {
 }
 
 TEST_CASE("readers stream plain and gzip files and name file:line on bad input", "[sim][trace][errors]") {
+    const testing::scratch_dir dir;  // this test's files, removed at its end
     const std::string body = "{\"timestamp\": 1, \"input_length\": 32, \"output_length\": 1, \"hash_ids\": [1, 2]}\n"
                              "\n"
                              "{\"timestamp\": 2, \"input_length\": 32, \"output_length\": 1, \"hash_ids\": [1, 3]}\r\n"
                              "{\"timestamp\": 3, \"hash_ids\": [1]}\n"
                              "{\"timestamp\": 4, \"input_length\": 16, \"output_length\": 1, \"hash_ids\": [9]}";
     for (const bool gz : {false, true}) {
-        const std::string path = temp_file(gz ? "t.jsonl.gz" : "t.jsonl", body, gz);
+        const std::string path = temp_file(dir, gz ? "t.jsonl.gz" : "t.jsonl", body, gz);
         {
             mooncake_reader strict(path, false);
             request_record r;
@@ -119,19 +123,20 @@ TEST_CASE("readers stream plain and gzip files and name file:line on bad input",
         REQUIRE(lenient.bad_lines().count == 1);
         REQUIRE(lenient.bad_lines().first_messages.at(0) == path + ":4: missing field \"input_length\"");
     }
-    const std::string csv = temp_file("t.csv", "time,obj_id,obj_size\n0,5,1\n0,oops,1\n1,6,1\n");
+    const std::string csv = temp_file(dir, "t.csv", "time,obj_id,obj_size\n0,5,1\n0,oops,1\n1,6,1\n");
     csv_reader strict(csv, false);
     access_record a;
     REQUIRE(strict.next(a));
     REQUIRE(a.obj_id == 5);
     REQUIRE_THROWS_WITH(strict.next(a), csv + ":3: expected three non-negative integers time,obj_id,obj_size");
-    const std::string headless = temp_file("h.csv", "0,5,1\n");
+    const std::string headless = temp_file(dir, "h.csv", "0,5,1\n");
     REQUIRE_THROWS_WITH(csv_reader(headless, false), headless + ":1: expected the header 'time,obj_id,obj_size'");
     REQUIRE_THROWS_WITH(mooncake_reader("/nonexistent/trace.jsonl", false),
                         Catch::StartsWith("cannot open trace '/nonexistent/trace.jsonl'"));
 }
 
 TEST_CASE("csv reader: batches of any size over any buffer split read exactly what was written", "[sim][trace][csv]") {
+    const testing::scratch_dir dir;  // this test's files, removed at its end
     // Random files of good rows (fields of 1 to 19 digits, runs of repeated
     // times and sizes that the reader's compare-with-the-last-row path takes,
     // the same text at other lengths that it must not take), CRLF rows, blank
@@ -180,7 +185,7 @@ TEST_CASE("csv reader: batches of any size over any buffer split read exactly wh
             good_lines.push_back(line);
         }
         if (rng() % 2 && body.back() == '\n') body.pop_back();  // no newline at the end
-        const std::string path = temp_file("batches.csv", body);
+        const std::string path = temp_file(dir, "batches.csv", body);
         for (const bool skip : {true, false}) {
             const std::size_t buffer = rng() % 3 == 0 ? 2 + rng() % 64 : 1 + rng() % 4096;
             INFO("file " << file << " skip " << skip << " buffer " << buffer);
@@ -221,6 +226,7 @@ TEST_CASE("csv reader: batches of any size over any buffer split read exactly wh
 }
 
 TEST_CASE("mooncake reader: what parse_mooncake_line makes of each line, through any buffer split", "[sim][trace]") {
+    const testing::scratch_dir dir;  // this test's files, removed at its end
     // The reader scans hash ids with no end check (the byte after a line is
     // never a digit); parse_mooncake_line checks every byte. Random lines,
     // good and truncated or corrupted at random points (often in the middle
@@ -242,7 +248,7 @@ TEST_CASE("mooncake reader: what parse_mooncake_line makes of each line, through
         std::string body;
         for (const std::string& l : lines) body += l + "\n";
         if (rng() % 2) body.pop_back();  // the last line without its newline
-        const std::string path = temp_file("split.jsonl", body);
+        const std::string path = temp_file(dir, "split.jsonl", body);
         const std::size_t buffer = 2 + rng() % 300;
         INFO("file " << file << " buffer " << buffer);
         mooncake_reader reader(path, true, buffer);

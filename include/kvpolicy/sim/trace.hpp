@@ -68,7 +68,7 @@ public:
         plain_ = std::fopen(path_.c_str(), "rb");
         if (plain_ == nullptr)
             throw config_error("cannot open trace '" + path_ + "': " + std::strerror(errno) +
-                               "; check the path (traces live in ../shared/traces)");
+                               "; check the path and that the file is readable");
         unsigned char magic[2] = {0, 0};
         const bool gzip = std::fread(magic, 1, 2, plain_) == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
         std::rewind(plain_);
