@@ -267,12 +267,12 @@ TEST_CASE("sparse selectors are registered by name with their phase flags", "[sp
     STATIC_REQUIRE(quest::supports_decode);
     STATIC_REQUIRE(quest::requires_block_selection);
     STATIC_REQUIRE(!full_attention::requires_block_selection);
-    REQUIRE(joined_names<sparse_selectors>() == "full, sink_window, quest");
+    REQUIRE(joined_names<sparse_selectors>() == "full, sink_window, quest, minference");
     const bool quest_selects =
         visit_by_name<sparse_selectors>("quest", []<class S>() { return S::requires_block_selection; });
     REQUIRE(quest_selects);
     REQUIRE_THROWS_WITH(visit_by_name<sparse_selectors>("h2o", []<class S>() { return 0; }, "sparse selector"),
-                        Catch::Contains("accepted: full, sink_window, quest"));
+                        Catch::Contains("accepted: full, sink_window, quest, minference"));
 }
 
 TEST_CASE("quest-selected attention approaches full attention as the budget grows", "[quest][attention]") {

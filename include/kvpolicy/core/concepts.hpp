@@ -135,6 +135,19 @@ concept sparse_selector =
         { s.on_offload(block, layer, keys) } -> std::same_as<void>;
     };
 
+/// A sparse selector that computes prefill attention itself (seed 004:
+/// MInference changes how prefill attention is computed, not what is
+/// loaded). Only a selector with `supports_prefill` can model it; the
+/// layer-wise offload prefill calls `sparse_prefill_attention` and then
+/// offloads all of the layer's KV. It writes o and lse for every query
+/// (lse in natural log, so partial results merge with merge_attention_state).
+template <class S>
+concept prefill_sparse_selector =
+    sparse_selector<S> && S::supports_prefill &&
+    requires(S& s, const prefill_qkv_view& qkv, layer_index layer, const prefill_output_view& out) {
+        { s.sparse_prefill_attention(qkv, layer, out) } -> std::same_as<void>;
+    };
+
 /// Carries out block copies between tiers. `execute(ops, status)` performs
 /// every op (status.size() >= ops.size()), writes each op's outcome and
 /// returns how many are done. A failed op leaves its destination unspecified

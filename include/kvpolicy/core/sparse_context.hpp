@@ -1,5 +1,7 @@
 // What a sparse block selector sees: the query of one decode step for one
-// layer, and the keys of a block at the moment it is offloaded.
+// layer, the keys of a block at the moment it is offloaded, and (selectors
+// that compute prefill attention themselves, `prefill_sparse_selector`) the
+// queries, keys and values of one layer's prefill.
 //
 // Views, not owners: the engine keeps the tensors; selectors record the
 // metadata they need (Quest: per-channel key min/max) in their own arrays.
@@ -31,6 +33,29 @@ struct key_block_view {
     std::uint32_t tokens = 0;           ///< valid tokens (the last block may be partial)
     std::uint32_t num_kv_heads = 1;
     std::uint32_t head_dim = 0;
+};
+
+/// One layer's prefill, every token of the prompt (the layout of
+/// flash_attn_varlen_func for one sequence). Token t's query for head h is
+/// q[(t * num_q_heads + h) * head_dim ...]; query head h reads KV head
+/// h / (num_q_heads / num_kv_heads) (GQA, as in decode).
+struct prefill_qkv_view {
+    std::span<const float> q;  ///< [num_tokens][num_q_heads][head_dim]
+    std::span<const float> k;  ///< [num_tokens][num_kv_heads][head_dim]
+    std::span<const float> v;  ///< [num_tokens][num_kv_heads][head_dim]
+    std::uint32_t num_tokens = 0;
+    std::uint32_t num_q_heads = 1;
+    std::uint32_t num_kv_heads = 1;
+    std::uint32_t head_dim = 0;
+    float scale = 1.0f;        ///< softmax scale, usually 1 / sqrt(head_dim)
+};
+
+/// Where prefill attention writes. lse is the natural log of each row's
+/// softmax denominator, laid out so that row r = t * num_q_heads + h of o
+/// ([rows][head_dim]) and lse ([rows]) merge with `merge_attention_state`.
+struct prefill_output_view {
+    std::span<float> o;    ///< [num_tokens][num_q_heads][head_dim]
+    std::span<float> lse;  ///< [num_tokens][num_q_heads]
 };
 
 }  // namespace kvpolicy
