@@ -1,15 +1,18 @@
-// KVPOLICY_HOST_DEVICE: marks a function that runs on the host and, under
-// nvcc, on the device too (`__host__ __device__`); empty for a host compiler.
+// Execution-space annotations that vanish without nvcc.
 //
-// STYLE.md rule 13: a kernel's per-thread or per-tile math lives in such
-// functions, in host headers, so CPU tests drive them over every thread
-// index against the naive host reference, and the `__global__` wrapper only
-// maps indices. Identical to the definition in kvpolicy/cuda/select_key.cuh
-// (a macro may be defined twice with the same tokens).
+// kvpolicy's host headers are plain C++20 and build with g++ alone; the few
+// functions that must also run inside a kernel (a span's size, a score, a
+// radix key) carry KVPOLICY_HOST_DEVICE, which nvcc reads as
+// `__host__ __device__` and every other compiler as nothing. KVPOLICY_DEVICE
+// marks what may run only on the device (a device span's element access):
+// under nvcc a host call to it is a compile error; without nvcc the
+// declarations that use it are left out altogether.
 #pragma once
 
 #if defined(__CUDACC__)
 #define KVPOLICY_HOST_DEVICE __host__ __device__
+#define KVPOLICY_DEVICE __device__
 #else
 #define KVPOLICY_HOST_DEVICE
+#define KVPOLICY_DEVICE
 #endif

@@ -10,8 +10,11 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <string>
 #include <utility>
 
+#include "kvpolicy/core/error.hpp"
+#include "kvpolicy/core/memory_space.hpp"
 #include "kvpolicy/cuda/check.cuh"
 
 namespace kvpolicy::cuda {
@@ -47,6 +50,16 @@ public:
     }
     [[nodiscard]] T* get() const noexcept { return ptr_; }
     [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
+    /// The whole allocation as a device span (memory_space.hpp): the way
+    /// device memory enters the typed API.
+    [[nodiscard]] device_span<T> view() const noexcept { return device_span<T>{ptr_, capacity_}; }
+    /// The first n elements. Throws: usage_error if n > capacity().
+    [[nodiscard]] device_span<T> view(std::size_t n) const {
+        if (n > capacity_)
+            throw usage_error("device_buffer::view: " + std::to_string(n) + " elements asked of a buffer of " +
+                              std::to_string(capacity_) + "; reserve(n) first");
+        return device_span<T>{ptr_, n};
+    }
 
 private:
     void release() noexcept {

@@ -19,11 +19,7 @@
 #include <cuda/std/tuple>
 #include <cuda/std/type_traits>
 
-#if defined(__CUDACC__)
-#define KVPOLICY_HOST_DEVICE __host__ __device__
-#else
-#define KVPOLICY_HOST_DEVICE
-#endif
+#include "kvpolicy/core/host_device.hpp"
 
 namespace kvpolicy::cuda {
 
