@@ -34,8 +34,8 @@ step() {  # step NAME COMMAND...: run, log to OUT_DIR/NAME.log, remember failure
 
 : >"$out/summary.txt"
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1 || true
-cuda_tests=(cuda_device_smoke cuda_select_score cuda_sparse_ring)
-benches=(select_bench loader_bench quest_bench)
+cuda_tests=(cuda_device_smoke cuda_select_score cuda_sparse_ring cuda_minference)
+benches=(select_bench loader_bench quest_bench minference_bench)
 
 step configure cmake --preset cuda -DKVPOLICY_CUDA_TEST_ARCHITECTURES=native || { echo "configure failed"; exit 1; }
 step build cmake --build --preset cuda -j "$jobs" --target "${cuda_tests[@]}" "${benches[@]}" || { echo "build failed"; exit 1; }

@@ -192,6 +192,7 @@ TEST_CASE("minference: the selector's contract and registration", "[minference][
     STATIC_REQUIRE(prefill_sparse_selector<full_attention>);
     STATIC_REQUIRE(!prefill_sparse_selector<quest>);        // decode-only: supports_prefill = false
     STATIC_REQUIRE(!prefill_sparse_selector<sink_window>);  // selects blocks, computes no attention
+    STATIC_REQUIRE(!prefill_sparse_selector<minference, memory_space::device>);  // host views only
     STATIC_REQUIRE(minference::supports_prefill);
     STATIC_REQUIRE(!minference::supports_decode);
     STATIC_REQUIRE(!minference::requires_block_selection);
@@ -678,4 +679,38 @@ TEST_CASE("minference: o and lse compose with the LSE merge (chunked prefill of 
     merge_attention_state(o_a, lse_a, o_b, lse_b, d);
     REQUIRE(max_abs_diff(whole.o, o_a) <= 1e-5);
     REQUIRE(max_abs_diff(whole.lse, lse_a) <= 1e-5);
+}
+
+TEST_CASE("vertical_slash_keys: each kept key once, in order of the lists, never beyond the query", "[minference]") {
+    std::mt19937_64 rng(91);
+    for (int round = 0; round < 200; ++round) {
+        const std::uint32_t n = 1 + static_cast<std::uint32_t>(rng() % 80);
+        const auto index = random_index(rng, 1, n, 1 + static_cast<std::uint32_t>(rng() % n),
+                                        1 + static_cast<std::uint32_t>(rng() % n));
+        for (std::uint32_t i = 0; i < n; ++i) {
+            const auto keys = vertical_slash_keys::make(index.verticals.data(), index.vertical_count,
+                                                        index.slashes.data(), index.slash_count, i);
+            std::multiset<std::uint32_t> got;
+            for (std::uint32_t c = 0; c < keys.count(); ++c) {
+                std::uint32_t key = 0;
+                if (keys.key(c, key)) got.insert(key);
+            }
+            std::multiset<std::uint32_t> want;
+            for (std::uint32_t j = 0; j <= i; ++j)
+                if (std::ranges::find(index.verticals, j) != index.verticals.end() ||
+                    std::ranges::find(index.slashes, i - j) != index.slashes.end())
+                    want.insert(j);
+            REQUIRE(got == want);
+        }
+    }
+    // Unsorted lists (a device index left unfinished after a NaN): no live
+    // key lies beyond the query.
+    const std::vector<std::uint32_t> cols{9, 2, 7}, offs{5, 0, 8};
+    for (std::uint32_t i = 0; i < 10; ++i) {
+        const auto keys = vertical_slash_keys::make(cols.data(), 3, offs.data(), 3, i);
+        for (std::uint32_t c = 0; c < keys.count(); ++c) {
+            std::uint32_t key = 0;
+            if (keys.key(c, key)) REQUIRE(key <= i);
+        }
+    }
 }

@@ -137,14 +137,17 @@ concept sparse_selector =
 
 /// A sparse selector that computes prefill attention itself (seed 004:
 /// MInference changes how prefill attention is computed, not what is
-/// loaded). Only a selector with `supports_prefill` can model it; the
-/// layer-wise offload prefill calls `sparse_prefill_attention` and then
-/// offloads all of the layer's KV. It writes o and lse for every query
-/// (lse in natural log, so partial results merge with merge_attention_state).
-template <class S>
+/// loaded), over views in memory space `Space` (host selectors take host
+/// views, CUDA ones device views; one never accepts the other's). Only a
+/// selector with `supports_prefill` can model it; the layer-wise offload
+/// prefill calls `sparse_prefill_attention` and then offloads all of the
+/// layer's KV. It writes o and lse for every query (lse in natural log, so
+/// partial results merge with merge_attention_state).
+template <class S, memory_space Space = memory_space::host>
 concept prefill_sparse_selector =
     sparse_selector<S> && S::supports_prefill &&
-    requires(S& s, const prefill_qkv_view& qkv, layer_index layer, const prefill_output_view& out) {
+    requires(S& s, const basic_prefill_qkv_view<Space>& qkv, layer_index layer,
+             const basic_prefill_output_view<Space>& out) {
         { s.sparse_prefill_attention(qkv, layer, out) } -> std::same_as<void>;
     };
 

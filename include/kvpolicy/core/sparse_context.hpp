@@ -13,6 +13,7 @@
 #include <span>
 
 #include "kvpolicy/core/ids.hpp"
+#include "kvpolicy/core/memory_space.hpp"
 
 namespace kvpolicy {
 
@@ -36,26 +37,35 @@ struct key_block_view {
 };
 
 /// One layer's prefill, every token of the prompt (the layout of
-/// flash_attn_varlen_func for one sequence). Token t's query for head h is
-/// q[(t * num_q_heads + h) * head_dim ...]; query head h reads KV head
-/// h / (num_q_heads / num_kv_heads) (GQA, as in decode).
-struct prefill_qkv_view {
-    std::span<const float> q;  ///< [num_tokens][num_q_heads][head_dim]
-    std::span<const float> k;  ///< [num_tokens][num_kv_heads][head_dim]
-    std::span<const float> v;  ///< [num_tokens][num_kv_heads][head_dim]
+/// flash_attn_varlen_func for one sequence), in memory space `Space`
+/// (memory_space.hpp): host views for the host selectors, device views for
+/// the CUDA ones, and neither converts to the other. Token t's query for
+/// head h is q[(t * num_q_heads + h) * head_dim ...]; query head h reads KV
+/// head h / (num_q_heads / num_kv_heads) (GQA, as in decode).
+template <memory_space Space>
+struct basic_prefill_qkv_view {
+    space_span<const float, Space> q;  ///< [num_tokens][num_q_heads][head_dim]
+    space_span<const float, Space> k;  ///< [num_tokens][num_kv_heads][head_dim]
+    space_span<const float, Space> v;  ///< [num_tokens][num_kv_heads][head_dim]
     std::uint32_t num_tokens = 0;
     std::uint32_t num_q_heads = 1;
     std::uint32_t num_kv_heads = 1;
     std::uint32_t head_dim = 0;
-    float scale = 1.0f;        ///< softmax scale, usually 1 / sqrt(head_dim)
+    float scale = 1.0f;                ///< softmax scale, usually 1 / sqrt(head_dim)
 };
 
 /// Where prefill attention writes. lse is the natural log of each row's
 /// softmax denominator, laid out so that row r = t * num_q_heads + h of o
 /// ([rows][head_dim]) and lse ([rows]) merge with `merge_attention_state`.
-struct prefill_output_view {
-    std::span<float> o;    ///< [num_tokens][num_q_heads][head_dim]
-    std::span<float> lse;  ///< [num_tokens][num_q_heads]
+template <memory_space Space>
+struct basic_prefill_output_view {
+    space_span<float, Space> o;    ///< [num_tokens][num_q_heads][head_dim]
+    space_span<float, Space> lse;  ///< [num_tokens][num_q_heads]
 };
+
+using prefill_qkv_view = basic_prefill_qkv_view<memory_space::host>;
+using prefill_output_view = basic_prefill_output_view<memory_space::host>;
+using device_prefill_qkv_view = basic_prefill_qkv_view<memory_space::device>;
+using device_prefill_output_view = basic_prefill_output_view<memory_space::device>;
 
 }  // namespace kvpolicy

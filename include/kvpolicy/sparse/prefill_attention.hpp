@@ -27,9 +27,11 @@ namespace kvpolicy {
 
 namespace detail {
 
-/// Throws usage_error, naming `who`, unless the views have the shapes of
-/// prefill_qkv_view / prefill_output_view's comments.
-inline void check_prefill_views(const char* who, const prefill_qkv_view& in, const prefill_output_view& out) {
+/// Throws usage_error, naming `who`, unless the input has the shapes of
+/// basic_prefill_qkv_view's comments (host or device views: only sizes are
+/// read).
+template <memory_space Space>
+void check_prefill_input(const char* who, const basic_prefill_qkv_view<Space>& in) {
     const auto fail = [&](const std::string& why) { throw usage_error(std::string(who) + ": " + why); };
     if (in.head_dim == 0 || in.num_kv_heads == 0 || in.num_q_heads == 0 || in.num_q_heads % in.num_kv_heads != 0)
         fail("shape has " + std::to_string(in.num_q_heads) + " query heads, " + std::to_string(in.num_kv_heads) +
@@ -42,10 +44,18 @@ inline void check_prefill_views(const char* who, const prefill_qkv_view& in, con
         fail("q, k, v hold " + std::to_string(in.q.size()) + ", " + std::to_string(in.k.size()) + ", " +
              std::to_string(in.v.size()) + " values; give [tokens][heads][head_dim]: " + std::to_string(q_size) +
              ", " + std::to_string(kv_size) + ", " + std::to_string(kv_size));
-    if (out.o.size() != q_size || out.lse.size() != n * in.num_q_heads)
-        fail("o and lse hold " + std::to_string(out.o.size()) + " and " + std::to_string(out.lse.size()) +
-             " values; give [tokens][q_heads][head_dim] = " + std::to_string(q_size) + " and [tokens][q_heads] = " +
-             std::to_string(n * in.num_q_heads));
+}
+
+/// check_prefill_input, and the output's shapes too.
+template <memory_space Space>
+void check_prefill_views(const char* who, const basic_prefill_qkv_view<Space>& in,
+                         const basic_prefill_output_view<Space>& out) {
+    check_prefill_input(who, in);
+    const std::size_t rows = std::size_t{in.num_tokens} * in.num_q_heads, q_size = rows * in.head_dim;
+    if (out.o.size() != q_size || out.lse.size() != rows)
+        throw usage_error(std::string(who) + ": o and lse hold " + std::to_string(out.o.size()) + " and " +
+                          std::to_string(out.lse.size()) + " values; give [tokens][q_heads][head_dim] = " +
+                          std::to_string(q_size) + " and [tokens][q_heads] = " + std::to_string(rows));
 }
 
 [[nodiscard]] inline prefill_head_args head_args(const prefill_qkv_view& in, const prefill_output_view& out) noexcept {

@@ -139,15 +139,20 @@ struct vertical_slash_keys {
                 upper_bound_index(slashes, slash_count, query)};
     }
     [[nodiscard]] KVPOLICY_HOST_DEVICE std::uint32_t count() const noexcept { return nv + ns; }
+    /// A candidate beyond the query (only possible with unsorted lists, e.g.
+    /// an index left unfinished on the device) is void, so no read leaves
+    /// the prompt whatever the lists hold.
     KVPOLICY_HOST_DEVICE bool key(std::uint32_t c, std::uint32_t& key) const noexcept {
         if (c < nv) {
             key = verticals[c];
+            if (key > query) return false;
             const std::uint32_t offset = query - key;
             const std::uint32_t at = upper_bound_index(slashes, ns, offset);
             return at == 0 || slashes[at - 1] != offset;  // a kept diagonal reads it already
         }
-        key = query - slashes[c - nv];
-        return true;
+        const std::uint32_t offset = slashes[c - nv];
+        key = offset <= query ? query - offset : 0;
+        return offset <= query;
     }
 };
 
