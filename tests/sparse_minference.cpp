@@ -714,3 +714,58 @@ TEST_CASE("vertical_slash_keys: each kept key once, in order of the lists, never
         }
     }
 }
+
+TEST_CASE("prefill tiles, lane by lane as the kernel's warp runs them, equal the reference", "[minference]") {
+    // The CUDA kernel gives each (query, head) one warp: lane l scores
+    // candidate begin + l of each tile, then every lane folds the tile into
+    // its channels l, l + 32, ... This replays that for every lane of every
+    // warp and compares with the double reference.
+    std::mt19937_64 rng(GENERATE(101u, 102u));
+    constexpr std::uint32_t n = 150, q_heads = 4, kv_heads = 2, d = 64, lanes = 32, per_lane = d / lanes;
+    const prompt p = random_prompt(rng, n, q_heads, kv_heads, d);
+    const auto index = random_index(rng, q_heads, n, 40, 30);
+    outputs want(p), got(p);
+    vertical_slash_attention_reference(p.view(), index, want.view());
+    const std::size_t kv_row = std::size_t{kv_heads} * d;
+    for (std::uint32_t h = 0; h < q_heads; ++h) {
+        const std::uint32_t kvh = h / (q_heads / kv_heads);
+        for (std::uint32_t i = 0; i < n; ++i) {
+            const auto keys = vertical_slash_keys::make(index.vertical(h).data(), index.vertical_count,
+                                                        index.slash(h).data(), index.slash_count, i);
+            const float* q = p.q.data() + (std::size_t{i} * q_heads + h) * d;
+            std::vector<softmax_state> state(lanes);
+            std::vector<float> acc(std::size_t{lanes} * per_lane, 0.0f);
+            for (std::uint32_t begin = 0; begin < keys.count(); begin += prefill_tile_keys) {
+                float scores[prefill_tile_keys];
+                std::uint32_t tile[prefill_tile_keys];
+                for (std::uint32_t lane = 0; lane < lanes; ++lane) {  // each lane scores its candidate
+                    std::uint32_t key = 0;
+                    float score = -INFINITY;
+                    if (begin + lane < keys.count() && keys.key(begin + lane, key))
+                        score = prefill_logit(q, p.k.data() + key * kv_row + kvh * d, d, p.shape.scale);
+                    scores[lane] = score;
+                    tile[lane] = key;
+                }
+                const std::uint32_t count = std::min(prefill_tile_keys, keys.count() - begin);
+                for (std::uint32_t lane = 0; lane < lanes; ++lane)  // each lane folds its channels
+                    online_softmax_tile(state[lane], acc.data() + lane * per_lane, scores, tile, count,
+                                        p.v.data() + kvh * d, kv_row, lane, lanes, per_lane);
+            }
+            const std::size_t row = std::size_t{i} * q_heads + h;
+            for (std::uint32_t lane = 0; lane < lanes; ++lane) {
+                const float lse = finish_online_softmax(state[lane], acc.data() + lane * per_lane, per_lane);
+                if (lane == 0) got.lse[row] = lse;
+                REQUIRE((lse == got.lse[row] || (std::isnan(lse) && std::isnan(got.lse[row]))));  // lanes agree
+                for (std::uint32_t j = 0; j < per_lane; ++j) got.o[row * d + lane + lanes * j] = acc[lane * per_lane + j];
+            }
+        }
+    }
+    for (std::size_t r = 0; r < p.rows(); ++r) {
+        if (std::isinf(want.lse[r])) {
+            REQUIRE(got.lse[r] == want.lse[r]);
+        } else {
+            REQUIRE(std::abs(got.lse[r] - want.lse[r]) <= 2e-5f);
+        }
+    }
+    for (std::size_t x = 0; x < want.o.size(); ++x) REQUIRE(std::abs(got.o[x] - want.o[x]) <= 2e-5f);
+}
