@@ -117,20 +117,38 @@ concept victim_selector =
         { s.select_lowest(scores, ids, out) } -> std::same_as<std::size_t>;
     };
 
+namespace detail {
+template <class S>
+concept sparse_selector_flags = named<S> && requires {
+    typename std::bool_constant<S::supports_prefill>;
+    typename std::bool_constant<S::supports_decode>;
+    typename std::bool_constant<S::requires_block_selection>;
+};
+}  // namespace detail
+
 /// Chooses which offloaded blocks a query reads (seeds 001 and 004).
 /// `select` writes a subset of `available` to `out` (out.size() >=
 /// available.size()) and returns its length; `on_offload` sees a block's keys
 /// while they are still on the device, before the copy to the CPU tier.
 template <class S>
 concept sparse_selector =
-    named<S> &&
-    requires {
-        typename std::bool_constant<S::supports_prefill>;
-        typename std::bool_constant<S::supports_decode>;
-        typename std::bool_constant<S::requires_block_selection>;
-    } &&
+    detail::sparse_selector_flags<S> &&
     requires(S& s, std::span<const block_id> available, const selection_context& ctx, std::span<block_id> out,
              block_id block, layer_index layer, const key_block_view& keys) {
+        { s.select(available, ctx, out) } -> std::same_as<std::size_t>;
+        { s.on_offload(block, layer, keys) } -> std::same_as<void>;
+    };
+
+/// The same seam for a selector whose query and keys are device memory
+/// (kvpolicy/cuda/quest.cuh's device_quest): it takes the device context and
+/// key views (core/sparse_context.hpp), so host selectors and device
+/// selectors cannot be handed each other's memory. The block ids stay on
+/// the host, as in sparse_selector.
+template <class S>
+concept device_sparse_selector =
+    detail::sparse_selector_flags<S> &&
+    requires(S& s, std::span<const block_id> available, const device_selection_context& ctx,
+             std::span<block_id> out, block_id block, layer_index layer, const device_key_block_view& keys) {
         { s.select(available, ctx, out) } -> std::same_as<std::size_t>;
         { s.on_offload(block, layer, keys) } -> std::same_as<void>;
     };
