@@ -265,10 +265,18 @@ public:
         : config_(validate_minference_config(config)), stream_(stream) {}
 
     /// Every available block (host ids), as the host selector.
-    std::size_t select(std::span<const block_id> available, const selection_context& ctx, std::span<block_id> out) const {
-        return minference(config_).select(available, ctx, out);
+    /// Throws: usage_error if `out` is shorter than `available` (nothing written).
+    std::size_t select(std::span<const block_id> available, const device_selection_context&,
+                       std::span<block_id> out) const {
+        if (out.size() < available.size())
+            throw usage_error("device_minference::select: output holds " + std::to_string(out.size()) +
+                              " ids for " + std::to_string(available.size()) +
+                              " available blocks; size it to available.size()");
+        std::ranges::copy(available, out.begin());
+        return available.size();
     }
-    void on_offload(block_id, layer_index, const key_block_view&) const noexcept {}
+    /// Nothing to record: the index is estimated from each prompt itself.
+    void on_offload(block_id, layer_index, const device_key_block_view&) const noexcept {}
 
     /// Effects: enqueues the index estimation of this prompt into the
     /// selector's device buffers (index()), then sparse attention over it.
@@ -299,12 +307,12 @@ public:
         rank_.reserve(2 * hn);
         sorted_.reserve(std::size_t{heads} * (sizes_.vertical_count + sizes_.slash_count));
         status_.reserve(2 * std::size_t{heads});
-        std::size_t select_bytes = 0, scan_bytes = 0;
-        select_lowest<float>(nullptr, select_bytes, scores_.get(), nullptr, n, chosen_.get(), sizes_.vertical_count,
-                             status_.get(), stream_);
-        std::size_t more = 0;
-        select_lowest<float>(nullptr, more, scores_.get(), nullptr, n, chosen_.get(), sizes_.slash_count,
-                             status_.get(), stream_);
+        const auto scores_of = [&](std::size_t list) {  // list = kind * heads + head
+            return device_span<const float>{scores_.get() + list * n, n};
+        };
+        std::size_t select_bytes = 0, scan_bytes = 0, more = 0;
+        select_lowest<float>({}, select_bytes, scores_of(0), {}, {}, sizes_.vertical_count, {}, stream_);
+        select_lowest<float>({}, more, scores_of(0), {}, {}, sizes_.slash_count, {}, stream_);
         select_bytes = std::max(select_bytes, more);
         KVPOLICY_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, mask_.get(), rank_.get(),
                                                           static_cast<int>(2 * hn), stream_));
@@ -335,13 +343,16 @@ public:
         std::uint32_t* chosen_s = chosen_v + std::size_t{heads} * sizes_.vertical_count;
         for (std::uint32_t h = 0; h < heads; ++h) {
             std::size_t bytes = temp_.capacity();
-            select_lowest<float>(temp_.get(), bytes, scores_.get() + std::size_t{h} * n, nullptr, n,
-                                 chosen_v + std::size_t{h} * sizes_.vertical_count, sizes_.vertical_count,
-                                 status_.get() + h, stream_);
+            select_lowest<float>(temp_.view(), bytes, scores_of(h), {},
+                                 device_span<std::uint32_t>{chosen_v + std::size_t{h} * sizes_.vertical_count,
+                                                            sizes_.vertical_count},
+                                 sizes_.vertical_count, device_span<select_status>{status_.get() + h, 1}, stream_);
             bytes = temp_.capacity();
-            select_lowest<float>(temp_.get(), bytes, scores_.get() + hn + std::size_t{h} * n, nullptr, n,
-                                 chosen_s + std::size_t{h} * sizes_.slash_count, sizes_.slash_count,
-                                 status_.get() + heads + h, stream_);
+            select_lowest<float>(temp_.view(), bytes, scores_of(std::size_t{heads} + h), {},
+                                 device_span<std::uint32_t>{chosen_s + std::size_t{h} * sizes_.slash_count,
+                                                            sizes_.slash_count},
+                                 sizes_.slash_count, device_span<select_status>{status_.get() + heads + h, 1},
+                                 stream_);
         }
         // Ascending order: mark, scan, scatter. The scan over [2][heads][n]
         // ranks column marks before diagonal marks, head by head, so the
@@ -425,10 +436,10 @@ private:
     device_buffer<std::uint32_t> rank_;      // [2][heads][n] exclusive scan of mask_
     device_buffer<std::uint32_t> sorted_;    // [heads][vertical_count] then [heads][slash_count], ascending
     device_buffer<select_status> status_;    // [2][heads]
-    device_buffer<unsigned char> temp_;      // select_lowest / DeviceScan temporary storage
+    device_buffer<std::byte> temp_;          // select_lowest / DeviceScan temporary storage
 };
 
-static_assert(sparse_selector<device_minference>);
+static_assert(device_sparse_selector<device_minference>);
 static_assert(prefill_sparse_selector<device_minference, memory_space::device>);
 static_assert(!prefill_sparse_selector<device_minference>, "host views must not reach a device selector");
 
