@@ -47,7 +47,7 @@ void bench_bandwidth(int reps, bench::json_rows& json) {
     for (std::size_t block_bytes : {16 * 1024ul, 64 * 1024ul, 256 * 1024ul, 1 * mib, 2 * mib}) {
         const std::size_t capacity = arena_bytes / block_bytes, count = load_bytes / block_bytes;
         pinned_block_arena host(capacity, block_bytes);
-        std::memset(host.data(), 0x5a, arena_bytes);
+        std::memset(host.host_view().data(), 0x5a, arena_bytes);
         std::vector<block_id> ids(capacity);
         for (std::size_t i = 0; i < capacity; ++i) ids[i] = block_id{static_cast<std::uint32_t>(i)};
         std::shuffle(ids.begin(), ids.end(), rng);
@@ -60,7 +60,7 @@ void bench_bandwidth(int reps, bench::json_rows& json) {
             gbps[static_cast<int>(m)] = static_cast<double>(load_bytes) / us / 1e3;
             if (m == gather_method::batch_memcpy) {
                 const double con = bench::time_gpu_us(ring.copy_stream(), reps, [&] {
-                    KVPOLICY_CUDA_CHECK(cudaMemcpyAsync(ring.slot_data(0), host.data(), load_bytes,
+                    KVPOLICY_CUDA_CHECK(cudaMemcpyAsync(ring.slot_data(0).data(), host.host_view().data(), load_bytes,
                                                         cudaMemcpyHostToDevice, ring.copy_stream()));
                 });
                 gbps[2] = static_cast<double>(load_bytes) / con / 1e3;
@@ -84,7 +84,7 @@ void bench_overlap(int reps, bench::json_rows& json) {
     {
         std::mt19937 rng(3);
         std::normal_distribution<float> g;
-        auto* f = reinterpret_cast<float*>(host.data());
+        auto* f = reinterpret_cast<float*>(host.host_view().data());
         for (std::size_t i = 0; i < host.capacity() * block_floats; ++i) f[i] = g(rng);
     }
     std::vector<block_id> order(blocks);
@@ -108,7 +108,7 @@ void bench_overlap(int reps, bench::json_rows& json) {
         ring_loader ring(host, {.num_layers = layers, .blocks_per_layer = blocks, .num_slots = 2, .slot_blocks = blocks,
                                 .method = m});
         const auto attend = [&](std::uint32_t slot) {
-            const float* base = reinterpret_cast<const float*>(ring.slot_data(slot));
+            const float* base = reinterpret_cast<const float*>(ring.slot_data(slot).data());
             paged_decode_attention({.q = d_q.get(), .k_cache = base, .v_cache = base + block_floats / 2,
                                     .block_stride = block_floats, .block_table = d_local.get(),
                                     .num_tokens = std::uint64_t{blocks} * bs,

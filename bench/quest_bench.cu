@@ -108,29 +108,30 @@ int run(int argc, char** argv) {
             const quest_config cfg{.num_layers = 1, .num_blocks = blocks, .num_kv_heads = kv_heads, .head_dim = d,
                                    .token_budget = budget_tokens};
             device_quest quest(cfg, stream.get());
-            quest.on_offload_blocks(layer_index{0}, d_cache.get(), block_floats, d_ids.get(), d_valid.get(), blocks);
+            quest.on_offload_blocks(layer_index{0}, d_cache.view(std::size_t{blocks} * block_floats), block_floats,
+                                    d_ids.view(blocks), d_valid.view(blocks));
             const quest_plan plan = plan_quest_selection(blocks, bs, cfg);
             const auto middle = static_cast<std::uint32_t>(plan.middle_end - plan.middle_begin);
             const auto keep = static_cast<std::uint32_t>(plan.middle_keep);
             device_buffer<select_status> d_status(1);
             std::size_t bytes = 0;
-            select_lowest<float>(nullptr, bytes, d_scores.get(), nullptr, middle, d_sel.get(), keep, d_status.get(),
+            select_lowest<float>({}, bytes, d_scores.view(middle), {}, d_sel.view(keep), keep, d_status.view(),
                                  stream.get());
-            device_buffer<unsigned char> temp(bytes);
+            device_buffer<std::byte> temp(bytes);
             const double score_us = bench::time_gpu_us(stream.get(), reps, [&] {
-                quest.score_blocks(layer_index{0}, d_ids.get() + plan.middle_begin, middle, d_q.get(), q_heads,
-                                   d_scores.get(), true);
-                select_lowest<float>(temp.get(), bytes, d_scores.get(), nullptr, middle, d_sel.get(), keep,
-                                     d_status.get(), stream.get());
+                quest.score_blocks(layer_index{0}, d_ids.view(blocks).subspan(plan.middle_begin, middle),
+                                   d_q.view(std::size_t{q_heads} * d), q_heads, d_scores.view(middle), true);
+                select_lowest<float>(temp.view(), bytes, d_scores.view(middle), {}, d_sel.view(keep), keep,
+                                     d_status.view(), stream.get());
             });
             const std::uint32_t budget_blocks = budget_tokens / bs;
             const double sparse_us = split_attention(budget_blocks, sparse_splits);
 
             std::vector<block_id> available(blocks), out(blocks);
             for (std::uint32_t i = 0; i < blocks; ++i) available[i] = block_id{i};
-            const selection_context ctx{.layer = layer_index{0}, .block_size = bs, .num_q_heads = q_heads,
-                                        .num_kv_heads = kv_heads, .head_dim = d,
-                                        .query = std::span<const float>(d_q.get(), q_heads * d)};
+            const device_selection_context ctx{.layer = layer_index{0}, .block_size = bs, .num_q_heads = q_heads,
+                                               .num_kv_heads = kv_heads, .head_dim = d,
+                                               .query = d_q.view(std::size_t{q_heads} * d)};
             const double select_us = bench::time_wall_us(reps, [&] { (void)quest.select(available, ctx, out); });
 
             const double total = score_us + sparse_us;

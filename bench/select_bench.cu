@@ -89,12 +89,12 @@ void bench_scores(std::size_t n, int gpu_reps, int cpu_reps, cudaStream_t stream
     upload(raw, d_ids);
     for (auto algo : {select_algorithm::radix_select, select_algorithm::radix_sort}) {
         std::size_t bytes = 0;
-        select_lowest<Score>(nullptr, bytes, d_scores.get(), d_ids.get(), static_cast<std::uint32_t>(n), d_out.get(),
-                             static_cast<std::uint32_t>(k), d_status.get(), stream, algo);
-        device_buffer<unsigned char> temp(bytes);
+        select_lowest<Score>({}, bytes, d_scores.view(n), d_ids.view(n), d_out.view(k), static_cast<std::uint32_t>(k),
+                             d_status.view(), stream, algo);
+        device_buffer<std::byte> temp(bytes);
         const auto run = [&] {
-            select_lowest<Score>(temp.get(), bytes, d_scores.get(), d_ids.get(), static_cast<std::uint32_t>(n),
-                                 d_out.get(), static_cast<std::uint32_t>(k), d_status.get(), stream, algo);
+            select_lowest<Score>(temp.view(), bytes, d_scores.view(n), d_ids.view(n), d_out.view(k),
+                                 static_cast<std::uint32_t>(k), d_status.view(), stream, algo);
         };
         run();
         KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -152,23 +152,23 @@ void bench_retention(std::size_t n, int gpu_reps, int cpu_reps, cudaStream_t str
     upload(context, d_context);
     upload(last, d_last);
     upload(raw, d_ids);
-    const retention_items_view items{.layer = d_layer.get(), .chunk = d_chunk.get(),
-                                     .session_total_chunks = d_total.get(), .context_length = d_context.get(),
-                                     .last_use = d_last.get(), .ids = d_ids.get(), .size = static_cast<std::uint32_t>(n)};
+    const retention_items_view items{.layer = d_layer.view(n), .chunk = d_chunk.view(n),
+                                     .session_total_chunks = d_total.view(n), .context_length = d_context.view(n),
+                                     .last_use = d_last.view(n), .ids = d_ids.view(n)};
     std::size_t bytes = 0, fused_bytes = 0;
-    select_lowest<double>(nullptr, bytes, d_scores.get(), d_ids.get(), static_cast<std::uint32_t>(n), d_out.get(),
-                          static_cast<std::uint32_t>(k), d_status.get(), stream);
-    select_lowest_retention<double>(nullptr, fused_bytes, items, params, d_out.get(), static_cast<std::uint32_t>(k),
-                                    d_status.get(), stream);
-    device_buffer<unsigned char> temp(std::max(bytes, fused_bytes));
+    select_lowest<double>({}, bytes, d_scores.view(n), d_ids.view(n), d_out.view(k), static_cast<std::uint32_t>(k),
+                          d_status.view(), stream);
+    select_lowest_retention<double>({}, fused_bytes, items, params, d_out.view(k), static_cast<std::uint32_t>(k),
+                                    d_status.view(), stream);
+    device_buffer<std::byte> temp(std::max(bytes, fused_bytes));
     const auto two_steps = [&] {
-        compute_retention<double>(items, params, d_scores.get(), stream);
-        select_lowest<double>(temp.get(), bytes, d_scores.get(), d_ids.get(), static_cast<std::uint32_t>(n),
-                              d_out.get(), static_cast<std::uint32_t>(k), d_status.get(), stream);
+        compute_retention<double>(items, params, d_scores.view(n), stream);
+        select_lowest<double>(temp.view(), bytes, d_scores.view(n), d_ids.view(n), d_out.view(k),
+                              static_cast<std::uint32_t>(k), d_status.view(), stream);
     };
     const auto fused = [&] {
-        select_lowest_retention<double>(temp.get(), fused_bytes, items, params, d_out.get(),
-                                        static_cast<std::uint32_t>(k), d_status.get(), stream);
+        select_lowest_retention<double>(temp.view(), fused_bytes, items, params, d_out.view(k),
+                                        static_cast<std::uint32_t>(k), d_status.view(), stream);
     };
     for (int variant = 0; variant < 2; ++variant) {
         if (variant == 0) two_steps(); else fused();

@@ -38,18 +38,21 @@ __host__ __device__ float block_score(std::uint32_t i) {
     return static_cast<float>(h % 65536u);
 }
 
-__global__ void score_blocks(float* scores, std::uint32_t n) {
-    for (std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
-        scores[i] = block_score(i);
+// Kernels take device spans (kvpolicy/core/memory_space.hpp): handing one a
+// host vector or a host_span does not compile.
+__global__ void score_blocks(kvpolicy::device_span<float> scores) {
+    for (std::size_t i = std::size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < scores.size();
+         i += std::size_t{gridDim.x} * blockDim.x)
+        scores[i] = block_score(static_cast<std::uint32_t>(i));
 }
 
 // Stands in for attention over the blocks in a slot: sums their words.
-__global__ void sum_words(const std::uint32_t* words, std::size_t count, unsigned long long* sum) {
+__global__ void sum_words(kvpolicy::device_span<const std::uint32_t> words, kvpolicy::device_span<unsigned long long> sum) {
     unsigned long long local = 0;
-    for (std::size_t i = std::size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < count;
+    for (std::size_t i = std::size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < words.size();
          i += std::size_t{gridDim.x} * blockDim.x)
         local += words[i];
-    atomicAdd(sum, local);
+    atomicAdd(&sum[0], local);
 }
 
 bool select_victims(cudaStream_t stream) {
@@ -57,13 +60,13 @@ bool select_victims(cudaStream_t stream) {
     kc::device_buffer<float> scores(n);
     kc::device_buffer<std::uint32_t> victims(k);
     kc::device_buffer<kc::select_status> status(1);
-    score_blocks<<<256, 256, 0, stream>>>(scores.get(), n);
+    score_blocks<<<256, 256, 0, stream>>>(scores.view());
     KVPOLICY_CUDA_CHECK(cudaGetLastError());
 
-    std::size_t temp_bytes = 0;  // d_ids null: block i has id i
-    kc::select_lowest<float>(nullptr, temp_bytes, scores.get(), nullptr, n, victims.get(), k, status.get(), stream);
-    kc::device_buffer<unsigned char> temp(temp_bytes);
-    kc::select_lowest<float>(temp.get(), temp_bytes, scores.get(), nullptr, n, victims.get(), k, status.get(), stream);
+    std::size_t temp_bytes = 0;  // no ids: block i has id i
+    kc::select_lowest<float>({}, temp_bytes, scores.view(), {}, victims.view(), k, status.view(), stream);
+    kc::device_buffer<std::byte> temp(temp_bytes);
+    kc::select_lowest<float>(temp.view(), temp_bytes, scores.view(), {}, victims.view(), k, status.view(), stream);
 
     std::vector<std::uint32_t> got(k);
     kc::select_status st{};
@@ -102,9 +105,10 @@ bool stream_layers() {
     kc::device_buffer<unsigned long long> sums(layers);
     KVPOLICY_CUDA_CHECK(cudaMemsetAsync(sums.get(), 0, layers * sizeof(unsigned long long), ring.compute_stream()));
     kc::run_ring_pipeline(ring, loads, [&](std::uint32_t slot, std::size_t i) {
-        const auto* words = reinterpret_cast<const std::uint32_t*>(ring.slot_data(slot));
-        sum_words<<<64, 256, 0, ring.compute_stream()>>>(words, ring.slot_block_count(slot) * block_words,
-                                                         sums.get() + i);
+        const auto bytes = ring.slot_data(slot).first(ring.slot_block_count(slot) * block_bytes);
+        const kvpolicy::device_span<const std::uint32_t> words{reinterpret_cast<const std::uint32_t*>(bytes.data()),
+                                                               bytes.size() / sizeof(std::uint32_t)};
+        sum_words<<<64, 256, 0, ring.compute_stream()>>>(words, sums.view().subspan(i, 1));
         KVPOLICY_CUDA_CHECK(cudaGetLastError());
     });
     ring.synchronize();

@@ -1,21 +1,48 @@
 #!/usr/bin/env bash
 # The GPU checks in one command, on a machine with a CUDA GPU:
 #
-#   scripts/gpu-check.sh OUT_DIR
+#   scripts/gpu-check.sh OUT_DIR [STEP...]      STEP: build test sanitize bench (default: all four)
 #
-# Configures the `cuda` preset with the device programs built for this GPU
-# (KVPOLICY_CUDA_TEST_ARCHITECTURES=native), builds the CUDA tests and the GPU
-# benchmarks, runs the CUDA tests through CTest, runs each again under
-# compute-sanitizer memcheck, then runs the benchmarks. Every step's log, the
-# benchmarks' tables and JSON, and a summary go to OUT_DIR. It goes on after a
-# failed step so one run collects everything, and exits 1 if any step failed.
+# build:    configures the `cuda` preset with the device programs built for
+#           this GPU (KVPOLICY_CUDA_TEST_ARCHITECTURES=native) and builds the
+#           CUDA tests, the GPU benchmarks and the cuda_offload example;
+# test:     runs the CUDA tests through CTest (the nvcc must-not-compile
+#           tests included) and the example;
+# sanitize: runs every CUDA test program under compute-sanitizer memcheck
+#           (with leak check), racecheck and synccheck;
+# bench:    runs the benchmarks (tables and JSON).
+# Every step's log, the benchmarks' output and a summary go to OUT_DIR. It
+# goes on after a failed step so one run collects everything, and exits 1 if
+# any step failed.
+#
+# Packages: a GPU machine may reach no registry. If .gpudeps/usr exists (made
+# where apt works by `scripts/fetch-deps.sh .gpudeps`, ignored by git, carried
+# with the checkout), CMake finds Catch2, range-v3, CLI11 and zlib there and
+# apt is not touched; otherwise scripts/install-deps.sh installs them with
+# apt. KVPOLICY_GPU_DEPS=DIR names another such folder.
 set -uo pipefail
-out="${1:?usage: scripts/gpu-check.sh OUT_DIR}"
+out="${1:?usage: scripts/gpu-check.sh OUT_DIR [build|test|sanitize|bench ...]}"
+shift
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(build test sanitize bench)
+wants() { local s; for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 cd "$(dirname "$0")/.."
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
-source scripts/install-deps.sh
-set +e  # install-deps.sh turns -e on; this script collects failures itself
+
+deps="${KVPOLICY_GPU_DEPS:-.gpudeps}"
+cmake_args=(-DKVPOLICY_CUDA_TEST_ARCHITECTURES=native)
+if [ -d "$deps/usr" ]; then
+    deps="$(cd "$deps" && pwd)"
+    cmake_args+=("-DCMAKE_PREFIX_PATH=$deps/usr")
+    echo "gpu-check: packages from the carried prefix $deps/usr (apt not used):" >&2
+    cat "$deps/PACKAGES" >&2 2>/dev/null || true
+else
+    source scripts/install-deps.sh
+    set +e
+fi
+set +e  # this script collects failures itself
+case ":$PATH:" in *":/usr/local/cuda/bin:"*) ;; *) [ -d /usr/local/cuda/bin ] && export PATH="/usr/local/cuda/bin:$PATH" ;; esac
 
 jobs=$(nproc 2>/dev/null || echo 2)
 build=build/cuda
@@ -32,24 +59,36 @@ step() {  # step NAME COMMAND...: run, log to OUT_DIR/NAME.log, remember failure
     return $rc
 }
 
-: >"$out/summary.txt"
+touch "$out/summary.txt"
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1 || true
-cuda_tests=(cuda_device_smoke cuda_select_score cuda_sparse_ring)
-benches=(select_bench loader_bench quest_bench)
+cuda_tests=(cuda_device_smoke cuda_select_score cuda_sparse_ring cuda_minference)
+benches=(select_bench loader_bench quest_bench minference_bench)
 
-step configure cmake --preset cuda -DKVPOLICY_CUDA_TEST_ARCHITECTURES=native || { echo "configure failed"; exit 1; }
-step build cmake --build --preset cuda -j "$jobs" --target "${cuda_tests[@]}" "${benches[@]}" || { echo "build failed"; exit 1; }
-step ctest ctest --preset cuda -L cuda --output-on-failure
-sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-for t in "${cuda_tests[@]}"; do
-    step "memcheck_$t" "$sanitizer" --tool memcheck --leak-check full --error-exitcode 1 "$build/tests/$t"
-done
-for b in "${benches[@]}"; do
-    step "$b" "$build/bench/$b" --json "$out/$b.json" && cp "$out/$b.log" "$out/$b.txt"
-done
+if wants build; then
+    step configure cmake --preset cuda "${cmake_args[@]}" || { echo "configure failed (log: $out/configure.log)"; exit 1; }
+    step build cmake --build --preset cuda -j "$jobs" --target "${cuda_tests[@]}" "${benches[@]}" cuda_offload ||
+        { echo "build failed (log: $out/build.log)"; exit 1; }
+fi
+if wants test; then
+    step ctest ctest --preset cuda -L "cuda|compile_fail" -R "cuda" --output-on-failure
+    step cuda_offload "$build/examples/cuda_offload"
+fi
+if wants sanitize; then
+    sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    for t in "${cuda_tests[@]}"; do
+        step "memcheck_$t" "$sanitizer" --tool memcheck --leak-check full --error-exitcode 1 "$build/tests/$t"
+        step "racecheck_$t" "$sanitizer" --tool racecheck --racecheck-report all --error-exitcode 1 "$build/tests/$t"
+        step "synccheck_$t" "$sanitizer" --tool synccheck --error-exitcode 1 "$build/tests/$t"
+    done
+fi
+if wants bench; then
+    for b in "${benches[@]}"; do
+        step "$b" "$build/bench/$b" --json "$out/$b.json" && cp "$out/$b.log" "$out/$b.txt"
+    done
+fi
 
 if [ ${#failed[@]} -gt 0 ]; then
     echo "gpu-check: FAILED: ${failed[*]} (logs in $out)" | tee -a "$out/summary.txt"
     exit 1
 fi
-echo "gpu-check: all steps passed (logs in $out)" | tee -a "$out/summary.txt"
+echo "gpu-check: steps ${steps[*]} passed (logs in $out)" | tee -a "$out/summary.txt"

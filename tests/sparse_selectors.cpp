@@ -218,7 +218,9 @@ TEST_CASE("quest: bad input throws usage_error and changes nothing", "[quest]") 
     REQUIRE_THROWS_AS(q.select(available, decode_context(0, 2, cfg, short_query), out), usage_error);
     auto nan_query = query;
     nan_query[1] = std::nanf("");
-    REQUIRE_THROWS_AS(q.select(available, decode_context(0, 2, cfg, nan_query), out), usage_error);
+    // The exact wording device_quest reports too (it checks on the device).
+    REQUIRE_THROWS_WITH(q.select(available, decode_context(0, 2, cfg, nan_query), out),
+                        "quest::select: the query has a NaN or infinite value");
     const std::vector<block_id> outside{block_id{1}, block_id{4}};
     REQUIRE_THROWS_AS(q.select(outside, decode_context(0, 2, cfg, query), out), usage_error);
     std::vector<block_id> small(3);
@@ -233,6 +235,33 @@ TEST_CASE("quest: bad input throws usage_error and changes nothing", "[quest]") 
     REQUIRE(q.has_metadata(block_id{1}, layer_index{1}));
     q.reset();
     REQUIRE_FALSE(q.has_metadata(block_id{1}, layer_index{1}));
+}
+
+TEST_CASE("quest: the device query check's per-thread test, ORed over every thread, is std::isfinite",
+          "[quest][device_math]") {
+    // quest_query_thread_nonfinite is what each thread of device_quest's
+    // query check runs; here every thread index of several launch shapes,
+    // on queries with NaN, +-inf, FLT_MAX, denormals and -0 placed at random.
+    std::mt19937_64 rng(1313);
+    const float specials[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                              -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::max(),
+                              -std::numeric_limits<float>::max(), std::numeric_limits<float>::denorm_min(),
+                              -0.0f, std::numeric_limits<float>::min()};
+    for (int round = 0; round < 400; ++round) {
+        const std::size_t n = std::uniform_int_distribution<std::size_t>(0, 4 * 128 + 7)(rng);
+        auto query = random_floats(rng, n, -1e30f, 1e30f);
+        const int planted = std::uniform_int_distribution<int>(0, 3)(rng);
+        for (int p = 0; p < planted && n > 0; ++p)
+            query[std::uniform_int_distribution<std::size_t>(0, n - 1)(rng)] = specials[rng() % std::size(specials)];
+        const bool expected = !std::ranges::all_of(query, [](float v) { return std::isfinite(v); });
+        for (const std::size_t threads : {std::size_t{1}, std::size_t{32}, std::size_t{128}, std::size_t{1000}}) {
+            bool any = false;
+            for (std::size_t t = 0; t < threads; ++t) any = quest_query_thread_nonfinite(query.data(), n, t, threads) || any;
+            REQUIRE(any == expected);
+        }
+    }
+    for (const float v : specials) REQUIRE(is_nonfinite(v) == !std::isfinite(v));
+    STATIC_REQUIRE_FALSE(is_nonfinite(-0.0f));
 }
 
 TEST_CASE("sink_window keeps the first and the last blocks", "[sink_window]") {
@@ -267,12 +296,12 @@ TEST_CASE("sparse selectors are registered by name with their phase flags", "[sp
     STATIC_REQUIRE(quest::supports_decode);
     STATIC_REQUIRE(quest::requires_block_selection);
     STATIC_REQUIRE(!full_attention::requires_block_selection);
-    REQUIRE(joined_names<sparse_selectors>() == "full, sink_window, quest");
+    REQUIRE(joined_names<sparse_selectors>() == "full, sink_window, quest, minference");
     const bool quest_selects =
         visit_by_name<sparse_selectors>("quest", []<class S>() { return S::requires_block_selection; });
     REQUIRE(quest_selects);
     REQUIRE_THROWS_WITH(visit_by_name<sparse_selectors>("h2o", []<class S>() { return 0; }, "sparse selector"),
-                        Catch::Contains("accepted: full, sink_window, quest"));
+                        Catch::Contains("accepted: full, sink_window, quest, minference"));
 }
 
 TEST_CASE("quest-selected attention approaches full attention as the budget grows", "[quest][attention]") {

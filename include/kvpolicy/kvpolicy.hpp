@@ -48,7 +48,9 @@
 #include "kvpolicy/select/nth_element_selector.hpp"
 
 #include "kvpolicy/sparse/full_attention.hpp"
+#include "kvpolicy/sparse/layerwise_prefill.hpp"
 #include "kvpolicy/sparse/lse_merge.hpp"
+#include "kvpolicy/sparse/minference.hpp"
 #include "kvpolicy/sparse/quest.hpp"
 #include "kvpolicy/sparse/reference_attention.hpp"
 #include "kvpolicy/sparse/registry.hpp"

@@ -40,17 +40,18 @@ namespace {
 void settle() { KVPOLICY_CUDA_CHECK(cudaDeviceSynchronize()); }
 
 template <class T>
-T* device_copy(const std::vector<T>& h, device_buffer<T>& d) {
+device_span<const T> device_copy(const std::vector<T>& h, device_buffer<T>& d) {
     d.reserve(std::max<std::size_t>(h.size(), 1));
     if (!h.empty()) KVPOLICY_CUDA_CHECK(cudaMemcpy(d.get(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
     settle();
-    return d.get();
+    return d.view(h.size());
 }
 
 template <class T>
-std::vector<T> host_copy(const T* d, std::size_t n) {
+std::vector<T> host_copy(device_span<T> d) {
+    const std::size_t n = d.size();
     std::vector<T> h(n);
-    if (n > 0) KVPOLICY_CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+    if (n > 0) KVPOLICY_CUDA_CHECK(cudaMemcpy(h.data(), d.data(), n * sizeof(T), cudaMemcpyDeviceToHost));
     return h;
 }
 
@@ -91,7 +92,7 @@ void check_select(std::mt19937_64& rng, std::size_t n, std::size_t k, bool coars
     device_buffer<Score> d_scores;
     device_buffer<std::uint32_t> d_ids, d_out;
     device_buffer<select_status> d_status;
-    device_buffer<unsigned char> temp;
+    device_buffer<std::byte> temp;
     const std::size_t kk = std::min(k, n);
     d_out.reserve(std::max<std::size_t>(k, 1));
     d_status.reserve(1);
@@ -99,21 +100,21 @@ void check_select(std::mt19937_64& rng, std::size_t n, std::size_t k, bool coars
     settle();
     KVPOLICY_CUDA_CHECK(cudaMemset(d_status.get(), 0xff, sizeof(select_status)));
     settle();
-    const Score* s = device_copy(scores, d_scores);
-    const std::uint32_t* i = with_ids ? device_copy(ids, d_ids) : nullptr;
+    const device_span<const Score> s = device_copy(scores, d_scores);
+    const device_span<const std::uint32_t> i = with_ids ? device_copy(ids, d_ids) : device_span<const std::uint32_t>{};
+    const device_span<std::uint32_t> out = d_out.view(std::max<std::size_t>(k, 1));
     std::size_t bytes = 0;
-    select_lowest<Score>(nullptr, bytes, s, i, static_cast<std::uint32_t>(n), d_out.get(), static_cast<std::uint32_t>(k),
-                         d_status.get(), stream, algo);
+    select_lowest<Score>({}, bytes, s, i, out, static_cast<std::uint32_t>(k), d_status.view(1), stream, algo);
     temp.reserve(bytes);
     KVPOLICY_CUDA_CHECK(cudaMemset(temp.get(), 0xa5, bytes));
     settle();  // stale state must not matter
-    select_lowest<Score>(temp.get(), bytes, s, i, static_cast<std::uint32_t>(n), d_out.get(), static_cast<std::uint32_t>(k),
-                         d_status.get(), stream, algo);
+    select_lowest<Score>(temp.view(bytes), bytes, s, i, out, static_cast<std::uint32_t>(k), d_status.view(1), stream,
+                         algo);
     KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream));
-    const auto status = host_copy(d_status.get(), 1)[0];
+    const auto status = host_copy(d_status.view(1))[0];
     KVPOLICY_EXPECT(status.nan_count == 0);
     KVPOLICY_EXPECT(status.selected == kk);
-    const auto got = host_copy(d_out.get(), std::max<std::size_t>(k, 1));
+    const auto got = host_copy(out);
     const auto want = host_select(scores, ids, k);
     KVPOLICY_EXPECT(std::equal(want.begin(), want.end(), got.begin()));
     if (k > kk) KVPOLICY_EXPECT(got[kk] == 0xffffffffu);  // nothing past min(k, n)
@@ -131,23 +132,23 @@ void check_nan(cudaStream_t stream, select_algorithm algo) {
     device_buffer<Score> d_scores;
     device_buffer<std::uint32_t> d_ids, d_out(4);
     device_buffer<select_status> d_status(1);
-    device_buffer<unsigned char> temp;
+    device_buffer<std::byte> temp;
     KVPOLICY_CUDA_CHECK(cudaMemset(d_out.get(), 0xff, 4 * sizeof(std::uint32_t)));
     settle();
     for (std::uint32_t k : {0u, 2u}) {
         std::size_t bytes = 0;
-        select_lowest<Score>(nullptr, bytes, device_copy(scores, d_scores), device_copy(ids, d_ids), 5, d_out.get(),
-                             k, d_status.get(), stream, algo);
+        const auto d_s = device_copy(scores, d_scores);
+        const auto d_i = device_copy(ids, d_ids);
+        select_lowest<Score>({}, bytes, d_s, d_i, d_out.view(4), k, d_status.view(1), stream, algo);
         temp.reserve(bytes);
-        select_lowest<Score>(temp.get(), bytes, d_scores.get(), d_ids.get(), 5, d_out.get(), k, d_status.get(), stream,
-                             algo);
+        select_lowest<Score>(temp.view(bytes), bytes, d_s, d_i, d_out.view(4), k, d_status.view(1), stream, algo);
         KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream));
-        const auto status = host_copy(d_status.get(), 1)[0];
+        const auto status = host_copy(d_status.view(1))[0];
         KVPOLICY_EXPECT(status.nan_count == 2);
         KVPOLICY_EXPECT(status.nan_index == 1);
         KVPOLICY_EXPECT(status.nan_id == 11);
         KVPOLICY_EXPECT(status.selected == 0);
-        const auto out = host_copy(d_out.get(), 4);
+        const auto out = host_copy(d_out.view(4));
         KVPOLICY_EXPECT(std::all_of(out.begin(), out.end(), [](std::uint32_t x) { return x == 0xffffffffu; }));
     }
 }
@@ -232,17 +233,16 @@ void check_retention_scores(cudaStream_t stream) {
                                      .session_total_chunks = device_copy(h.total, d_total),
                                      .context_length = device_copy(h.context, d_context),
                                      .last_use = device_copy(h.last_use, d_last),
-                                     .ids = device_copy(h.ids, d_ids),
-                                     .size = static_cast<std::uint32_t>(n)};
+                                     .ids = device_copy(h.ids, d_ids)};
     KVPOLICY_CUDA_CHECK(cudaMemset(d_scores.get(), 0xff, n * sizeof(double)));
     settle();
     KVPOLICY_CUDA_CHECK(cudaMemset(d_scores_f.get(), 0xff, n * sizeof(float)));
     settle();
-    compute_retention<double>(items, params, d_scores.get(), stream);
-    compute_retention<float>(items, params, d_scores_f.get(), stream);
+    compute_retention<double>(items, params, d_scores.view(n), stream);
+    compute_retention<float>(items, params, d_scores_f.view(n), stream);
     KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream));
-    const auto got = host_copy(d_scores.get(), n);
-    const auto got_f = host_copy(d_scores_f.get(), n);
+    const auto got = host_copy(d_scores.view(n));
+    const auto got_f = host_copy(d_scores_f.view(n));
 
     // The host policy is the reference: its retention() of each item.
     retention_value<> policy(n, {.cost = pensieve_linear(params.cost)});
@@ -276,14 +276,15 @@ void check_retention_scores(cudaStream_t stream) {
         d_out.reserve(k);
         KVPOLICY_CUDA_CHECK(cudaMemset(d_out.get(), 0xff, k * sizeof(std::uint32_t)));
         settle();
-        device_buffer<unsigned char> temp;
+        device_buffer<std::byte> temp;
         std::size_t bytes = 0;
-        select_lowest_retention<double>(nullptr, bytes, items, params, d_out.get(), k, d_status.get(), stream, algo);
+        select_lowest_retention<double>({}, bytes, items, params, d_out.view(k), k, d_status.view(1), stream, algo);
         temp.reserve(bytes);
-        select_lowest_retention<double>(temp.get(), bytes, items, params, d_out.get(), k, d_status.get(), stream, algo);
+        select_lowest_retention<double>(temp.view(bytes), bytes, items, params, d_out.view(k), k, d_status.view(1),
+                                        stream, algo);
         KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream));
-        KVPOLICY_EXPECT(host_copy(d_status.get(), 1)[0].nan_count == 0);
-        const auto fused = host_copy(d_out.get(), k);
+        KVPOLICY_EXPECT(host_copy(d_status.view(1))[0].nan_count == 0);
+        const auto fused = host_copy(d_out.view(k));
         const auto expected = host_select(want, h.ids, k);
         KVPOLICY_EXPECT(fused == expected);
     }
@@ -294,13 +295,14 @@ void check_retention_scores(cudaStream_t stream) {
     device_buffer<std::uint32_t> d_broken;
     auto items_broken = items;
     items_broken.layer = device_copy(broken, d_broken);
-    device_buffer<unsigned char> temp;
+    device_buffer<std::byte> temp;
     std::size_t bytes = 0;
-    select_lowest_retention<float>(nullptr, bytes, items_broken, params, d_out.get(), 10, d_status.get(), stream);
+    select_lowest_retention<float>({}, bytes, items_broken, params, d_out.view(10), 10, d_status.view(1), stream);
     temp.reserve(bytes);
-    select_lowest_retention<float>(temp.get(), bytes, items_broken, params, d_out.get(), 10, d_status.get(), stream);
+    select_lowest_retention<float>(temp.view(bytes), bytes, items_broken, params, d_out.view(10), 10,
+                                   d_status.view(1), stream);
     KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream));
-    const auto status = host_copy(d_status.get(), 1)[0];
+    const auto status = host_copy(d_status.view(1))[0];
     KVPOLICY_EXPECT(status.nan_count == 1);
     KVPOLICY_EXPECT(status.nan_id == h.ids[12345]);
 
@@ -308,7 +310,7 @@ void check_retention_scores(cudaStream_t stream) {
     try {
         auto bad = params;
         bad.cost.alpha = -1.0;
-        compute_retention<double>(items, bad, d_scores.get(), stream);
+        compute_retention<double>(items, bad, d_scores.view(n), stream);
     } catch (const config_error&) {
         threw = true;
     }
@@ -343,12 +345,12 @@ int run() {
             device_buffer<std::uint32_t> out(10);
             device_buffer<select_status> st(1);
             std::size_t bytes = 0;
-            select_lowest<double>(nullptr, bytes, s.get(), nullptr, 10, out.get(), 3, st.get(), stream.get());
-            device_buffer<unsigned char> temp(bytes);
+            select_lowest<double>({}, bytes, s.view(), {}, out.view(), 3, st.view(), stream.get());
+            device_buffer<std::byte> temp(bytes);
             std::size_t small = bytes - 1;
             bool threw = false;
             try {
-                select_lowest<double>(temp.get(), small, s.get(), nullptr, 10, out.get(), 3, st.get(), stream.get());
+                select_lowest<double>(temp.view(small), small, s.view(), {}, out.view(), 3, st.view(), stream.get());
             } catch (const usage_error&) {
                 threw = true;
             }

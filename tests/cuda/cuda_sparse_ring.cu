@@ -20,6 +20,9 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <kvpolicy/cache/host_memcpy_engine.hpp>
@@ -64,6 +67,13 @@ T* upload(const std::vector<T>& h, device_buffer<T>& d) {
     return d.get();
 }
 
+// The same upload, as the device span the typed API takes.
+template <class T>
+device_span<T> upload_span(const std::vector<T>& h, device_buffer<T>& d) {
+    upload(h, d);
+    return d.view(h.size());
+}
+
 template <class T>
 std::vector<T> download(const T* d, std::size_t n) {
     std::vector<T> h(n);
@@ -74,6 +84,16 @@ std::vector<T> download(const T* d, std::size_t n) {
 void poison(void* d, std::size_t bytes) {
     KVPOLICY_CUDA_CHECK(cudaMemset(d, 0xff, bytes));
     settle();
+}
+
+template <class T>
+void poison(device_span<T> d) {
+    poison(d.data(), d.size_bytes());
+}
+
+template <class T>
+std::vector<std::remove_const_t<T>> download(device_span<T> d) {
+    return download(static_cast<const T*>(d.data()), d.size());
 }
 
 bool close(float got, float want, float tol) {
@@ -119,11 +139,13 @@ void check_quest(std::mt19937_64& rng, cudaStream_t stream) {
     device_buffer<std::uint32_t> d_tokens, d_blocks;
     upload(keys, d_keys);
     // Layer 0: one batched offload; layer 1: one call per block.
-    dev.on_offload_blocks(layer_index{0}, d_keys.get(), block_floats, upload(blocks, d_blocks), upload(tokens, d_tokens),
-                          cfg.num_blocks);
+    const device_span<const float> all_keys = d_keys.view(keys.size());
+    dev.on_offload_blocks(layer_index{0}, all_keys, block_floats, upload_span(blocks, d_blocks),
+                          upload_span(tokens, d_tokens));
     for (std::uint32_t j = 0; j < cfg.num_blocks; ++j) {
-        const key_block_view view{.keys = std::span<const float>(d_keys.get() + j * block_floats, tokens[j] * row),
-                                  .tokens = tokens[j], .num_kv_heads = cfg.num_kv_heads, .head_dim = cfg.head_dim};
+        const device_key_block_view view{.keys = all_keys.subspan(j * block_floats, tokens[j] * row),
+                                         .tokens = tokens[j], .num_kv_heads = cfg.num_kv_heads,
+                                         .head_dim = cfg.head_dim};
         dev.on_offload(block_id{blocks[j]}, layer_index{1}, view);
         if (j == broken) continue;  // the host rejects it; the device leaves it without metadata
         const key_block_view host_view{.keys = std::span<const float>(keys).subspan(j * block_floats, tokens[j] * row),
@@ -160,11 +182,11 @@ void check_quest(std::mt19937_64& rng, cudaStream_t stream) {
         upload(avail_raw, d_avail);
 
         // Scores == host scores to float rounding (tree vs sequential sums).
-        poison(d_scores.get(), cfg.num_blocks * sizeof(float));
-        dev.score_blocks(layer_index{layer}, d_avail.get(), static_cast<std::uint32_t>(available.size()), d_query.get(),
-                         q_heads, d_scores.get());
+        poison(d_scores.view());
+        dev.score_blocks(layer_index{layer}, d_avail.view(available.size()), d_query.view(query.size()), q_heads,
+                         d_scores.view(available.size()));
         KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream));
-        const auto scores = download(d_scores.get(), available.size());
+        const auto scores = download(d_scores.view(available.size()));
         for (std::size_t i = 0; i < available.size(); ++i) {
             const float want = host.block_score(available[i], layer_index{layer}, query, q_heads);
             float magnitude = 0.0f;  // sum of |terms|: the scale of the rounding error
@@ -181,10 +203,9 @@ void check_quest(std::mt19937_64& rng, cudaStream_t stream) {
         }
 
         // Device selection == the host rule applied to the device's scores.
-        const selection_context ctx{.layer = layer_index{layer}, .is_prefill = false, .block_size = bs,
-                                    .num_q_heads = q_heads, .num_kv_heads = cfg.num_kv_heads,
-                                    .head_dim = cfg.head_dim,
-                                    .query = std::span<const float>(d_query.get(), query.size())};
+        const device_selection_context ctx{.layer = layer_index{layer}, .is_prefill = false, .block_size = bs,
+                                           .num_q_heads = q_heads, .num_kv_heads = cfg.num_kv_heads,
+                                           .head_dim = cfg.head_dim, .query = d_query.view(query.size())};
         std::vector<block_id> got(available.size(), block_id{9999});
         got.resize(dev.select(available, ctx, got));
         const quest_plan plan = plan_quest_selection(available.size(), bs, cfg);
@@ -203,11 +224,47 @@ void check_quest(std::mt19937_64& rng, cudaStream_t stream) {
         KVPOLICY_EXPECT(got == want);
     }
     const std::vector<float> q(q_heads * cfg.head_dim);
-    selection_context prefill{.layer = layer_index{0}, .is_prefill = true, .block_size = bs, .num_q_heads = q_heads,
-                              .num_kv_heads = cfg.num_kv_heads, .head_dim = cfg.head_dim, .query = q};
+    device_buffer<float> d_q;
+    device_selection_context prefill{.layer = layer_index{0}, .is_prefill = true, .block_size = bs,
+                                     .num_q_heads = q_heads, .num_kv_heads = cfg.num_kv_heads,
+                                     .head_dim = cfg.head_dim, .query = upload_span(q, d_q)};
     std::vector<block_id> out(4);
     const std::vector<block_id> some{block_id{0}, block_id{1}};
     KVPOLICY_EXPECT(throws<usage_error>([&] { (void)dev.select(some, prefill, out); }));
+
+    // A NaN or infinite query value is found on the device and reported with
+    // the host quest's wording, nothing written: both when the plan scores
+    // (every block available) and when it loads all (two blocks).
+    std::vector<block_id> every(cfg.num_blocks);
+    for (std::uint32_t i = 0; i < cfg.num_blocks; ++i) every[i] = block_id{i};
+    for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity()}) {
+        for (const std::size_t at : {std::size_t{0}, q.size() / 2, q.size() - 1}) {
+            auto bad_q = random_floats(rng, q.size());
+            bad_q[at] = bad;
+            device_selection_context ctx = prefill;
+            ctx.is_prefill = false;
+            ctx.query = upload_span(bad_q, d_q);
+            for (const std::vector<block_id>* avail : {&std::as_const(every), &some}) {
+                std::vector<block_id> sink(avail->size(), block_id{9999});
+                std::string what;
+                try {
+                    (void)dev.select(*avail, ctx, sink);
+                } catch (const usage_error& e) {
+                    what = e.what();
+                }
+                KVPOLICY_EXPECT(what == "device_quest::select: the query has a NaN or infinite value");
+                KVPOLICY_EXPECT(std::ranges::all_of(sink, [](block_id b) { return b == block_id{9999}; }));
+            }
+        }
+    }
+    // ...and a finite query after that selects again (no sticky flag).
+    const auto fine_q = random_floats(rng, q.size());
+    device_selection_context fine = prefill;
+    fine.is_prefill = false;
+    fine.query = upload_span(fine_q, d_q);
+    std::vector<block_id> all_out(every.size());
+    KVPOLICY_EXPECT(dev.select(every, fine, all_out) == cfg.token_budget / bs);
 }
 
 // ------------------------------------------------- merge and attention ----
@@ -324,10 +381,10 @@ void check_ring_copies(std::mt19937_64& rng) {
         for (std::size_t block_bytes : {std::size_t{16 * 1024}, std::size_t{80 * 1024 + 48}}) {
             pinned_block_arena host(layers * per_layer, block_bytes);
             for (std::size_t i = 0; i < host.capacity() * block_bytes; ++i)
-                host.data()[i] = static_cast<std::byte>(rng() & 0xff);
+                host.host_view().data()[i] = static_cast<std::byte>(rng() & 0xff);
             ring_loader ring(host, {.num_layers = layers, .blocks_per_layer = per_layer, .num_slots = 3,
                                     .slot_blocks = slot_blocks, .method = method});
-            for (std::uint32_t s = 0; s < 3; ++s) poison(ring.slot_data(s), slot_blocks * block_bytes);
+            for (std::uint32_t s = 0; s < 3; ++s) poison(ring.slot_data(s));
             std::vector<std::vector<block_id>> loads;
             for (int l = 0; l < 9; ++l) {
                 std::vector<block_id> b;
@@ -347,7 +404,7 @@ void check_ring_copies(std::mt19937_64& rng) {
                 ring.load_to_slot(slot, layer, loads[l]);
                 ring.wait_slot(slot);
                 KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(ring.compute_stream()));
-                const auto got = download(ring.slot_data(slot), loads[l].size() * block_bytes);
+                const auto got = download(ring.slot_data(slot).first(loads[l].size() * block_bytes));
                 for (std::size_t i = 0; i < loads[l].size(); ++i)
                     bad += std::memcmp(got.data() + i * block_bytes,
                                        host.block(layer.value * per_layer + loads[l][i].value).data(), block_bytes) != 0;
@@ -421,7 +478,7 @@ void check_ring_attention(std::mt19937_64& rng) {
             upload(std::vector<float>(layers * heads, neg_inf), d_acc_lse);
             run_ring_pipeline(ring, which, [&](std::uint32_t slot, std::size_t i) {
                 const std::uint32_t l = chunked ? load_layer[i] : static_cast<std::uint32_t>(i);
-                const float* base = reinterpret_cast<const float*>(ring.slot_data(slot));
+                const float* base = reinterpret_cast<const float*>(ring.slot_data(slot).data());
                 const paged_decode_args a{.q = d_q.get() + l * heads * d, .k_cache = base,
                                           .v_cache = base + block_floats / 2, .block_stride = block_floats,
                                           .block_table = d_local.get(),
@@ -502,11 +559,11 @@ void check_quest_attention(std::mt19937_64& rng, cudaStream_t stream) {
                          stream);
         for (std::uint32_t b = 0; b < blocks; ++b)
             sel.on_offload(block_id{b}, layer_index{0},
-                           {.keys = std::span<const float>(d_cache.get() + b * p.block_floats, half), .tokens = bs,
+                           {.keys = d_cache.view().subspan(b * p.block_floats, half), .tokens = bs,
                             .num_kv_heads = kv_heads, .head_dim = d});
-        const selection_context ctx{.layer = layer_index{0}, .block_size = bs, .num_q_heads = static_cast<std::uint32_t>(heads),
-                                    .num_kv_heads = kv_heads, .head_dim = d,
-                                    .query = std::span<const float>(d_q.get(), p.q.size())};
+        const device_selection_context ctx{.layer = layer_index{0}, .block_size = bs,
+                                           .num_q_heads = static_cast<std::uint32_t>(heads), .num_kv_heads = kv_heads,
+                                           .head_dim = d, .query = d_q.view(p.q.size())};
         std::vector<block_id> chosen(blocks);
         chosen.resize(sel.select(p.table, ctx, chosen));
         KVPOLICY_EXPECT(chosen.size() == budget);
@@ -546,7 +603,7 @@ void check_transfer_engine(std::mt19937_64& rng) {
         for (std::byte& x : blk) x = static_cast<std::byte>(rng() & 0xff);
         std::memcpy(d_cpu.block(b).data(), blk.data(), bytes);
     }
-    KVPOLICY_CUDA_CHECK(cudaMemcpy(d_gpu.data(), h_gpu.block(block_id{0}).data(), gpu_blocks * bytes, cudaMemcpyHostToDevice));
+    KVPOLICY_CUDA_CHECK(cudaMemcpy(d_gpu.device_view().data(), h_gpu.block(block_id{0}).data(), gpu_blocks * bytes, cudaMemcpyHostToDevice));
     settle();
     host_memcpy_engine host(h_gpu, h_cpu);
     device_transfer_engine dev(d_gpu, d_cpu);
@@ -571,9 +628,9 @@ void check_transfer_engine(std::mt19937_64& rng) {
     KVPOLICY_EXPECT(failed_host == failed_dev);
     KVPOLICY_EXPECT(sh == sd);
     KVPOLICY_EXPECT(dev.bytes_moved() == host.bytes_moved());
-    const auto gpu_after = download(d_gpu.data(), gpu_blocks * bytes);
+    const auto gpu_after = download(d_gpu.device_view().data(), gpu_blocks * bytes);
     KVPOLICY_EXPECT(std::memcmp(gpu_after.data(), h_gpu.block(block_id{0}).data(), gpu_blocks * bytes) == 0);
-    KVPOLICY_EXPECT(std::memcmp(d_cpu.data(), h_cpu.block(block_id{0}).data(), cpu_blocks * bytes) == 0);
+    KVPOLICY_EXPECT(std::memcmp(d_cpu.host_view().data(), h_cpu.block(block_id{0}).data(), cpu_blocks * bytes) == 0);
     std::vector<transfer_status> short_status(2);
     KVPOLICY_EXPECT(throws<usage_error>([&] { (void)dev.execute(ops, short_status); }));
     std::printf("  transfer engine: %zu ops, %zu failed as on the host\n", ops.size(), failed_dev);

@@ -117,22 +117,57 @@ concept victim_selector =
         { s.select_lowest(scores, ids, out) } -> std::same_as<std::size_t>;
     };
 
+namespace detail {
+template <class S>
+concept sparse_selector_flags = named<S> && requires {
+    typename std::bool_constant<S::supports_prefill>;
+    typename std::bool_constant<S::supports_decode>;
+    typename std::bool_constant<S::requires_block_selection>;
+};
+}  // namespace detail
+
 /// Chooses which offloaded blocks a query reads (seeds 001 and 004).
 /// `select` writes a subset of `available` to `out` (out.size() >=
 /// available.size()) and returns its length; `on_offload` sees a block's keys
 /// while they are still on the device, before the copy to the CPU tier.
 template <class S>
 concept sparse_selector =
-    named<S> &&
-    requires {
-        typename std::bool_constant<S::supports_prefill>;
-        typename std::bool_constant<S::supports_decode>;
-        typename std::bool_constant<S::requires_block_selection>;
-    } &&
+    detail::sparse_selector_flags<S> &&
     requires(S& s, std::span<const block_id> available, const selection_context& ctx, std::span<block_id> out,
              block_id block, layer_index layer, const key_block_view& keys) {
         { s.select(available, ctx, out) } -> std::same_as<std::size_t>;
         { s.on_offload(block, layer, keys) } -> std::same_as<void>;
+    };
+
+/// The same seam for a selector whose query and keys are device memory
+/// (kvpolicy/cuda/quest.cuh's device_quest): it takes the device context and
+/// key views (core/sparse_context.hpp), so host selectors and device
+/// selectors cannot be handed each other's memory. The block ids stay on
+/// the host, as in sparse_selector.
+template <class S>
+concept device_sparse_selector =
+    detail::sparse_selector_flags<S> &&
+    requires(S& s, std::span<const block_id> available, const device_selection_context& ctx,
+             std::span<block_id> out, block_id block, layer_index layer, const device_key_block_view& keys) {
+        { s.select(available, ctx, out) } -> std::same_as<std::size_t>;
+        { s.on_offload(block, layer, keys) } -> std::same_as<void>;
+    };
+
+/// A sparse selector that computes prefill attention itself (seed 004:
+/// MInference changes how prefill attention is computed, not what is
+/// loaded), over views in memory space `Space`: a host sparse_selector with
+/// host views, a device_sparse_selector with device views (one never
+/// accepts the other's memory). Only a selector with `supports_prefill` can
+/// model it; the layer-wise offload prefill calls `sparse_prefill_attention`
+/// and then offloads all of the layer's KV. It writes o and lse for every
+/// query (lse in natural log, so partial results merge with
+/// merge_attention_state).
+template <class S, memory_space Space = memory_space::host>
+concept prefill_sparse_selector =
+    (Space == memory_space::host ? sparse_selector<S> : device_sparse_selector<S>) && S::supports_prefill &&
+    requires(S& s, const basic_prefill_qkv_view<Space>& qkv, layer_index layer,
+             const basic_prefill_output_view<Space>& out) {
+        { s.sparse_prefill_attention(qkv, layer, out) } -> std::same_as<void>;
     };
 
 /// Carries out block copies between tiers. `execute(ops, status)` performs

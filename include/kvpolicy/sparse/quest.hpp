@@ -42,6 +42,7 @@
 
 #include "kvpolicy/core/concepts.hpp"
 #include "kvpolicy/core/error.hpp"
+#include "kvpolicy/core/host_device.hpp"
 
 namespace kvpolicy {
 
@@ -115,6 +116,24 @@ inline std::size_t quest_top_positions(std::span<const float> scores, std::size_
     return keep;
 }
 
+/// Whether v is NaN or infinite: v - v is 0 for every finite v and NaN for
+/// the rest. Plain arithmetic, so it is the same test in a kernel and on
+/// the host (std::isfinite is neither constexpr nor callable in a kernel).
+[[nodiscard]] KVPOLICY_HOST_DEVICE constexpr bool is_nonfinite(float v) noexcept { return !(v - v == 0.0f); }
+
+/// One thread's share of the device Quest's query check: whether any of
+/// query[first], query[first + stride], ... below n is NaN or infinite.
+/// Thread t of T passes (t, T); the OR over every t is "the query holds a
+/// non-finite value" (tests/sparse_selectors.cpp checks that on the CPU for
+/// every thread index). Precondition: stride >= 1.
+[[nodiscard]] KVPOLICY_HOST_DEVICE constexpr bool quest_query_thread_nonfinite(const float* query, std::size_t n,
+                                                                              std::size_t first,
+                                                                              std::size_t stride) noexcept {
+    bool bad = false;
+    for (std::size_t i = first; i < n; i += stride) bad = bad || is_nonfinite(query[i]);
+    return bad;
+}
+
 namespace detail {
 // Argument checks shared by the host `quest` and the CUDA `device_quest`
 // (`who` names the caller in the messages): one set of rules, one wording.
@@ -127,8 +146,12 @@ inline void check_quest_block(const quest_config& config, block_id block, layer_
                           " layers");
 }
 
-inline void check_quest_selection(const quest_config& config, std::span<const block_id> available,
-                                  const selection_context& ctx, std::span<block_id> out, const char* who) {
+// The checks of `select` that read no memory behind ctx.query (host and
+// device contexts have the same fields), so both versions share them; each
+// checks the query's values where they live (`quest_query_thread_nonfinite`).
+template <class Context>
+void check_quest_selection(const quest_config& config, std::span<const block_id> available, const Context& ctx,
+                           std::span<block_id> out, const char* who) {
     const std::string at = std::string(who) + "::select: ";
     if (ctx.is_prefill)
         throw usage_error(at + "called in prefill; Quest is decode-only (supports_prefill = false), "
@@ -147,9 +170,11 @@ inline void check_quest_selection(const quest_config& config, std::span<const bl
         throw usage_error(at + "query has " + std::to_string(ctx.query.size()) +
                           " values; give num_q_heads x head_dim = " +
                           std::to_string(std::size_t{ctx.num_q_heads} * ctx.head_dim));
-    if (!std::ranges::all_of(ctx.query, [](float q) { return std::isfinite(q); }))
-        throw usage_error(at + "the query has a NaN or infinite value");
     for (block_id b : available) check_quest_block(config, b, ctx.layer, who, "select");
+}
+
+[[noreturn]] inline void throw_quest_nonfinite_query(const char* who) {
+    throw usage_error(std::string(who) + "::select: the query has a NaN or infinite value");
 }
 }  // namespace detail
 
@@ -231,6 +256,8 @@ public:
     /// finite values, or a block is out of range; nothing is written then.
     std::size_t select(std::span<const block_id> available, const selection_context& ctx, std::span<block_id> out) {
         detail::check_quest_selection(config_, available, ctx, out, "quest");
+        if (!std::ranges::all_of(ctx.query, [](float q) { return std::isfinite(q); }))
+            detail::throw_quest_nonfinite_query("quest");
         const quest_plan plan = plan_quest_selection(available.size(), ctx.block_size, config_);
         if (plan.load_all) {
             std::ranges::copy(available, out.begin());

@@ -6,11 +6,12 @@
 
 #include "kvpolicy/core/type_list.hpp"
 #include "kvpolicy/sparse/full_attention.hpp"
+#include "kvpolicy/sparse/minference.hpp"
 #include "kvpolicy/sparse/quest.hpp"
 #include "kvpolicy/sparse/sink_window.hpp"
 
 namespace kvpolicy {
 
-using sparse_selectors = type_list<full_attention, sink_window, quest>;
+using sparse_selectors = type_list<full_attention, sink_window, quest, minference>;
 
 }  // namespace kvpolicy

@@ -102,12 +102,15 @@ public:
         capacity_ = n;
     }
     [[nodiscard]] T* get() const noexcept { return ptr_; }
-    /// The same memory as a device pointer (unified addressing makes it equal
-    /// to get() on every 64-bit platform CUDA supports, but ask, not assume).
-    [[nodiscard]] T* device_view() const {
+    /// The whole allocation as host memory.
+    [[nodiscard]] host_span<T> host_view() const noexcept { return host_span<T>{ptr_, capacity_}; }
+    /// The same memory as kernels address it (unified addressing makes the
+    /// pointer equal to get() on every 64-bit platform CUDA supports, but
+    /// ask, not assume): a device span, so only kernels and copies read it.
+    [[nodiscard]] device_span<T> device_view() const {
         void* d = nullptr;
         if (ptr_ != nullptr) KVPOLICY_CUDA_CHECK(cudaHostGetDevicePointer(&d, ptr_, 0));
-        return static_cast<T*>(d);
+        return device_span<T>{static_cast<T*>(d), capacity_};
     }
     [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
 

@@ -19,9 +19,17 @@
 // metadata (it is always loaded) instead of an error, since a kernel cannot
 // throw.
 //
+// Memory spaces in the types (core/memory_space.hpp): the query and keys
+// come as device spans (device_selection_context, device_key_block_view),
+// block ids to `select` and its output stay on the host; so the host
+// checks read no device memory. The query's values are checked on the
+// device (`quest_query_check_kernel`, whose per-thread test,
+// quest_query_thread_nonfinite, is tested on the CPU), and `select` throws
+// the host quest's usage_error afterwards, having written nothing.
+//
 // All work is enqueued on the selector's stream: pass the stream that
 // produced the keys, so `on_offload` sees them. `select` is synchronous (its
-// output is a host span); `score_blocks` and `select_device` are not.
+// output is a host span); `score_blocks` is not.
 #pragma once
 
 #include <cub/block/block_reduce.cuh>
@@ -38,6 +46,8 @@
 
 #include "kvpolicy/core/concepts.hpp"
 #include "kvpolicy/core/error.hpp"
+#include "kvpolicy/core/memory_space.hpp"
+#include "kvpolicy/core/sparse_context.hpp"
 #include "kvpolicy/cuda/check.cuh"
 #include "kvpolicy/cuda/memory.cuh"
 #include "kvpolicy/cuda/select.cuh"
@@ -58,10 +68,17 @@ struct quest_dims {
 // grid.x = blocks offloaded; block j's keys start at keys + j * block_stride
 // as [tokens][num_kv_heads][head_dim].
 __global__ void __launch_bounds__(quest_threads)
-    quest_metadata_kernel(const float* keys, std::size_t block_stride, const std::uint32_t* blocks,
-                          const std::uint32_t* tokens, std::uint32_t one_block, std::uint32_t one_tokens,
-                          std::uint32_t layer, quest_dims dims, float* key_min, float* key_max,
-                          std::uint8_t* has_metadata) {
+    quest_metadata_kernel(device_span<const float> keys_span, std::size_t block_stride,
+                          device_span<const std::uint32_t> blocks_span, device_span<const std::uint32_t> tokens_span,
+                          std::uint32_t one_block, std::uint32_t one_tokens, std::uint32_t layer, quest_dims dims,
+                          device_span<float> key_min_span, device_span<float> key_max_span,
+                          device_span<std::uint8_t> has_metadata_span) {
+    const float* keys = keys_span.data();
+    const std::uint32_t* blocks = blocks_span.empty() ? nullptr : blocks_span.data();
+    const std::uint32_t* tokens = tokens_span.empty() ? nullptr : tokens_span.data();
+    float* key_min = key_min_span.data();
+    float* key_max = key_max_span.data();
+    std::uint8_t* has_metadata = has_metadata_span.data();
     const std::uint32_t j = blockIdx.x;
     const std::uint32_t block = blocks != nullptr ? blocks[j] : one_block;
     const std::uint32_t valid = tokens != nullptr ? tokens[j] : one_tokens;
@@ -88,11 +105,15 @@ __global__ void __launch_bounds__(quest_threads)
 // grid.x = candidates; out[j] = score of blocks[j] (negated with `negate`),
 // +inf (-inf) without metadata.
 __global__ void __launch_bounds__(quest_threads)
-    quest_score_kernel(const float* query, std::uint32_t num_q_heads, const std::uint32_t* blocks,
-                       std::uint32_t layer, quest_dims dims, const float* key_min, const float* key_max,
-                       const std::uint8_t* has_metadata, bool negate, float* out) {
+    quest_score_kernel(device_span<const float> query_span, std::uint32_t num_q_heads,
+                       device_span<const std::uint32_t> blocks, std::uint32_t layer, quest_dims dims,
+                       device_span<const float> key_min_span, device_span<const float> key_max_span,
+                       device_span<const std::uint8_t> has_metadata, bool negate, device_span<float> out) {
     using reduce_t = cub::BlockReduce<float, quest_threads>;
     __shared__ typename reduce_t::TempStorage storage;
+    const float* query = query_span.data();
+    const float* key_min = key_min_span.data();
+    const float* key_max = key_max_span.data();
     const std::uint32_t block = blocks[blockIdx.x];
     const std::size_t flag = std::size_t{layer} * dims.num_blocks + block;
     if (has_metadata[flag] == 0) {  // the same for the whole thread block
@@ -114,6 +135,15 @@ __global__ void __launch_bounds__(quest_threads)
     }
     const float total = reduce_t(storage).Sum(partial);
     if (threadIdx.x == 0) out[blockIdx.x] = negate ? -total : total;
+}
+
+// One thread block: *flag = 1 if the query holds a NaN or infinite value
+// (quest_query_thread_nonfinite per thread, ORed over the block); 0 else.
+__global__ void __launch_bounds__(quest_threads)
+    quest_query_check_kernel(device_span<const float> query, device_span<std::uint32_t> flag) {
+    const int bad = quest_query_thread_nonfinite(query.data(), query.size(), threadIdx.x, blockDim.x) ? 1 : 0;
+    const int any = __syncthreads_or(bad);
+    if (threadIdx.x == 0) flag[0] = any != 0 ? 1u : 0u;
 }
 
 }  // namespace detail
@@ -139,11 +169,12 @@ public:
         reset();
     }
 
-    /// Effects: enqueues the metadata of (`block`, `layer`) from `keys`, whose
-    /// span points to device memory ([tokens][num_kv_heads][head_dim]).
+    /// Effects: enqueues the metadata of (`block`, `layer`) from `keys`
+    /// (device memory, [tokens][num_kv_heads][head_dim]).
     /// Throws: usage_error for a block or layer out of range, a shape that
-    /// differs from the config, or no valid tokens (nothing enqueued).
-    void on_offload(block_id block, layer_index layer, const key_block_view& keys) {
+    /// differs from the config, no valid tokens, or a view shorter than
+    /// tokens x num_kv_heads x head_dim (nothing enqueued).
+    void on_offload(block_id block, layer_index layer, const device_key_block_view& keys) {
         check_range(block.value, layer, "on_offload");
         if (keys.num_kv_heads != config_.num_kv_heads || keys.head_dim != config_.head_dim || keys.tokens == 0 ||
             keys.keys.size() < std::size_t{keys.tokens} * row())
@@ -151,69 +182,103 @@ public:
                               " are not [tokens >= 1][" + std::to_string(config_.num_kv_heads) + "][" +
                               std::to_string(config_.head_dim) + "] as the config says");
         detail::quest_metadata_kernel<<<1, detail::quest_threads, 0, stream_>>>(
-            keys.keys.data(), 0, nullptr, nullptr, block.value, keys.tokens, layer.value, dims(), key_min_.get(),
-            key_max_.get(), has_metadata_.get());
+            keys.keys, 0, {}, {}, block.value, keys.tokens, layer.value, dims(), key_min_.view(), key_max_.view(),
+            has_metadata_.view());
         KVPOLICY_CUDA_CHECK(cudaGetLastError());
     }
 
-    /// Batched `on_offload` for one layer: block j of `count` has its keys at
-    /// d_keys + j * block_stride (floats), `d_tokens[j]` valid tokens, and
-    /// CPU-tier id `d_blocks[j]` (all device arrays). Ids are not checked on
-    /// the host (they are on the device): keep them below num_blocks.
-    void on_offload_blocks(layer_index layer, const float* d_keys, std::size_t block_stride,
-                           const std::uint32_t* d_blocks, const std::uint32_t* d_tokens, std::uint32_t count) {
+    /// Batched `on_offload` for one layer: block j of blocks.size() has its
+    /// keys at keys.subspan(j * block_stride), `tokens[j]` valid tokens
+    /// (at most block_stride / (num_kv_heads x head_dim)), and CPU-tier id
+    /// `blocks[j]` (all device memory). Ids and token counts are read on the
+    /// device, not checked on the host: keep ids below num_blocks.
+    /// Throws: usage_error if the layer is out of range, tokens and blocks
+    /// differ in length, block_stride is shorter than one token row, or keys
+    /// is shorter than blocks.size() x block_stride (nothing enqueued).
+    void on_offload_blocks(layer_index layer, device_span<const float> keys, std::size_t block_stride,
+                           device_span<const std::uint32_t> blocks, device_span<const std::uint32_t> tokens) {
         check_range(0, layer, "on_offload_blocks");
-        if (count == 0) return;
-        detail::quest_metadata_kernel<<<count, detail::quest_threads, 0, stream_>>>(
-            d_keys, block_stride, d_blocks, d_tokens, 0, 0, layer.value, dims(), key_min_.get(), key_max_.get(),
-            has_metadata_.get());
+        if (tokens.size() != blocks.size() || block_stride < row() || keys.size() < blocks.size() * block_stride)
+            throw usage_error("device_quest::on_offload_blocks: " + std::to_string(blocks.size()) + " blocks, " +
+                              std::to_string(tokens.size()) + " token counts, stride " +
+                              std::to_string(block_stride) + " and " + std::to_string(keys.size()) +
+                              " key values; give one count per block, a stride of at least num_kv_heads x "
+                              "head_dim = " + std::to_string(row()) + " and blocks x stride values");
+        if (blocks.empty()) return;
+        detail::quest_metadata_kernel<<<static_cast<unsigned>(blocks.size()), detail::quest_threads, 0, stream_>>>(
+            keys, block_stride, blocks, tokens, 0, 0, layer.value, dims(), key_min_.view(), key_max_.view(),
+            has_metadata_.view());
         KVPOLICY_CUDA_CHECK(cudaGetLastError());
     }
 
-    /// Enqueues d_scores[j] = score of block d_blocks[j] for the device query
-    /// ([num_q_heads][head_dim]); -score with `negate` (what top-K selects on).
-    void score_blocks(layer_index layer, const std::uint32_t* d_blocks, std::uint32_t n, const float* d_query,
-                      std::uint32_t num_q_heads, float* d_scores, bool negate = false) {
+    /// Enqueues scores[j] = score of block blocks[j] for `query`
+    /// ([num_q_heads][head_dim]); -score with `negate` (what top-K selects
+    /// on). All device memory.
+    /// Throws: usage_error if the layer is out of range, num_q_heads is not a
+    /// multiple of the KV heads, the query is not num_q_heads x head_dim
+    /// values, or scores is shorter than blocks (nothing enqueued).
+    void score_blocks(layer_index layer, device_span<const std::uint32_t> blocks, device_span<const float> query,
+                      std::uint32_t num_q_heads, device_span<float> scores, bool negate = false) {
         check_range(0, layer, "score_blocks");
         if (num_q_heads == 0 || num_q_heads % config_.num_kv_heads != 0)
             throw usage_error("device_quest::score_blocks: " + std::to_string(num_q_heads) +
                               " query heads is not a multiple of " + std::to_string(config_.num_kv_heads) +
                               " KV heads");
-        if (n == 0) return;
-        detail::quest_score_kernel<<<n, detail::quest_threads, 0, stream_>>>(
-            d_query, num_q_heads, d_blocks, layer.value, dims(), key_min_.get(), key_max_.get(),
-            has_metadata_.get(), negate, d_scores);
+        if (query.size() != std::size_t{num_q_heads} * config_.head_dim || scores.size() < blocks.size())
+            throw usage_error("device_quest::score_blocks: a query of " + std::to_string(query.size()) +
+                              " values and room for " + std::to_string(scores.size()) + " scores of " +
+                              std::to_string(blocks.size()) + " blocks; give num_q_heads x head_dim = " +
+                              std::to_string(std::size_t{num_q_heads} * config_.head_dim) +
+                              " values and one score per block");
+        if (blocks.empty()) return;
+        detail::quest_score_kernel<<<static_cast<unsigned>(blocks.size()), detail::quest_threads, 0, stream_>>>(
+            query, num_q_heads, blocks, layer.value, dims(), key_min_.view(), key_max_.view(), has_metadata_.view(),
+            negate, scores);
         KVPOLICY_CUDA_CHECK(cudaGetLastError());
     }
 
-    /// The host quest's `select`, scored and selected on the device; `ctx.query`
-    /// points to device memory. Synchronous.
-    /// Throws: usage_error as the host quest does (a NaN in the query is
-    /// found on the device and reported after the fact, nothing written).
-    std::size_t select(std::span<const block_id> available, const selection_context& ctx, std::span<block_id> out) {
+    /// The host quest's `select`, scored and selected on the device; the
+    /// query is device memory, the block ids and `out` host memory.
+    /// Synchronous.
+    /// Throws: usage_error as the host quest does, with its wording: the
+    /// shape checks on the host, the NaN or infinite query check on the
+    /// device (reported after the fact); nothing is written to `out` then.
+    std::size_t select(std::span<const block_id> available, const device_selection_context& ctx,
+                       std::span<block_id> out) {
         ::kvpolicy::detail::check_quest_selection(config_, available, ctx, out, "device_quest");
         const quest_plan plan = plan_quest_selection(available.size(), ctx.block_size, config_);
-        if (plan.load_all) {
+        const bool scored = !plan.load_all;
+        const auto m = static_cast<std::uint32_t>(plan.middle_end - plan.middle_begin);
+        const auto keep = static_cast<std::uint32_t>(plan.middle_keep);
+        staging_.reserve(std::max<std::size_t>(m, 1) + 1);
+        query_flag_.reserve(1);
+        detail::quest_query_check_kernel<<<1, detail::quest_threads, 0, stream_>>>(ctx.query, query_flag_.view(1));
+        KVPOLICY_CUDA_CHECK(cudaGetLastError());
+        std::uint32_t* const flag_back = staging_.get() + std::max<std::size_t>(m, 1);  // [1] after the ids
+        if (scored) {
+            blocks_.reserve(m);
+            scores_.reserve(m);
+            for (std::uint32_t i = 0; i < m; ++i) staging_.get()[i] = available[plan.middle_begin + i].value;
+            KVPOLICY_CUDA_CHECK(cudaMemcpyAsync(blocks_.get(), staging_.get(), m * sizeof(std::uint32_t),
+                                                cudaMemcpyHostToDevice, stream_));
+            score_blocks(ctx.layer, blocks_.view(m), ctx.query, ctx.num_q_heads, scores_.view(m), true);
+            selector_.select_lowest_device<float>(scores_.view(m), device_span<const std::uint32_t>{}, keep);
+            KVPOLICY_CUDA_CHECK(cudaMemcpyAsync(staging_.get(), selector_.device_output().data(),
+                                                keep * sizeof(std::uint32_t), cudaMemcpyDeviceToHost, stream_));
+        }
+        KVPOLICY_CUDA_CHECK(cudaMemcpyAsync(flag_back, query_flag_.get(), sizeof(std::uint32_t),
+                                            cudaMemcpyDeviceToHost, stream_));
+        const select_status status = scored ? selector_.wait_status() : select_status{};
+        if (!scored) KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        if (*flag_back != 0) ::kvpolicy::detail::throw_quest_nonfinite_query("device_quest");
+        if (status.nan_count != 0)  // a finite query cannot score NaN against finite metadata
+            throw usage_error("device_quest::select: the score of block " +
+                              std::to_string(available[plan.middle_begin + status.nan_id].value) +
+                              " is NaN; the block's metadata is corrupt");
+        if (!scored) {
             std::ranges::copy(available, out.begin());
             return available.size();
         }
-        const auto m = static_cast<std::uint32_t>(plan.middle_end - plan.middle_begin);
-        const auto keep = static_cast<std::uint32_t>(plan.middle_keep);
-        staging_.reserve(m);
-        blocks_.reserve(m);
-        scores_.reserve(m);
-        for (std::uint32_t i = 0; i < m; ++i) staging_.get()[i] = available[plan.middle_begin + i].value;
-        KVPOLICY_CUDA_CHECK(cudaMemcpyAsync(blocks_.get(), staging_.get(), m * sizeof(std::uint32_t),
-                                            cudaMemcpyHostToDevice, stream_));
-        score_blocks(ctx.layer, blocks_.get(), m, ctx.query.data(), ctx.num_q_heads, scores_.get(), true);
-        selector_.select_lowest_device(scores_.get(), nullptr, m, keep);
-        KVPOLICY_CUDA_CHECK(cudaMemcpyAsync(staging_.get(), selector_.device_output(), keep * sizeof(std::uint32_t),
-                                            cudaMemcpyDeviceToHost, stream_));
-        const select_status status = selector_.wait_status();
-        if (status.nan_count != 0)
-            throw usage_error("device_quest::select: the score of block " +
-                              std::to_string(available[plan.middle_begin + status.nan_id].value) +
-                              " is NaN; the query holds a NaN or infinite value");
         std::sort(staging_.get(), staging_.get() + keep);
         std::size_t n = 0;
         for (std::size_t i = 0; i < plan.middle_begin; ++i) out[n++] = available[i];
@@ -230,7 +295,7 @@ public:
 
     /// Copies (synchronously) the metadata of (`block`, `layer`) to the host:
     /// [num_kv_heads][head_dim] each; returns whether it has any.
-    bool copy_metadata(block_id block, layer_index layer, std::span<float> key_min, std::span<float> key_max) {
+    bool copy_metadata(block_id block, layer_index layer, host_span<float> key_min, host_span<float> key_max) {
         check_range(block.value, layer, "copy_metadata");
         if (key_min.size() < row() || key_max.size() < row())
             throw usage_error("device_quest::copy_metadata: give num_kv_heads x head_dim floats for each");
@@ -265,10 +330,11 @@ private:
     device_buffer<std::uint8_t> has_metadata_;  // [num_layers][num_blocks]
     device_buffer<std::uint32_t> blocks_;      // [middle] candidate ids
     device_buffer<float> scores_;              // [middle] negated scores
-    pinned_buffer<std::uint32_t> staging_;     // [middle] ids out, chosen positions back
+    device_buffer<std::uint32_t> query_flag_;  // [1] the query check's verdict
+    pinned_buffer<std::uint32_t> staging_;     // [middle] ids out, chosen positions back; [1] query flag
     cub_selector selector_;
 };
 
-static_assert(sparse_selector<device_quest>);
+static_assert(device_sparse_selector<device_quest>);
 
 }  // namespace kvpolicy::cuda

@@ -21,6 +21,10 @@
 // default is batch_memcpy until bench/loader_bench.cu says otherwise on the
 // target GPU; both stay selectable (`ring_config::method`).
 //
+// Memory spaces in the types (core/memory_space.hpp): the pinned arena is
+// host memory (`block`, `host_view`) and, mapped, device memory
+// (`device_view`); device arenas and ring slots are device spans only.
+//
 // `device_transfer_engine` is the `transfer_engine` model for a GPU: it runs a
 // swap plan's ordered transfers between a device block arena and the pinned
 // arena (`exchange` ops through a device bounce block), in order, on one
@@ -39,6 +43,7 @@
 
 #include "kvpolicy/core/concepts.hpp"
 #include "kvpolicy/core/error.hpp"
+#include "kvpolicy/core/memory_space.hpp"
 #include "kvpolicy/core/tier.hpp"
 #include "kvpolicy/core/transfer.hpp"
 #include "kvpolicy/cuda/check.cuh"
@@ -56,27 +61,30 @@ public:
             throw config_error("pinned_block_arena: capacity " + std::to_string(capacity) + " x block_bytes " +
                                std::to_string(block_bytes) + " holds nothing; both must be at least 1");
         bytes_.reserve(capacity * block_bytes);
-        device_view_ = bytes_.device_view();
+        device_view_ = bytes_.device_view().first(capacity * block_bytes);
     }
 
     [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
     [[nodiscard]] std::size_t block_bytes() const noexcept { return block_bytes_; }
     /// The host bytes of block b. Precondition: b < capacity().
-    [[nodiscard]] std::span<std::byte> block(std::size_t b) noexcept {
-        return {bytes_.get() + b * block_bytes_, block_bytes_};
+    [[nodiscard]] host_span<std::byte> block(std::size_t b) noexcept {
+        return host_span<std::byte>{bytes_.get() + b * block_bytes_, block_bytes_};
     }
-    [[nodiscard]] std::span<const std::byte> block(std::size_t b) const noexcept {
-        return {bytes_.get() + b * block_bytes_, block_bytes_};
+    [[nodiscard]] host_span<const std::byte> block(std::size_t b) const noexcept {
+        return host_span<const std::byte>{bytes_.get() + b * block_bytes_, block_bytes_};
     }
-    [[nodiscard]] std::byte* data() const noexcept { return bytes_.get(); }
+    /// The whole arena, [capacity][block_bytes], as host memory.
+    [[nodiscard]] host_span<std::byte> host_view() const noexcept {
+        return host_span<std::byte>{bytes_.get(), capacity_ * block_bytes_};
+    }
     /// The arena as kernels see it (mapped pinned memory).
-    [[nodiscard]] const std::byte* device_view() const noexcept { return device_view_; }
+    [[nodiscard]] device_span<const std::byte> device_view() const noexcept { return device_view_; }
 
 private:
     std::size_t block_bytes_;
     std::size_t capacity_;
     pinned_buffer<std::byte> bytes_;  // [capacity][block_bytes]
-    std::byte* device_view_ = nullptr;
+    device_span<const std::byte> device_view_;
 };
 
 /// `capacity` blocks of `block_bytes` bytes in device memory.
@@ -92,9 +100,14 @@ public:
     }
     [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
     [[nodiscard]] std::size_t block_bytes() const noexcept { return block_bytes_; }
-    /// Device address of block b. Precondition: b < capacity().
-    [[nodiscard]] std::byte* block(std::size_t b) const noexcept { return bytes_.get() + b * block_bytes_; }
-    [[nodiscard]] std::byte* data() const noexcept { return bytes_.get(); }
+    /// Device bytes of block b. Precondition: b < capacity().
+    [[nodiscard]] device_span<std::byte> block(std::size_t b) const noexcept {
+        return device_span<std::byte>{bytes_.get() + b * block_bytes_, block_bytes_};
+    }
+    /// The whole arena, [capacity][block_bytes], on the device.
+    [[nodiscard]] device_span<std::byte> device_view() const noexcept {
+        return device_span<std::byte>{bytes_.get(), capacity_ * block_bytes_};
+    }
 
 private:
     std::size_t block_bytes_;
@@ -119,6 +132,13 @@ inline constexpr int gather_threads = 256;
 inline constexpr std::uint32_t gather_batch_max = 512;  // ids per launch: 2 KiB of kernel parameters
 inline constexpr std::size_t gather_slice_bytes = 64 * 1024;
 
+// Device bytes as 16-byte words (the arena and slots are cudaMalloc'd or
+// page-aligned, and the gather kernel needs block_bytes % 16 == 0).
+template <class Word, class Byte>
+[[nodiscard]] device_span<Word> as_words(device_span<Byte> bytes) noexcept {
+    return device_span<Word>{reinterpret_cast<Word*>(bytes.data()), bytes.size() / sizeof(Word)};
+}
+
 struct gather_batch {
     std::uint32_t src[gather_batch_max];  // arena block of each destination block
 };
@@ -127,10 +147,10 @@ struct gather_batch {
 // dst block first + j; 16-byte loads from mapped pinned memory, four in
 // flight per thread.
 __global__ void __launch_bounds__(gather_threads)
-    gather_blocks_kernel(gather_batch batch, const uint4* host, uint4* dst, std::size_t block_vecs,
-                         std::size_t slice_vecs, std::uint32_t first) {
-    const uint4* src = host + std::size_t{batch.src[blockIdx.x]} * block_vecs;
-    uint4* out = dst + (std::size_t{first} + blockIdx.x) * block_vecs;
+    gather_blocks_kernel(gather_batch batch, device_span<const uint4> host, device_span<uint4> dst,
+                         std::size_t block_vecs, std::size_t slice_vecs, std::uint32_t first) {
+    const uint4* src = host.data() + std::size_t{batch.src[blockIdx.x]} * block_vecs;
+    uint4* out = dst.data() + (std::size_t{first} + blockIdx.x) * block_vecs;
     const std::size_t begin = std::size_t{blockIdx.y} * slice_vecs;
     const std::size_t end = begin + slice_vecs < block_vecs ? begin + slice_vecs : block_vecs;
     constexpr int unroll = 4;
@@ -214,8 +234,10 @@ public:
 
     /// Device bytes of the slot: [slot_blocks][block_bytes]; the first
     /// `slot_block_count(slot)` blocks hold the last load, in its order.
-    [[nodiscard]] std::byte* slot_data(std::uint32_t slot) const noexcept {
-        return slots_.get() + std::size_t{slot} * config_.slot_blocks * host_->block_bytes();
+    /// Precondition: slot < num_slots().
+    [[nodiscard]] device_span<std::byte> slot_data(std::uint32_t slot) const noexcept {
+        const std::size_t bytes = std::size_t{config_.slot_blocks} * host_->block_bytes();
+        return device_span<std::byte>{slots_.get() + slot * bytes, bytes};
     }
     [[nodiscard]] std::uint32_t slot_block_count(std::uint32_t slot) const noexcept { return slot_count_[slot]; }
 
@@ -262,7 +284,7 @@ private:
 
     void enqueue_batch_memcpy(std::uint32_t slot, std::size_t base, std::span<const block_id> blocks) {
         const std::size_t bb = host_->block_bytes();
-        std::byte* dst = slot_data(slot);
+        std::byte* dst = slot_data(slot).data();
         dsts_.clear();
         srcs_.clear();
         sizes_.clear();
@@ -273,7 +295,7 @@ private:
                 continue;
             }
             dsts_.push_back(dst + i * bb);
-            srcs_.push_back(host_->data() + (base + blocks[i].value) * bb);
+            srcs_.push_back(host_->block(base + blocks[i].value).data());
             sizes_.push_back(bb);
         }
         cudaMemcpyAttributes attr{};
@@ -295,8 +317,9 @@ private:
             for (std::uint32_t j = 0; j < count; ++j)
                 batch.src[j] = static_cast<std::uint32_t>(base + blocks[first + j].value);
             detail::gather_blocks_kernel<<<dim3(count, slices), detail::gather_threads, 0, copy_stream_.get()>>>(
-                batch, reinterpret_cast<const uint4*>(host_->device_view()), reinterpret_cast<uint4*>(slot_data(slot)),
-                vecs, slice, static_cast<std::uint32_t>(first));
+                batch, detail::as_words<const uint4>(host_->device_view()), detail::as_words<uint4>(slot_data(slot)),
+                vecs, slice,
+                static_cast<std::uint32_t>(first));
             KVPOLICY_CUDA_CHECK(cudaGetLastError());
         }
     }
@@ -394,7 +417,7 @@ public:
 
 private:
     [[nodiscard]] std::byte* address(tier t, block_id b) const noexcept {
-        if (t == tier::gpu) return b.index() < gpu_->capacity() ? gpu_->block(b.index()) : nullptr;
+        if (t == tier::gpu) return b.index() < gpu_->capacity() ? gpu_->block(b.index()).data() : nullptr;
         if (t == tier::cpu) return b.index() < cpu_->capacity() ? cpu_->block(b.index()).data() : nullptr;
         return nullptr;
     }

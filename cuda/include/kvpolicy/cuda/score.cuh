@@ -30,27 +30,35 @@
 
 #include <cuda/std/limits>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "kvpolicy/core/clock.hpp"
 #include "kvpolicy/core/error.hpp"
+#include "kvpolicy/core/memory_space.hpp"
 #include "kvpolicy/cost/pensieve_linear.hpp"
 #include "kvpolicy/cuda/check.cuh"
 #include "kvpolicy/cuda/select.cuh"
 
 namespace kvpolicy::cuda {
 
-/// Device arrays, one entry per item (struct of arrays).
+/// Device arrays, one entry per item (struct of arrays), as device spans:
+/// the metadata never has to visit the host to be scored.
 struct retention_items_view {
-    const std::uint32_t* layer = nullptr;                 ///< [n]
-    const std::uint32_t* chunk = nullptr;                 ///< [n]
-    const std::uint32_t* session_total_chunks = nullptr;  ///< [n]
-    const std::uint64_t* context_length = nullptr;        ///< [n] tokens before the item
-    const timestamp* last_use = nullptr;                  ///< [n]
-    const std::uint32_t* ids = nullptr;                   ///< [n] item ids; null: item i has id i
-    std::uint32_t size = 0;                               ///< n
+    device_span<const std::uint32_t> layer;                 ///< [n]
+    device_span<const std::uint32_t> chunk;                 ///< [n]
+    device_span<const std::uint32_t> session_total_chunks;  ///< [n]
+    device_span<const std::uint64_t> context_length;        ///< [n] tokens before the item
+    device_span<const timestamp> last_use;                  ///< [n]
+    device_span<const std::uint32_t> ids;                   ///< [n] item ids; empty: item i has id i
+
+    /// n: the length of `layer` (every other array must match).
+    [[nodiscard]] KVPOLICY_HOST_DEVICE std::uint32_t size() const noexcept {
+        return static_cast<std::uint32_t>(layer.size());
+    }
 };
 
 /// What is the same for every item of one scoring pass.
@@ -110,10 +118,17 @@ inline void check_retention_inputs(const retention_items_view& items, const rete
     (void)pensieve_linear(params.cost);  // throws config_error naming a bad parameter
     if (params.num_layers == 0)
         throw config_error(std::string(what) + ": num_layers is 0; give the model's layer count");
-    if (items.size > 0 && (items.layer == nullptr || items.chunk == nullptr ||
-                           items.session_total_chunks == nullptr || items.context_length == nullptr ||
-                           items.last_use == nullptr))
-        throw usage_error(std::string(what) + ": every metadata array must be a device pointer when size > 0");
+    const std::size_t n = items.layer.size();
+    if (n >= std::numeric_limits<std::uint32_t>::max() || items.chunk.size() != n ||
+        items.session_total_chunks.size() != n || items.context_length.size() != n || items.last_use.size() != n ||
+        (!items.ids.empty() && items.ids.size() != n))
+        throw usage_error(std::string(what) + ": metadata arrays of " + std::to_string(n) + " layers, " +
+                          std::to_string(items.chunk.size()) + " chunks, " +
+                          std::to_string(items.session_total_chunks.size()) + " chunk totals, " +
+                          std::to_string(items.context_length.size()) + " context lengths, " +
+                          std::to_string(items.last_use.size()) + " last uses and " +
+                          std::to_string(items.ids.size()) +
+                          " ids; give one of each per item (ids may be empty), fewer than 2^32 items");
 }
 
 }  // namespace detail
@@ -123,15 +138,18 @@ inline void check_retention_inputs(const retention_items_view& items, const rete
 /// Throws: config_error for bad cost parameters or num_layers 0,
 /// usage_error for a missing array, cuda_error if the launch fails.
 template <class Score>
-void compute_retention(const retention_items_view& items, const retention_params& params, Score* d_out,
+void compute_retention(const retention_items_view& items, const retention_params& params, device_span<Score> out,
                        cudaStream_t stream) {
     static_assert(std::is_same_v<Score, float> || std::is_same_v<Score, double>,
                   "compute_retention: scores are float or double");
     detail::check_retention_inputs(items, params, "compute_retention");
-    if (items.size == 0) return;
-    detail::retention_score_kernel<Score><<<detail::grid_for(items.size, detail::select_threads),
+    if (out.size() < items.size())
+        throw usage_error("compute_retention: room for " + std::to_string(out.size()) + " scores of " +
+                          std::to_string(items.size()) + " items; give one per item");
+    if (items.size() == 0) return;
+    detail::retention_score_kernel<Score><<<detail::grid_for(items.size(), detail::select_threads),
                                             detail::select_threads, 0, stream>>>(
-        detail::retention_source<Score>{items, params}, items.size, d_out);
+        detail::retention_source<Score>{items, params}, items.size(), out.data());
     KVPOLICY_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -142,14 +160,22 @@ void compute_retention(const retention_items_view& items, const retention_params
 /// in it).
 /// Throws: as compute_retention and select_lowest.
 template <class Score>
-void select_lowest_retention(void* d_temp_storage, std::size_t& temp_storage_bytes,
+void select_lowest_retention(device_span<std::byte> temp_storage, std::size_t& temp_storage_bytes,
                              const retention_items_view& items, const retention_params& params,
-                             std::uint32_t* d_out, std::uint32_t k, select_status* d_status, cudaStream_t stream,
-                             select_algorithm algorithm = select_algorithm::automatic) {
+                             device_span<std::uint32_t> out, std::uint32_t k, device_span<select_status> status,
+                             cudaStream_t stream, select_algorithm algorithm = select_algorithm::automatic) {
     detail::check_retention_inputs(items, params, "select_lowest_retention");
-    detail::select_lowest_from<Score>(d_temp_storage, temp_storage_bytes,
-                                      detail::retention_source<Score>{items, params}, nullptr, true, items.ids,
-                                      items.size, d_out, k, d_status, stream, algorithm);
+    const std::uint32_t n = items.size();
+    if (temp_storage.data() != nullptr && (out.size() < std::min(k, n) || status.empty()))
+        throw usage_error("select_lowest_retention: room for " + std::to_string(out.size()) + " ids and " +
+                          std::to_string(status.size()) + " statuses; give min(k, n) = " +
+                          std::to_string(std::min(k, n)) + " ids and one status");
+    std::size_t bytes = temp_storage.data() != nullptr ? temp_storage.size() : temp_storage_bytes;
+    detail::select_lowest_from<Score>(temp_storage.data(), bytes, detail::retention_source<Score>{items, params},
+                                      nullptr, true, items.ids.empty() ? nullptr : items.ids.data(), n,
+                                      out.empty() ? nullptr : out.data(), k,
+                                      status.empty() ? nullptr : status.data(), stream, algorithm);
+    if (temp_storage.data() == nullptr) temp_storage_bytes = bytes;
 }
 
 }  // namespace kvpolicy::cuda

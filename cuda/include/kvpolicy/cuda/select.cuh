@@ -43,6 +43,7 @@
 
 #include "kvpolicy/core/concepts.hpp"
 #include "kvpolicy/core/error.hpp"
+#include "kvpolicy/core/memory_space.hpp"
 #include "kvpolicy/cuda/check.cuh"
 #include "kvpolicy/cuda/memory.cuh"
 #include "kvpolicy/cuda/select_key.cuh"
@@ -398,22 +399,37 @@ void select_lowest_from(void* d_temp_storage, std::size_t& temp_storage_bytes, S
 
 }  // namespace detail
 
-/// Effects: enqueues on `stream` the selection of the min(k, num_items)
-/// lowest of `num_items` (score, id) pairs, written ascending by (score,
-/// id) as ids to `d_out`; `*d_status` says how it went (a NaN score leaves
-/// d_out untouched). `d_ids` may be null: item i then has id i. With a null
-/// `d_temp_storage`, only sets `temp_storage_bytes` and enqueues nothing.
-/// All pointers are device memory; read d_out and d_status after the
-/// stream synchronizes.
+/// Effects: enqueues on `stream` the selection of the min(k, scores.size())
+/// lowest (score, id) pairs, written ascending by (score, id) as ids to
+/// `out`; `status[0]` says how it went (a NaN score leaves out untouched).
+/// `ids` is empty (item i has id i) or one per score. Two-phase temporary
+/// storage as in CUB: with an empty `temp_storage`, only sets
+/// `temp_storage_bytes` and enqueues nothing; then pass a span of at least
+/// that many bytes. Every span is device memory; read out and status after
+/// the stream synchronizes.
 /// Throws: usage_error if the temporary storage is smaller than the size
-/// query said or a required pointer is null; cuda_error if a launch fails.
+/// query said, ids is neither empty nor scores' length, out is shorter than
+/// min(k, n), status is empty, or there are 2^32 or more scores (nothing
+/// enqueued); cuda_error if a launch fails.
 template <class Score>
-void select_lowest(void* d_temp_storage, std::size_t& temp_storage_bytes, const Score* d_scores,
-                   const std::uint32_t* d_ids, std::uint32_t num_items, std::uint32_t* d_out, std::uint32_t k,
-                   select_status* d_status, cudaStream_t stream,
-                   select_algorithm algorithm = select_algorithm::automatic) {
-    detail::select_lowest_from<Score>(d_temp_storage, temp_storage_bytes, detail::array_source<Score>{d_scores},
-                                      d_scores, false, d_ids, num_items, d_out, k, d_status, stream, algorithm);
+void select_lowest(device_span<std::byte> temp_storage, std::size_t& temp_storage_bytes,
+                   device_span<const Score> scores, device_span<const std::uint32_t> ids,
+                   device_span<std::uint32_t> out, std::uint32_t k, device_span<select_status> status,
+                   cudaStream_t stream, select_algorithm algorithm = select_algorithm::automatic) {
+    if (scores.size() >= std::numeric_limits<std::uint32_t>::max() || (!ids.empty() && ids.size() != scores.size()))
+        throw usage_error("select_lowest: " + std::to_string(scores.size()) + " scores and " +
+                          std::to_string(ids.size()) + " ids; give fewer than 2^32 scores and one id per score or none");
+    const auto n = static_cast<std::uint32_t>(scores.size());
+    if (temp_storage.data() != nullptr && (out.size() < std::min(k, n) || status.empty()))
+        throw usage_error("select_lowest: room for " + std::to_string(out.size()) + " ids and " +
+                          std::to_string(status.size()) + " statuses; give min(k, n) = " +
+                          std::to_string(std::min(k, n)) + " ids and one status");
+    std::size_t bytes = temp_storage.data() != nullptr ? temp_storage.size() : temp_storage_bytes;
+    detail::select_lowest_from<Score>(temp_storage.data(), bytes, detail::array_source<Score>{scores.data()},
+                                      scores.data(), false, ids.empty() ? nullptr : ids.data(), n,
+                                      out.empty() ? nullptr : out.data(), k, status.empty() ? nullptr : status.data(),
+                                      stream, algorithm);
+    if (temp_storage.data() == nullptr) temp_storage_bytes = bytes;
 }
 
 /// `select_lowest` as a `victim_selector` over host arrays: copies scores and
@@ -455,7 +471,8 @@ public:
             KVPOLICY_CUDA_CHECK(cudaMemcpyAsync(ids_.get(), ids.data(), n * sizeof(std::uint32_t),
                                                 cudaMemcpyHostToDevice, stream_));
         }
-        select_lowest_device(reinterpret_cast<const Score*>(scores_.get()), ids_.get(), n, k);
+        select_lowest_device(device_span<const Score>{reinterpret_cast<const Score*>(scores_.get()), n},
+                             device_span<const std::uint32_t>{ids_.get(), n}, k);
         host_ids_.resize(k);
         if (k > 0)
             KVPOLICY_CUDA_CHECK(cudaMemcpyAsync(host_ids_.data(), out_.get(), k * sizeof(std::uint32_t),
@@ -468,20 +485,35 @@ public:
         return k;
     }
 
-    /// Enqueues a selection over device arrays into this selector's own
-    /// output (`device_output()`); read `wait_status()` for the outcome.
+    /// Enqueues the selection of the min(k, scores.size()) lowest of
+    /// `scores` into this selector's own output (`device_output()`); `ids`
+    /// is empty (item i has id i) or one id per score; all device memory.
+    /// Read `wait_status()` for the outcome.
+    /// Throws: usage_error if ids is neither empty nor scores' length, or
+    /// there are 2^32 or more scores (nothing enqueued); cuda_error.
     template <class Score>
-    void select_lowest_device(const Score* d_scores, const std::uint32_t* d_ids, std::uint32_t n, std::uint32_t k) {
+    void select_lowest_device(device_span<const Score> scores, device_span<const std::uint32_t> ids,
+                              std::uint32_t k) {
+        if (!ids.empty() && ids.size() != scores.size())
+            throw usage_error("cub_selector::select_lowest_device: " + std::to_string(scores.size()) +
+                              " scores for " + std::to_string(ids.size()) + " ids; pass one id per score or none");
+        if (scores.size() >= std::numeric_limits<std::uint32_t>::max())
+            throw usage_error("cub_selector::select_lowest_device: " + std::to_string(scores.size()) +
+                              " items; the CUDA selector takes fewer than 2^32");
+        const auto n = static_cast<std::uint32_t>(scores.size());
         k = std::min(k, n);
         out_.reserve(std::max<std::uint32_t>(k, 1));
         status_.reserve(1);
+        last_k_ = k;
+        const std::uint32_t* d_ids = ids.empty() ? nullptr : ids.data();
         std::size_t bytes = 0;
-        kvpolicy::cuda::select_lowest<Score>(nullptr, bytes, d_scores, d_ids, n, out_.get(), k, status_.get(),
-                                             stream_, algorithm_);
+        detail::select_lowest_from<Score>(nullptr, bytes, detail::array_source<Score>{scores.data()}, scores.data(),
+                                          false, d_ids, n, out_.get(), k, status_.get(), stream_, algorithm_);
         temp_.reserve(bytes);
         bytes = temp_.capacity();
-        kvpolicy::cuda::select_lowest<Score>(temp_.get(), bytes, d_scores, d_ids, n, out_.get(), k, status_.get(),
-                                             stream_, algorithm_);
+        detail::select_lowest_from<Score>(temp_.get(), bytes, detail::array_source<Score>{scores.data()},
+                                          scores.data(), false, d_ids, n, out_.get(), k, status_.get(), stream_,
+                                          algorithm_);
     }
 
     /// Waits for the stream and returns the last selection's status.
@@ -492,8 +524,10 @@ public:
         return s;
     }
 
-    /// [k] ids of the last selection, on the device.
-    [[nodiscard]] const std::uint32_t* device_output() const noexcept { return out_.get(); }
+    /// The k ids of the last selection, on the device.
+    [[nodiscard]] device_span<const std::uint32_t> device_output() const noexcept {
+        return device_span<const std::uint32_t>{out_.get(), last_k_};
+    }
     [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }
     [[nodiscard]] select_algorithm algorithm() const noexcept { return algorithm_; }
 
@@ -506,6 +540,7 @@ private:
     device_buffer<std::uint32_t> out_;     // [k]
     device_buffer<select_status> status_;  // [1]
     std::vector<std::uint32_t> host_ids_;  // [k] staging
+    std::uint32_t last_k_ = 0;             // ids the last selection wrote
 };
 
 static_assert(victim_selector<cub_selector>);

@@ -1,0 +1,230 @@
+// MInference on the device (kvpolicy/cuda/minference.cuh) against its host
+// references (sparse/minference.hpp, sparse/prefill_attention.hpp), on fresh
+// random inputs, outputs poisoned with NaN before every run, every CUDA call
+// checked:
+// - estimation: the device's column and diagonal masses == the double
+//   reference masses to float rounding; the device's index == the host top-k
+//   rule applied to the device's own masses, exactly;
+// - sparse attention over the device's index == the double reference over
+//   the same index; with a budget that keeps everything == dense causal
+//   attention; the dense kernel == the host dense attention;
+// - a NaN in q is reported by wait(); shapes the kernel does not take throw
+//   before anything is enqueued.
+// Exits 77 (CTest: skipped) without a GPU.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include <kvpolicy/cuda/minference.cuh>
+#include <kvpolicy/sparse/minference.hpp>
+#include <kvpolicy/sparse/prefill_attention.hpp>
+
+#include "cuda_test.cuh"
+
+namespace cuda_minference {
+using namespace kvpolicy;
+using namespace kvpolicy::cuda;
+
+namespace {
+
+std::vector<float> random_floats(std::mt19937_64& rng, std::size_t n, float scale = 1.0f) {
+    std::normal_distribution<float> g(0.0f, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = g(rng);
+    return v;
+}
+
+void settle() { KVPOLICY_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+template <class T>
+device_span<const T> upload(const std::vector<T>& h, device_buffer<T>& d) {
+    d.reserve(std::max<std::size_t>(h.size(), 1));
+    if (!h.empty()) KVPOLICY_CUDA_CHECK(cudaMemcpy(d.get(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+    settle();
+    return device_span<const T>{d.get(), h.size()};
+}
+
+template <class T>
+std::vector<T> download(device_span<const T> d) {
+    std::vector<T> h(d.size());
+    if (!h.empty()) KVPOLICY_CUDA_CHECK(cudaMemcpy(h.data(), d.data(), d.size_bytes(), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+template <class T>
+device_span<T> poisoned(device_buffer<T>& d, std::size_t n) {
+    d.reserve(std::max<std::size_t>(n, 1));
+    KVPOLICY_CUDA_CHECK(cudaMemset(d.get(), 0xff, n * sizeof(T)));  // NaN for float
+    settle();
+    return device_span<T>{d.get(), n};
+}
+
+bool close(double got, double want, double tol) {
+    if (std::isinf(want)) return got == want;
+    return std::abs(got - want) <= tol * (1.0 + std::abs(want));
+}
+
+struct device_prompt {
+    std::uint32_t n, q_heads, kv_heads, d;
+    std::vector<float> q, k, v;
+    device_buffer<float> dq, dk, dv, d_o, d_lse;
+
+    device_prompt(std::mt19937_64& rng, std::uint32_t n_, std::uint32_t qh, std::uint32_t kvh, std::uint32_t d_)
+        : n(n_), q_heads(qh), kv_heads(kvh), d(d_),
+          q(random_floats(rng, std::size_t{n_} * qh * d_, 2.0f)),
+          k(random_floats(rng, std::size_t{n_} * kvh * d_)),
+          v(random_floats(rng, std::size_t{n_} * kvh * d_)) {}
+
+    [[nodiscard]] float scale() const { return 1.0f / std::sqrt(static_cast<float>(d)); }
+    [[nodiscard]] prefill_qkv_view host() const {
+        return {.q = q, .k = k, .v = v, .num_tokens = n, .num_q_heads = q_heads, .num_kv_heads = kv_heads,
+                .head_dim = d, .scale = scale()};
+    }
+    [[nodiscard]] device_prefill_qkv_view device() {
+        return {.q = upload(q, dq), .k = upload(k, dk), .v = upload(v, dv), .num_tokens = n, .num_q_heads = q_heads,
+                .num_kv_heads = kv_heads, .head_dim = d, .scale = scale()};
+    }
+    [[nodiscard]] device_prefill_output_view poisoned_output() {
+        return {.o = poisoned(d_o, std::size_t{n} * q_heads * d), .lse = poisoned(d_lse, std::size_t{n} * q_heads)};
+    }
+    [[nodiscard]] std::vector<float> o() const {
+        return download(device_span<const float>{d_o.get(), std::size_t{n} * q_heads * d});
+    }
+    [[nodiscard]] std::vector<float> lse() const {
+        return download(device_span<const float>{d_lse.get(), std::size_t{n} * q_heads});
+    }
+};
+
+void expect_close_arrays(const std::vector<float>& got, const std::vector<float>& want, double tol) {
+    KVPOLICY_EXPECT(got.size() == want.size());
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i)
+        if (!close(got[i], want[i], tol)) {
+            if (bad++ < 3) std::printf("  at %zu: got %.8g want %.8g\n", i, double{got[i]}, double{want[i]});
+        }
+    KVPOLICY_EXPECT(bad == 0);
+}
+
+void estimation_and_attention(std::uint64_t seed, std::uint32_t n, std::uint32_t d, const minference_config& cfg) {
+    std::mt19937_64 rng(seed);
+    device_prompt p(rng, n, 4, 2, d);
+    const auto in = p.device();
+    device_minference dm(cfg, cudaStreamPerThread);
+    const auto out = p.poisoned_output();
+    dm.sparse_prefill_attention(in, layer_index{0}, out);
+    dm.wait();
+
+    // Masses: device (negated) against the double reference.
+    const minference_masses want = minference_masses_reference(p.host(), cfg);
+    const std::vector<float> neg = download(dm.negated_masses(n));
+    const std::size_t hn = std::size_t{p.q_heads} * n;
+    std::vector<float> column(hn), diagonal(hn);
+    std::size_t bad = 0;
+    for (std::size_t x = 0; x < hn; ++x) {
+        column[x] = -neg[x];
+        diagonal[x] = -neg[hn + x];
+        if (!close(column[x], want.column[x], 1e-4) || !close(diagonal[x], want.diagonal[x], 1e-4)) ++bad;
+    }
+    KVPOLICY_EXPECT(bad == 0);
+
+    // Index: the host rule on the device's masses, exactly.
+    const vertical_slash_index got = dm.copy_index(n);
+    const minference_sizes sizes = minference_kept_sizes(cfg, n);
+    KVPOLICY_EXPECT(got.vertical_count == sizes.vertical_count && got.slash_count == sizes.slash_count);
+    std::vector<std::uint32_t> scratch, chosen(n);
+    for (std::uint32_t h = 0; h < p.q_heads; ++h) {
+        minference_top_indices(std::span<const float>(column).subspan(std::size_t{h} * n, n), sizes.vertical_count,
+                               scratch, chosen);
+        KVPOLICY_EXPECT(std::ranges::equal(got.vertical(h), std::span(chosen).first(sizes.vertical_count)));
+        minference_top_indices(std::span<const float>(diagonal).subspan(std::size_t{h} * n, n), sizes.slash_count,
+                               scratch, chosen);
+        KVPOLICY_EXPECT(std::ranges::equal(got.slash(h), std::span(chosen).first(sizes.slash_count)));
+    }
+
+    // Attention over that index: the double reference.
+    std::vector<float> o_ref(hn * d), lse_ref(hn);
+    vertical_slash_attention_reference(p.host(), got, {.o = o_ref, .lse = lse_ref});
+    expect_close_arrays(p.o(), o_ref, 2e-5);
+    expect_close_arrays(p.lse(), lse_ref, 2e-5);
+}
+
+void full_budget_is_dense(std::uint64_t seed, std::uint32_t n, std::uint32_t d) {
+    std::mt19937_64 rng(seed);
+    device_prompt p(rng, n, 4, 1, d);
+    const auto in = p.device();
+    std::vector<float> o_ref(std::size_t{n} * 4 * d), lse_ref(std::size_t{n} * 4);
+    dense_prefill_attention(p.host(), {.o = o_ref, .lse = lse_ref});
+
+    device_minference dm({.adaptive_budget = 1.0, .num_sink_tokens = 2, .num_recent_diags = 3, .last_q = 16},
+                         cudaStreamPerThread);
+    dm.sparse_prefill_attention(in, layer_index{0}, p.poisoned_output());
+    dm.wait();
+    expect_close_arrays(p.o(), o_ref, 2e-5);
+    expect_close_arrays(p.lse(), lse_ref, 2e-5);
+
+    prefill_attention_dense(in, p.poisoned_output(), cudaStreamPerThread);
+    KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
+    expect_close_arrays(p.o(), o_ref, 2e-5);
+    expect_close_arrays(p.lse(), lse_ref, 2e-5);
+}
+
+void bad_input() {
+    std::mt19937_64 rng(99);
+    device_prompt p(rng, 100, 2, 1, 64);
+    p.q[std::size_t{99} * 2 * 64] = std::numeric_limits<float>::quiet_NaN();  // the last query: every mass of head 0
+    const auto in = p.device();
+    device_minference dm({.num_sink_tokens = 2, .num_recent_diags = 4}, cudaStreamPerThread);
+    dm.sparse_prefill_attention(in, layer_index{0}, p.poisoned_output());
+    bool thrown = false;
+    try {
+        dm.wait();
+    } catch (const usage_error&) {
+        thrown = true;
+    }
+    KVPOLICY_EXPECT(thrown);
+
+    auto odd = in;
+    odd.head_dim = 48;
+    odd.q = odd.q.first(std::size_t{100} * 2 * 48);
+    odd.k = odd.k.first(std::size_t{100} * 48);
+    odd.v = odd.v.first(std::size_t{100} * 48);
+    thrown = false;
+    try {
+        dm.estimate(odd);
+    } catch (const usage_error& e) {
+        thrown = std::string(e.what()).find("multiple of 32") != std::string::npos;
+    }
+    KVPOLICY_EXPECT(thrown);
+    thrown = false;
+    try {
+        device_minference({.last_q = 200}, cudaStreamPerThread).estimate(in);
+    } catch (const config_error&) {
+        thrown = true;
+    }
+    KVPOLICY_EXPECT(thrown);
+}
+
+}  // namespace
+
+int run() {
+    using namespace kvpolicy::cuda::testing;
+    if (const int skip = skip_without_device("cuda_minference")) return skip;
+    const minference_config small{.adaptive_budget = 0.1, .num_sink_tokens = 4, .num_recent_diags = 8, .last_q = 64};
+    for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+        estimation_and_attention(seed, 300 + static_cast<std::uint32_t>(seed) * 137, 64, small);
+        estimation_and_attention(seed + 10, 700, 128, {.adaptive_budget = std::nullopt, .vertical_size = 40,
+                                                       .slash_size = 90, .num_sink_tokens = 30,
+                                                       .num_recent_diags = 20, .last_q = 32});
+        full_budget_is_dense(seed + 20, 257 + static_cast<std::uint32_t>(seed) * 50, seed % 2 == 0 ? 64 : 128);
+    }
+    bad_input();
+    std::printf("cuda_minference: %d failures\n", failures);
+    return failures == 0 ? 0 : 1;
+}
+
+}  // namespace cuda_minference
+
+int main() { return cuda_minference::run(); }
