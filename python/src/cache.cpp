@@ -1,0 +1,4 @@
+#include "bindings.hpp"
+namespace kvpolicy::python {
+void bind_cache(nb::module_&) {}
+}
