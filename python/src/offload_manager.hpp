@@ -48,6 +48,7 @@ struct offload_event {
 /// offloaded, in the order given), their slots, and the blocks evicted.
 struct store_plan {
     std::vector<std::uint64_t> to_store;
+    std::vector<std::uint32_t> positions;  ///< where each of to_store is in the call's list
     std::vector<std::uint32_t> slots;
     std::vector<std::uint64_t> evicted;
     std::vector<std::uint32_t> evicted_slots;
@@ -154,8 +155,11 @@ public:
     /// Throws: usage_error for a new block listed twice.
     std::optional<store_plan> prepare_store(std::span<const std::uint64_t> hashes) {
         store_plan plan;
-        for (std::uint64_t h : hashes)
-            if (index_.find(h) == no_index) plan.to_store.push_back(h);
+        for (std::size_t i = 0; i < hashes.size(); ++i)
+            if (index_.find(hashes[i]) == no_index) {
+                plan.to_store.push_back(hashes[i]);
+                plan.positions.push_back(static_cast<std::uint32_t>(i));
+            }
         check_distinct(plan.to_store);
         const std::size_t n = plan.to_store.size();
         const std::size_t need = n > free_.size() ? n - free_.size() : 0;
