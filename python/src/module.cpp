@@ -23,6 +23,13 @@ constexpr const char* dtype_name() {
     else return "int64";
 }
 
+// str(h), whatever h is.
+std::string text_of(nb::handle h) {
+    nb::object s = nb::steal(PyObject_Str(h.ptr()));
+    if (!s.is_valid()) throw nb::python_error();
+    return nb::cast<std::string>(s);
+}
+
 template <class T>
 std::span<const T> as_span(nb::handle obj, const char* what, nb::object& keep) {
     if (in_array<T> a; nb::try_cast(obj, a, /*convert=*/false)) {
@@ -34,20 +41,20 @@ std::span<const T> as_span(nb::handle obj, const char* what, nb::object& keep) {
     if (nb::cast<int>(arr.attr("ndim")) == 0) arr = np.attr("reshape")(arr, 1);
     if (nb::cast<int>(arr.attr("ndim")) != 1)
         throw usage_error(std::string(what) + ": expected a 1-D sequence, got " +
-                          nb::cast<std::string>(nb::str(arr.attr("shape"))) + " dimensions");
+                          text_of(arr.attr("shape")) + " dimensions");
     const std::string kind = nb::cast<std::string>(arr.attr("dtype").attr("kind"));
     const std::size_t n = nb::cast<std::size_t>(arr.attr("size"));
     if constexpr (std::is_integral_v<T>) {
         if (n > 0) {
             if (kind != "i" && kind != "u" && kind != "b")
                 throw usage_error(std::string(what) + ": expected integers, got dtype " +
-                                  nb::cast<std::string>(nb::str(arr.attr("dtype"))));
+                                  text_of(arr.attr("dtype")));
             // astype would wrap a negative or too large value silently.
             const nb::object lo = arr.attr("min")().attr("item")(), hi = arr.attr("max")().attr("item")();
             const nb::int_ tmin(std::numeric_limits<T>::min()), tmax(std::numeric_limits<T>::max());
             for (const auto& [v, bound, op] : {std::tuple{lo, tmin, Py_LT}, std::tuple{hi, tmax, Py_GT}})
                 if (PyObject_RichCompareBool(v.ptr(), bound.ptr(), op) == 1)
-                    throw usage_error(std::string(what) + ": " + nb::cast<std::string>(nb::str(v)) +
+                    throw usage_error(std::string(what) + ": " + text_of(v) +
                                       " is out of range; give values from " + std::to_string(std::numeric_limits<T>::min()) +
                                       " to " + std::to_string(std::numeric_limits<T>::max()));
         }
@@ -71,7 +78,7 @@ policy_options options_from(const nb::dict& kwargs, const char* what) {
         const std::string name = nb::cast<std::string>(k);
         if (!nb::isinstance<nb::int_>(v) && !nb::isinstance<nb::float_>(v) && !nb::isinstance<nb::bool_>(v))
             throw config_error(std::string(what) + ": option " + name + " must be a number or a bool, got " +
-                               nb::cast<std::string>(nb::str(v.type().attr("__name__"))));
+                               text_of(v.type().attr("__name__")));
         out.push_back({name, nb::cast<double>(v)});
     }
     return out;
