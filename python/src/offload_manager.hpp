@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -81,10 +82,10 @@ public:
     [[nodiscard]] std::uint32_t loads(std::uint32_t slot) const noexcept { return loads_[slot]; }
 
     /// The number of leading blocks that are offloaded and ready.
-    [[nodiscard]] std::size_t lookup(std::span<const std::uint64_t> hashes) const noexcept {
+    [[nodiscard]] std::size_t lookup(std::span<const std::uint64_t> hashes) {
+        const std::span<const std::uint32_t> slots = slots_of(hashes);
         std::size_t n = 0;
-        for (std::uint64_t h : hashes) {
-            const std::uint32_t s = index_.find(h);
+        for (std::uint32_t s : slots) {
             if (s == no_index || state_[s] != slot_state::ready) break;
             ++n;
         }
@@ -96,8 +97,9 @@ public:
     /// loaded twice (two complete_loads end it).
     /// Throws: usage_error if a block is not offloaded or still being stored.
     void prepare_load(std::span<const std::uint64_t> hashes, std::span<std::uint32_t> slots) {
+        const std::span<const std::uint32_t> found = slots_of(hashes);
         for (std::size_t i = 0; i < hashes.size(); ++i) {
-            const std::uint32_t s = index_.find(hashes[i]);
+            const std::uint32_t s = found[i];
             if (s == no_index)
                 throw usage_error("prepare_load: block hash " + std::to_string(hashes[i]) +
                                   " is not offloaded; load only the blocks lookup() counted");
@@ -116,8 +118,9 @@ public:
     /// touches in reverse). Blocks not offloaded are skipped.
     void touch(std::span<const std::uint64_t> hashes) {
         const access_context c = tick();
+        const std::span<const std::uint32_t> found = slots_of(hashes);
         for (std::size_t i = hashes.size(); i-- > 0;) {
-            const std::uint32_t s = index_.find(hashes[i]);
+            const std::uint32_t s = found[i];
             if (s == no_index) continue;
             access_context ci = c;
             ci.key = hashes[i];
@@ -129,9 +132,10 @@ public:
     /// evictable again (tail first, see the header).
     /// Throws: usage_error if a block has no load in flight.
     void complete_load(std::span<const std::uint64_t> hashes) {
+        const std::span<const std::uint32_t> found = slots_of(hashes);
         scratch_.resize(hashes.size());
         for (std::size_t i = 0; i < hashes.size(); ++i) {
-            const std::uint32_t s = index_.find(hashes[i]);
+            const std::uint32_t s = found[i];
             // A block listed k times needs k loads in flight: count down on a copy.
             if (s == no_index || loads_[s] == 0 || pending(s) >= loads_[s]) {
                 unmark(std::span(scratch_).first(i));
@@ -155,8 +159,9 @@ public:
     /// Throws: usage_error for a new block listed twice.
     std::optional<store_plan> prepare_store(std::span<const std::uint64_t> hashes) {
         store_plan plan;
+        const std::span<const std::uint32_t> found = slots_of(hashes);
         for (std::size_t i = 0; i < hashes.size(); ++i)
-            if (index_.find(hashes[i]) == no_index) {
+            if (found[i] == no_index) {
                 plan.to_store.push_back(hashes[i]);
                 plan.positions.push_back(static_cast<std::uint32_t>(i));
             }
@@ -165,6 +170,7 @@ public:
         const std::size_t need = n > free_.size() ? n - free_.size() : 0;
         if (need > policy_.evictable_size()) return std::nullopt;
         const access_context c = tick();
+        ++version_;  // the index changes: slots found before are stale
         plan.slots.reserve(n);
         for (std::uint64_t h : plan.to_store) {
             access_context ci = c;
@@ -188,6 +194,10 @@ public:
             plan.slots.push_back(s);
         }
         if (!plan.evicted.empty()) events_.push_back({plan.evicted, plan.evicted_slots, true});
+        // complete_store comes next with these blocks: keep their slots.
+        memo_keys_ = plan.to_store;
+        memo_slots_ = plan.slots;
+        memo_version_ = version_;
         return plan;
     }
 
@@ -196,22 +206,25 @@ public:
     /// Ready blocks are left as they are, as vLLM does.
     /// Throws: usage_error if a block is not offloaded at all.
     void complete_store(std::span<const std::uint64_t> hashes, bool success) {
-        for (std::uint64_t h : hashes)
-            if (index_.find(h) == no_index)
-                throw usage_error("complete_store: block hash " + std::to_string(h) +
+        const std::span<const std::uint32_t> found = slots_of(hashes);
+        for (std::size_t i = 0; i < hashes.size(); ++i)
+            if (found[i] == no_index)
+                throw usage_error("complete_store: block hash " + std::to_string(hashes[i]) +
                                   " was never prepared (or its failed store already removed it); "
                                   "complete only what prepare_store returned");
         const access_context c = tick();
         offload_event stored;
-        for (std::uint64_t h : hashes) {
-            const std::uint32_t s = index_.find(h);
-            if (s == no_index || state_[s] != slot_state::storing) continue;  // listed twice: done above
+        for (std::size_t i = 0; i < hashes.size(); ++i) {
+            const std::uint64_t h = hashes[i];
+            const std::uint32_t s = found[i];
+            if (state_[s] != slot_state::storing) continue;  // ready, or listed twice and done above
             if (success) {
                 state_[s] = slot_state::ready;
                 release(s, h, c);
                 stored.hashes.push_back(h);
                 stored.slots.push_back(s);
             } else {
+                ++version_;
                 policy_.on_erase(item_id{s});
                 index_.erase(h);
                 state_[s] = slot_state::free;
@@ -253,6 +266,26 @@ private:
         const auto d = std::adjacent_find(sorted.begin(), sorted.end());
         if (d != sorted.end()) throw twice(*d);
     }
+    // The slots of `hashes` (no_index where absent). vLLM's connector hands
+    // one request's hashes to lookup, touch, prepare_load and complete_load in
+    // turn (whole, or the hit prefix, or the tail to store): the slots found
+    // for the last list are kept until the index next changes, so a call over
+    // the same list, a prefix or a suffix of it costs one compare instead of
+    // a hash probe per block. The span is valid until the next call.
+    std::span<const std::uint32_t> slots_of(std::span<const std::uint64_t> hashes) {
+        const std::size_t n = hashes.size();
+        if (memo_version_ == version_ && n > 0 && n <= memo_keys_.size()) {
+            const std::size_t bytes = n * sizeof(std::uint64_t), tail = memo_keys_.size() - n;
+            if (std::memcmp(hashes.data(), memo_keys_.data(), bytes) == 0) return {memo_slots_.data(), n};
+            if (std::memcmp(hashes.data(), memo_keys_.data() + tail, bytes) == 0) return {memo_slots_.data() + tail, n};
+        }
+        memo_keys_.assign(hashes.begin(), hashes.end());
+        memo_slots_.resize(n);
+        for (std::size_t i = 0; i < n; ++i) memo_slots_[i] = index_.find(hashes[i]);
+        memo_version_ = version_;
+        return memo_slots_;
+    }
+
     // complete_load's count of a slot's occurrences so far in one call.
     std::uint32_t pending(std::uint32_t s) const noexcept { return seen_[s]; }
     void mark(std::uint32_t s) noexcept { ++seen_[s]; }
@@ -270,6 +303,10 @@ private:
     std::vector<std::uint32_t> scratch_;
     std::vector<offload_event> events_;
     timestamp now_ = 0;
+    std::uint64_t version_ = 1;                // bumped whenever the index changes
+    std::uint64_t memo_version_ = 0;           // the version memo_slots_ were found at
+    std::vector<std::uint64_t> memo_keys_;     // the last list slots_of probed
+    std::vector<std::uint32_t> memo_slots_;    // [memo_keys_.size()] their slots
 };
 
 /// An offload_manager whose policy is chosen by name: one virtual call per
@@ -284,7 +321,7 @@ public:
     [[nodiscard]] virtual slot_state state(std::uint32_t slot) const noexcept = 0;
     [[nodiscard]] virtual std::uint32_t loads(std::uint32_t slot) const noexcept = 0;
     [[nodiscard]] virtual std::string_view policy_name() const noexcept = 0;
-    [[nodiscard]] virtual std::size_t lookup(std::span<const std::uint64_t> hashes) const noexcept = 0;
+    [[nodiscard]] virtual std::size_t lookup(std::span<const std::uint64_t> hashes) = 0;
     virtual void prepare_load(std::span<const std::uint64_t> hashes, std::span<std::uint32_t> slots) = 0;
     virtual void touch(std::span<const std::uint64_t> hashes) = 0;
     virtual void complete_load(std::span<const std::uint64_t> hashes) = 0;
@@ -309,7 +346,7 @@ public:
     [[nodiscard]] slot_state state(std::uint32_t s) const noexcept override { return m_.state(s); }
     [[nodiscard]] std::uint32_t loads(std::uint32_t s) const noexcept override { return m_.loads(s); }
     [[nodiscard]] std::string_view policy_name() const noexcept override { return Policy::name; }
-    [[nodiscard]] std::size_t lookup(std::span<const std::uint64_t> h) const noexcept override { return m_.lookup(h); }
+    [[nodiscard]] std::size_t lookup(std::span<const std::uint64_t> h) override { return m_.lookup(h); }
     void prepare_load(std::span<const std::uint64_t> h, std::span<std::uint32_t> s) override { m_.prepare_load(h, s); }
     void touch(std::span<const std::uint64_t> h) override { m_.touch(h); }
     void complete_load(std::span<const std::uint64_t> h) override { m_.complete_load(h); }
