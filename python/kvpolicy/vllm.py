@@ -30,7 +30,8 @@ NumPy uint64 array, which is read in place):
   ready; with ``success=False`` they are removed instead (their slots are
   free again). Ready blocks are left as they are. A block never prepared
   raises.
-- ``take_events()``: ``OffloadingEvent``s since the last call, oldest first:
+- ``take_events()`` (with ``enable_events=True``, off by default as in
+  vLLM): ``OffloadingEvent``s since the last call, oldest first:
   evictions (``removed=True``) at ``prepare_store``, completed stores
   (``removed=False``) at ``complete_store``.
 
@@ -99,15 +100,15 @@ class OffloadingManager(OffloadCore):
     """vLLM's OffloadingManager over ``num_blocks`` slots and a kvpolicy policy.
 
     ``policy``: any name in ``kvpolicy.policies()``; ``config``: its options
-    (``kvpolicy.policy_options(policy)``). ``block_size`` only labels events.
+    (``kvpolicy.policy_options(policy)``). ``enable_events``: record what
+    take_events returns (off by default, as in vLLM); ``block_size`` labels them.
     See the module docstring for every method's semantics.
     """
 
     def __init__(self, num_blocks: int, policy: str = "lru", *, block_size: int = 0,
-                 enable_events: bool = True, **config: Any):
-        super().__init__(num_blocks, policy, **config)
+                 enable_events: bool = False, **config: Any):
+        super().__init__(num_blocks, policy, enable_events, **config)
         self.block_size = block_size
-        self.enable_events = enable_events
 
     def prepare_load(self, block_hashes: Iterable[Any]) -> CPULoadStoreSpec:
         return CPULoadStoreSpec(OffloadCore.prepare_load(self, block_hashes))
@@ -120,10 +121,7 @@ class OffloadingManager(OffloadCore):
         return PrepareStoreOutput(to_store, CPULoadStoreSpec(slots), evicted)
 
     def take_events(self) -> Iterable[OffloadingEvent]:
-        events = self._take_events()
-        if not self.enable_events:
-            return
-        for hashes, removed in events:
+        for hashes, removed in self._take_events():
             yield OffloadingEvent(hashes, self.block_size, "CPU", removed)
 
 
@@ -141,8 +139,10 @@ def _vllm_subclass():
     class VllmOffloadingManager(abstract.OffloadingManager):
         """kvpolicy's OffloadingManager as a subclass of vLLM's ABC (delegating)."""
 
-        def __init__(self, num_blocks: int, policy: str = "lru", *, block_size: int = 0, **config: Any):
-            self.manager = OffloadingManager(num_blocks, policy, block_size=block_size, **config)
+        def __init__(self, num_blocks: int, policy: str = "lru", *, block_size: int = 0,
+                     enable_events: bool = False, **config: Any):
+            self.manager = OffloadingManager(num_blocks, policy, block_size=block_size,
+                                             enable_events=enable_events, **config)
 
         def _spec(self, spec: CPULoadStoreSpec):
             return VllmCPUSpec(spec.block_ids) if VllmCPUSpec is not None else spec

@@ -77,8 +77,8 @@ struct hash_list {
 
 class offload_core {
 public:
-    offload_core(std::size_t num_blocks, const std::string& policy, const nb::kwargs& options)
-        : m_(any_offload_manager::make(num_blocks, policy, options_from(options, policy.c_str()))),
+    offload_core(std::size_t num_blocks, const std::string& policy, bool enable_events, const nb::kwargs& options)
+        : m_(any_offload_manager::make(num_blocks, policy, options_from(options, policy.c_str()), enable_events)),
           objects_(num_blocks) {}
 
     std::size_t lookup(nb::handle hashes) {
@@ -181,8 +181,8 @@ void bind_offload(nb::module_& m) {
     using c = offload_core;
     nb::class_<c>(m, "OffloadCore",
                   "The C++ bookkeeping behind kvpolicy.vllm.OffloadingManager (see that class).")
-        .def(nb::init<std::size_t, const std::string&, const nb::kwargs&>(), nb::arg("num_blocks"),
-             nb::arg("policy") = "lru", nb::arg("config"))
+        .def(nb::init<std::size_t, const std::string&, bool, const nb::kwargs&>(), nb::arg("num_blocks"),
+             nb::arg("policy") = "lru", nb::arg("enable_events") = false, nb::arg("config"))
         .def("lookup", &c::lookup, nb::arg("block_hashes"),
              "The number of leading blocks that are offloaded and ready.")
         .def("prepare_load", &c::prepare_load, nb::arg("block_hashes"),

@@ -61,8 +61,10 @@ template <eviction_policy Policy>
 class offload_manager {
 public:
     /// Throws: config_error for 0 blocks or a bad policy option.
-    offload_manager(std::size_t num_blocks, const typename Policy::config_type& policy)
-        : policy_(checked(num_blocks), policy),
+    /// `events`: record what take_events returns (off, nothing is kept).
+    offload_manager(std::size_t num_blocks, const typename Policy::config_type& policy, bool events = true)
+        : events_on_(events),
+          policy_(checked(num_blocks), policy),
           index_(num_blocks),
           key_(num_blocks, 0),
           loads_(num_blocks, 0),
@@ -193,7 +195,7 @@ public:
             policy_.on_hold(item_id{s});
             plan.slots.push_back(s);
         }
-        if (!plan.evicted.empty()) events_.push_back({plan.evicted, plan.evicted_slots, true});
+        if (events_on_ && !plan.evicted.empty()) events_.push_back({plan.evicted, plan.evicted_slots, true});
         // complete_store comes next with these blocks: keep their slots.
         memo_keys_ = plan.to_store;
         memo_slots_ = plan.slots;
@@ -221,8 +223,10 @@ public:
             if (success) {
                 state_[s] = slot_state::ready;
                 release(s, h, c);
-                stored.hashes.push_back(h);
-                stored.slots.push_back(s);
+                if (events_on_) {
+                    stored.hashes.push_back(h);
+                    stored.slots.push_back(s);
+                }
             } else {
                 ++version_;
                 policy_.on_erase(item_id{s});
@@ -281,7 +285,12 @@ private:
         }
         memo_keys_.assign(hashes.begin(), hashes.end());
         memo_slots_.resize(n);
-        for (std::size_t i = 0; i < n; ++i) memo_slots_[i] = index_.find(hashes[i]);
+        constexpr std::size_t ahead = 8;  // probes in flight: each is a cache miss in a large tier
+        for (std::size_t i = 0; i < std::min(ahead, n); ++i) index_.prefetch(hashes[i]);
+        for (std::size_t i = 0; i < n; ++i) {
+            if (i + ahead < n) index_.prefetch(hashes[i + ahead]);
+            memo_slots_[i] = index_.find(hashes[i]);
+        }
         memo_version_ = version_;
         return memo_slots_;
     }
@@ -293,6 +302,7 @@ private:
         for (std::uint32_t s : slots) seen_[s] = 0;
     }
 
+    bool events_on_;
     Policy policy_;
     key_index index_;                 // block hash -> slot
     std::vector<std::uint64_t> key_;  // [slot] block hash
@@ -332,13 +342,13 @@ public:
     /// Throws: unknown_name_error listing every policy; config_error for 0
     /// blocks or a bad option.
     static std::unique_ptr<any_offload_manager> make(std::size_t num_blocks, const std::string& policy,
-                                                     const policy_options& options);
+                                                     const policy_options& options, bool events);
 };
 
 template <eviction_policy Policy>
 class offload_manager_model final : public any_offload_manager {
 public:
-    offload_manager_model(std::size_t n, const typename Policy::config_type& c) : m_(n, c) {}
+    offload_manager_model(std::size_t n, const typename Policy::config_type& c, bool events) : m_(n, c, events) {}
     [[nodiscard]] std::size_t capacity() const noexcept override { return m_.capacity(); }
     [[nodiscard]] std::size_t num_free() const noexcept override { return m_.num_free(); }
     [[nodiscard]] std::size_t size() const noexcept override { return m_.size(); }
@@ -359,11 +369,11 @@ private:
 };
 
 inline std::unique_ptr<any_offload_manager> any_offload_manager::make(std::size_t num_blocks, const std::string& policy,
-                                                                      const policy_options& options) {
+                                                                      const policy_options& options, bool events) {
     return visit_by_name<eviction_policies>(
         policy,
         [&]<class P>() -> std::unique_ptr<any_offload_manager> {
-            return std::make_unique<offload_manager_model<P>>(num_blocks, make_config<P>(options));
+            return std::make_unique<offload_manager_model<P>>(num_blocks, make_config<P>(options), events);
         },
         "eviction policy");
 }

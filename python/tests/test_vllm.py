@@ -14,7 +14,7 @@ from kvpolicy.vllm import OffloadingManager
 
 
 def test_store_then_lookup_load_and_complete():
-    m = OffloadingManager(4)
+    m = OffloadingManager(4, enable_events=True)
     out = m.prepare_store([10, 11, 12])
     assert out.block_hashes_to_store == [10, 11, 12] and out.block_hashes_evicted == []
     assert out.store_spec.medium() == "CPU" and out.store_spec.block_ids.tolist() == [0, 1, 2]
@@ -32,7 +32,7 @@ def test_store_then_lookup_load_and_complete():
 
 
 def test_prepare_store_skips_stored_blocks_and_evicts_in_policy_order():
-    m = OffloadingManager(3)
+    m = OffloadingManager(3, enable_events=True)
     m.prepare_store([1, 2, 3])
     m.complete_store([1, 2, 3])
     m.touch([2, 1])  # 2 then 1 most recent: 3 is the least recent
@@ -40,6 +40,14 @@ def test_prepare_store_skips_stored_blocks_and_evicts_in_policy_order():
     assert out.block_hashes_to_store == [4] and out.block_hashes_evicted == [3]
     assert out.store_spec.block_ids.tolist() == [2]  # 3's slot, reused
     assert [(e.block_hashes, e.removed) for e in m.take_events()] == [([1, 2, 3], False), ([3], True)]
+
+
+def test_events_are_off_by_default_as_in_vllm():
+    m = OffloadingManager(1)
+    m.prepare_store([1])
+    m.complete_store([1])
+    m.prepare_store([2])
+    assert list(m.take_events()) == []
 
 
 def test_loading_and_storing_blocks_are_never_evicted_and_none_changes_nothing():
@@ -66,7 +74,7 @@ def test_loads_of_blocks_being_stored_raise():
 
 
 def test_a_failed_store_removes_the_blocks_still_being_stored():
-    m = OffloadingManager(4)
+    m = OffloadingManager(4, enable_events=True)
     m.prepare_store([1])
     m.complete_store([1])
     m.prepare_store([1, 2, 3])  # 1 is already stored: only 2 and 3 are new
@@ -251,7 +259,7 @@ def test_vllm_subclass_when_vllm_is_installed(monkeypatch):
 
     kv2 = importlib.reload(kv)
     try:
-        m = kv2.VllmOffloadingManager(4, "arc")
+        m = kv2.VllmOffloadingManager(4, "arc", enable_events=True)
         assert isinstance(m, OffloadingManagerABC)
         out = m.prepare_store([1, 2])
         assert isinstance(out, PrepareStoreOutput) and out.block_hashes_to_store == [1, 2]
