@@ -225,7 +225,8 @@ void bind_policy(nb::module_& m) {
         .def(nb::init<const std::string&, std::size_t, const nb::kwargs&>(), nb::arg("name"), nb::arg("capacity"),
              nb::arg("config"), "Raises UnknownNameError (listing every policy) or ConfigError (capacity 0, a bad option).")
         .def("miss", &h::miss, nb::arg("keys"), nb::arg("now") = nb::none(),
-             "Keys requested that are not tracked (ARC adapts here); call before making room for them.")
+             "Keys requested that are not tracked: call it for a key before making room for it and\n"
+             "inserting it (ARC adapts here and pairs the miss with the key's insert).")
         .def("insert", &h::insert, nb::arg("ids"), nb::arg("now") = nb::none(), nb::arg("keys") = nb::none(),
              nb::arg("priorities") = nb::none(), nb::arg("next_use") = nb::none(),
              (std::string("New items, evictable. keys: stable 64-bit identities (default: the ids), what ghost\n"

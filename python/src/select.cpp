@@ -180,7 +180,8 @@ void bind_select(nb::module_& m) {
     nb::class_<h>(m, "VictimBatchSelector",
                   "Seed 002's batch API: given candidate sequences and the blocks needed, choose\n"
                   "which whole sequences to evict, by rule (lru, lfu, fifo, qos_aware, predictive).\n"
-                  "Candidates are NumPy columns, one entry per sequence; the GIL is released while selecting.")
+                  "Candidates are NumPy columns, one entry per sequence; the GIL is released while selecting,\n"
+                  "so give each thread its own selector.")
         .def(nb::init<const std::string&>(), nb::arg("rule") = "lru")
         .def("select_victims", &h::select_victims, nb::arg("sequence_ids"), nb::arg("num_blocks"),
              nb::arg("required_blocks"), nb::arg("last_access") = nb::none(), nb::arg("access_count") = nb::none(),
