@@ -4,7 +4,8 @@
 set -euo pipefail
 
 # clang-14 and libclang-rt-14-dev: the libFuzzer harnesses (scripts/fuzz.sh).
-packages=(cmake g++ make catch2 librange-v3-dev zlib1g-dev libcli11-dev gnuplot-nox pkg-config python3-venv clang-14 libclang-rt-14-dev)
+# python3-dev and python3-venv: the Python package's build and tests (python/).
+packages=(cmake g++ make catch2 librange-v3-dev zlib1g-dev libcli11-dev gnuplot-nox pkg-config python3-dev python3-venv clang-14 libclang-rt-14-dev)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,103 @@
+"""kvpolicy from Python: eviction policies, the tiered cache, the simulator.
+
+Built from kvpolicy's C++ headers with nanobind: every call runs the same C++
+code a C++ engine would. Errors are ``kvpolicy.Error`` subclasses carrying
+the C++ message: ``ConfigError`` (also a ``ValueError``; ``UnknownNameError``
+is also a ``LookupError``), ``UsageError`` (a ``ValueError``: a NaN score, a
+double release, a malformed hash chain), ``CapacityError`` (a
+``RuntimeError``: more blocks than are free or evictable) and ``ParseError``.
+
+``kvpolicy.vllm.OffloadingManager`` is a drop-in for vLLM V1's
+scheduler-side OffloadingManager.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+from ._kvpolicy import (
+    CapacityError,
+    ConfigError,
+    Error,
+    EvictionPolicy,
+    ParseError,
+    TieredCache,
+    UnknownNameError,
+    UsageError,
+    VictimBatchSelector,
+    _simulate_json,
+    policies,
+    policy_options,
+    select_victims,
+)
+
+__all__ = [
+    "CapacityError",
+    "ConfigError",
+    "Error",
+    "EvictionPolicy",
+    "ParseError",
+    "TieredCache",
+    "UnknownNameError",
+    "UsageError",
+    "VictimBatchSelector",
+    "policies",
+    "policy_options",
+    "select_victims",
+    "simulate",
+]
+
+_COST_OPTIONS = ("alpha", "beta", "const", "bandwidth", "kv_bytes_per_token")
+
+
+def simulate(
+    trace: Optional[str] = None,
+    mode: Optional[str] = None,
+    policies: Union[str, Sequence[str]] = ("lru",),
+    capacities: Union[int, Sequence[int]] = (1000,),
+    *,
+    format: Optional[str] = None,
+    cpu_capacity: int = 0,
+    cpu_policy: str = "lru",
+    block_size: int = 16,
+    layers: int = 1,
+    seed: int = 1,
+    threads: int = 0,
+    skip_bad_lines: bool = False,
+    as_frame: bool = False,
+    **options: Any,
+) -> Union[List[Dict[str, Any]], "pandas.DataFrame"]:  # noqa: F821
+    """Replays a trace (or the built-in chat workload) as ``kvpolicy-sim`` does.
+
+    Returns one dict per (policy, capacity), capacities outer, with exactly the
+    fields of ``kvpolicy-sim --output json`` (the simulator's own JSON writer
+    makes them); ``as_frame=True`` returns a ``pandas.DataFrame`` of the same
+    rows instead (pandas is needed only then).
+
+    trace: Mooncake JSONL (``.jsonl``, ``.jsonl.gz``) or a block CSV; None for
+    the built-in workload. mode: ``flat``, ``prefix`` or ``tiered`` (default:
+    prefix; flat for a CSV). policies: names, or ``"all"``. options: prefill
+    cost (``alpha``, ``beta``, ``const``, ``bandwidth`` in GB/s,
+    ``kv_bytes_per_token``) and the built-in workload's ``sessions``,
+    ``session_rate``, ``turns``, ``prompt_tokens``, ``answer_tokens``,
+    ``think_time``, ``system_prompt_tokens``, ``system_prompts``.
+    The GIL is released while the runs go, in ``threads`` threads (0: all cores).
+    """
+    if isinstance(policies, str):
+        policies = policies.split(",")
+    if isinstance(capacities, int):
+        capacities = [capacities]
+    cost = {k: float(options.pop(k)) for k in _COST_OPTIONS if k in options}
+    text = _simulate_json(
+        None if trace is None else str(trace), format, mode, list(policies), [int(c) for c in capacities],
+        cpu_capacity, cpu_policy, block_size, layers, seed, threads, skip_bad_lines, cost, options,
+    )
+    rows = [json.loads(line) for line in text.splitlines() if line]
+    if as_frame:
+        try:
+            import pandas
+        except ImportError as e:
+            raise ImportError("simulate(as_frame=True) needs pandas: pip install pandas") from e
+        return pandas.DataFrame(rows)
+    return rows

@@ -1,0 +1,55 @@
+// Shared pieces of the extension module: NumPy in and out, the bind_*
+// functions each translation unit defines (one per Python-facing area, so
+// the two cores compile them in parallel).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+#include <nanobind/stl/vector.h>
+
+#include <kvpolicy/core/error.hpp>
+
+#include "policy_config.hpp"
+
+namespace kvpolicy::python {
+
+namespace nb = nanobind;
+
+template <class T>
+using in_array = nb::ndarray<const T, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+template <class T>
+using out_array = nb::ndarray<nb::numpy, T, nb::ndim<1>>;
+
+/// A NumPy array that owns `v` (no copy of the elements).
+template <class T>
+out_array<T> to_numpy(std::vector<T>&& v) {
+    auto* owned = new std::vector<T>(std::move(v));
+    nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+    return out_array<T>(owned->data(), {owned->size()}, owner);
+}
+
+/// A 1-D contiguous array of T viewing `obj` without a copy when it is one
+/// already (a NumPy array of that dtype); otherwise NumPy converts it (an int,
+/// a list, another integer dtype), refusing values T cannot hold exactly.
+/// `keep` holds the converted array alive. Throws: usage_error naming `what`.
+template <class T>
+std::span<const T> as_span(nb::handle obj, const char* what, nb::object& keep);
+
+/// Options for a policy from Python keyword arguments (numbers or bools).
+policy_options options_from(const nb::dict& kwargs, const char* what);
+
+void bind_policy(nb::module_& m);
+void bind_select(nb::module_& m);
+void bind_cache(nb::module_& m);
+void bind_offload(nb::module_& m);
+void bind_simulate(nb::module_& m);
+
+}  // namespace kvpolicy::python

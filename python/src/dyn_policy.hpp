@@ -1,0 +1,164 @@
+// A policy chosen by name at run time, behind one virtual call.
+//
+// The runtime name picks the concrete policy once (visit_by_name over
+// kvpolicy::eviction_policies); then every call crosses one virtual call.
+// Two faces:
+// - `dyn_policy` models `eviction_policy` itself, per item, so a single
+//   `tiered_cache<dyn_policy, dyn_policy>` serves every (gpu, cpu) pair of
+//   names: 2 cache types compiled (plain and thread-safe) instead of 18 x 18
+//   x 2, at the price of one indirect call per policy hook (a few ns beside
+//   the cache's ~80 ns per block: bench/python measures the whole path).
+// - the batch members (`insert_batch`, ...) loop inside the concrete model:
+//   `kvpolicy.EvictionPolicy` crosses the virtual call once per Python call,
+//   not once per item.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <kvpolicy/eviction/registry.hpp>
+
+#include "policy_config.hpp"
+
+namespace kvpolicy::python {
+
+/// The per-item fields of a batch call; empty spans mean the default for
+/// every item (key = id, default priority, next use unknown).
+struct item_batch {
+    std::span<const item_id> ids;
+    std::span<const std::uint64_t> keys;
+    std::span<const std::int32_t> priorities;
+    std::span<const std::uint64_t> next_use;
+    timestamp now = 0;
+
+    [[nodiscard]] access_context context(std::size_t i) const noexcept {
+        access_context c;
+        c.now = now;
+        c.key = keys.empty() ? ids[i].value : keys[i];  // miss_batch: keys only
+        if (!priorities.empty()) c.priority = priorities[i];
+        if (!next_use.empty()) c.next_use = next_use[i];
+        return c;
+    }
+};
+
+class dyn_policy {
+public:
+    struct config_type {
+        std::string policy = "lru";
+        policy_options options;
+    };
+
+    static constexpr std::string_view name = "dynamic";
+    // The cache reads no order; time-varying policies choose their victims
+    // inside pop_victim(s) either way.
+    static constexpr eviction_order order = eviction_order::static_between_accesses;
+
+    /// Throws: unknown_name_error listing every policy; config_error for a
+    /// bad capacity or option.
+    dyn_policy(std::size_t capacity, const config_type& config)
+        : impl_(visit_by_name<eviction_policies>(
+              config.policy,
+              [&]<class P>() -> std::unique_ptr<base> {
+                  return std::make_unique<model<P>>(capacity, make_config<P>(config.options));
+              },
+              "eviction policy")) {}
+
+    // Per item: what tiered_cache calls.
+    void on_miss(const access_context& c) { impl_->on_miss(c); }
+    void on_insert(item_id id, const access_context& c) { impl_->on_insert(id, c); }
+    void on_access(item_id id, const access_context& c) { impl_->on_access(id, c); }
+    void on_hold(item_id id) { impl_->on_hold(id); }
+    void on_release(item_id id, const access_context& c) { impl_->on_release(id, c); }
+    void on_erase(item_id id) { impl_->on_erase(id); }
+    std::optional<item_id> pop_victim(timestamp now) { return impl_->pop_victim(now); }
+    std::size_t pop_victims(std::span<item_id> out, timestamp now) { return impl_->pop_victims(out, now); }
+    [[nodiscard]] std::size_t capacity() const { return impl_->capacity(); }
+    [[nodiscard]] std::size_t size() const { return impl_->size(); }
+    [[nodiscard]] std::size_t evictable_size() const { return impl_->evictable_size(); }
+    [[nodiscard]] bool contains(item_id id) const { return impl_->contains(id); }
+    [[nodiscard]] const policy_counters& counters() const { return impl_->counters(); }
+
+    // Per batch: one virtual call, the loop inside. Preconditions as the
+    // per-item hooks', for every item (the caller validates).
+    void miss_batch(const item_batch& b) { impl_->miss_batch(b); }
+    void insert_batch(const item_batch& b) { impl_->insert_batch(b); }
+    void access_batch(const item_batch& b) { impl_->access_batch(b); }
+    void hold_batch(std::span<const item_id> ids) { impl_->hold_batch(ids); }
+    void release_batch(const item_batch& b) { impl_->release_batch(b); }
+    void erase_batch(std::span<const item_id> ids) { impl_->erase_batch(ids); }
+
+    /// The concrete policy's registered name.
+    [[nodiscard]] std::string_view policy_name() const { return impl_->policy_name(); }
+
+private:
+    struct base {
+        virtual ~base() = default;
+        virtual void on_miss(const access_context&) = 0;
+        virtual void on_insert(item_id, const access_context&) = 0;
+        virtual void on_access(item_id, const access_context&) = 0;
+        virtual void on_hold(item_id) = 0;
+        virtual void on_release(item_id, const access_context&) = 0;
+        virtual void on_erase(item_id) = 0;
+        virtual std::optional<item_id> pop_victim(timestamp) = 0;
+        virtual std::size_t pop_victims(std::span<item_id>, timestamp) = 0;
+        [[nodiscard]] virtual std::size_t capacity() const = 0;
+        [[nodiscard]] virtual std::size_t size() const = 0;
+        [[nodiscard]] virtual std::size_t evictable_size() const = 0;
+        [[nodiscard]] virtual bool contains(item_id) const = 0;
+        [[nodiscard]] virtual const policy_counters& counters() const = 0;
+        virtual void miss_batch(const item_batch&) = 0;
+        virtual void insert_batch(const item_batch&) = 0;
+        virtual void access_batch(const item_batch&) = 0;
+        virtual void hold_batch(std::span<const item_id>) = 0;
+        virtual void release_batch(const item_batch&) = 0;
+        virtual void erase_batch(std::span<const item_id>) = 0;
+        [[nodiscard]] virtual std::string_view policy_name() const = 0;
+    };
+
+    template <class P>
+    struct model final : base {
+        P p;
+        model(std::size_t capacity, const typename P::config_type& c) : p(capacity, c) {}
+        void on_miss(const access_context& c) override { p.on_miss(c); }
+        void on_insert(item_id id, const access_context& c) override { p.on_insert(id, c); }
+        void on_access(item_id id, const access_context& c) override { p.on_access(id, c); }
+        void on_hold(item_id id) override { p.on_hold(id); }
+        void on_release(item_id id, const access_context& c) override { p.on_release(id, c); }
+        void on_erase(item_id id) override { p.on_erase(id); }
+        std::optional<item_id> pop_victim(timestamp now) override { return p.pop_victim(now); }
+        std::size_t pop_victims(std::span<item_id> out, timestamp now) override { return p.pop_victims(out, now); }
+        [[nodiscard]] std::size_t capacity() const override { return p.capacity(); }
+        [[nodiscard]] std::size_t size() const override { return p.size(); }
+        [[nodiscard]] std::size_t evictable_size() const override { return p.evictable_size(); }
+        [[nodiscard]] bool contains(item_id id) const override { return p.contains(id); }
+        [[nodiscard]] const policy_counters& counters() const override { return p.counters(); }
+        void miss_batch(const item_batch& b) override {
+            for (std::size_t i = 0; i < b.keys.size(); ++i) p.on_miss(b.context(i));
+        }
+        void insert_batch(const item_batch& b) override {
+            for (std::size_t i = 0; i < b.ids.size(); ++i) p.on_insert(b.ids[i], b.context(i));
+        }
+        void access_batch(const item_batch& b) override {
+            for (std::size_t i = 0; i < b.ids.size(); ++i) p.on_access(b.ids[i], b.context(i));
+        }
+        void hold_batch(std::span<const item_id> ids) override {
+            for (item_id id : ids) p.on_hold(id);
+        }
+        void release_batch(const item_batch& b) override {
+            for (std::size_t i = 0; i < b.ids.size(); ++i) p.on_release(b.ids[i], b.context(i));
+        }
+        void erase_batch(std::span<const item_id> ids) override {
+            for (item_id id : ids) p.on_erase(id);
+        }
+        [[nodiscard]] std::string_view policy_name() const override { return P::name; }
+    };
+
+    std::unique_ptr<base> impl_;
+};
+
+static_assert(eviction_policy<dyn_policy>);
+
+}  // namespace kvpolicy::python

@@ -1,0 +1,158 @@
+// kvpolicy's Python extension: the module, its exceptions and conversions.
+//
+// Every kvpolicy::error becomes the matching kvpolicy.Error subclass with
+// the C++ message; the classes also derive from the builtin Python users
+// catch for that kind of mistake (ValueError for bad values and misuse,
+// RuntimeError for a request the cache cannot meet).
+#include "bindings.hpp"
+
+#include <cmath>
+#include <limits>
+#include <tuple>
+#include <type_traits>
+
+namespace kvpolicy::python {
+
+template <class T>
+constexpr const char* dtype_name() {
+    if constexpr (std::is_same_v<T, double>) return "float64";
+    else if constexpr (std::is_same_v<T, std::uint32_t>) return "uint32";
+    else if constexpr (std::is_same_v<T, std::uint64_t>) return "uint64";
+    else if constexpr (std::is_same_v<T, std::int32_t>) return "int32";
+    else if constexpr (std::is_same_v<T, std::uint8_t>) return "uint8";
+    else return "int64";
+}
+
+// str(h), whatever h is.
+std::string text_of(nb::handle h) {
+    nb::object s = nb::steal(PyObject_Str(h.ptr()));
+    if (!s.is_valid()) throw nb::python_error();
+    return nb::cast<std::string>(s);
+}
+
+template <class T>
+std::span<const T> as_span(nb::handle obj, const char* what, nb::object& keep) {
+    if (in_array<T> a; nb::try_cast(obj, a, /*convert=*/false)) {
+        keep = nb::borrow(obj);
+        return {a.data(), a.shape(0)};
+    }
+    nb::module_ np = nb::module_::import_("numpy");
+    nb::object arr = np.attr("asarray")(obj);
+    if (nb::cast<int>(arr.attr("ndim")) == 0) arr = np.attr("reshape")(arr, 1);
+    if (nb::cast<int>(arr.attr("ndim")) != 1)
+        throw usage_error(std::string(what) + ": expected a 1-D sequence, got " +
+                          text_of(arr.attr("shape")) + " dimensions");
+    const std::string kind = nb::cast<std::string>(arr.attr("dtype").attr("kind"));
+    const std::size_t n = nb::cast<std::size_t>(arr.attr("size"));
+    if constexpr (std::is_integral_v<T>) {
+        if (n > 0) {
+            if (kind != "i" && kind != "u" && kind != "b")
+                throw usage_error(std::string(what) + ": expected integers, got dtype " +
+                                  text_of(arr.attr("dtype")));
+            // astype would wrap a negative or too large value silently.
+            const nb::object lo = arr.attr("min")().attr("item")(), hi = arr.attr("max")().attr("item")();
+            const nb::int_ tmin(std::numeric_limits<T>::min()), tmax(std::numeric_limits<T>::max());
+            for (const auto& [v, bound, op] : {std::tuple{lo, tmin, Py_LT}, std::tuple{hi, tmax, Py_GT}})
+                if (PyObject_RichCompareBool(v.ptr(), bound.ptr(), op) == 1)
+                    throw usage_error(std::string(what) + ": " + text_of(v) +
+                                      " is out of range; give values from " + std::to_string(std::numeric_limits<T>::min()) +
+                                      " to " + std::to_string(std::numeric_limits<T>::max()));
+        }
+    }
+    arr = np.attr("ascontiguousarray")(arr, nb::arg("dtype") = dtype_name<T>());
+    in_array<T> a = nb::cast<in_array<T>>(arr);
+    keep = arr;
+    return {a.data(), a.shape(0)};
+}
+
+template std::span<const std::uint32_t> as_span<std::uint32_t>(nb::handle, const char*, nb::object&);
+template std::span<const std::uint64_t> as_span<std::uint64_t>(nb::handle, const char*, nb::object&);
+template std::span<const std::int32_t> as_span<std::int32_t>(nb::handle, const char*, nb::object&);
+template std::span<const std::int64_t> as_span<std::int64_t>(nb::handle, const char*, nb::object&);
+template std::span<const std::uint8_t> as_span<std::uint8_t>(nb::handle, const char*, nb::object&);
+template std::span<const double> as_span<double>(nb::handle, const char*, nb::object&);
+
+policy_options options_from(const nb::dict& kwargs, const char* what) {
+    policy_options out;
+    for (auto [k, v] : kwargs) {
+        const std::string name = nb::cast<std::string>(k);
+        if (!nb::isinstance<nb::int_>(v) && !nb::isinstance<nb::float_>(v) && !nb::isinstance<nb::bool_>(v))
+            throw config_error(std::string(what) + ": option " + name + " must be a number or a bool, got " +
+                               text_of(v.type().attr("__name__")));
+        out.push_back({name, nb::cast<double>(v)});
+    }
+    return out;
+}
+
+}  // namespace kvpolicy::python
+
+using namespace kvpolicy::python;
+
+namespace {
+// The exception classes, created once at import.
+PyObject* error_type = nullptr;
+PyObject* config_error_type = nullptr;
+PyObject* unknown_name_error_type = nullptr;
+PyObject* usage_error_type = nullptr;
+PyObject* capacity_error_type = nullptr;
+PyObject* parse_error_type = nullptr;
+
+PyObject* new_exception(nb::module_& m, const char* name, PyObject* bases, const char* doc) {
+    // Shown as kvpolicy.Name: the package re-exports the classes.
+    const std::string qualified = std::string("kvpolicy.") + name;
+    PyObject* type = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, bases, nullptr);
+    if (type == nullptr) throw nb::python_error();
+    m.attr(name) = nb::handle(type);
+    return type;
+}
+PyObject* bases(std::initializer_list<PyObject*> types) {
+    PyObject* t = PyTuple_New(static_cast<Py_ssize_t>(types.size()));
+    Py_ssize_t i = 0;
+    for (PyObject* p : types) {
+        Py_INCREF(p);
+        PyTuple_SET_ITEM(t, i++, p);
+    }
+    return t;
+}
+}  // namespace
+
+NB_MODULE(_kvpolicy, m) {
+    m.doc() = "kvpolicy's C++ core: eviction policies, the tiered cache, victim selection and the simulator";
+
+    error_type = new_exception(m, "Error", PyExc_Exception, "Base of every error kvpolicy raises.");
+    config_error_type = new_exception(m, "ConfigError", bases({error_type, PyExc_ValueError}),
+                                      "A configuration that cannot work (capacity 0, a NaN cost, a bad option).");
+    unknown_name_error_type = new_exception(m, "UnknownNameError", bases({config_error_type, PyExc_LookupError}),
+                                            "A policy name no registered policy has; the message lists them all.");
+    usage_error_type = new_exception(
+        m, "UsageError", bases({error_type, PyExc_ValueError}),
+        "A call that breaks the protocol: a NaN score, a double release, a malformed hash chain.");
+    capacity_error_type = new_exception(m, "CapacityError", bases({error_type, PyExc_RuntimeError}),
+                                        "A request that cannot be met: more blocks than are free or evictable.");
+    parse_error_type = new_exception(m, "ParseError", bases({error_type, PyExc_ValueError}),
+                                     "A malformed trace line: 'file:line: reason'.");
+
+    nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+        try {
+            std::rethrow_exception(p);
+        } catch (const kvpolicy::unknown_name_error& e) {
+            PyErr_SetString(unknown_name_error_type, e.what());
+        } catch (const kvpolicy::config_error& e) {
+            PyErr_SetString(config_error_type, e.what());
+        } catch (const kvpolicy::usage_error& e) {
+            PyErr_SetString(usage_error_type, e.what());
+        } catch (const kvpolicy::capacity_error& e) {
+            PyErr_SetString(capacity_error_type, e.what());
+        } catch (const kvpolicy::parse_error& e) {
+            PyErr_SetString(parse_error_type, e.what());
+        } catch (const kvpolicy::error& e) {
+            PyErr_SetString(error_type, e.what());
+        }
+    });
+
+    bind_policy(m);
+    bind_select(m);
+    bind_cache(m);
+    bind_offload(m);
+    bind_simulate(m);
+}

@@ -1,0 +1,201 @@
+// kvpolicy.select_victims (the k lowest scores) and kvpolicy.VictimBatchSelector
+// (seed 002's batch API), over NumPy arrays with the GIL released while the
+// C++ selects. A float64 scores array and a uint32 ids array are read in
+// place; other dtypes are converted once.
+#include <memory>
+
+#include <kvpolicy/eviction/select_victims.hpp>
+#include <kvpolicy/select/nth_element_selector.hpp>
+
+#include "bindings.hpp"
+
+namespace kvpolicy::python {
+
+namespace {
+
+using batch_rules = type_list<lru, lfu, fifo, qos_aware, predictive>;
+
+/// One victim_batch_selector chosen by rule name: one virtual call per call.
+struct any_batch_selector {
+    virtual ~any_batch_selector() = default;
+    virtual victim_batch select(std::span<const eviction_candidate> c, std::size_t required) = 0;
+    virtual void update_access(std::span<const std::uint64_t> ids, std::span<const std::uint64_t> now) = 0;
+    virtual void forget(std::span<const std::uint64_t> ids) = 0;
+    [[nodiscard]] virtual victim_batch_metrics metrics() const = 0;
+    [[nodiscard]] virtual std::string_view rule() const = 0;
+};
+
+template <class Rule>
+struct batch_selector_model final : any_batch_selector {
+    victim_batch_selector<Rule> s;
+    victim_batch select(std::span<const eviction_candidate> c, std::size_t required) override {
+        return s.select_victims(c, required);
+    }
+    void update_access(std::span<const std::uint64_t> ids, std::span<const std::uint64_t> now) override {
+        for (std::size_t i = 0; i < ids.size(); ++i) s.update_access(ids[i], now[i]);
+    }
+    void forget(std::span<const std::uint64_t> ids) override {
+        for (std::uint64_t id : ids) s.forget(id);
+    }
+    [[nodiscard]] victim_batch_metrics metrics() const override { return s.metrics(); }
+    [[nodiscard]] std::string_view rule() const override { return Rule::name; }
+};
+
+class batch_selector_handle {
+public:
+    explicit batch_selector_handle(const std::string& rule)
+        : impl_(visit_by_name<batch_rules>(
+              rule, []<class R>() -> std::unique_ptr<any_batch_selector> { return std::make_unique<batch_selector_model<R>>(); },
+              "batch rule")) {}
+
+    nb::dict select_victims(nb::handle sequence_ids, nb::handle num_blocks, std::size_t required_blocks,
+                            nb::handle last_access, nb::handle access_count, nb::handle priority, nb::handle pinned,
+                            nb::handle estimated_lifetime, nb::handle sequence_length, nb::handle max_length) {
+        nb::object k[9];
+        const auto ids = as_span<std::uint64_t>(sequence_ids, "select_victims: sequence_ids", k[0]);
+        const auto blocks = as_span<std::uint64_t>(num_blocks, "select_victims: num_blocks", k[1]);
+        const std::size_t n = ids.size();
+        const auto column = [&]<class T>(nb::handle h, const char* what, nb::object& keep) -> std::span<const T> {
+            if (h.is_none()) return {};
+            const auto s = as_span<T>(h, what, keep);
+            if (s.size() != n)
+                throw usage_error(std::string(what) + ": " + std::to_string(s.size()) + " values for " +
+                                  std::to_string(n) + " sequences; give one per sequence");
+            return s;
+        };
+        if (blocks.size() != n)
+            throw usage_error("select_victims: num_blocks: " + std::to_string(blocks.size()) + " values for " +
+                              std::to_string(n) + " sequences; give one per sequence");
+        const auto last = column.operator()<std::uint64_t>(last_access, "select_victims: last_access", k[2]);
+        const auto count = column.operator()<std::uint64_t>(access_count, "select_victims: access_count", k[3]);
+        const auto prio = column.operator()<std::int32_t>(priority, "select_victims: priority", k[4]);
+        const auto pin = column.operator()<std::uint8_t>(pinned, "select_victims: pinned", k[5]);
+        const auto life = column.operator()<double>(estimated_lifetime, "select_victims: estimated_lifetime", k[6]);
+        const auto len = column.operator()<std::uint64_t>(sequence_length, "select_victims: sequence_length", k[7]);
+        const auto max = column.operator()<std::uint64_t>(max_length, "select_victims: max_length", k[8]);
+        victim_batch out;
+        {
+            nb::gil_scoped_release unlocked;
+            // Candidates carry a view of their blocks, of which only the
+            // length is read: every view points into one shared zero buffer.
+            std::uint64_t most = 0;
+            for (std::uint64_t b : blocks) most = std::max(most, b);
+            if (zeros_.size() < most) zeros_.resize(most);
+            candidates_.resize(n);
+            for (std::size_t i = 0; i < n; ++i) {
+                eviction_candidate& c = candidates_[i];
+                c = {};
+                c.sequence_id = ids[i];
+                c.block_ids = std::span<const block_id>(zeros_.data(), blocks[i]);
+                if (!last.empty()) c.last_access_time = last[i];
+                if (!count.empty()) c.access_count = count[i];
+                if (!prio.empty()) c.priority = prio[i];
+                if (!pin.empty()) c.pinned = pin[i] != 0;
+                if (!life.empty()) c.estimated_lifetime = life[i];
+                if (!len.empty()) c.sequence_length = len[i];
+                if (!max.empty()) c.max_length = max[i];
+            }
+            out = impl_->select(candidates_, required_blocks);
+        }
+        nb::dict d;
+        d["evicted"] = to_numpy(std::move(out.evicted));
+        d["freed_blocks"] = out.freed_blocks;
+        d["shortfall"] = out.shortfall;
+        return d;
+    }
+
+    void update_access(nb::handle sequence_ids, nb::handle now) {
+        nb::object k1, k2;
+        const auto ids = as_span<std::uint64_t>(sequence_ids, "update_access: sequence_ids", k1);
+        const auto t = as_span<std::uint64_t>(now, "update_access: now", k2);
+        if (t.size() != ids.size() && t.size() != 1)
+            throw usage_error("update_access: " + std::to_string(t.size()) + " times for " + std::to_string(ids.size()) +
+                              " sequences; give one time, or one per sequence");
+        std::vector<std::uint64_t> times;
+        std::span<const std::uint64_t> tt = t;
+        if (t.size() == 1 && ids.size() != 1) {
+            times.assign(ids.size(), t[0]);
+            tt = times;
+        }
+        impl_->update_access(ids, tt);
+    }
+    void forget(nb::handle sequence_ids) {
+        nb::object k;
+        impl_->forget(as_span<std::uint64_t>(sequence_ids, "forget: sequence_ids", k));
+    }
+    nb::dict metrics() const {
+        const victim_batch_metrics m = impl_->metrics();
+        nb::dict d;
+        d["selections"] = m.selections;
+        d["total_evictions"] = m.total_evictions;
+        d["average_selection_us"] = m.average_selection_us;
+        d["re_prefills"] = m.re_prefills;
+        d["re_prefill_rate"] = m.re_prefill_rate;
+        d["fairness"] = m.fairness;
+        return d;
+    }
+    [[nodiscard]] std::string rule() const { return std::string(impl_->rule()); }
+
+private:
+    std::unique_ptr<any_batch_selector> impl_;
+    std::vector<eviction_candidate> candidates_;  // reused between calls
+    std::vector<block_id> zeros_;
+};
+
+}  // namespace
+
+void bind_select(nb::module_& m) {
+    m.def(
+        "select_victims",
+        [](nb::handle scores, nb::handle ids, std::size_t k) {
+            nb::object ks, ki;
+            const auto s = as_span<double>(scores, "select_victims: scores", ks);
+            std::span<const std::uint32_t> id;
+            std::vector<std::uint32_t> iota;
+            if (ids.is_none()) {
+                iota.resize(s.size());
+                for (std::size_t i = 0; i < iota.size(); ++i) iota[i] = static_cast<std::uint32_t>(i);
+                id = iota;
+            } else {
+                id = as_span<std::uint32_t>(ids, "select_victims: ids", ki);
+            }
+            std::vector<std::uint32_t> out(std::min(k, id.size()));
+            {
+                nb::gil_scoped_release unlocked;
+                thread_local nth_element_selector selector;  // its scratch is reused per thread
+                const std::size_t n = selector.select_lowest<double>(
+                    s, {reinterpret_cast<const item_id*>(id.data()), id.size()},
+                    {reinterpret_cast<item_id*>(out.data()), out.size()});
+                out.resize(n);
+            }
+            return to_numpy(std::move(out));
+        },
+        nb::arg("scores"), nb::arg("ids").none() = nb::none(), nb::arg("k"),
+        "The k ids with the lowest scores, ascending by (score, id), as a uint32 array.\n\n"
+        "scores: float64 (read in place; other dtypes converted); ids: uint32, one per score\n"
+        "(None: 0 .. len(scores)-1). Raises UsageError for a NaN score or a length mismatch.\n"
+        "The GIL is released while selecting.");
+
+    using h = batch_selector_handle;
+    nb::class_<h>(m, "VictimBatchSelector",
+                  "Seed 002's batch API: given candidate sequences and the blocks needed, choose\n"
+                  "which whole sequences to evict, by rule (lru, lfu, fifo, qos_aware, predictive).\n"
+                  "Candidates are NumPy columns, one entry per sequence; the GIL is released while selecting,\n"
+                  "so give each thread its own selector.")
+        .def(nb::init<const std::string&>(), nb::arg("rule") = "lru")
+        .def("select_victims", &h::select_victims, nb::arg("sequence_ids"), nb::arg("num_blocks"),
+             nb::arg("required_blocks"), nb::arg("last_access") = nb::none(), nb::arg("access_count") = nb::none(),
+             nb::arg("priority") = nb::none(), nb::arg("pinned") = nb::none(),
+             nb::arg("estimated_lifetime") = nb::none(), nb::arg("sequence_length") = nb::none(),
+             nb::arg("max_length") = nb::none(),
+             "The shortest prefix of the unpinned candidates in rule order whose blocks reach\n"
+             "required_blocks: {'evicted': uint64 array in eviction order, 'freed_blocks', 'shortfall'}.\n"
+             "Raises UsageError for a sequence listed twice.")
+        .def("update_access", &h::update_access, nb::arg("sequence_ids"), nb::arg("now"),
+             "Records requests (one time, or one per sequence); a request after an eviction is a re-prefill.")
+        .def("forget", &h::forget, nb::arg("sequence_ids"), "Drops finished sequences' records.")
+        .def("metrics", &h::metrics, "selections, total_evictions, average_selection_us, re_prefills, re_prefill_rate, fairness.")
+        .def_prop_ro("rule", &h::rule);
+}
+
+}  // namespace kvpolicy::python

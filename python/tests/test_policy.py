@@ -1,0 +1,233 @@
+"""EvictionPolicy: every registered policy, batch calls, references, bad input."""
+
+import random
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+
+import kvpolicy
+
+ALL = kvpolicy.policies()
+
+
+def test_policies_lists_the_registry():
+    assert len(ALL) == 18 and len(set(ALL)) == 18
+    for name in ("lru", "fifo", "arc", "s3fifo", "sieve", "belady", "retention_value", "w_tinylfu"):
+        assert name in ALL
+    assert kvpolicy.policy_options("lru") == []
+    assert "small_fraction" in kvpolicy.policy_options("s3fifo")
+
+
+class NaiveLRU:
+    """LRU with kvpolicy's hold rule: a release re-enters at the most-recent end."""
+
+    def __init__(self):
+        self.order = OrderedDict()  # evictable ids, least recent first
+        self.held = set()
+
+    def insert(self, i):
+        self.order[i] = True
+
+    def access(self, i):
+        if i in self.order:
+            self.order.move_to_end(i)
+
+    def hold(self, i):
+        del self.order[i]
+        self.held.add(i)
+
+    def release(self, i):
+        self.held.remove(i)
+        self.order[i] = True
+
+    def erase(self, i):
+        self.order.pop(i, None)
+        self.held.discard(i)
+
+    def pop(self, n):
+        out = []
+        while self.order and len(out) < n:
+            out.append(self.order.popitem(last=False)[0])
+        return out
+
+
+class NaiveFIFO(NaiveLRU):
+    """FIFO: insertion order; a hit and a release change nothing."""
+
+    def __init__(self):
+        super().__init__()
+        self.stamp = {}
+        self.clock = 0
+
+    def insert(self, i):
+        self.clock += 1
+        self.stamp[i] = self.clock
+        self.order[i] = True
+
+    def access(self, i):
+        pass
+
+    def release(self, i):
+        self.held.remove(i)
+        self.order[i] = True
+        self.order = OrderedDict(sorted(self.order.items(), key=lambda kv: self.stamp[kv[0]]))
+
+
+def drive(policy, naive, capacity, steps, seed):
+    """Random batches of every operation; the victims must agree."""
+    rng = random.Random(seed)
+    untracked, evictable, held = set(range(capacity)), set(), set()
+    for _ in range(steps):
+        op = rng.randrange(6)
+        if op == 0 and untracked:
+            ids = rng.sample(sorted(untracked), rng.randint(1, min(8, len(untracked))))
+            policy.insert(np.array(ids, dtype=np.uint32))
+            for i in ids:
+                naive.insert(i)
+            untracked -= set(ids)
+            evictable |= set(ids)
+        elif op == 1 and (evictable or held):
+            ids = [rng.choice(sorted(evictable | held)) for _ in range(rng.randint(1, 6))]
+            policy.access(ids)
+            for i in ids:
+                naive.access(i)
+        elif op == 2 and evictable:
+            ids = rng.sample(sorted(evictable), rng.randint(1, min(4, len(evictable))))
+            policy.hold(ids)
+            for i in ids:
+                naive.hold(i)
+            evictable -= set(ids)
+            held |= set(ids)
+        elif op == 3 and held:
+            ids = rng.sample(sorted(held), rng.randint(1, min(4, len(held))))
+            policy.release(ids)
+            for i in ids:
+                naive.release(i)
+            held -= set(ids)
+            evictable |= set(ids)
+        elif op == 4 and (evictable or held) and rng.random() < 0.2:
+            i = rng.choice(sorted(evictable | held))
+            policy.erase(i)
+            naive.erase(i)
+            evictable.discard(i)
+            held.discard(i)
+            untracked.add(i)
+        else:
+            n = rng.randint(1, 5)
+            got = policy.pop_victims(n).tolist()
+            assert got == naive.pop(n)
+            evictable -= set(got)
+            untracked |= set(got)
+        assert len(policy) == len(evictable) + len(held)
+        assert policy.evictable_size == len(evictable)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_lru_agrees_with_a_naive_reference(seed):
+    drive(kvpolicy.EvictionPolicy("lru", 64), NaiveLRU(), 64, 20000, seed)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_fifo_agrees_with_a_naive_reference(seed):
+    drive(kvpolicy.EvictionPolicy("fifo", 48), NaiveFIFO(), 48, 10000, seed)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_a_batch_call_is_the_same_as_one_call_per_item(name):
+    """One virtual call per batch must change nothing against one per id."""
+    rng = random.Random(name)
+    a, b = kvpolicy.EvictionPolicy(name, 200), kvpolicy.EvictionPolicy(name, 200)
+    free = list(range(200))
+    rng.shuffle(free)
+    tracked = []
+    for step in range(300):
+        ids = [free.pop() for _ in range(min(len(free), rng.randint(1, 10)))]
+        keys = [1000 + i for i in ids]
+        nxt = [rng.randrange(1, 10**6) for _ in ids]
+        if ids:
+            a.insert(ids, now=step, keys=keys, next_use=nxt)
+            for i, k, n in zip(ids, keys, nxt):
+                b.insert(i, now=step, keys=[k], next_use=[n])
+            tracked += ids
+        hits = [rng.choice(tracked) for _ in range(5)] if tracked else []
+        if hits:
+            a.access(hits, now=step)
+            for i in hits:
+                b.access(i, now=step)
+        n = rng.randint(0, 8)
+        va, vb = a.pop_victims(n, now=step), b.pop_victims(n, now=step)
+        assert va.tolist() == vb.tolist()
+        for v in va.tolist():
+            tracked.remove(v)
+            free.append(v)
+    assert a.counters() == b.counters()
+
+
+def snapshot(p):
+    return (len(p), p.evictable_size, p.counters(), [p.state(i) for i in range(p.capacity)])
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda p: p.insert([1]), "insert: id 1 is already tracked; erase it (or pop it as a victim) first"),
+        (lambda p: p.insert([5, 6, 5]), "insert: id 5 appears twice; list each id once"),
+        (lambda p: p.insert([4, 9]), "insert: id 9 is out of range; ids are 0 .. 7 (the capacity is 8)"),
+        (lambda p: p.insert([-1]), "insert: ids: -1 is out of range; give values from 0 to 4294967295"),
+        (lambda p: p.insert([4.5]), "insert: ids: expected integers, got dtype float64"),
+        (lambda p: p.access([0, 7]), "access: id 7 is not tracked; insert it first"),
+        (lambda p: p.hold([2]), "hold: id 2 is already held; hold an evictable item once"),
+        (lambda p: p.release([0]), "release: id 0 is not held (released twice, or never held)"),
+        (lambda p: p.erase([6]), "erase: id 6 is not tracked"),
+        (lambda p: p.insert([4, 5], keys=[1]), "insert: 1 keys for 2 ids; give one per id, or none"),
+    ],
+)
+def test_bad_input_raises_and_changes_nothing(call, message):
+    p = kvpolicy.EvictionPolicy("arc", 8)
+    p.insert([0, 1, 2, 3])
+    p.hold([2])
+    before = snapshot(p)
+    with pytest.raises(kvpolicy.UsageError) as e:
+        call(p)
+    assert str(e.value) == message
+    assert isinstance(e.value, ValueError)
+    assert snapshot(p) == before
+
+
+def test_configuration_errors():
+    with pytest.raises(kvpolicy.UnknownNameError) as e:
+        kvpolicy.EvictionPolicy("lru2", 10)
+    assert str(e.value) == "unknown eviction policy 'lru2'; accepted: " + ", ".join(ALL)
+    assert isinstance(e.value, kvpolicy.ConfigError) and isinstance(e.value, LookupError)
+    with pytest.raises(kvpolicy.ConfigError, match=r"^lru: capacity 0 cannot hold any item; give at least 1$"):
+        kvpolicy.EvictionPolicy("lru", 0)
+    with pytest.raises(kvpolicy.ConfigError, match=r"^s3fifo: unknown option 'smal_fraction'; accepted: small_fraction"):
+        kvpolicy.EvictionPolicy("s3fifo", 10, smal_fraction=0.1)
+    with pytest.raises(kvpolicy.ConfigError, match=r"^lru: takes no options, got 'x'"):
+        kvpolicy.EvictionPolicy("lru", 10, x=1)
+    with pytest.raises(kvpolicy.ConfigError, match=r"^pensieve_linear: alpha = nan is not a cost"):
+        kvpolicy.EvictionPolicy("retention_value", 10, alpha=float("nan"))
+    with pytest.raises(kvpolicy.ConfigError, match=r"^slru: option segments = 2.500000 is not a whole number"):
+        kvpolicy.EvictionPolicy("slru", 10, segments=2.5)
+
+
+def test_options_change_the_policy():
+    # S3-FIFO with no small queue worth the name behaves differently on a scan.
+    def victims(**opts):
+        p = kvpolicy.EvictionPolicy("s3fifo", 20, **opts)
+        p.insert(list(range(20)), keys=list(range(20)))
+        p.access(list(range(10)))
+        return p.pop_victims(10).tolist()
+
+    assert victims() != victims(small_fraction=0.9)
+
+
+def test_uint32_arrays_are_read_in_place_and_other_inputs_converted():
+    p = kvpolicy.EvictionPolicy("lru", 10)
+    p.insert(np.arange(3, dtype=np.uint32))
+    p.insert(np.arange(3, 6, dtype=np.int64))
+    p.insert(6)
+    p.insert((7, 8))
+    assert len(p) == 9
+    assert p.pop_victims(3).dtype == np.uint32

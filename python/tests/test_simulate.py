@@ -1,0 +1,92 @@
+"""simulate() agrees with the C++ simulator (its binary, and libCacheSim's committed counts)."""
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import kvpolicy
+from conftest import REPO
+
+
+def kvpolicy_sim():
+    env = os.environ.get("KVPOLICY_SIM")
+    for p in ([env] if env else []) + [str(REPO / "build/release/tools/kvpolicy-sim"), shutil.which("kvpolicy-sim")]:
+        if p and Path(p).is_file():
+            return p
+    pytest.skip("no kvpolicy-sim binary (build the release preset, or set KVPOLICY_SIM)")
+
+
+def test_flat_misses_equal_libcachesim_on_the_mooncake_block_csvs(traces):
+    """tests/data/libcachesim_miss_counts.csv: the C++ simulator matches these exactly."""
+    rows = list(csv.DictReader(open(REPO / "tests/data/libcachesim_miss_counts.csv")))
+    wanted = [r for r in rows if r["policy"] in ("lru", "arc", "s3fifo", "belady") and int(r["capacity"]) <= 10000]
+    assert wanted
+    for trace in sorted({r["trace"] for r in wanted}):
+        mine = [r for r in wanted if r["trace"] == trace]
+        got = kvpolicy.simulate(
+            str(traces / "mooncake" / trace),
+            policies=sorted({r["policy"] for r in mine}),
+            capacities=sorted({int(r["capacity"]) for r in mine}),
+        )
+        by = {(g["policy"], g["capacity"]): g for g in got}
+        for r in mine:
+            g = by[(r["policy"], int(r["capacity"]))]
+            assert g["mode"] == "flat"
+            assert (g["accesses"], g["misses"]) == (int(r["accesses"]), int(r["misses"])), (trace, r)
+
+
+@pytest.mark.parametrize(
+    "args, kwargs",
+    [
+        (["--trace", "{m}/conversation_trace.jsonl", "--block-size", "512", "--policy", "lru,arc,belady", "--capacity", "500,5000"],
+         dict(trace="{m}/conversation_trace.jsonl", block_size=512, policies=["lru", "arc", "belady"], capacities=[500, 5000])),
+        (["--trace", "{m}/synthetic_trace.jsonl", "--block-size", "512", "--mode", "tiered", "--policy", "lru,s3fifo",
+          "--capacity", "1000", "--cpu-capacity", "5000"],
+         dict(trace="{m}/synthetic_trace.jsonl", block_size=512, mode="tiered", policies="lru,s3fifo", capacities=1000,
+              cpu_capacity=5000)),
+        (["--policy", "lru,gdsf", "--capacity", "800", "--sessions", "50"],
+         dict(policies=["lru", "gdsf"], capacities=[800], sessions=50)),
+    ],
+)
+def test_same_results_as_the_kvpolicy_sim_binary(traces, args, kwargs):
+    m = str(traces / "mooncake")
+    args = [a.replace("{m}", m) for a in args]
+    kwargs = {k: (v.replace("{m}", m) if isinstance(v, str) else v) for k, v in kwargs.items()}
+    out = subprocess.run([kvpolicy_sim(), *args, "--output", "json"], check=True, capture_output=True, text=True).stdout
+    expect = [json.loads(line) for line in out.splitlines()]
+    got = kvpolicy.simulate(**kwargs)
+    assert len(got) == len(expect) > 0
+    timing = {"seconds", "accesses_per_second"}
+    for g, e in zip(got, expect):
+        assert set(g) == set(e)  # the same fields
+        assert {k: v for k, v in g.items() if k not in timing} == {k: v for k, v in e.items() if k not in timing}
+
+
+def test_built_in_workload_fields_and_frame():
+    rows = kvpolicy.simulate(policies=["lru", "belady"], capacities=[300], sessions=40)
+    assert [r["policy"] for r in rows] == ["lru", "belady"]
+    assert rows[1]["hits"] >= rows[0]["hits"]  # Belady is the offline optimum
+    for r in rows:
+        assert r["hits"] + r["misses"] == r["accesses"]
+        assert {"token_hit_ratio", "bypassed_requests", "miss_ratio"} <= set(r)
+    pandas = pytest.importorskip("pandas")
+    frame = kvpolicy.simulate(policies="lru", capacities=[300, 600], sessions=40, as_frame=True)
+    assert isinstance(frame, pandas.DataFrame) and list(frame["capacity"]) == [300, 600]
+
+
+def test_simulate_errors():
+    with pytest.raises(kvpolicy.UnknownNameError, match=r"^unknown eviction policy 'nope'; accepted: all, fifo"):
+        kvpolicy.simulate(policies=["nope"])
+    with pytest.raises(kvpolicy.ConfigError, match="mode='tiered' needs cpu_capacity=N"):
+        kvpolicy.simulate(mode="tiered")
+    with pytest.raises(kvpolicy.ConfigError, match="capacity 0 cannot hold a block"):
+        kvpolicy.simulate(capacities=[0])
+    with pytest.raises(kvpolicy.ConfigError, match=r"cannot open trace '/nonexistent.jsonl'"):
+        kvpolicy.simulate("/nonexistent.jsonl")
+    with pytest.raises(kvpolicy.ConfigError, match="unknown option 'sesions'"):
+        kvpolicy.simulate(sesions=3)

@@ -1,0 +1,272 @@
+"""kvpolicy.vllm.OffloadingManager: every primitive, against a naive model too."""
+
+import importlib
+import random
+import sys
+import types
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+
+import kvpolicy
+from kvpolicy.vllm import OffloadingManager
+
+
+def test_store_then_lookup_load_and_complete():
+    m = OffloadingManager(4, enable_events=True)
+    out = m.prepare_store([10, 11, 12])
+    assert out.block_hashes_to_store == [10, 11, 12] and out.block_hashes_evicted == []
+    assert out.store_spec.medium() == "CPU" and out.store_spec.block_ids.tolist() == [0, 1, 2]
+    assert m.lookup([10, 11]) == 0  # still being stored: not loadable
+    assert m.block_state(10) == ("storing", 0)
+    m.complete_store([10, 11, 12])
+    assert m.lookup([10, 11, 12, 13]) == 3 and m.lookup([11]) == 1 and m.lookup([99, 10]) == 0
+    spec = m.prepare_load([10, 11])
+    assert spec.block_ids.tolist() == [0, 1] and m.block_state(10) == ("ready", 1)
+    m.complete_load([10, 11])
+    assert m.block_state(10) == ("ready", 0)
+    events = list(m.take_events())
+    assert [(e.block_hashes, e.removed, e.medium) for e in events] == [([10, 11, 12], False, "CPU")]
+    assert list(m.take_events()) == []
+
+
+def test_prepare_store_skips_stored_blocks_and_evicts_in_policy_order():
+    m = OffloadingManager(3, enable_events=True)
+    m.prepare_store([1, 2, 3])
+    m.complete_store([1, 2, 3])
+    m.touch([2, 1])  # 2 then 1 most recent: 3 is the least recent
+    out = m.prepare_store([2, 4])
+    assert out.block_hashes_to_store == [4] and out.block_hashes_evicted == [3]
+    assert out.store_spec.block_ids.tolist() == [2]  # 3's slot, reused
+    assert [(e.block_hashes, e.removed) for e in m.take_events()] == [([1, 2, 3], False), ([3], True)]
+
+
+def test_events_are_off_by_default_as_in_vllm():
+    m = OffloadingManager(1)
+    m.prepare_store([1])
+    m.complete_store([1])
+    m.prepare_store([2])
+    assert list(m.take_events()) == []
+
+
+def test_loading_and_storing_blocks_are_never_evicted_and_none_changes_nothing():
+    m = OffloadingManager(3)
+    m.prepare_store([1, 2])
+    m.complete_store([1, 2])
+    m.prepare_load([1, 2])
+    m.prepare_store([3])  # storing, not yet complete
+    assert m.prepare_store([4]) is None  # every block is protected
+    assert len(m) == 3 and m.num_free == 0 and m.lookup([1, 2]) == 2
+    m.complete_load([2])
+    out = m.prepare_store([4])
+    assert out.block_hashes_evicted == [2]
+
+
+def test_loads_of_blocks_being_stored_raise():
+    m = OffloadingManager(4)
+    m.prepare_store([1, 2])
+    with pytest.raises(kvpolicy.UsageError, match=r"^prepare_load: block hash 2 is still being stored; load it after complete_store$"):
+        m.prepare_load([2])
+    with pytest.raises(kvpolicy.UsageError, match=r"^prepare_load: block hash 7 is not offloaded"):
+        m.prepare_load([7])
+    assert m.block_state(2) == ("storing", 0)
+
+
+def test_a_failed_store_removes_the_blocks_still_being_stored():
+    m = OffloadingManager(4, enable_events=True)
+    m.prepare_store([1])
+    m.complete_store([1])
+    m.prepare_store([1, 2, 3])  # 1 is already stored: only 2 and 3 are new
+    m.complete_store([1, 2, 3], success=False)
+    assert m.block_state(1) == ("ready", 0)  # a stored block stays
+    assert m.block_state(2) == (None, 0) and m.block_state(3) == (None, 0)
+    assert m.num_free == 3 and m.lookup([1, 2]) == 1
+    assert [e.removed for e in m.take_events()] == [False]  # only 1's store
+    out = m.prepare_store([2])
+    assert out.block_hashes_to_store == [2]  # the slot is free again
+
+
+def test_protocol_errors():
+    m = OffloadingManager(4)
+    with pytest.raises(kvpolicy.UsageError, match=r"^complete_load: block hash 5 has no load in flight"):
+        m.complete_load([5])
+    m.prepare_store([5])
+    m.complete_store([5])
+    m.prepare_load([5])
+    with pytest.raises(kvpolicy.UsageError, match="complete_load: block hash 5 has no load in flight"):
+        m.complete_load([5, 5])  # one load, completed twice
+    assert m.block_state(5) == ("ready", 1)  # nothing changed
+    with pytest.raises(kvpolicy.UsageError, match=r"^complete_store: block hash 6 was never prepared"):
+        m.complete_store([6])
+    with pytest.raises(kvpolicy.UsageError, match=r"^prepare_store: block hash 8 appears twice; list each block once$"):
+        m.prepare_store([8, 9, 8])
+    assert m.num_free == 3
+    with pytest.raises(kvpolicy.ConfigError, match="num_blocks 0 cannot hold a block"):
+        OffloadingManager(0)
+    with pytest.raises(kvpolicy.UnknownNameError):
+        OffloadingManager(4, "nope")
+
+
+def test_hash_objects_come_back_as_given():
+    m = OffloadingManager(2)
+    a, b, c = b"\x01" * 32, b"\x02" * 32, b"\x03" * 32  # vLLM's sha256 block hashes are bytes
+    out = m.prepare_store(iter([a, b]))
+    assert out.block_hashes_to_store == [a, b]
+    m.complete_store([a, b])
+    assert m.lookup((a, b)) == 2
+    assert m.prepare_store([c]).block_hashes_evicted == [a]
+    arr = OffloadingManager(2)
+    out = arr.prepare_store(np.array([7, 8], dtype=np.uint64))
+    assert out.block_hashes_to_store.dtype == np.uint64 and out.block_hashes_to_store.tolist() == [7, 8]
+
+
+class NaiveManager:
+    """The documented semantics over an OrderedDict, LRU: a protection ending
+    re-enters at the most-recent end (complete_load tail first)."""
+
+    def __init__(self, n):
+        self.n, self.order, self.state, self.loads = n, OrderedDict(), {}, {}
+
+    def lookup(self, hs):
+        k = 0
+        for h in hs:
+            if self.state.get(h) != "ready":
+                break
+            k += 1
+        return k
+
+    def prepare_load(self, hs):
+        for h in hs:
+            if self.loads[h] == 0:
+                self.order.pop(h)
+            self.loads[h] += 1
+
+    def touch(self, hs):
+        for h in reversed(hs):
+            if h in self.order:
+                self.order.move_to_end(h)
+
+    def complete_load(self, hs):
+        for h in hs:
+            self.loads[h] -= 1
+        for h in reversed(hs):
+            if self.loads[h] == 0 and self.state[h] == "ready" and h not in self.order:
+                self.order[h] = True
+
+    def prepare_store(self, hs):
+        new = [h for h in hs if h not in self.state]
+        need = len(new) - (self.n - len(self.state))
+        if need > len(self.order):
+            return None
+        evicted = []
+        for h in new:
+            if len(self.state) == self.n:
+                v, _ = self.order.popitem(last=False)
+                del self.state[v], self.loads[v]
+                evicted.append(v)
+            self.state[h], self.loads[h] = "storing", 0
+        return new, evicted
+
+    def complete_store(self, hs, success):
+        for h in hs:
+            if self.state.get(h) != "storing":
+                continue
+            if success:
+                self.state[h] = "ready"
+                self.order[h] = True
+            else:
+                del self.state[h], self.loads[h]
+
+
+@pytest.mark.parametrize("policy_seed", [1, 2, 3])
+def test_random_schedules_agree_with_the_naive_model(policy_seed):
+    rng = random.Random(policy_seed)
+    m, ref = OffloadingManager(64), NaiveManager(64)
+    loading, storing = [], []
+    for _ in range(5000):
+        conv = rng.randrange(30)
+        hashes = [conv * 100 + i for i in range(rng.randint(1, 12))]
+        op = rng.randrange(5)
+        assert m.lookup(hashes) == ref.lookup(hashes)
+        if op == 0:
+            hit = hashes[: ref.lookup(hashes)]
+            m.touch(hashes)
+            ref.touch(hashes)
+            if hit:
+                m.prepare_load(hit)
+                ref.prepare_load(hit)
+                loading.append(hit)
+        elif op == 1 and loading:
+            hs = loading.pop(rng.randrange(len(loading)))
+            m.complete_load(hs)
+            ref.complete_load(hs)
+        elif op == 2:
+            out, expect = m.prepare_store(hashes), ref.prepare_store(hashes)
+            if expect is None:
+                assert out is None
+            else:
+                assert (out.block_hashes_to_store, out.block_hashes_evicted) == expect
+                storing.append(expect[0])
+        elif op in (3, 4) and storing:
+            hs = storing.pop(rng.randrange(len(storing)))
+            ok = op == 3 or rng.random() < 0.7
+            m.complete_store(hs, ok)
+            ref.complete_store(hs, ok)
+        assert len(m) == len(ref.state)
+
+
+@pytest.mark.parametrize("policy", ["arc", "s3fifo", "sieve", "lfu", "w_tinylfu"])
+def test_every_policy_works_behind_the_manager(policy):
+    m = OffloadingManager(32, policy)
+    rng = random.Random(policy)
+    for _ in range(2000):
+        conv = rng.randrange(20)
+        hashes = [conv * 100 + i for i in range(rng.randint(1, 8))]
+        hit = m.lookup(hashes)
+        m.touch(hashes)
+        if hit:
+            m.prepare_load(hashes[:hit])  # protected while the tail is stored
+        out = m.prepare_store(hashes[hit:])
+        if out is not None:
+            m.complete_store(out.block_hashes_to_store)
+        assert m.lookup(hashes) >= hit  # the loading prefix was not evicted
+        if out is not None:  # what was stored is loadable (a later block may have made room)
+            assert all(m.block_state(h) == ("ready", 0) for h in out.block_hashes_to_store)
+        if hit:
+            m.complete_load(hashes[:hit])
+    assert m.policy == policy
+
+
+def test_vllm_subclass_when_vllm_is_installed(monkeypatch):
+    """A stand-in for vllm.v1.kv_offload.abstract: the subclass appears and delegates."""
+    abstract = types.ModuleType("vllm.v1.kv_offload.abstract")
+
+    class OffloadingManagerABC:
+        pass
+
+    class PrepareStoreOutput:
+        def __init__(self, **kw):
+            self.__dict__.update(kw)
+
+    abstract.OffloadingManager = OffloadingManagerABC
+    abstract.PrepareStoreOutput = PrepareStoreOutput
+    abstract.OffloadingEvent = PrepareStoreOutput
+    for name in ("vllm", "vllm.v1", "vllm.v1.kv_offload"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "vllm.v1.kv_offload.abstract", abstract)
+    import kvpolicy.vllm as kv
+
+    kv2 = importlib.reload(kv)
+    try:
+        m = kv2.VllmOffloadingManager(4, "arc", enable_events=True)
+        assert isinstance(m, OffloadingManagerABC)
+        out = m.prepare_store([1, 2])
+        assert isinstance(out, PrepareStoreOutput) and out.block_hashes_to_store == [1, 2]
+        m.complete_store([1, 2])
+        assert m.lookup([1, 2]) == 2
+        assert [e.removed for e in m.take_events()] == [False]
+    finally:
+        monkeypatch.undo()
+        importlib.reload(kv)
+    assert kv.VllmOffloadingManager is None
