@@ -108,13 +108,15 @@ void bench_overlap(int reps, bench::json_rows& json) {
         ring_loader ring(host, {.num_layers = layers, .blocks_per_layer = blocks, .num_slots = 2, .slot_blocks = blocks,
                                 .method = m});
         const auto attend = [&](std::uint32_t slot) {
-            const float* base = reinterpret_cast<const float*>(ring.slot_data(slot).data());
-            paged_decode_attention({.q = d_q.get(), .k_cache = base, .v_cache = base + block_floats / 2,
-                                    .block_stride = block_floats, .block_table = d_local.get(),
+            const auto bytes = ring.slot_data(slot);
+            const device_span<const float> base{reinterpret_cast<const float*>(bytes.data()),
+                                                bytes.size() / sizeof(float)};
+            paged_decode_attention({.q = d_q.view(), .k_cache = base, .v_cache = base.subspan(block_floats / 2),
+                                    .block_stride = block_floats, .block_table = d_local.view(),
                                     .num_tokens = std::uint64_t{blocks} * bs,
                                     .shape = {.num_q_heads = q_heads, .num_kv_heads = kv_heads, .head_dim = d,
                                               .block_size = bs, .scale = 0.088f},
-                                    .o = d_o.get(), .lse = d_lse.get()},
+                                    .o = d_o.view(), .lse = d_lse.view()},
                                    ring.compute_stream());
         };
         const double load = bench::time_wall_us(reps, [&] {

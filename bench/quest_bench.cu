@@ -81,19 +81,20 @@ int run(int argc, char** argv) {
             const decode_attention_shape shape{.num_q_heads = q_heads, .num_kv_heads = kv_heads, .head_dim = d,
                                                .block_size = bs, .scale = 0.088f};
             const auto args = [&](std::uint32_t n_blocks) {
-                return paged_decode_args{.q = d_q.get(), .k_cache = d_cache.get(),
-                                         .v_cache = d_cache.get() + block_floats / 2, .block_stride = block_floats,
-                                         .block_table = d_ids.get(), .num_tokens = std::uint64_t{n_blocks} * bs,
-                                         .shape = shape, .o = d_o.get(), .lse = d_lse.get()};
+                return paged_decode_args{.q = d_q.view(), .k_cache = d_cache.view(),
+                                         .v_cache = d_cache.view().subspan(block_floats / 2),
+                                         .block_stride = block_floats, .block_table = d_ids.view(n_blocks),
+                                         .num_tokens = std::uint64_t{n_blocks} * bs, .shape = shape,
+                                         .o = d_o.view(), .lse = d_lse.view()};
             };
             const auto split_attention = [&](std::uint32_t n_blocks, std::uint32_t& best_splits) {
                 double best = 1e30;
                 for (std::uint32_t splits : {16u, 32u, 64u, 128u}) {
                     std::size_t bytes = 0;
-                    paged_decode_attention_split(nullptr, bytes, args(n_blocks), splits, stream.get());
-                    device_buffer<unsigned char> temp(bytes);
+                    paged_decode_attention_split({}, bytes, args(n_blocks), splits, stream.get());
+                    device_buffer<std::byte> temp(bytes);
                     const double us = bench::time_gpu_us(stream.get(), reps, [&] {
-                        paged_decode_attention_split(temp.get(), bytes, args(n_blocks), splits, stream.get());
+                        paged_decode_attention_split(temp.view(), bytes, args(n_blocks), splits, stream.get());
                     });
                     if (us < best) {
                         best = us;

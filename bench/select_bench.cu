@@ -106,7 +106,7 @@ void bench_scores(std::size_t n, int gpu_reps, int cpu_reps, cudaStream_t stream
     }
     thrust_selector<thrust::cuda::tag> thrust_sel;
     const auto run = [&] {
-        thrust_sel.select_lowest_in_system(d_scores.get(), d_ids.get(), n, d_out.get(), k);
+        thrust_sel.select_lowest_in_system<Score>(d_scores.view(n), d_ids.view(n), d_out.view(k));
         KVPOLICY_CUDA_CHECK(cudaDeviceSynchronize());
     };
     run();

@@ -25,23 +25,25 @@
 #include <string>
 
 #include "kvpolicy/core/error.hpp"
+#include "kvpolicy/core/memory_space.hpp"
 #include "kvpolicy/cuda/check.cuh"
 #include "kvpolicy/cuda/merge.cuh"
 #include "kvpolicy/sparse/reference_attention.hpp"
 
 namespace kvpolicy::cuda {
 
-/// One decode step's attention inputs and outputs, all device memory.
+/// One decode step's attention inputs and outputs, all device memory
+/// (device spans: core/memory_space.hpp).
 struct paged_decode_args {
-    const float* q = nullptr;                  ///< [num_q_heads][head_dim]
-    const float* k_cache = nullptr;            ///< block b at k_cache + b * block_stride: [block_size][num_kv_heads][head_dim]
-    const float* v_cache = nullptr;            ///< same layout as k_cache
+    device_span<const float> q;                ///< [num_q_heads][head_dim]
+    device_span<const float> k_cache;          ///< block b at b * block_stride: [block_size][num_kv_heads][head_dim]
+    device_span<const float> v_cache;          ///< same layout as k_cache
     std::size_t block_stride = 0;              ///< floats between blocks; 0 = packed
-    const std::uint32_t* block_table = nullptr;  ///< [ceil(num_tokens / block_size)] blocks in sequence order
+    device_span<const std::uint32_t> block_table;  ///< [ceil(num_tokens / block_size)] blocks in sequence order
     std::uint64_t num_tokens = 0;
     decode_attention_shape shape{};
-    float* o = nullptr;                        ///< [num_q_heads][head_dim]
-    float* lse = nullptr;                      ///< [num_q_heads]
+    device_span<float> o;                      ///< [num_q_heads][head_dim]
+    device_span<float> lse;                    ///< [num_q_heads]
 };
 
 namespace detail {
@@ -77,8 +79,8 @@ __global__ void __launch_bounds__(attention_warps * 32)
     for (std::uint64_t t = begin + warp; t < end; t += attention_warps) {
         const std::size_t at = std::size_t{a.block_table[t / a.shape.block_size]} * stride +
                                static_cast<std::size_t>(t % a.shape.block_size) * row + std::size_t{kvh} * d;
-        const float* k = a.k_cache + at;
-        const float* v = a.v_cache + at;
+        const float* k = a.k_cache.data() + at;
+        const float* v = a.v_cache.data() + at;
         float dot = 0.0f;
 #pragma unroll
         for (int j = 0; j < attention_max_per_lane; ++j)
@@ -129,10 +131,15 @@ inline void check_decode_args(const paged_decode_args& a) {
     if (s.num_kv_heads == 0 || s.num_q_heads == 0 || s.num_q_heads % s.num_kv_heads != 0 || s.block_size == 0)
         throw usage_error("paged_decode_attention: query heads must be a positive multiple of KV heads, and "
                           "block_size at least 1");
-    if (a.q == nullptr || a.o == nullptr || a.lse == nullptr ||
-        (a.num_tokens > 0 && (a.k_cache == nullptr || a.v_cache == nullptr || a.block_table == nullptr)))
-        throw usage_error("paged_decode_attention: q, o, lse (and k_cache, v_cache, block_table with tokens) "
-                          "must be device pointers");
+    const std::size_t qd = std::size_t{s.num_q_heads} * s.head_dim;
+    const std::uint64_t table = (a.num_tokens + s.block_size - 1) / s.block_size;
+    if (a.q.size() != qd || a.o.size() != qd || a.lse.size() != s.num_q_heads || a.block_table.size() < table ||
+        (a.num_tokens > 0 && (a.k_cache.empty() || a.v_cache.empty())))
+        throw usage_error("paged_decode_attention: q has " + std::to_string(a.q.size()) + " values, o " +
+                          std::to_string(a.o.size()) + ", lse " + std::to_string(a.lse.size()) +
+                          ", the block table " + std::to_string(a.block_table.size()) + " entries; give q and o " +
+                          std::to_string(qd) + " values, lse " + std::to_string(s.num_q_heads) + ", a table of " +
+                          std::to_string(table) + " blocks, and the caches when there are tokens");
 }
 
 }  // namespace detail
@@ -145,17 +152,19 @@ inline void paged_decode_attention(const paged_decode_args& a, cudaStream_t stre
     const std::size_t stride =
         a.block_stride != 0 ? a.block_stride : std::size_t{a.shape.block_size} * a.shape.num_kv_heads * a.shape.head_dim;
     detail::paged_decode_kernel<<<dim3(a.shape.num_q_heads, 1), detail::attention_warps * 32, 0, stream>>>(
-        a, stride, a.o, a.lse);
+        a, stride, a.o.data(), a.lse.data());
     KVPOLICY_CUDA_CHECK(cudaGetLastError());
 }
 
 /// Split-KV decode attention: `num_splits` blocks per head each take a
 /// contiguous share of the tokens, then merge.cuh combines them. Two-phase
-/// temporary storage (a null d_temp_storage only sets temp_storage_bytes).
+/// temporary storage, as select.cuh's: an empty temp_storage only sets
+/// temp_storage_bytes; then pass device memory of at least that many bytes.
 /// Throws: as paged_decode_attention, and usage_error if the temporary
 /// storage is smaller than the size query said.
-inline void paged_decode_attention_split(void* d_temp_storage, std::size_t& temp_storage_bytes,
+inline void paged_decode_attention_split(device_span<std::byte> temp_storage, std::size_t& temp_storage_bytes,
                                          const paged_decode_args& a, std::uint32_t num_splits, cudaStream_t stream) {
+    void* const d_temp_storage = temp_storage.data();
     detail::check_decode_args(a);
     if (num_splits == 0) throw usage_error("paged_decode_attention_split: num_splits is 0; give at least 1");
     const std::size_t heads = a.shape.num_q_heads;
@@ -165,9 +174,9 @@ inline void paged_decode_attention_split(void* d_temp_storage, std::size_t& temp
         temp_storage_bytes = total;
         return;
     }
-    if (temp_storage_bytes < total)
-        throw usage_error("paged_decode_attention_split: temporary storage has " + std::to_string(temp_storage_bytes) +
-                          " bytes, needs " + std::to_string(total) + "; ask with a null d_temp_storage first");
+    if (temp_storage.size() < total)
+        throw usage_error("paged_decode_attention_split: temporary storage has " + std::to_string(temp_storage.size()) +
+                          " bytes, needs " + std::to_string(total) + "; ask with an empty temp_storage first");
     auto* o_parts = static_cast<float*>(d_temp_storage);
     auto* lse_parts = reinterpret_cast<float*>(static_cast<unsigned char*>(d_temp_storage) + lse_at);
     const std::size_t stride =
@@ -175,8 +184,9 @@ inline void paged_decode_attention_split(void* d_temp_storage, std::size_t& temp
     detail::paged_decode_kernel<<<dim3(a.shape.num_q_heads, num_splits), detail::attention_warps * 32, 0, stream>>>(
         a, stride, o_parts, lse_parts);
     KVPOLICY_CUDA_CHECK(cudaGetLastError());
-    merge_attention_states(o_parts, lse_parts, num_splits, a.shape.num_q_heads, a.shape.head_dim, a.o, a.lse,
-                           stream);
+    merge_attention_states(device_span<const float>{o_parts, num_splits * heads * a.shape.head_dim},
+                           device_span<const float>{lse_parts, num_splits * heads}, num_splits, a.shape.head_dim,
+                           a.o, a.lse, stream);
 }
 
 }  // namespace kvpolicy::cuda
