@@ -37,12 +37,15 @@ namespace detail {
 
 /// Lane `lane`'s share of q . k for one token and KV head: the sum over
 /// j < per_lane of q_lane[j] * k[lane + 32 j], k widened to float.
-/// q_lane holds the lane's query channels (q[lane + 32 j]).
-template <kv_element T>
-[[nodiscard]] KVPOLICY_HOST_DEVICE inline float lane_partial_dot(const float* q_lane, const T* k, unsigned lane,
-                                                                 unsigned per_lane) noexcept {
+/// q_lane holds the lane's query channels (q[lane + 32 j]). The loops run to
+/// MaxPerLane, unrolled, with a guard, so the arrays stay in registers.
+template <unsigned MaxPerLane, kv_element T>
+[[nodiscard]] KVPOLICY_HOST_DEVICE inline float lane_partial_dot(const float (&q_lane)[MaxPerLane], const T* k,
+                                                                 unsigned lane, unsigned per_lane) noexcept {
     float dot = 0.0f;
-    for (unsigned j = 0; j < per_lane; ++j) dot += q_lane[j] * to_float(k[lane + warp_lanes * j]);
+    KVPOLICY_UNROLL
+    for (unsigned j = 0; j < MaxPerLane; ++j)
+        if (j < per_lane) dot += q_lane[j] * to_float(k[lane + warp_lanes * j]);
     return dot;
 }
 
@@ -61,8 +64,9 @@ struct online_softmax_lane {
         const float correction = detail::exp_f(m - m_new);  // 0 on the first token (m = -inf)
         const float p = detail::exp_f(s - m_new);
         l = l * correction + p;
-        for (unsigned j = 0; j < per_lane && j < MaxPerLane; ++j)
-            acc[j] = acc[j] * correction + p * to_float(v[lane + warp_lanes * j]);
+        KVPOLICY_UNROLL
+        for (unsigned j = 0; j < MaxPerLane; ++j)
+            if (j < per_lane) acc[j] = acc[j] * correction + p * to_float(v[lane + warp_lanes * j]);
         m = m_new;
     }
 
