@@ -5,7 +5,7 @@
 //   non-finite key leaves a block without metadata), scores == host scores
 //   to float rounding, device selection == the host rule on those scores;
 // - merge kernels == host lse merge; decode attention (one pass and split)
-//   == host reference attention;
+//   == host reference attention, over fp32, bf16 and fp16 K and V;
 // - ring loader, both gather methods: slots hold exactly the scattered host
 //   blocks; attention streamed through the ring and merged == one-pass
 //   attention (block chunks, and layer-wise one load per layer);
@@ -31,6 +31,7 @@
 #include <kvpolicy/cuda/merge.cuh>
 #include <kvpolicy/cuda/quest.cuh>
 #include <kvpolicy/cuda/ring.cuh>
+#include <kvpolicy/sparse/kv_element.hpp>
 #include <kvpolicy/sparse/lse_merge.hpp>
 #include <kvpolicy/sparse/quest.hpp>
 #include <kvpolicy/sparse/reference_attention.hpp>
@@ -336,12 +337,61 @@ paged_problem make_problem(std::mt19937_64& rng, std::uint32_t num_blocks, std::
     return p;
 }
 
+// 16-bit K and V (bf16 or fp16, fp32 arithmetic): the kernel, one pass and
+// split, == the host reference over the stored values widened to float.
+template <class T>
+void check_attention_16bit(const paged_problem& p, cudaStream_t stream) {
+    const std::size_t heads = p.shape.num_q_heads, d = p.shape.head_dim;
+    std::vector<T> stored(p.cache.size());
+    std::vector<float> widened(p.cache.size());
+    for (std::size_t i = 0; i < stored.size(); ++i) {
+        stored[i] = from_float<T>(p.cache[i]);
+        widened[i] = to_float(stored[i]);
+    }
+    std::vector<float> o_ref(heads * d), lse_ref(heads);
+    reference_decode_attention(p.q, {.k = widened, .v = std::span<const float>(widened).subspan(p.half()),
+                                     .block_stride = p.block_floats},
+                               p.table, p.tokens, p.shape, o_ref, lse_ref);
+    device_buffer<float> d_q, d_o(heads * d), d_lse(heads);
+    device_buffer<T> d_cache;
+    device_buffer<std::uint32_t> d_table;
+    const device_span<const T> cache = upload_span(stored, d_cache);
+    const basic_paged_decode_args<T> args{.q = upload_span(p.q, d_q), .k_cache = cache,
+                                          .v_cache = cache.subspan(p.half()), .block_stride = p.block_floats,
+                                          .block_table = upload_span(raw_ids(p.table), d_table),
+                                          .num_tokens = p.tokens, .shape = p.shape, .o = d_o.view(),
+                                          .lse = d_lse.view()};
+    for (std::uint32_t splits : {1u, 7u}) {
+        poison(d_o.view());
+        poison(d_lse.view());
+        device_buffer<std::byte> temp;
+        if (splits == 1) {
+            paged_decode_attention(args, stream);
+        } else {
+            std::size_t bytes = 0;
+            paged_decode_attention_split({}, bytes, args, splits, stream);
+            temp.reserve(bytes);
+            paged_decode_attention_split(temp.view(bytes), bytes, args, splits, stream);
+        }
+        KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream));
+        const auto o = download(d_o.view()), lse = download(d_lse.view());
+        int bad = 0;
+        for (std::size_t h = 0; h < heads; ++h) {
+            bad += !close(lse[h], lse_ref[h], 2e-5f);
+            for (std::size_t c = 0; c < d; ++c) bad += !close(o[h * d + c], o_ref[h * d + c], 2e-5f);
+        }
+        KVPOLICY_EXPECT(bad == 0);
+    }
+}
+
 void check_attention(std::mt19937_64& rng, cudaStream_t stream) {
     for (int round = 0; round < 6; ++round) {
         const std::uint32_t d = 32u * (1 + static_cast<std::uint32_t>(rng() % 4));
         const paged_problem p = make_problem(rng, 300, 1 + static_cast<std::uint32_t>(rng() % 250),
                                              1 + static_cast<std::uint32_t>(rng() % 4), 1 + static_cast<std::uint32_t>(rng() % 4), d, 16);
         const std::size_t heads = p.shape.num_q_heads;
+        check_attention_16bit<bf16>(p, stream);
+        check_attention_16bit<fp16>(p, stream);
         std::vector<float> o_ref(heads * d), lse_ref(heads);
         reference_decode_attention(p.q, p.host_view(), p.table, p.tokens, p.shape, o_ref, lse_ref);
         device_buffer<float> d_q, d_cache, d_o(heads * d), d_lse(heads);
