@@ -1,5 +1,8 @@
 // Shared by the GPU benchmarks: the device's name for the table header,
-// event timing on a stream, medians, and a --reps/--json command line.
+// event timing on a stream, medians, a --reps/--json command line, and the
+// bound each figure is held to: the bytes it must move at the bandwidth
+// measured in the same run (device-to-device copy, bytes read + written),
+// printed next to the figure so the distance to the limit is visible.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -64,6 +67,32 @@ double time_wall_us(int reps, F&& run) {
         t.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
     }
     return median(t);
+}
+
+/// The device's copy bandwidth, measured: bytes read + bytes written per
+/// second of a device-to-device cudaMemcpyAsync of `bytes` (median of
+/// `reps`). What a bandwidth-bound kernel is held to.
+inline double measure_d2d_bytes_per_s(cudaStream_t stream, std::size_t bytes = std::size_t{1} << 30, int reps = 10) {
+    cuda::device_buffer<unsigned char> from(bytes), to(bytes);
+    KVPOLICY_CUDA_CHECK(cudaMemsetAsync(from.get(), 1, bytes, stream));
+    const double us = time_gpu_us(stream, reps, [&] {
+        KVPOLICY_CUDA_CHECK(cudaMemcpyAsync(to.get(), from.get(), bytes, cudaMemcpyDeviceToDevice, stream));
+    });
+    return 2.0 * static_cast<double>(bytes) / (us * 1e-6);
+}
+
+/// A figure's bound: the time its `bytes` (read + written) take at
+/// `bytes_per_s`.
+struct bound {
+    double bytes = 0.0;
+    double bytes_per_s = 1.0;
+    [[nodiscard]] double us() const noexcept { return bytes / bytes_per_s * 1e6; }
+};
+
+/// "NAME: M us, bound B us (X MB at Y GB/s): M / B = R x" on one line.
+inline void print_bound(const char* name, double measured_us, bound b) {
+    std::printf("    %-28s %10.1f us   bound %9.1f us (%8.1f MB at %6.0f GB/s)   %6.2fx the bound\n", name,
+                measured_us, b.us(), b.bytes / 1e6, b.bytes_per_s / 1e9, measured_us / b.us());
 }
 
 struct options {

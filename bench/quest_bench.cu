@@ -9,6 +9,8 @@
 // (synchronous, host ids in and out). The ratio full / (score + top-K +
 // sparse attention) is what Quest saves when the KV is already on the GPU;
 // with the KV offloaded, the loads it saves count too (loader_bench).
+// Under each row, every figure with its bound: the bytes it must move at the
+// device-to-device bandwidth measured in the same run (read + write).
 // Medians of --reps runs (default 20).
 //
 //   quest_bench [--reps N] [--json FILE]
@@ -65,6 +67,9 @@ int run(int argc, char** argv) {
                     "score+topK", "sparse attn", "quest total", "select() us", "full/qst");
         stream_handle stream;
         bench::json_rows json;
+        const double d2d = bench::measure_d2d_bytes_per_s(stream.get());
+        std::printf("measured device-to-device bandwidth (read + write): %.0f GB/s; each figure's bound below is "
+                    "its bytes at that rate\n", d2d / 1e9);
         for (std::uint32_t tokens : {32768u, 131072u}) {
             const std::uint32_t blocks = tokens / bs;
             device_buffer<float> d_cache(blocks * block_floats), d_q(q_heads * d), d_o(q_heads * d), d_lse(q_heads),
@@ -81,19 +86,20 @@ int run(int argc, char** argv) {
             const decode_attention_shape shape{.num_q_heads = q_heads, .num_kv_heads = kv_heads, .head_dim = d,
                                                .block_size = bs, .scale = 0.088f};
             const auto args = [&](std::uint32_t n_blocks) {
-                return paged_decode_args{.q = d_q.get(), .k_cache = d_cache.get(),
-                                         .v_cache = d_cache.get() + block_floats / 2, .block_stride = block_floats,
-                                         .block_table = d_ids.get(), .num_tokens = std::uint64_t{n_blocks} * bs,
-                                         .shape = shape, .o = d_o.get(), .lse = d_lse.get()};
+                return paged_decode_args{.q = d_q.view(), .k_cache = d_cache.view(),
+                                         .v_cache = d_cache.view().subspan(block_floats / 2),
+                                         .block_stride = block_floats, .block_table = d_ids.view(n_blocks),
+                                         .num_tokens = std::uint64_t{n_blocks} * bs, .shape = shape,
+                                         .o = d_o.view(), .lse = d_lse.view()};
             };
             const auto split_attention = [&](std::uint32_t n_blocks, std::uint32_t& best_splits) {
                 double best = 1e30;
                 for (std::uint32_t splits : {16u, 32u, 64u, 128u}) {
                     std::size_t bytes = 0;
-                    paged_decode_attention_split(nullptr, bytes, args(n_blocks), splits, stream.get());
-                    device_buffer<unsigned char> temp(bytes);
+                    paged_decode_attention_split({}, bytes, args(n_blocks), splits, stream.get());
+                    device_buffer<std::byte> temp(bytes);
                     const double us = bench::time_gpu_us(stream.get(), reps, [&] {
-                        paged_decode_attention_split(temp.get(), bytes, args(n_blocks), splits, stream.get());
+                        paged_decode_attention_split(temp.view(), bytes, args(n_blocks), splits, stream.get());
                     });
                     if (us < best) {
                         best = us;
@@ -137,11 +143,21 @@ int run(int argc, char** argv) {
             const double total = score_us + sparse_us;
             std::printf("%8uK %7u %12.1f %7u %12.1f %12.1f %12.1f %12.1f %8.1fx\n", tokens / 1024, blocks, full_us,
                         full_splits, score_us, sparse_us, total, select_us, full_us / total);
+            // Bounds: K and V of the blocks read once (plus the query, o and
+            // lse); Quest reads min and max per block and channel and writes
+            // one score per candidate; top-K adds its ids.
+            const double kv_bytes = 4.0 * static_cast<double>(block_floats);
+            const double io_bytes = 4.0 * (2.0 * q_heads * d + q_heads);
+            bench::print_bound("full attention", full_us, {static_cast<double>(blocks) * kv_bytes + io_bytes, d2d});
+            bench::print_bound("Quest score + top-K", score_us,
+                               {8.0 * static_cast<double>(blocks) * kv_heads * d + 4.0 * q_heads * d + 8.0 * middle + 4.0 * keep, d2d});
+            bench::print_bound("sparse attention", sparse_us, {static_cast<double>(budget_blocks) * kv_bytes + io_bytes, d2d});
             std::fflush(stdout);
             json.add("{\"tokens\": " + std::to_string(tokens) + ", \"full_attention_us\": " + std::to_string(full_us) +
                      ", \"quest_score_topk_us\": " + std::to_string(score_us) +
                      ", \"sparse_attention_us\": " + std::to_string(sparse_us) +
-                     ", \"select_end_to_end_us\": " + std::to_string(select_us) + "}");
+                     ", \"select_end_to_end_us\": " + std::to_string(select_us) +
+                     ", \"d2d_bytes_per_s\": " + std::to_string(d2d) + "}");
         }
         json.write(opt.json);
     } catch (const std::exception& e) {

@@ -7,7 +7,9 @@
 // retention-value victims from struct-of-arrays metadata: scoring and
 // selection as two steps, and fused (select_lowest_retention), against the
 // CPU scoring loop plus nth_element. Every GPU answer is checked against the
-// CPU's before it is timed. Medians of --reps runs (default 20 GPU, 5 CPU).
+// CPU's before it is timed. Each GPU row prints its bound: one read of its
+// inputs and the k ids written, at the device-to-device bandwidth measured
+// in the same run. Medians of --reps runs (default 20 GPU, 5 CPU).
 //
 //   select_bench [--reps N] [--json FILE]
 #include <kvpolicy/cuda/score.cuh>
@@ -34,13 +36,19 @@ struct row {
     std::size_t n, k;
     std::string method;
     double us, cpu_us;
+    double bytes;  ///< the least a GPU answer moves: one read of its inputs, the k ids written
 };
 
+double d2d_bytes_per_s = 1.0;  // measured once in run()
+
 void print(const row& r, bench::json_rows& json) {
-    std::printf("%10zu %8zu  %-44s %12.1f %10.1fx\n", r.n, r.k, r.method.c_str(), r.us, r.cpu_us / r.us);
+    const bench::bound b{r.bytes, d2d_bytes_per_s};
+    std::printf("%10zu %8zu  %-44s %12.1f %10.1fx %10.1f %8.1fx\n", r.n, r.k, r.method.c_str(), r.us,
+                r.cpu_us / r.us, b.us(), r.us / b.us());
     std::fflush(stdout);
     json.add("{\"n\": " + std::to_string(r.n) + ", \"k\": " + std::to_string(r.k) + ", \"method\": \"" + r.method +
-             "\", \"us\": " + std::to_string(r.us) + ", \"speedup_vs_cpu\": " + std::to_string(r.cpu_us / r.us) + "}");
+             "\", \"us\": " + std::to_string(r.us) + ", \"speedup_vs_cpu\": " + std::to_string(r.cpu_us / r.us) +
+             ", \"bound_us\": " + std::to_string(b.us()) + "}");
 }
 
 template <class T>
@@ -66,6 +74,8 @@ bool same(const std::vector<std::uint32_t>& gpu, const std::vector<item_id>& cpu
 template <class Score>
 void bench_scores(std::size_t n, int gpu_reps, int cpu_reps, cudaStream_t stream, bench::json_rows& json) {
     const std::size_t k = n / 100;
+    // Scores and ids read once, the k ids written.
+    const double selection_bytes = static_cast<double>(n) * (sizeof(Score) + 4) + 4.0 * static_cast<double>(k);
     std::mt19937_64 rng(n);
     std::uniform_real_distribution<double> u(0.0, 1.0);
     std::vector<Score> scores(n);
@@ -101,17 +111,19 @@ void bench_scores(std::size_t n, int gpu_reps, int cpu_reps, cudaStream_t stream
         if (!same(download(d_out.get(), k), cpu_out)) std::printf("  MISMATCH against the CPU\n");
         const double us = bench::time_gpu_us(stream, gpu_reps, run);
         print({n, k, std::string(algo == select_algorithm::radix_select ? "CUB radix select, " : "CUB radix sort, ") + type,
-               us, cpu_us},
+               us, cpu_us, selection_bytes},
               json);
     }
     thrust_selector<thrust::cuda::tag> thrust_sel;
     const auto run = [&] {
-        thrust_sel.select_lowest_in_system(d_scores.get(), d_ids.get(), n, d_out.get(), k);
+        thrust_sel.select_lowest_in_system<Score>(d_scores.view(n), d_ids.view(n), d_out.view(k));
         KVPOLICY_CUDA_CHECK(cudaDeviceSynchronize());
     };
     run();
     if (!same(download(d_out.get(), k), cpu_out)) std::printf("  MISMATCH against the CPU\n");
-    print({n, k, "Thrust (CUDA system, 2 stable sorts), " + type, bench::time_wall_us(gpu_reps, run), cpu_us}, json);
+    print({n, k, "Thrust (CUDA system, 2 stable sorts), " + type, bench::time_wall_us(gpu_reps, run), cpu_us,
+           selection_bytes},
+          json);
 }
 
 void bench_retention(std::size_t n, int gpu_reps, int cpu_reps, cudaStream_t stream, bench::json_rows& json) {
@@ -176,8 +188,10 @@ void bench_retention(std::size_t n, int gpu_reps, int cpu_reps, cudaStream_t str
         if (!same(download(d_out.get(), k), cpu_out)) std::printf("  MISMATCH against the CPU\n");
         const double us = variant == 0 ? bench::time_gpu_us(stream, gpu_reps, two_steps)
                                        : bench::time_gpu_us(stream, gpu_reps, fused);
+        // Five metadata arrays and the ids read once, the k ids written.
+        const double bytes = static_cast<double>(n) * (3 * 4 + 8 + sizeof(timestamp) + 4) + 4.0 * static_cast<double>(k);
         print({n, k, variant == 0 ? "GPU compute_retention + radix select" : "GPU select_lowest_retention (fused)", us,
-               cpu_us},
+               cpu_us, bytes},
               json);
     }
 }
@@ -189,8 +203,12 @@ int run(int argc, char** argv) {
     if (int rc = bench::skip_without_gpu("select_bench")) return rc;
     try {
         std::printf("victim selection, k = 1%% of n; GPU: %s\n", bench::gpu_name().c_str());
-        std::printf("%10s %8s  %-44s %12s %11s\n", "n", "k", "method", "median us", "vs CPU");
         stream_handle stream;
+        d2d_bytes_per_s = bench::measure_d2d_bytes_per_s(stream.get());
+        std::printf("bound: one read of the inputs and the k ids written at the measured device-to-device "
+                    "bandwidth, %.0f GB/s (read + write)\n", d2d_bytes_per_s / 1e9);
+        std::printf("%10s %8s  %-44s %12s %11s %10s %9s\n", "n", "k", "method", "median us", "vs CPU", "bound us",
+                    "x bound");
         bench::json_rows json;
         const int gpu_reps = opt.reps > 0 ? opt.reps : 20;
         const int cpu_reps = opt.reps > 0 ? opt.reps : 5;

@@ -10,7 +10,7 @@
 # and zlib (the simulator's target, which tests/CMakeLists.txt links). All but
 # zlib are header-only; zlib's runtime library comes along with its headers.
 # They are Debian 12's packages (`apt-get download`), unpacked with dpkg -x
-# into DIR/usr, so DIR/usr is a CMake prefix (CMAKE_PREFIX_PATH). About 3 MiB.
+# into DIR/usr, so DIR/usr is a CMake prefix (CMAKE_PREFIX_PATH). About 7 MiB.
 # The README's GPU section names DIR `.gpudeps` (ignored by git, carried to
 # the device machine).
 set -euo pipefail
@@ -19,13 +19,22 @@ packages=(catch2 librange-v3-dev libcli11-dev zlib1g-dev zlib1g)
 
 mkdir -p "$dir"
 dir="$(cd "$dir" && pwd)"
+# It replaces DIR/usr and DIR/lib: refuse a folder that holds anything else.
+for entry in "$dir"/* "$dir"/.[!.]*; do
+    [ -e "$entry" ] || continue
+    case "${entry##*/}" in usr | lib | PACKAGES) ;; *)
+        echo "fetch-deps: $dir holds other files ($entry); give an empty or earlier fetch-deps folder" >&2
+        exit 1
+        ;;
+    esac
+done
 debs="$(mktemp -d)"
 trap 'rm -rf "$debs"' EXIT
 (cd "$debs" && apt-get download -q "${packages[@]}" 2>&1 | grep -v '^W: Download is performed unsandboxed' >&2 || true)
 for p in "${packages[@]}"; do
     ls "$debs"/"${p}"_*.deb >/dev/null 2>&1 || { echo "fetch-deps: apt-get download $p failed" >&2; exit 1; }
 done
-rm -rf "$dir/usr" "$dir/lib"
+rm -rf "${dir:?}/usr" "${dir:?}/lib"
 for deb in "$debs"/*.deb; do
     dpkg -x "$deb" "$dir"
 done

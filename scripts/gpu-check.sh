@@ -26,7 +26,7 @@ shift
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(build test sanitize bench)
 wants() { local s; for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 
@@ -42,6 +42,11 @@ else
     set +e
 fi
 set +e  # this script collects failures itself
+# The preset's default generator is Unix Makefiles; an image with ninja and
+# no make (the device machines list ninja) builds with Ninja instead.
+if ! command -v make >/dev/null && command -v ninja >/dev/null && [ ! -f build/cuda/CMakeCache.txt ]; then
+    cmake_args+=(-G Ninja)
+fi
 case ":$PATH:" in *":/usr/local/cuda/bin:"*) ;; *) [ -d /usr/local/cuda/bin ] && export PATH="/usr/local/cuda/bin:$PATH" ;; esac
 
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -51,7 +56,8 @@ step() {  # step NAME COMMAND...: run, log to OUT_DIR/NAME.log, remember failure
     local name=$1
     shift
     echo "== $name: $*" | tee -a "$out/summary.txt"
-    local start=$(date +%s)
+    local start
+    start=$(date +%s)
     "$@" >"$out/$name.log" 2>&1
     local rc=$?
     echo "   rc=$rc in $(( $(date +%s) - start )) s" | tee -a "$out/summary.txt"

@@ -4,6 +4,7 @@
 // builds.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -53,6 +54,39 @@ std::vector<kvpolicy::block_transfer> schedule(std::uint64_t session, const std:
     return copies;
 }
 // example-end
+
+// example-begin memory-spaces
+#include <kvpolicy/core/memory_space.hpp>
+
+// Host memory: a host_span, from any contiguous host range.
+float sum_on_host(kvpolicy::host_span<const float> values) {
+    float s = 0.0f;
+    for (float v : values) s += v;  // host code reads host memory
+    return s;
+}
+
+// Device memory: a device_span, made only on purpose (device_buffer::view(),
+// or device_span<T>{ptr, n} where the caller knows ptr is cudaMalloc'd).
+// Host code may cut it and pass it to kernels and copies, never read it:
+using device_query = kvpolicy::device_span<const float>;
+static_assert(!std::ranges::range<device_query>);  // no host loop, no std::ranges algorithm
+static_assert(!std::is_convertible_v<device_query, std::span<const float>>);  // no host function
+static_assert(!std::is_convertible_v<kvpolicy::host_span<const float>, device_query>);  // no host data to a kernel
+
+device_query head_of(device_query query, std::size_t head, std::size_t head_dim) {
+    return query.subspan(head * head_dim, head_dim);  // size, data, first, last, subspan: anywhere
+}
+// example-end
+
+TEST_CASE("README: memory spaces", "[readme]") {
+    const std::vector<float> v{1.0f, 2.0f, 3.5f};
+    CHECK(sum_on_host(v) == 6.5f);
+    // A device span's pointer is never read on the host: any address will do.
+    const float* fake_device = reinterpret_cast<const float*>(std::uintptr_t{4096});
+    const auto h = head_of(device_query{fake_device, 8 * 128}, 3, 128);
+    CHECK(h.data() == fake_device + 384);
+    CHECK(h.size() == 128);
+}
 
 TEST_CASE("README: one scheduler step of the composed cache", "[readme]") {
     using namespace kvpolicy;

@@ -47,7 +47,21 @@ void check_against_host(std::uint64_t seed) {
         const std::size_t w = host_sel.select_lowest<Score>(scores, ids, want);
         REQUIRE(g == w);
         REQUIRE(got == want);
+
+        // The same on arrays in the system's memory: on the CPP system those
+        // are host spans (system_span), with ids or with the identity ids.
+        std::vector<std::uint32_t> raw_ids(n), in_system(std::min(k, n), 999999u);
+        for (std::size_t i = 0; i < n; ++i) raw_ids[i] = ids[i].value;
+        REQUIRE(thrust_sel.select_lowest_in_system<Score>(scores, raw_ids, in_system) == w);
+        for (std::size_t i = 0; i < w; ++i) REQUIRE(in_system[i] == want[i].value);
+        std::vector<item_id> index_ids(n);
+        for (std::size_t i = 0; i < n; ++i) index_ids[i] = item_id{static_cast<std::uint32_t>(i)};
+        host_sel.select_lowest<Score>(scores, index_ids, want);
+        REQUIRE(thrust_sel.select_lowest_in_system<Score>(scores, {}, in_system) == w);
+        for (std::size_t i = 0; i < w; ++i) REQUIRE(in_system[i] == want[i].value);
     }
+    STATIC_REQUIRE(std::is_same_v<kvpolicy::cuda::system_span<const float, thrust::cpp::tag>,
+                                  kvpolicy::host_span<const float>>);
 }
 
 }  // namespace
@@ -87,7 +101,7 @@ TEST_CASE("thrust_selector: arrays already in the system's memory, ids implied b
     std::vector<float> scores(1000);
     for (float& s : scores) s = static_cast<float>(rng() % 50);
     std::vector<std::uint32_t> out(37, 0xffffffffu);
-    REQUIRE(sel.select_lowest_in_system(scores.data(), nullptr, scores.size(), out.data(), out.size()) == 37);
+    REQUIRE(sel.select_lowest_in_system<float>(scores, {}, out) == 37);
 
     std::vector<item_id> ids(scores.size()), want(37);
     for (std::uint32_t i = 0; i < ids.size(); ++i) ids[i] = item_id{i};
@@ -98,7 +112,7 @@ TEST_CASE("thrust_selector: arrays already in the system's memory, ids implied b
     scores[400] = std::nanf("");
     std::vector<std::uint32_t> id_values(scores.size());
     for (std::uint32_t i = 0; i < id_values.size(); ++i) id_values[i] = 10000 + i;
-    REQUIRE_THROWS_WITH(sel.select_lowest_in_system(scores.data(), id_values.data(), scores.size(), out.data(), 3),
+    REQUIRE_THROWS_WITH(sel.select_lowest_in_system<float>(scores, id_values, kvpolicy::host_span<std::uint32_t>(out).first(3)),
                         Catch::Contains("item 10400 is NaN"));
 }
 

@@ -6,11 +6,13 @@
 #include "kvpolicy/core/concepts.hpp"
 #include "kvpolicy/core/error.hpp"
 #include "kvpolicy/core/ghost_list.hpp"
+#include "kvpolicy/core/host_device.hpp"
 #include "kvpolicy/core/ids.hpp"
 #include "kvpolicy/core/index_list.hpp"
 #include "kvpolicy/core/indexed_heap.hpp"
 #include "kvpolicy/core/item_key.hpp"
 #include "kvpolicy/core/key_index.hpp"
+#include "kvpolicy/core/memory_space.hpp"
 #include "kvpolicy/core/sparse_context.hpp"
 #include "kvpolicy/core/tier.hpp"
 #include "kvpolicy/core/transfer.hpp"
@@ -47,7 +49,9 @@
 
 #include "kvpolicy/select/nth_element_selector.hpp"
 
+#include "kvpolicy/sparse/decode_attention_math.hpp"
 #include "kvpolicy/sparse/full_attention.hpp"
+#include "kvpolicy/sparse/kv_element.hpp"
 #include "kvpolicy/sparse/layerwise_prefill.hpp"
 #include "kvpolicy/sparse/lse_merge.hpp"
 #include "kvpolicy/sparse/minference.hpp"

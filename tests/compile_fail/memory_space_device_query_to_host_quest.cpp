@@ -1,4 +1,4 @@
-// expect-error: could not convert.*device_span.*std::span<const float>
+// expect-error: (could not convert|no viable conversion).*device_span.*std::span<const float>
 // A device query handed to the host Quest: its selection_context holds a
 // host std::span, and a device_span does not convert to it.
 #include <kvpolicy/core/memory_space.hpp>

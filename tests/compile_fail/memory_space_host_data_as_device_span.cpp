@@ -1,4 +1,4 @@
-// expect-error: could not convert.*memory_space::host.*to.*memory_space::device
+// expect-error: (could not convert|no known conversion from) .*memory_space::host.*to .*memory_space::device
 // Host memory where device memory is due: a host span (or a vector) does
 // not become a device span; only `device_span<T>{ptr, n}` or a device
 // buffer's view() makes one.

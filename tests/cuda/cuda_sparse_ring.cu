@@ -5,7 +5,7 @@
 //   non-finite key leaves a block without metadata), scores == host scores
 //   to float rounding, device selection == the host rule on those scores;
 // - merge kernels == host lse merge; decode attention (one pass and split)
-//   == host reference attention;
+//   == host reference attention, over fp32, bf16 and fp16 K and V;
 // - ring loader, both gather methods: slots hold exactly the scattered host
 //   blocks; attention streamed through the ring and merged == one-pass
 //   attention (block chunks, and layer-wise one load per layer);
@@ -31,6 +31,7 @@
 #include <kvpolicy/cuda/merge.cuh>
 #include <kvpolicy/cuda/quest.cuh>
 #include <kvpolicy/cuda/ring.cuh>
+#include <kvpolicy/sparse/kv_element.hpp>
 #include <kvpolicy/sparse/lse_merge.hpp>
 #include <kvpolicy/sparse/quest.hpp>
 #include <kvpolicy/sparse/reference_attention.hpp>
@@ -284,13 +285,15 @@ void check_merge(std::mt19937_64& rng, cudaStream_t stream) {
     upload(lse_parts, d_lse_parts);
     poison(d_o.get(), rows * d * sizeof(float));
     poison(d_lse.get(), rows * sizeof(float));
-    merge_attention_states(d_o_parts.get(), d_lse_parts.get(), parts, rows, d, d_o.get(), d_lse.get(), stream);
+    merge_attention_states(d_o_parts.view(parts * rows * d), d_lse_parts.view(parts * rows), parts, d, d_o.view(),
+                           d_lse.view(), stream);
     // In place, part by part, from an empty accumulator.
     upload(std::vector<float>(rows * d, 0.0f), d_acc_o);
     upload(std::vector<float>(rows, neg_inf), d_acc_lse);
     for (std::uint32_t p = 0; p < parts; ++p)
-        merge_attention_state(d_acc_o.get(), d_acc_lse.get(), d_o_parts.get() + std::size_t{p} * rows * d,
-                              d_lse_parts.get() + std::size_t{p} * rows, rows, d, stream);
+        merge_attention_state(d_acc_o.view(rows * d), d_acc_lse.view(rows),
+                              d_o_parts.view().subspan(std::size_t{p} * rows * d, rows * d),
+                              d_lse_parts.view().subspan(std::size_t{p} * rows, rows), d, stream);
     KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream));
     const auto o = download(d_o.get(), rows * d), lse = download(d_lse.get(), rows);
     const auto acc_o = download(d_acc_o.get(), rows * d), acc_lse = download(d_acc_lse.get(), rows);
@@ -334,32 +337,80 @@ paged_problem make_problem(std::mt19937_64& rng, std::uint32_t num_blocks, std::
     return p;
 }
 
+// 16-bit K and V (bf16 or fp16, fp32 arithmetic): the kernel, one pass and
+// split, == the host reference over the stored values widened to float.
+template <class T>
+void check_attention_16bit(const paged_problem& p, cudaStream_t stream) {
+    const std::size_t heads = p.shape.num_q_heads, d = p.shape.head_dim;
+    std::vector<T> stored(p.cache.size());
+    std::vector<float> widened(p.cache.size());
+    for (std::size_t i = 0; i < stored.size(); ++i) {
+        stored[i] = from_float<T>(p.cache[i]);
+        widened[i] = to_float(stored[i]);
+    }
+    std::vector<float> o_ref(heads * d), lse_ref(heads);
+    reference_decode_attention(p.q, {.k = widened, .v = std::span<const float>(widened).subspan(p.half()),
+                                     .block_stride = p.block_floats},
+                               p.table, p.tokens, p.shape, o_ref, lse_ref);
+    device_buffer<float> d_q, d_o(heads * d), d_lse(heads);
+    device_buffer<T> d_cache;
+    device_buffer<std::uint32_t> d_table;
+    const device_span<const T> cache = upload_span(stored, d_cache);
+    const basic_paged_decode_args<T> args{.q = upload_span(p.q, d_q), .k_cache = cache,
+                                          .v_cache = cache.subspan(p.half()), .block_stride = p.block_floats,
+                                          .block_table = upload_span(raw_ids(p.table), d_table),
+                                          .num_tokens = p.tokens, .shape = p.shape, .o = d_o.view(),
+                                          .lse = d_lse.view()};
+    for (std::uint32_t splits : {1u, 7u}) {
+        poison(d_o.view());
+        poison(d_lse.view());
+        device_buffer<std::byte> temp;
+        if (splits == 1) {
+            paged_decode_attention(args, stream);
+        } else {
+            std::size_t bytes = 0;
+            paged_decode_attention_split({}, bytes, args, splits, stream);
+            temp.reserve(bytes);
+            paged_decode_attention_split(temp.view(bytes), bytes, args, splits, stream);
+        }
+        KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream));
+        const auto o = download(d_o.view()), lse = download(d_lse.view());
+        int bad = 0;
+        for (std::size_t h = 0; h < heads; ++h) {
+            bad += !close(lse[h], lse_ref[h], 2e-5f);
+            for (std::size_t c = 0; c < d; ++c) bad += !close(o[h * d + c], o_ref[h * d + c], 2e-5f);
+        }
+        KVPOLICY_EXPECT(bad == 0);
+    }
+}
+
 void check_attention(std::mt19937_64& rng, cudaStream_t stream) {
     for (int round = 0; round < 6; ++round) {
         const std::uint32_t d = 32u * (1 + static_cast<std::uint32_t>(rng() % 4));
         const paged_problem p = make_problem(rng, 300, 1 + static_cast<std::uint32_t>(rng() % 250),
                                              1 + static_cast<std::uint32_t>(rng() % 4), 1 + static_cast<std::uint32_t>(rng() % 4), d, 16);
         const std::size_t heads = p.shape.num_q_heads;
+        check_attention_16bit<bf16>(p, stream);
+        check_attention_16bit<fp16>(p, stream);
         std::vector<float> o_ref(heads * d), lse_ref(heads);
         reference_decode_attention(p.q, p.host_view(), p.table, p.tokens, p.shape, o_ref, lse_ref);
         device_buffer<float> d_q, d_cache, d_o(heads * d), d_lse(heads);
         device_buffer<std::uint32_t> d_table;
-        upload(p.q, d_q);
-        upload(p.cache, d_cache);
-        const paged_decode_args args{.q = d_q.get(), .k_cache = d_cache.get(), .v_cache = d_cache.get() + p.half(),
-                                     .block_stride = p.block_floats, .block_table = upload(raw_ids(p.table), d_table),
-                                     .num_tokens = p.tokens, .shape = p.shape, .o = d_o.get(), .lse = d_lse.get()};
+        const paged_decode_args args{.q = upload_span(p.q, d_q), .k_cache = upload_span(p.cache, d_cache),
+                                     .v_cache = d_cache.view(p.cache.size()).subspan(p.half()),
+                                     .block_stride = p.block_floats, .block_table = upload_span(raw_ids(p.table), d_table),
+                                     .num_tokens = p.tokens, .shape = p.shape, .o = d_o.view(), .lse = d_lse.view()};
         for (std::uint32_t splits : {1u, 7u, 64u}) {
             poison(d_o.get(), heads * d * sizeof(float));
             poison(d_lse.get(), heads * sizeof(float));
-            device_buffer<unsigned char> temp;
+            device_buffer<std::byte> temp;
             if (splits == 1) {
                 paged_decode_attention(args, stream);
             } else {
                 std::size_t bytes = 0;
-                paged_decode_attention_split(nullptr, bytes, args, splits, stream);
+                paged_decode_attention_split({}, bytes, args, splits, stream);
                 temp.reserve(bytes);
-                paged_decode_attention_split(temp.get(), bytes, args, splits, stream);
+                paged_decode_attention_split(temp.view(bytes), bytes, args, splits, stream);
             }
             KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream));
             const auto o = download(d_o.get(), heads * d), lse = download(d_lse.get(), heads);
@@ -478,15 +529,18 @@ void check_ring_attention(std::mt19937_64& rng) {
             upload(std::vector<float>(layers * heads, neg_inf), d_acc_lse);
             run_ring_pipeline(ring, which, [&](std::uint32_t slot, std::size_t i) {
                 const std::uint32_t l = chunked ? load_layer[i] : static_cast<std::uint32_t>(i);
-                const float* base = reinterpret_cast<const float*>(ring.slot_data(slot).data());
-                const paged_decode_args a{.q = d_q.get() + l * heads * d, .k_cache = base,
-                                          .v_cache = base + block_floats / 2, .block_stride = block_floats,
-                                          .block_table = d_local.get(),
+                const auto bytes = ring.slot_data(slot);
+                const device_span<const float> base{reinterpret_cast<const float*>(bytes.data()),
+                                                    bytes.size() / sizeof(float)};
+                const paged_decode_args a{.q = d_q.view().subspan(l * heads * d, heads * d), .k_cache = base,
+                                          .v_cache = base.subspan(block_floats / 2), .block_stride = block_floats,
+                                          .block_table = d_local.view(),
                                           .num_tokens = chunked ? load_tokens[i] : std::uint64_t{slot_blocks} * bs,
-                                          .shape = shape, .o = d_part_o.get(), .lse = d_part_lse.get()};
+                                          .shape = shape, .o = d_part_o.view(heads * d), .lse = d_part_lse.view(heads)};
                 paged_decode_attention(a, compute);
-                merge_attention_state(d_acc_o.get() + l * heads * d, d_acc_lse.get() + l * heads, d_part_o.get(),
-                                      d_part_lse.get(), static_cast<std::uint32_t>(heads), d, compute);
+                merge_attention_state(d_acc_o.view().subspan(l * heads * d, heads * d),
+                                      d_acc_lse.view().subspan(l * heads, heads), d_part_o.view(heads * d),
+                                      d_part_lse.view(heads), d, compute);
             });
             ring.synchronize();
             const auto acc_o = download(d_acc_o.get(), layers * heads * d);
@@ -496,12 +550,12 @@ void check_ring_attention(std::mt19937_64& rng) {
                 // One pass over the same tokens, on the device and on the host.
                 const std::vector<block_id> table = chunked ? per[l].table : std::vector<block_id>(per[l].table.begin(), per[l].table.begin() + slot_blocks);
                 const std::uint64_t tokens = chunked ? per[l].tokens : std::uint64_t{slot_blocks} * bs;
-                upload(per[l].cache, d_cache);
+                const auto cache = upload_span(per[l].cache, d_cache);
                 poison(d_o.get(), heads * d * sizeof(float));
-                paged_decode_attention({.q = d_q.get() + l * heads * d, .k_cache = d_cache.get(),
-                                        .v_cache = d_cache.get() + block_floats / 2, .block_stride = block_floats,
-                                        .block_table = upload(raw_ids(table), d_table), .num_tokens = tokens,
-                                        .shape = shape, .o = d_o.get(), .lse = d_lse.get()},
+                paged_decode_attention({.q = d_q.view().subspan(l * heads * d, heads * d), .k_cache = cache,
+                                        .v_cache = cache.subspan(block_floats / 2), .block_stride = block_floats,
+                                        .block_table = upload_span(raw_ids(table), d_table), .num_tokens = tokens,
+                                        .shape = shape, .o = d_o.view(heads * d), .lse = d_lse.view(heads)},
                                        ring.compute_stream());
                 KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(ring.compute_stream()));
                 const auto o = download(d_o.get(), heads * d), lse = download(d_lse.get(), heads);
@@ -536,16 +590,16 @@ void check_quest_attention(std::mt19937_64& rng, cudaStream_t stream) {
     }
     device_buffer<float> d_q, d_cache, d_o(heads * d), d_lse(heads), d_full_o(heads * d), d_full_lse(heads);
     device_buffer<std::uint32_t> d_table;
-    upload(p.q, d_q);
-    upload(p.cache, d_cache);
-    const auto attend = [&](const std::vector<block_id>& table, float* o, float* lse) {
-        paged_decode_attention({.q = d_q.get(), .k_cache = d_cache.get(), .v_cache = d_cache.get() + half,
-                                .block_stride = p.block_floats, .block_table = upload(raw_ids(table), d_table),
+    const auto q_view = upload_span(p.q, d_q);
+    const auto cache_view = upload_span(p.cache, d_cache);
+    const auto attend = [&](const std::vector<block_id>& table, device_span<float> o, device_span<float> lse) {
+        paged_decode_attention({.q = q_view, .k_cache = cache_view, .v_cache = cache_view.subspan(half),
+                                .block_stride = p.block_floats, .block_table = upload_span(raw_ids(table), d_table),
                                 .num_tokens = std::uint64_t{table.size()} * bs, .shape = p.shape, .o = o, .lse = lse},
                                stream);
         KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream));
     };
-    attend(p.table, d_full_o.get(), d_full_lse.get());
+    attend(p.table, d_full_o.view(), d_full_lse.view());
     const auto full_o = download(d_full_o.get(), heads * d), full_lse = download(d_full_lse.get(), heads);
     float v_max = 0.0f;
     for (std::size_t i = 0; i < p.cache.size(); ++i)
@@ -568,7 +622,7 @@ void check_quest_attention(std::mt19937_64& rng, cudaStream_t stream) {
         chosen.resize(sel.select(p.table, ctx, chosen));
         KVPOLICY_EXPECT(chosen.size() == budget);
         poison(d_o.get(), heads * d * sizeof(float));
-        attend(chosen, d_o.get(), d_lse.get());
+        attend(chosen, d_o.view(), d_lse.view());
         const auto o = download(d_o.get(), heads * d), lse = download(d_lse.get(), heads);
         error = 0.0;
         for (std::size_t h = 0; h < heads; ++h) {

@@ -5,8 +5,10 @@
 // exists so that the GPU tests can show that attention streamed through the
 // ring loader slot by slot and merged (merge.cuh) equals one pass, and that
 // Quest-selected attention approaches full attention; and so the Quest bench
-// has a full-attention baseline. Not a serving kernel: fp32, no tensor cores,
-// no tiling across heads (FlashAttention / FlashInfer are those).
+// has a full-attention baseline. K and V may be fp32, bf16 or fp16
+// (`basic_paged_decode_args<T>`), read as stored and widened, with fp32
+// arithmetic. Not a serving kernel: no tensor cores, no tiling across heads
+// (FlashAttention / FlashInfer are those).
 //
 // Grid (num_q_heads, num_splits), four warps per block; each warp walks its
 // tokens with an online softmax (max, denominator, accumulator), one lane
@@ -25,24 +27,32 @@
 #include <string>
 
 #include "kvpolicy/core/error.hpp"
+#include "kvpolicy/core/memory_space.hpp"
 #include "kvpolicy/cuda/check.cuh"
 #include "kvpolicy/cuda/merge.cuh"
+#include "kvpolicy/sparse/decode_attention_math.hpp"
+#include "kvpolicy/sparse/kv_element.hpp"
 #include "kvpolicy/sparse/reference_attention.hpp"
 
 namespace kvpolicy::cuda {
 
-/// One decode step's attention inputs and outputs, all device memory.
-struct paged_decode_args {
-    const float* q = nullptr;                  ///< [num_q_heads][head_dim]
-    const float* k_cache = nullptr;            ///< block b at k_cache + b * block_stride: [block_size][num_kv_heads][head_dim]
-    const float* v_cache = nullptr;            ///< same layout as k_cache
+/// One decode step's attention inputs and outputs, all device memory
+/// (device spans: core/memory_space.hpp). K and V are stored as T (fp32,
+/// bf16 or fp16: sparse/kv_element.hpp); q, o, lse and the arithmetic are fp32.
+template <kv_element T>
+struct basic_paged_decode_args {
+    device_span<const float> q;                ///< [num_q_heads][head_dim]
+    device_span<const T> k_cache;              ///< block b at b * block_stride: [block_size][num_kv_heads][head_dim]
+    device_span<const T> v_cache;              ///< same layout as k_cache
     std::size_t block_stride = 0;              ///< floats between blocks; 0 = packed
-    const std::uint32_t* block_table = nullptr;  ///< [ceil(num_tokens / block_size)] blocks in sequence order
+    device_span<const std::uint32_t> block_table;  ///< [ceil(num_tokens / block_size)] blocks in sequence order
     std::uint64_t num_tokens = 0;
     decode_attention_shape shape{};
-    float* o = nullptr;                        ///< [num_q_heads][head_dim]
-    float* lse = nullptr;                      ///< [num_q_heads]
+    device_span<float> o;                      ///< [num_q_heads][head_dim]
+    device_span<float> lse;                    ///< [num_q_heads]
 };
+
+using paged_decode_args = basic_paged_decode_args<float>;
 
 namespace detail {
 
@@ -51,8 +61,12 @@ inline constexpr int attention_max_per_lane = 8;  // head_dim <= 256
 
 // grid (num_q_heads, splits). Writes o/lse at [split][head] in `o_out`,
 // `lse_out` (the final arrays when splits == 1).
+// Each lane's arithmetic is sparse/decode_attention_math.hpp's (tested on
+// the CPU lane by lane); this kernel maps tokens to warps, sums the lanes'
+// dot shares with shuffles and merges the warps.
+template <kv_element T>
 __global__ void __launch_bounds__(attention_warps * 32)
-    paged_decode_kernel(paged_decode_args a, std::size_t stride, float* o_out, float* lse_out) {
+    paged_decode_kernel(basic_paged_decode_args<T> a, std::size_t stride, float* o_out, float* lse_out) {
     __shared__ float warp_m[attention_warps];
     __shared__ float warp_l[attention_warps];
     __shared__ float warp_acc[attention_warps][attention_max_per_lane * 32];
@@ -67,41 +81,26 @@ __global__ void __launch_bounds__(attention_warps * 32)
     const std::uint64_t begin = chunk * split;
     const std::uint64_t end = begin + chunk < a.num_tokens ? begin + chunk : a.num_tokens;
 
-    float q[attention_max_per_lane], acc[attention_max_per_lane];
+    float q[attention_max_per_lane];
 #pragma unroll
-    for (int j = 0; j < attention_max_per_lane; ++j) {
+    for (int j = 0; j < attention_max_per_lane; ++j)
         q[j] = j < static_cast<int>(per_lane) ? a.q[std::size_t{h} * d + lane + 32u * j] : 0.0f;
-        acc[j] = 0.0f;
-    }
-    float m = neg_inf, l = 0.0f;
+    online_softmax_lane<attention_max_per_lane> state;
     for (std::uint64_t t = begin + warp; t < end; t += attention_warps) {
         const std::size_t at = std::size_t{a.block_table[t / a.shape.block_size]} * stride +
                                static_cast<std::size_t>(t % a.shape.block_size) * row + std::size_t{kvh} * d;
-        const float* k = a.k_cache + at;
-        const float* v = a.v_cache + at;
-        float dot = 0.0f;
-#pragma unroll
-        for (int j = 0; j < attention_max_per_lane; ++j)
-            if (j < static_cast<int>(per_lane)) dot += q[j] * k[lane + 32u * j];
+        float dot = lane_partial_dot(q, a.k_cache.data() + at, lane, per_lane);
 #pragma unroll
         for (int off = 16; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-        const float s = dot * a.shape.scale;
-        const float m_new = fmaxf(m, s);
-        const float correction = expf(m - m_new);  // 0 on the first token (m = -inf)
-        const float p = expf(s - m_new);
-        l = l * correction + p;
-#pragma unroll
-        for (int j = 0; j < attention_max_per_lane; ++j)
-            if (j < static_cast<int>(per_lane)) acc[j] = acc[j] * correction + p * v[lane + 32u * j];
-        m = m_new;
+        state.step(dot * a.shape.scale, a.v_cache.data() + at, lane, per_lane);
     }
     if (lane == 0) {
-        warp_m[warp] = m;
-        warp_l[warp] = l;
+        warp_m[warp] = state.m;
+        warp_l[warp] = state.l;
     }
 #pragma unroll
     for (int j = 0; j < attention_max_per_lane; ++j)
-        if (j < static_cast<int>(per_lane)) warp_acc[warp][lane + 32u * j] = acc[j];
+        if (j < static_cast<int>(per_lane)) warp_acc[warp][lane + 32u * j] = state.acc[j];
     __syncthreads();
 
     float big = neg_inf;
@@ -121,7 +120,8 @@ __global__ void __launch_bounds__(attention_warps * 32)
     if (threadIdx.x == 0) lse_out[std::size_t{split} * gridDim.x + h] = big == neg_inf ? neg_inf : big + logf(denom);
 }
 
-inline void check_decode_args(const paged_decode_args& a) {
+template <kv_element T>
+void check_decode_args(const basic_paged_decode_args<T>& a) {
     const auto& s = a.shape;
     if (s.head_dim == 0 || s.head_dim % 32 != 0 || s.head_dim > 32 * attention_max_per_lane)
         throw usage_error("paged_decode_attention: head_dim " + std::to_string(s.head_dim) +
@@ -129,10 +129,15 @@ inline void check_decode_args(const paged_decode_args& a) {
     if (s.num_kv_heads == 0 || s.num_q_heads == 0 || s.num_q_heads % s.num_kv_heads != 0 || s.block_size == 0)
         throw usage_error("paged_decode_attention: query heads must be a positive multiple of KV heads, and "
                           "block_size at least 1");
-    if (a.q == nullptr || a.o == nullptr || a.lse == nullptr ||
-        (a.num_tokens > 0 && (a.k_cache == nullptr || a.v_cache == nullptr || a.block_table == nullptr)))
-        throw usage_error("paged_decode_attention: q, o, lse (and k_cache, v_cache, block_table with tokens) "
-                          "must be device pointers");
+    const std::size_t qd = std::size_t{s.num_q_heads} * s.head_dim;
+    const std::uint64_t table = (a.num_tokens + s.block_size - 1) / s.block_size;
+    if (a.q.size() != qd || a.o.size() != qd || a.lse.size() != s.num_q_heads || a.block_table.size() < table ||
+        (a.num_tokens > 0 && (a.k_cache.empty() || a.v_cache.empty())))
+        throw usage_error("paged_decode_attention: q has " + std::to_string(a.q.size()) + " values, o " +
+                          std::to_string(a.o.size()) + ", lse " + std::to_string(a.lse.size()) +
+                          ", the block table " + std::to_string(a.block_table.size()) + " entries; give q and o " +
+                          std::to_string(qd) + " values, lse " + std::to_string(s.num_q_heads) + ", a table of " +
+                          std::to_string(table) + " blocks, and the caches when there are tokens");
 }
 
 }  // namespace detail
@@ -140,22 +145,26 @@ inline void check_decode_args(const paged_decode_args& a) {
 /// Effects: enqueues one-pass decode attention: a.o and a.lse over tokens
 /// [0, a.num_tokens). Throws: usage_error for a shape the kernel does not
 /// take (see the header paragraph) or a missing pointer; cuda_error.
-inline void paged_decode_attention(const paged_decode_args& a, cudaStream_t stream) {
+template <kv_element T>
+void paged_decode_attention(const basic_paged_decode_args<T>& a, cudaStream_t stream) {
     detail::check_decode_args(a);
     const std::size_t stride =
         a.block_stride != 0 ? a.block_stride : std::size_t{a.shape.block_size} * a.shape.num_kv_heads * a.shape.head_dim;
     detail::paged_decode_kernel<<<dim3(a.shape.num_q_heads, 1), detail::attention_warps * 32, 0, stream>>>(
-        a, stride, a.o, a.lse);
+        a, stride, a.o.data(), a.lse.data());
     KVPOLICY_CUDA_CHECK(cudaGetLastError());
 }
 
 /// Split-KV decode attention: `num_splits` blocks per head each take a
 /// contiguous share of the tokens, then merge.cuh combines them. Two-phase
-/// temporary storage (a null d_temp_storage only sets temp_storage_bytes).
+/// temporary storage, as select.cuh's: an empty temp_storage only sets
+/// temp_storage_bytes; then pass device memory of at least that many bytes.
 /// Throws: as paged_decode_attention, and usage_error if the temporary
 /// storage is smaller than the size query said.
-inline void paged_decode_attention_split(void* d_temp_storage, std::size_t& temp_storage_bytes,
-                                         const paged_decode_args& a, std::uint32_t num_splits, cudaStream_t stream) {
+template <kv_element T>
+void paged_decode_attention_split(device_span<std::byte> temp_storage, std::size_t& temp_storage_bytes,
+                                  const basic_paged_decode_args<T>& a, std::uint32_t num_splits, cudaStream_t stream) {
+    void* const d_temp_storage = temp_storage.data();
     detail::check_decode_args(a);
     if (num_splits == 0) throw usage_error("paged_decode_attention_split: num_splits is 0; give at least 1");
     const std::size_t heads = a.shape.num_q_heads;
@@ -165,9 +174,9 @@ inline void paged_decode_attention_split(void* d_temp_storage, std::size_t& temp
         temp_storage_bytes = total;
         return;
     }
-    if (temp_storage_bytes < total)
-        throw usage_error("paged_decode_attention_split: temporary storage has " + std::to_string(temp_storage_bytes) +
-                          " bytes, needs " + std::to_string(total) + "; ask with a null d_temp_storage first");
+    if (temp_storage.size() < total)
+        throw usage_error("paged_decode_attention_split: temporary storage has " + std::to_string(temp_storage.size()) +
+                          " bytes, needs " + std::to_string(total) + "; ask with an empty temp_storage first");
     auto* o_parts = static_cast<float*>(d_temp_storage);
     auto* lse_parts = reinterpret_cast<float*>(static_cast<unsigned char*>(d_temp_storage) + lse_at);
     const std::size_t stride =
@@ -175,8 +184,19 @@ inline void paged_decode_attention_split(void* d_temp_storage, std::size_t& temp
     detail::paged_decode_kernel<<<dim3(a.shape.num_q_heads, num_splits), detail::attention_warps * 32, 0, stream>>>(
         a, stride, o_parts, lse_parts);
     KVPOLICY_CUDA_CHECK(cudaGetLastError());
-    merge_attention_states(o_parts, lse_parts, num_splits, a.shape.num_q_heads, a.shape.head_dim, a.o, a.lse,
-                           stream);
+    merge_attention_states(device_span<const float>{o_parts, num_splits * heads * a.shape.head_dim},
+                           device_span<const float>{lse_parts, num_splits * heads}, num_splits, a.shape.head_dim,
+                           a.o, a.lse, stream);
+}
+
+/// The fp32 forms, for a braced argument list (`paged_decode_attention({.q =
+/// ...}, stream)`), which a template cannot deduce from.
+inline void paged_decode_attention(const paged_decode_args& a, cudaStream_t stream) {
+    paged_decode_attention<float>(a, stream);
+}
+inline void paged_decode_attention_split(device_span<std::byte> temp_storage, std::size_t& temp_storage_bytes,
+                                         const paged_decode_args& a, std::uint32_t num_splits, cudaStream_t stream) {
+    paged_decode_attention_split<float>(temp_storage, temp_storage_bytes, a, num_splits, stream);
 }
 
 }  // namespace kvpolicy::cuda

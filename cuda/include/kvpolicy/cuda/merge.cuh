@@ -16,8 +16,12 @@
 
 #include <cuda/std/limits>
 
+#include <cstddef>
 #include <cstdint>
+#include <string>
 
+#include "kvpolicy/core/error.hpp"
+#include "kvpolicy/core/memory_space.hpp"
 #include "kvpolicy/cuda/check.cuh"
 
 namespace kvpolicy::cuda {
@@ -78,25 +82,42 @@ __global__ void __launch_bounds__(merge_threads)
 
 }  // namespace detail
 
-/// Effects: enqueues, for each of `rows` rows, the merge of (o_b, lse_b) into
-/// (o_a, lse_a). Shapes: o_* [rows][head_dim], lse_* [rows], device memory.
-inline void merge_attention_state(float* o_a, float* lse_a, const float* o_b, const float* lse_b,
-                                  std::uint32_t rows, std::uint32_t head_dim, cudaStream_t stream) {
+/// Effects: enqueues, for each row r of lse_a.size() rows, the merge of
+/// (o_b, lse_b) into (o_a, lse_a). Shapes: o_* [rows][head_dim], lse_*
+/// [rows], device memory.
+/// Throws: usage_error if the shapes disagree (nothing enqueued).
+inline void merge_attention_state(device_span<float> o_a, device_span<float> lse_a, device_span<const float> o_b,
+                                  device_span<const float> lse_b, std::uint32_t head_dim, cudaStream_t stream) {
+    const std::size_t rows = lse_a.size();
+    if (lse_b.size() != rows || o_a.size() != rows * head_dim || o_b.size() != rows * head_dim)
+        throw usage_error("merge_attention_state: lse of " + std::to_string(rows) + " and " +
+                          std::to_string(lse_b.size()) + " rows, o of " + std::to_string(o_a.size()) + " and " +
+                          std::to_string(o_b.size()) + " values; give rows x head_dim = " +
+                          std::to_string(rows * head_dim) + " values of o per lse row");
     if (rows == 0) return;
-    detail::merge_state_inplace_kernel<<<rows, detail::merge_threads, 0, stream>>>(o_a, lse_a, o_b, lse_b,
-                                                                                    head_dim);
+    detail::merge_state_inplace_kernel<<<static_cast<unsigned>(rows), detail::merge_threads, 0, stream>>>(
+        o_a.data(), lse_a.data(), o_b.data(), lse_b.data(), head_dim);
     KVPOLICY_CUDA_CHECK(cudaGetLastError());
 }
 
-/// Effects: enqueues (o, lse) = the merge of `num_parts` states.
-/// Shapes: o_parts [num_parts][rows][head_dim], lse_parts [num_parts][rows],
-/// o [rows][head_dim], lse [rows], device memory.
-inline void merge_attention_states(const float* o_parts, const float* lse_parts, std::uint32_t num_parts,
-                                   std::uint32_t rows, std::uint32_t head_dim, float* o, float* lse,
-                                   cudaStream_t stream) {
+/// Effects: enqueues (o, lse) = the merge of `num_parts` states, rows =
+/// lse.size(). Shapes: o_parts [num_parts][rows][head_dim], lse_parts
+/// [num_parts][rows], o [rows][head_dim], lse [rows], device memory.
+/// Throws: usage_error if the shapes disagree (nothing enqueued).
+inline void merge_attention_states(device_span<const float> o_parts, device_span<const float> lse_parts,
+                                   std::uint32_t num_parts, std::uint32_t head_dim, device_span<float> o,
+                                   device_span<float> lse, cudaStream_t stream) {
+    const std::size_t rows = lse.size();
+    if (o.size() != rows * head_dim || lse_parts.size() != rows * num_parts ||
+        o_parts.size() != rows * num_parts * head_dim)
+        throw usage_error("merge_attention_states: " + std::to_string(num_parts) + " parts of " +
+                          std::to_string(lse_parts.size()) + " lse and " + std::to_string(o_parts.size()) +
+                          " o values into " + std::to_string(rows) + " rows of " + std::to_string(o.size()) +
+                          " o values; give parts x rows lse, parts x rows x head_dim o, rows x head_dim out");
     if (rows == 0) return;
-    detail::merge_states_kernel<<<rows, detail::merge_threads, 0, stream>>>(o_parts, lse_parts, num_parts, rows,
-                                                                            head_dim, o, lse);
+    detail::merge_states_kernel<<<static_cast<unsigned>(rows), detail::merge_threads, 0, stream>>>(
+        o_parts.data(), lse_parts.data(), num_parts, static_cast<std::uint32_t>(rows), head_dim, o.data(),
+        lse.data());
     KVPOLICY_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -39,14 +39,27 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "kvpolicy/core/concepts.hpp"
 #include "kvpolicy/core/error.hpp"
+#include "kvpolicy/core/memory_space.hpp"
 #include "kvpolicy/cuda/select_key.cuh"
 
 namespace kvpolicy::cuda {
+
+/// Where a Thrust system's memory lives: the CPP system's (and a system
+/// whose tag derives from it) is host memory, any other's (CUDA) device
+/// memory. With THRUST_DEVICE_SYSTEM=CPP the device system is CPP: host.
+template <class System>
+inline constexpr memory_space system_memory_space =
+    std::is_base_of_v<thrust::cpp::tag, System> ? memory_space::host : memory_space::device;
+
+/// A span of a Thrust system's memory (memory_space.hpp).
+template <class T, class System>
+using system_span = space_span<T, system_memory_space<System>>;
 
 namespace detail {
 
@@ -138,13 +151,24 @@ public:
         return k;
     }
 
-    /// The same on arrays already in the system's memory: `scores` and `ids`
-    /// hold n items (ids may be null: item i has id i), `out` receives
-    /// min(k, n) ids. Returns the count.
-    /// Throws: usage_error on a NaN score (naming its item); `out` untouched.
+    /// The same on arrays already in the system's memory (`system_span`:
+    /// device spans for the CUDA system, host spans for CPP): `ids` is empty
+    /// (item i has id i) or one per score; `out` receives the
+    /// min(out.size(), scores.size()) lowest ids. Returns the count.
+    /// Throws: usage_error on a NaN score (naming its item), or if ids is
+    /// neither empty nor scores' length; `out` untouched.
     template <class Score>
-    std::size_t select_lowest_in_system(const Score* scores, const std::uint32_t* ids, std::size_t n,
-                                        std::uint32_t* out, std::size_t k) {
+    std::size_t select_lowest_in_system(system_span<const Score, System> scores_in,
+                                        system_span<const std::uint32_t, System> ids_in,
+                                        system_span<std::uint32_t, System> out_in) {
+        if (!ids_in.empty() && ids_in.size() != scores_in.size())
+            throw usage_error("select_lowest_in_system: " + std::to_string(scores_in.size()) + " scores for " +
+                              std::to_string(ids_in.size()) + " ids; pass one id per score or none");
+        const Score* scores = scores_in.data();
+        const std::uint32_t* ids = ids_in.empty() ? nullptr : ids_in.data();
+        std::uint32_t* out = out_in.data();
+        const std::size_t n = scores_in.size();
+        std::size_t k = out_in.size();
         const Score* nan_at = thrust::find_if(System{}, scores, scores + n, detail::is_nan_fn<Score>{});
         if (nan_at != scores + n) {
             const auto i = static_cast<std::size_t>(nan_at - scores);
@@ -193,5 +217,6 @@ private:
 static_assert(victim_selector<thrust_selector<thrust::cpp::tag>>);
 static_assert(victim_selector<thrust_selector<thrust::cpp::tag>, float>);
 static_assert(victim_selector<thrust_selector<>>);
+static_assert(system_memory_space<thrust::cpp::tag> == memory_space::host);
 
 }  // namespace kvpolicy::cuda
