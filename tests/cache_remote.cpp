@@ -259,3 +259,44 @@ TEST_CASE("remote: two instances sharing a store under faults keep every block's
     REQUIRE(fetch_failures > 0);
     REQUIRE(write_backs > 20);
 }
+
+TEST_CASE("remote values: the one-pass copy agrees with the checksum; each kind of bad value is refused",
+          "[cache][remote][values]") {
+    std::mt19937_64 rng(7);
+    for (std::size_t n = 0; n < 300; ++n) {
+        std::vector<std::byte> src(n), dst(n);
+        for (auto& b : src) b = std::byte(rng() & 0xff);
+        REQUIRE(copy_with_checksum(dst, src) == remote_checksum(src));
+        REQUIRE(dst == src);
+        if (n > 0) {  // any one flipped byte changes it
+            std::vector<std::byte> other = src;
+            other[rng() % n] ^= std::byte{1};
+            REQUIRE(remote_checksum(other) != remote_checksum(src));
+        }
+    }
+    const remote_namespace ns{.model = "m", .item_bytes = 64};
+    const std::uint64_t h = ns.hash();
+    std::vector<std::byte> payload(64);
+    write_pattern(payload, 42);
+    std::vector<std::byte> value(remote_value_header::size + 64);
+    encode_remote_value(value, ns, h, 42, payload);
+    std::vector<std::byte> out(64);
+    auto check = [&](const std::vector<std::byte>& v, std::uint64_t key, const remote_namespace& n) {
+        const remote_value_check a = verify_remote_value(v, n, n.hash(), key, 64);
+        REQUIRE(verify_and_copy_remote_value(v, n, n.hash(), key, out) == a);
+        return a;
+    };
+    REQUIRE(check(value, 42, ns) == remote_value_check::ok);
+    REQUIRE(out == payload);
+    REQUIRE(check(value, 43, ns) == remote_value_check::wrong_key);
+    REQUIRE(check(value, 42, remote_namespace{.model = "other", .item_bytes = 64}) == remote_value_check::wrong_namespace);
+    REQUIRE(check(std::vector<std::byte>(value.begin(), value.begin() + 20), 42, ns) == remote_value_check::too_short);
+    REQUIRE(check(std::vector<std::byte>(value.begin(), value.end() - 1), 42, ns) == remote_value_check::wrong_length);
+    std::vector<std::byte> bad = value;
+    bad[0] ^= std::byte{1};
+    REQUIRE(check(bad, 42, ns) == remote_value_check::bad_magic);
+    bad = value;
+    bad[remote_value_header::size + 10] ^= std::byte{1};
+    REQUIRE(check(bad, 42, ns) == remote_value_check::bad_checksum);
+    REQUIRE(ns.key(0x1234) == "kvp:m:1:16:64:0000000000001234");
+}

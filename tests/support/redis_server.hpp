@@ -98,10 +98,9 @@ public:
         kill();
         throw std::runtime_error("redis-server on port " + std::to_string(port_) + " did not answer within 10 s");
     }
-    /// SIGKILL (after SIGCONT, if paused) and reap.
+    /// SIGKILL and reap (a paused server dies too, without running again).
     void kill() {
         if (pid_ <= 0) return;
-        ::kill(pid_, SIGCONT);
         ::kill(pid_, SIGKILL);
         ::waitpid(pid_, nullptr, 0);
         pid_ = -1;

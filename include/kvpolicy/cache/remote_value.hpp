@@ -30,22 +30,31 @@
 
 namespace kvpolicy {
 
-/// The 64-bit checksum of `bytes` (xxHash64's rounds and avalanche).
-[[nodiscard]] inline std::uint64_t remote_checksum(std::span<const std::byte> bytes) noexcept {
+namespace detail {
+// xxHash64's rounds and avalanche over `n` bytes at `p`; with `out`, the
+// bytes are copied there in the same pass (a load feeds both).
+inline std::uint64_t checksum_pass(const std::byte* p, std::size_t n, std::byte* out) noexcept {
     constexpr std::uint64_t p1 = 0x9E3779B185EBCA87ULL, p2 = 0xC2B2AE3D27D4EB4FULL, p3 = 0x165667B19E3779F9ULL;
     auto round = [](std::uint64_t acc, std::uint64_t w) { return std::rotl(acc + w * p2, 31) * p1; };
-    auto load = [](const std::byte* p) {
+    auto load = [](const std::byte* q) {
         std::uint64_t w;
-        std::memcpy(&w, p, 8);
+        std::memcpy(&w, q, 8);
         return w;
     };
-    const std::byte* p = bytes.data();
-    std::size_t n = bytes.size();
+    const std::size_t total = n;
     std::uint64_t v[4] = {p1 + p2, p2, 0, 0 - p1};
-    for (; n >= 32; n -= 32, p += 32)
-        for (int i = 0; i < 4; ++i) v[i] = round(v[i], load(p + 8 * i));
+    for (; n >= 32; n -= 32, p += 32) {
+        std::uint64_t w[4];
+        for (int i = 0; i < 4; ++i) w[i] = load(p + 8 * i);
+        if (out != nullptr) {
+            std::memcpy(out, w, 32);
+            out += 32;
+        }
+        for (int i = 0; i < 4; ++i) v[i] = round(v[i], w[i]);
+    }
+    if (out != nullptr && n > 0) std::memcpy(out, p, n);
     std::uint64_t h = std::rotl(v[0], 1) + std::rotl(v[1], 7) + std::rotl(v[2], 12) + std::rotl(v[3], 18);
-    h += bytes.size();
+    h += total;
     for (; n >= 8; n -= 8, p += 8) h = std::rotl(h ^ round(0, load(p)), 27) * p1 + p3;
     for (; n > 0; --n, ++p) h = std::rotl(h ^ (std::to_integer<std::uint64_t>(*p) * p3), 11) * p1;
     h ^= h >> 33;
@@ -54,6 +63,18 @@ namespace kvpolicy {
     h *= p3;
     h ^= h >> 32;
     return h;
+}
+}  // namespace detail
+
+/// The 64-bit checksum of `bytes` (xxHash64's rounds and avalanche).
+[[nodiscard]] inline std::uint64_t remote_checksum(std::span<const std::byte> bytes) noexcept {
+    return detail::checksum_pass(bytes.data(), bytes.size(), nullptr);
+}
+
+/// Copies `src` into `dst` (at least as long) and returns remote_checksum(src),
+/// reading `src` once.
+inline std::uint64_t copy_with_checksum(std::span<std::byte> dst, std::span<const std::byte> src) noexcept {
+    return detail::checksum_pass(src.data(), src.size(), dst.data());
 }
 
 /// Where an instance's items live in the store: two instances share an
@@ -133,6 +154,38 @@ inline void encode_remote_header(std::span<std::byte, remote_value_header::size>
     h.length = payload.size();
     h.checksum = remote_checksum(payload);
     std::memcpy(out.data(), &h, sizeof h);
+}
+
+/// Writes the value of item `key` into `out` (header + payload, so
+/// remote_value_header::size + payload.size() bytes), reading the payload once.
+inline void encode_remote_value(std::span<std::byte> out, const remote_namespace& ns, std::uint64_t ns_hash,
+                                std::uint64_t key, std::span<const std::byte> payload) noexcept {
+    remote_value_header h;
+    h.layout_version = ns.layout_version;
+    h.namespace_hash = ns_hash;
+    h.key = key;
+    h.length = payload.size();
+    h.checksum = copy_with_checksum(out.subspan(remote_value_header::size), payload);
+    std::memcpy(out.data(), &h, sizeof h);
+}
+
+/// verify_remote_value, copying the payload into `dst` (its length is the
+/// expected one) in the same pass as the checksum. On anything but `ok`,
+/// `dst` holds unspecified bytes: the caller must not use them.
+[[nodiscard]] inline remote_value_check verify_and_copy_remote_value(std::span<const std::byte> value,
+                                                                     const remote_namespace& ns, std::uint64_t ns_hash,
+                                                                     std::uint64_t key, std::span<std::byte> dst) noexcept {
+    if (value.size() < remote_value_header::size) return remote_value_check::too_short;
+    remote_value_header h;
+    std::memcpy(&h, value.data(), sizeof h);
+    if (h.magic != remote_value_header::magic_value || h.format != remote_value_header::format_version)
+        return remote_value_check::bad_magic;
+    if (h.namespace_hash != ns_hash || h.layout_version != ns.layout_version) return remote_value_check::wrong_namespace;
+    if (h.key != key) return remote_value_check::wrong_key;
+    const std::span<const std::byte> payload = value.subspan(remote_value_header::size);
+    if (h.length != dst.size() || payload.size() != dst.size()) return remote_value_check::wrong_length;
+    if (copy_with_checksum(dst, payload) != h.checksum) return remote_value_check::bad_checksum;
+    return remote_value_check::ok;
 }
 
 /// Checks a loaded value against what the cache expects; on `ok` the

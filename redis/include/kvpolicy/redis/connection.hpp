@@ -7,12 +7,18 @@
 // error or a timeout is closed (a late reply would be read as the answer to
 // the next command) and opened again, once, at the next batch.
 //
+// A write to a server that died raises SIGPIPE, whose default action ends
+// the process; the first connection therefore sets SIGPIPE to ignored if it
+// was at its default (hiredis then sees EPIPE and the batch fails), and
+// leaves any handler the program installed alone.
+//
 // Errors at construction name the node's address and the fix: nothing
 // listening there, a password the server refuses (or needs), a `maxmemory`
 // smaller than the remote tier asks for.
 #pragma once
 
 #include <hiredis/hiredis.h>
+#include <signal.h>
 #include <sys/time.h>
 
 #include <chrono>
@@ -72,6 +78,7 @@ public:
     /// Connects, authenticates and checks the node. Throws: config_error
     /// naming the address and the fix when it cannot.
     connection(endpoint at, const store_config& config) : at_(std::move(at)), config_(&config) {
+        ignore_sigpipe_once();
         std::string why;
         if (!open(why)) throw config_error(why);
         check_memory();
@@ -137,6 +144,20 @@ public:
     void close() noexcept { ctx_.reset(); }
 
 private:
+    static void ignore_sigpipe_once() noexcept {
+        static const bool done = [] {
+            struct sigaction old {};
+            if (sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
+                struct sigaction ign {};
+                ign.sa_handler = SIG_IGN;
+                sigemptyset(&ign.sa_mask);
+                sigaction(SIGPIPE, &ign, nullptr);
+            }
+            return true;
+        }();
+        (void)done;
+    }
+
     struct ctx_deleter {
         void operator()(redisContext* c) const noexcept { redisFree(c); }
     };

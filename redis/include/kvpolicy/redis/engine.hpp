@@ -14,9 +14,11 @@
 // read leaves), the op fails, and the cache recomputes what read it.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -107,13 +109,12 @@ private:
         q.key_len = keys_.size() - q.key_pos;
     }
     void queue_set(std::size_t op, std::uint64_t key, std::span<const std::byte> payload) {
-        queued q{op, true, key, block_id{}, values_.size(), remote_value_header::size + payload.size(), 0, 0};
+        queued q{op, true, key, block_id{}, values_used_, remote_value_header::size + payload.size(), 0, 0};
         queue_key(q, key);
-        values_.resize(values_.size() + q.value_len);
-        encode_remote_header(std::span<std::byte, remote_value_header::size>(values_.data() + q.value_pos,
-                                                                             remote_value_header::size),
-                             store_->config().ns, ns_hash_, key, payload);
-        std::memcpy(values_.data() + q.value_pos + remote_value_header::size, payload.data(), payload.size());
+        grow_values(values_used_ + q.value_len);
+        values_used_ += q.value_len;
+        encode_remote_value(std::span<std::byte>(values_.get() + q.value_pos, q.value_len), store_->config().ns,
+                            ns_hash_, key, payload);
         queued_bytes_ += q.value_len;
         queue_.push_back(q);
     }
@@ -122,6 +123,19 @@ private:
         queue_key(q, key);
         queued_bytes_ += cpu_->block_bytes();
         queue_.push_back(q);
+    }
+
+    // The batch's values, back to back: grown (never zero-filled: every byte
+    // is written before it is sent) to hold a whole batch, then reused.
+    void grow_values(std::size_t need) {
+        if (need <= values_capacity_) return;
+        const std::size_t cap = std::max({need, 2 * values_capacity_,
+                                          std::min(store_->config().max_in_flight_bytes, std::size_t{1} << 30) +
+                                              remote_value_header::size + cpu_->block_bytes()});
+        std::unique_ptr<std::byte[]> bigger(new std::byte[cap]);
+        if (values_used_ > 0) std::memcpy(bigger.get(), values_.get(), values_used_);
+        values_ = std::move(bigger);
+        values_capacity_ = cap;
     }
 
     [[nodiscard]] bool touches_pending_fetch(const block_transfer& op) const noexcept {
@@ -138,16 +152,15 @@ private:
         cmds_.clear();
         for (const queued& q : queue_) {
             const std::string_view key(keys_.data() + q.key_pos, q.key_len);
-            if (q.is_set) cmds_.push_back({"SET", key, std::span<const std::byte>(values_.data() + q.value_pos, q.value_len)});
+            if (q.is_set) cmds_.push_back({"SET", key, std::span<const std::byte>(values_.get() + q.value_pos, q.value_len)});
             else cmds_.push_back({"GET", key, {}});
         }
-        store_->run(cmds_, replies_);
-        ++round_trips_;
         std::size_t done = 0;
         const remote_namespace& ns = store_->config().ns;
-        for (std::size_t j = 0; j < queue_.size(); ++j) {
+        // Each reply is used (and freed) as it arrives.
+        store_->run(cmds_, [&](std::size_t j, reply_ptr reply) {
             const queued& q = queue_[j];
-            const redisReply* r = replies_[j].get();
+            const redisReply* r = reply.get();
             bool ok = false;
             if (q.is_set) {
                 ok = r != nullptr && r->type == REDIS_REPLY_STATUS;
@@ -156,20 +169,19 @@ private:
                 const std::span<std::byte> dst = cpu_->block(q.cpu_slot);
                 if (r != nullptr && r->type == REDIS_REPLY_STRING) {
                     const auto value = std::as_bytes(std::span<const char>(r->str, r->len));
-                    ok = verify_remote_value(value, ns, ns_hash_, q.key, dst.size()) == remote_value_check::ok;
+                    // Verified and copied in one pass; a refused value's partial copy is overwritten below.
+                    ok = verify_and_copy_remote_value(value, ns, ns_hash_, q.key, dst) == remote_value_check::ok;
                     rejected_ += ok ? 0 : 1;
-                    if (ok) {
-                        std::memcpy(dst.data(), value.data() + remote_value_header::size, dst.size());
-                        bytes_received_ += value.size();
-                    }
+                    bytes_received_ += ok ? value.size() : 0;
                 }
                 if (!ok) std::memset(dst.data(), 0xee, dst.size());
             }
             status_[q.op] = ok ? transfer_status::done : transfer_status::failed;
             done += ok ? 1 : 0;
-        }
+        });
+        ++round_trips_;
         queue_.clear();
-        values_.clear();
+        values_used_ = 0;
         keys_.clear();
         queued_bytes_ = 0;
         return done;
@@ -182,10 +194,11 @@ private:
     std::uint64_t ns_hash_;
     std::span<transfer_status> status_;
     std::vector<queued> queue_;
-    std::vector<std::byte> values_;  // the queued SETs' values, back to back
+    std::unique_ptr<std::byte[]> values_;  // the queued SETs' values, back to back
+    std::size_t values_used_ = 0;
+    std::size_t values_capacity_ = 0;
     std::string keys_;               // the queued ops' key texts, back to back
     std::vector<command> cmds_;
-    std::vector<reply_ptr> replies_;
     std::size_t queued_bytes_ = 0;
     std::size_t round_trips_ = 0;
     std::size_t bytes_sent_ = 0;

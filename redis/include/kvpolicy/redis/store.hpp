@@ -95,6 +95,14 @@ public:
     void run(std::span<const command> cmds, std::vector<reply_ptr>& replies) {
         replies.clear();
         replies.resize(cmds.size());
+        run(cmds, [&](std::size_t i, reply_ptr r) { replies[i] = std::move(r); });
+    }
+
+    /// The same, handing each reply to `on_reply(i, reply)` as it is read
+    /// (null for a command that got none), so that a batch's values need not
+    /// all be alive at once. Each command is reported exactly once.
+    template <class OnReply>
+    void run(std::span<const command> cmds, OnReply&& on_reply) {
         if (stale_map_ && config_.cluster) refresh_slots();
         target_.assign(cmds.size(), no_node);
         asking_.assign(cmds.size(), 0);
@@ -102,9 +110,10 @@ public:
         pending_.resize(cmds.size());
         for (std::size_t i = 0; i < cmds.size(); ++i) pending_[i] = i;
         for (int round = 0; round < 3 && !pending_.empty(); ++round) {
-            send_round(cmds, replies);
+            send_round(cmds, on_reply);
             if (!config_.cluster) break;
         }
+        for (std::size_t i : pending_) on_reply(i, nullptr);  // still redirected after the last round
     }
 
     /// How many of `keys` (item keys, namespaced here), from the first, the
@@ -137,7 +146,8 @@ private:
 
     // Sends each pending command to its node (all nodes first), then reads
     // the replies; leaves in pending_ the redirected ones, retargeted.
-    void send_round(std::span<const command> cmds, std::vector<reply_ptr>& replies) {
+    template <class OnReply>
+    void send_round(std::span<const command> cmds, OnReply& on_reply) {
         std::vector<std::uint32_t> used;
         for (std::size_t i : pending_) {
             const std::uint32_t n = target_[i];
@@ -157,16 +167,21 @@ private:
             const std::uint32_t n = target_[i];
             if (n == no_node || !nodes_[n]->ok()) {
                 stale_map_ = config_.cluster;
-                continue;  // null reply: failed
+                on_reply(i, nullptr);  // failed
+                continue;
             }
             if (asking_[i]) {
                 reply_ptr ok = nodes_[n]->next_reply();
                 asking_[i] = 0;
-                if (!ok) continue;
+                if (!ok) {
+                    on_reply(i, nullptr);
+                    continue;
+                }
             }
             reply_ptr r = nodes_[n]->next_reply();
             if (!r) {
                 stale_map_ = config_.cluster;
+                on_reply(i, nullptr);
                 continue;
             }
             if (config_.cluster && (is_error(r.get(), "MOVED ") || is_error(r.get(), "ASK "))) {
@@ -190,7 +205,7 @@ private:
                     continue;
                 }
             }
-            replies[i] = std::move(r);
+            on_reply(i, std::move(r));
         }
         pending_ = std::move(again);
     }
