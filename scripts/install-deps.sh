@@ -5,7 +5,10 @@ set -euo pipefail
 
 # clang-14 and libclang-rt-14-dev: the libFuzzer harnesses (scripts/fuzz.sh).
 # python3-dev and python3-venv: the Python package's build and tests (python/).
-packages=(cmake g++ make catch2 librange-v3-dev zlib1g-dev libcli11-dev gnuplot-nox pkg-config python3-dev python3-venv clang-14 libclang-rt-14-dev)
+# libhiredis-dev: the Redis remote tier (kvpolicy::redis); redis-server and
+# redis-tools: the servers its tests start on loopback ports (ctest -L redis).
+packages=(cmake g++ make catch2 librange-v3-dev zlib1g-dev libcli11-dev gnuplot-nox pkg-config python3-dev python3-venv
+          clang-14 libclang-rt-14-dev libhiredis-dev redis-server redis-tools)
 
 missing=()
 for p in "${packages[@]}"; do

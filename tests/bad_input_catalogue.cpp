@@ -251,6 +251,30 @@ TEST_CASE("bad input: a NaN score or mismatched lengths to a selector; a duplica
     REQUIRE(batch.metrics().selections == 0);
 }
 
+TEST_CASE("bad input: a remote tier without a CPU tier; stage_remote off the cached prefix or the request",
+          "[bad_input]") {
+    require_throws<config_error>([] { cache_t c({.gpu_capacity = 4, .remote = true}); },
+                                 "cache_config: remote tier without a CPU tier; remote hits are staged through CPU "
+                                 "memory, so give cpu_capacity > 0");
+    cache_t remote({.gpu_capacity = 4, .cpu_capacity = 2, .block_size = 16, .remote = true});
+    remote.begin_step();
+    remote.admit(session_id{1}, std::vector<block_hash>{1, 2});
+    const std::string before = snapshot(remote);
+    const std::vector<block_hash> request{1, 2, 3, 4};
+    require_throws<usage_error>([&] { remote.stage_remote(session_id{2}, request, 1, 1); },
+                                "stage_remote: the cached prefix ends at block 2, not 1; stage from lookup(hashes).run");
+    require_throws<usage_error>([&] { remote.stage_remote(session_id{2}, request, 2, 3); },
+                                "stage_remote: blocks [2, 2 + 3) are outside the request's 4 blocks; stage a range of "
+                                "its hashes");
+    REQUIRE(snapshot(remote) == before);
+    fixture f;
+    const std::string local_before = snapshot(f.cache);
+    require_throws<usage_error>([&] { f.cache.stage_remote(session_id{2}, request, 0, 1); },
+                                "stage_remote: the cache has no remote tier; set cache_config::remote to stage store "
+                                "hits");
+    REQUIRE(snapshot(f.cache) == local_before);
+}
+
 TEST_CASE("bad input: an unknown policy name lists every accepted name", "[bad_input]") {
     auto f = []<class P>() { return P::name; };
     require_throws<unknown_name_error>([&] { (void)visit_by_name<eviction_policies>("lru2", f, "eviction policy"); },

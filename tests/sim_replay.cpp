@@ -5,6 +5,7 @@
 
 #include <kvpolicy/eviction/registry.hpp>
 #include <kvpolicy/sim/replay.hpp>
+#include <kvpolicy/sim/workload.hpp>
 
 #include <deque>
 #include <fstream>
@@ -279,4 +280,56 @@ TEST_CASE("tiered mode on a hand-made trace", "[sim][tiered]") {
     REQUIRE(r.hits == 3);
     REQUIRE(r.misses == 9 - 3);
     REQUIRE(r.prefill_seconds_saved > 0);
+}
+
+TEST_CASE("remote tier: instances sharing a store hit each other's prefixes; isolated ones do not", "[sim][remote]") {
+    // GPU 4, CPU 4 per instance, LRU, exclusive; sessions 0 and 2 go to instance 0, session 1
+    // to instance 1.
+    //  s0 [A1..A4] on instance 0: computed.
+    //  s2 [B1..B4]: A's 4 blocks leave the GPU, sheltered on the CPU.
+    //  s2 [C1..C4] (a new request): B's blocks push A's out of the CPU: A is written back.
+    //  s1 [A1..A4] on instance 1: 4 remote hits with a shared store, 0 with its own.
+    std::vector<request_record> reqs;
+    auto add = [&](std::uint64_t session, std::uint64_t doc) {
+        request_record r;
+        r.timestamp_ms = reqs.size();
+        r.session = session;
+        r.has_session = true;
+        r.input_length = 64;
+        for (std::uint64_t b = 1; b <= 4; ++b) r.hash_ids.push_back(doc * 100 + b);
+        reqs.push_back(r);
+    };
+    add(0, 1);
+    add(2, 2);
+    add(2, 3);
+    add(1, 1);
+    request_replay_config cfg{.capacity = 4, .cpu_capacity = 4, .block_size = 16, .trace_name = "hand-made"};
+    vector_request_source shared_src(reqs);
+    const replay_result shared = replay_instances<lru, lru>(shared_src, cfg, 2, 16, true);
+    REQUIRE(shared.hits == 4);
+    REQUIRE(shared.remote_hits == 4);
+    REQUIRE(shared.remote_failed_fetches == 0);
+    REQUIRE(shared.misses == 12);
+    vector_request_source isolated_src(reqs);
+    const replay_result isolated = replay_instances<lru, lru>(isolated_src, cfg, 2, 16, false);
+    REQUIRE(isolated.hits == 0);
+    REQUIRE(isolated.remote_hits == 0);
+}
+
+TEST_CASE("remote tier: one instance with an empty store replays exactly as the two-tier cache", "[sim][remote]") {
+    // With nothing in the store, every write-back fails (and is the drop it
+    // replaced) and every lookup stops at the CPU tier: the same hits.
+    const std::vector<request_record> reqs = generate_chat_workload({.sessions = 60});
+    for (const std::size_t cpu : {std::size_t{8}, std::size_t{64}}) {
+        request_replay_config cfg{.capacity = 48, .cpu_capacity = cpu, .block_size = 16, .trace_name = "built-in"};
+        vector_request_source a(reqs), b(reqs);
+        const replay_result tiered = replay_requests<lru, lru>(a, cfg, replay_mode::tiered);
+        const replay_result remote = replay_instances<lru, lru>(b, cfg, 1, 0, true);
+        REQUIRE(remote.hits == tiered.hits);
+        REQUIRE(remote.misses == tiered.misses);
+        REQUIRE(remote.gpu_hits == tiered.gpu_hits);
+        REQUIRE(remote.cpu_hits == tiered.cpu_hits);
+        REQUIRE(remote.bypassed_requests == tiered.bypassed_requests);
+        REQUIRE(remote.remote_hits == 0);
+    }
 }

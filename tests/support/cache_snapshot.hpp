@@ -54,7 +54,8 @@ template <class Cache>
       << m.requests << ' ' << m.lookup_blocks << ' ' << m.miss_blocks << ' ' << m.miss_tokens << ' ' << m.swap_in_items
       << ' ' << m.swap_in_bytes << ' ' << m.swap_out_items << ' ' << m.swap_out_bytes << ' ' << m.dropped_items << ' '
       << m.failed_transfers << ' ' << m.recompute_items << ' ' << m.dropped_tokens << ' ' << m.recomputed_blocks << ' '
-      << m.recomputed_tokens << ' ' << m.re_prefill_rate << ' ' << m.fairness << ' ' << m.eviction_latency.samples;
+      << m.recomputed_tokens << ' ' << m.re_prefill_rate << ' ' << m.fairness << ' ' << m.eviction_latency.samples
+      << ' ' << m.remote_staged_blocks << ' ' << m.remote_write_backs;
     return o.str();
 }
 

@@ -139,6 +139,12 @@ int main(int argc, char** argv) {
     app.add_option("--capacity", capacity_list, "capacities in blocks, comma-separated (the GPU tier in tiered mode)")
         ->required();
     app.add_option("--cpu-capacity", o.cpu_capacity, "CPU tier in blocks (tiered mode)");
+    app.add_option("--remote-capacity", o.remote_capacity,
+                   "remote tier in blocks, shared by the instances (tiered mode; victims written back, "
+                   "lookups through the store)");
+    app.add_option("--instances", o.instances,
+                   "serving instances, requests routed by session, each with its own GPU and CPU tiers (tiered mode)")
+        ->check(CLI::PositiveNumber);
     app.add_option("--cpu-policy", o.cpu_policy, "CPU tier policy in tiered mode: lru or checkerboard");
     app.add_option("--block-size", o.block_size, "tokens per block (Mooncake traces: 512; agentic: 64)")
         ->check(CLI::PositiveNumber);
@@ -180,6 +186,9 @@ int main(int argc, char** argv) {
                                "a CSV holds only block accesses: use --mode flat");
         if (o.mode == sim::replay_mode::tiered && o.cpu_capacity == 0)
             throw config_error("--mode tiered needs --cpu-capacity N (blocks of the CPU tier)");
+        if ((o.remote_capacity > 0 || o.instances > 1) && o.mode != sim::replay_mode::tiered)
+            throw config_error("--remote-capacity and --instances need --mode tiered (remote hits are staged "
+                               "through the CPU tier) and --cpu-capacity N");
         if (o.layers > 1 && o.mode == sim::replay_mode::flat)
             throw config_error("--layers applies to prefix and tiered modes; flat mode replays blocks");
         for (const auto& p : CLI::detail::split(policy_list, ',')) {
@@ -215,6 +224,14 @@ int main(int argc, char** argv) {
         if (o.output == "json") sim::write_json_lines(std::cout, results);
         else if (o.output == "csv") sim::write_csv(std::cout, results);
         else sim::write_table(std::cout, results, "kvpolicy-sim: " + name);
+        if (o.output == "table" && (o.instances > 1 || o.remote_capacity > 0)) {
+            std::cout << "\nremote tier: " << o.instances << " instances, " << o.remote_capacity
+                      << " blocks shared (isolated: " << o.remote_capacity / o.instances << " each)\n";
+            for (const sim::replay_result& r : results)
+                std::cout << "  " << r.policy << " @ " << r.capacity << ": hit ratio " << r.hit_ratio()
+                          << " shared vs " << r.isolated_hit_ratio << " isolated; remote hits " << r.remote_hits
+                          << ", failed fetches " << r.remote_failed_fetches << "\n";
+        }
         if (!o.plot.empty()) {
             sim::write_plot(o.plot, results, "hit ratio vs capacity: " + name + " (" +
                                                  std::string(sim::to_string(o.mode)) + " mode)");

@@ -20,6 +20,21 @@ sim::replay_result replay(const options& o, std::size_t capacity, const shared_i
     cfg.skip_bad_lines = o.skip_bad_lines;
     cfg.trace_name = o.trace.empty() ? "built-in" : o.trace;
     const sim::request_times* times = std::is_same_v<Gpu, belady> ? in.times.get() : nullptr;
+    if (o.instances > 1 || o.remote_capacity > 0) {
+        // N instances with one shared store, then with a store each (same
+        // total memory), on the same requests.
+        auto run = [&](bool shared) {
+            if (in.requests) {
+                sim::vector_request_source src(*in.requests);
+                return sim::replay_instances<Gpu, Cpu>(src, cfg, o.instances, o.remote_capacity, shared);
+            }
+            sim::mooncake_reader src(o.trace, o.skip_bad_lines);
+            return sim::replay_instances<Gpu, Cpu>(src, cfg, o.instances, o.remote_capacity, shared);
+        };
+        sim::replay_result r = run(true);
+        r.isolated_hit_ratio = run(false).hit_ratio();
+        return r;
+    }
     if (in.requests) {
         sim::vector_request_source src(*in.requests);
         return sim::replay_requests<Gpu, Cpu>(src, cfg, o.mode, times);

@@ -23,6 +23,8 @@ struct options {
     std::vector<std::string> policies;
     std::vector<std::size_t> capacities;
     std::size_t cpu_capacity = 0;
+    std::size_t remote_capacity = 0;  // blocks of the remote store shared by the instances
+    std::size_t instances = 1;        // serving instances, requests routed by session
     std::string cpu_policy = "lru";
     std::uint32_t block_size = 16;
     std::uint32_t layers = 1;

@@ -55,6 +55,9 @@ struct cache_metrics {
     std::uint64_t dropped_tokens = 0;    ///< from the recovery plans
     std::uint64_t recomputed_blocks = 0; ///< misses on blocks the cache had dropped
     std::uint64_t recomputed_tokens = 0;
+    std::uint64_t remote_staged_blocks = 0;  ///< blocks the remote store held, staged into the CPU tier
+                                             ///< (admit then counts them as CPU hits too)
+    std::uint64_t remote_write_backs = 0;    ///< items planned to be written back to the remote store
     double re_prefill_rate = 0;          ///< sessions that came back after losing KV / sessions that lost KV
     double fairness = 1;                 ///< Jain's index over sessions' hit rates (1 = all equal)
     latency_histogram eviction_latency;  ///< per admission that had to evict
@@ -100,6 +103,10 @@ struct cache_metrics {
         sample("dropped_tokens_total", "", dropped_tokens);
         family("recomputed_tokens_total", "counter", "Tokens recomputed because the cache had dropped them.");
         sample("recomputed_tokens_total", "", recomputed_tokens);
+        family("remote_staged_blocks_total", "counter", "Blocks found in the remote store and staged into the CPU tier.");
+        sample("remote_staged_blocks_total", "", remote_staged_blocks);
+        family("remote_write_backs_total", "counter", "Items planned to be written back to the remote store.");
+        sample("remote_write_backs_total", "", remote_write_backs);
         family("occupancy_ratio", "gauge", "Fraction of a tier's items in use.");
         auto ratio = [](const tier_metrics& t) {
             return t.capacity == 0 ? 0.0 : static_cast<double>(t.used) / static_cast<double>(t.capacity);

@@ -12,6 +12,14 @@
 // - swap-in (CPU -> GPU): a CPU hit brought back;
 // - exchange (GPU <-> CPU, `exchange = true`): with the GPU full, a CPU hit
 //   and a GPU victim trade places, which only a two-way swap can do.
+// With a remote tier (`cache_config::remote`), two more:
+// - write-back (CPU or GPU -> remote): a victim that would have been dropped
+//   is written to the store instead;
+// - fetch (remote -> CPU): a block the store holds is staged into a CPU slot
+//   (tiered_cache::stage_remote), from which a later swap-in reads it.
+// On the remote side of such a copy, `src` or `dst` is not a slot but an
+// index into `remote_keys`, the item's key (the store adds its namespace).
+// Only a `remote_transfer_engine` runs those; any other engine fails them.
 // `execute_plan` runs a plan through any transfer engine; the engine's
 // statuses then go back to the cache (`tiered_cache::complete_transfers`),
 // which answers with a `transfer_report`: what a failed copy cost.
@@ -76,9 +84,11 @@ struct swap_plan {
     std::vector<block_transfer> transfers;  ///< in planning order: run in this order
     std::vector<dropped_item> drops;        ///< items lost this step
     std::vector<recovery_range> recovery;   ///< by session, sorted, merged
+    std::vector<std::uint64_t> remote_keys; ///< item keys of the remote sides of write-backs and fetches
 
     void clear() noexcept {
         transfers.clear();
+        remote_keys.clear();
         drops.clear();
         recovery.clear();
     }
@@ -92,6 +102,12 @@ struct swap_plan {
     }
     [[nodiscard]] std::size_t exchanges() const noexcept {
         return count([](const block_transfer& t) { return t.exchange; });
+    }
+    [[nodiscard]] std::size_t write_backs() const noexcept {
+        return count([](const block_transfer& t) { return t.to == tier::remote; });
+    }
+    [[nodiscard]] std::size_t fetches() const noexcept {
+        return count([](const block_transfer& t) { return t.from == tier::remote; });
     }
 
 private:
@@ -109,6 +125,14 @@ template <transfer_engine Engine>
 std::size_t execute_plan(const swap_plan& plan, Engine& engine, std::vector<transfer_status>& status) {
     status.resize(plan.transfers.size());
     return plan.transfers.size() - engine.execute(plan.transfers, status);
+}
+
+/// The same, for an engine that also reaches a remote store: the plan's
+/// remote keys go with its copies.
+template <remote_transfer_engine Engine>
+std::size_t execute_plan(const swap_plan& plan, Engine& engine, std::vector<transfer_status>& status) {
+    status.resize(plan.transfers.size());
+    return plan.transfers.size() - engine.execute(plan.transfers, plan.remote_keys, status);
 }
 
 }  // namespace kvpolicy

@@ -64,6 +64,21 @@
 // is recomputed (and reported) whole. A run-time choice: making it a type
 // parameter would double every composition's instantiations for one integer.
 //
+// Remote tier (`cache_config::remote`): a store shared by several instances
+// (Redis, kvpolicy/redis/), below the CPU tier. A victim that would be
+// dropped (a CPU victim, or a GPU victim with no CPU room) and whose chunk
+// is below `remote_write_back_chunks` is written back instead: a planned
+// copy to `tier::remote`, after which the cache holds no copy and keeps no
+// record of it (the store owns its eviction: several writers, one
+// authority). Lookups reach the store through the caller: admit_through
+// (remote_tier.hpp) asks the store how far the cached prefix extends, and
+// stage_remote puts those blocks in CPU slots with a planned fetch
+// (remote -> CPU) each, so that admit then finds them as CPU hits and swaps
+// them in. A failed write-back loses its item (reported dropped unless a
+// copy is left); a failed fetch (the store lost the value, or it did not
+// verify) is a failed copy like any other: the swap-in that read it is
+// recomputed, never served another block's bytes.
+//
 // This header declares the class and is the one to include; the members are
 // defined by responsibility in tiered_cache_admit.hpp (lookup and admission),
 // tiered_cache_step.hpp (the step, transfer completion, releases and pins)
@@ -137,6 +152,10 @@ struct cache_config {
     bool inclusive = false;        ///< keep the CPU copy when a block is swapped in
     bool verify_chain = true;      ///< reject requests whose hashes contradict the cached chain
                                    ///< (a hash twice in one request is always rejected)
+    bool remote = false;           ///< a remote tier below the CPU tier (needs one): victims that would be
+                                   ///< dropped are written back, store hits are staged (stage_remote)
+    std::uint32_t remote_write_back_chunks = ~std::uint32_t{0};  ///< write back only victims of chunk index
+                                   ///< below this: other instances share prefixes, rarely deep tails
 };
 
 /// The longest cached prefix of a request, block by block across the tiers.
@@ -215,6 +234,21 @@ public:
         return lookup_unlocked(hashes);
     }
 
+    /// Whether admit(hashes) finds room on the GPU: every item of `hashes`
+    /// not on the GPU needs a free slot or an evictable item outside the
+    /// request. admit throws capacity_error exactly when this is false.
+    [[nodiscard]] bool gpu_room_for(std::span<const block_hash> hashes) const {
+        std::scoped_lock lock(mutex_);
+        std::size_t needed = 0;
+        std::size_t own_evictable = 0;
+        for (const block_hash h : hashes)
+            for (std::uint32_t l = 0; l < items_per_block_; ++l) {
+                if (auto b = gpu_.cached_block(item_key(h, l))) own_evictable += gpu_.is_evictable(*b) ? 1 : 0;
+                else ++needed;
+            }
+        return needed <= gpu_.num_free_blocks() + gpu_.num_evictable_blocks() - own_evictable;
+    }
+
     /// Items `session` holds on the GPU (one entry per hold).
     [[nodiscard]] std::vector<block_id> held_by(session_id session) const {
         std::scoped_lock lock(mutex_);
@@ -269,6 +303,19 @@ public:
     admission admit(session_id session, std::span<const block_hash> hashes, const access_context& ctx = {},
                     std::span<const timestamp> next_use = {});
 
+    /// Stages blocks [begin, begin + count) of `hashes`, which the remote
+    /// store holds, into the CPU tier: a CPU slot per item (free, or made by
+    /// evicting CPU victims, written back or dropped; never this request's
+    /// own cached prefix) and a planned fetch (remote -> CPU) into it, so
+    /// that admit(session, hashes, ctx), called next, finds them as CPU hits.
+    /// `begin` must be lookup(hashes).run. Stages fewer blocks, from the
+    /// front, when the CPU tier cannot take them all. Returns the blocks staged.
+    /// Throws: usage_error outside a step, without a remote tier, for a
+    /// range outside `hashes`, a `begin` that is not the cached prefix's end,
+    /// or a malformed chain. Nothing changes then.
+    std::size_t stage_remote(session_id session, std::span<const block_hash> hashes, std::size_t begin,
+                             std::size_t count, const access_context& ctx = {});
+
     /// Releases every hold `session` has (its request finished). A released
     /// item stays cached and becomes a candidate when nobody else holds it.
     /// Returns how many holds were released. Throws: usage_error if the
@@ -313,6 +360,7 @@ private:
         std::uint64_t to_dst;   // the item the copy writes into its destination
         std::uint64_t to_src;   // exchange: the item it writes into its source
         session_id requester;   // swap-in, exchange: the request it serves
+        block_meta meta{};      // write-back: the item's, reported if the write fails
     };
     struct slot_fate {
         tier where;
@@ -339,6 +387,7 @@ private:
     [[nodiscard]] prefix_match lookup_unlocked(std::span<const block_hash> hashes) const noexcept;
     void verify_chain(std::span<const block_hash> hashes);
     void shelter(std::span<const block_id> victims, timestamp now);
+    void drop_or_write_back(tier from, block_id slot, std::uint64_t key, const block_meta& meta);
 
     // Holds, drops and recovery ranges (tiered_cache_step.hpp).
     void release_holds(const std::vector<std::uint32_t>& held);
@@ -357,6 +406,9 @@ private:
             throw config_error("cache_config: gpu_capacity 0 cannot hold a block; give at least one block");
         if (c.block_size == 0) throw config_error("cache_config: block_size 0; give the tokens per block (e.g. 16)");
         if (c.num_layers == 0) throw config_error("cache_config: num_layers 0; give at least 1");
+        if (c.remote && c.cpu_capacity == 0)
+            throw config_error("cache_config: remote tier without a CPU tier; remote hits are staged through CPU "
+                               "memory, so give cpu_capacity > 0");
         if (c.items == granularity::per_layer &&
             (c.gpu_capacity < c.num_layers || (c.cpu_capacity > 0 && c.cpu_capacity < c.num_layers)))
             throw config_error("cache_config: per-layer tiers of " + std::to_string(c.gpu_capacity) + " / " +

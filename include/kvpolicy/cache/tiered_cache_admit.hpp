@@ -254,7 +254,8 @@ void tiered_cache<GpuPolicy, CpuPolicy, Traits>::shelter(std::span<const block_i
                 const std::uint64_t key = cpu_->key(cpu_victims_[i]);
                 const bool on_gpu = gpu_.cached_block(key) ||
                                     std::binary_search(recomputed_copies_.begin(), recomputed_copies_.end(), key);
-                if (!(config_.inclusive && on_gpu)) drop(key, cpu_->meta(cpu_victims_[i]));
+                if (!(config_.inclusive && on_gpu))
+                    drop_or_write_back(tier::cpu, cpu_victims_[i], key, cpu_->meta(cpu_victims_[i]));
                 cpu_->free_slot(cpu_victims_[i]);
             }
             cpu_room += got;
@@ -274,10 +275,107 @@ void tiered_cache<GpuPolicy, CpuPolicy, Traits>::shelter(std::span<const block_i
             metrics_.swap_out_bytes += config_.item_bytes;
         } else {
             if (excess > 0) --excess;
-            drop(key, gpu_.meta(v));
+            drop_or_write_back(tier::gpu, v, key, gpu_.meta(v));
         }
         gpu_.free_slot(v);
     }
+}
+
+// A victim about to leave the cache: written back to the remote tier when
+// that is worth the network (planned now, before anything reuses its slot),
+// else dropped.
+template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
+void tiered_cache<GpuPolicy, CpuPolicy, Traits>::drop_or_write_back(tier from, block_id slot, std::uint64_t key,
+                                                                  const block_meta& meta) {
+    if (!config_.remote || meta.chunk.value >= config_.remote_write_back_chunks) {
+        drop(key, meta);
+        return;
+    }
+    plan_.transfers.push_back({from, slot, tier::remote, block_id{static_cast<std::uint32_t>(plan_.remote_keys.size())}});
+    plan_.remote_keys.push_back(key);
+    plan_ops_.push_back({key, 0, session_id{}, meta});
+    ++metrics_.remote_write_backs;
+}
+
+template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
+std::size_t tiered_cache<GpuPolicy, CpuPolicy, Traits>::stage_remote(session_id session,
+                                                                   std::span<const block_hash> hashes,
+                                                                   std::size_t begin, std::size_t count,
+                                                                   const access_context& ctx) {
+    std::scoped_lock lock(mutex_);
+    if (!in_step_) throw usage_error("stage_remote: no step is open; call begin_step() first");
+    if (!config_.remote)
+        throw usage_error("stage_remote: the cache has no remote tier; set cache_config::remote to stage store hits");
+    if (begin > hashes.size() || count > hashes.size() - begin)
+        throw usage_error("stage_remote: blocks [" + std::to_string(begin) + ", " + std::to_string(begin) + " + " +
+                          std::to_string(count) + ") are outside the request's " + std::to_string(hashes.size()) +
+                          " blocks; stage a range of its hashes");
+    next_use_ = {};
+    verify_chain(hashes);
+    const prefix_match match = lookup_unlocked(hashes);
+    if (match.run != begin)
+        throw usage_error("stage_remote: the cached prefix ends at block " + std::to_string(match.run) + ", not " +
+                          std::to_string(begin) + "; stage from lookup(hashes).run");
+    if (count == 0) return 0;
+
+    // Room: free CPU slots and evictable CPU items, less this request's own
+    // items there, which making room must not take. An item already cached
+    // (a block the cache holds only some layers of, or a block after a gap)
+    // is not staged again.
+    auto local = [&](std::uint64_t key) { return gpu_.cached_block(key) || cpu_->cached_block(key); };
+    std::size_t own_evictable = 0;
+    for (const block_hash h : hashes)
+        for (std::uint32_t l = 0; l < items_per_block_; ++l)
+            if (auto c = cpu_->cached_block(item_key(h, l))) own_evictable += cpu_->is_evictable(*c) ? 1 : 0;
+    const std::size_t room = cpu_->num_free_blocks() + cpu_->num_evictable_blocks() - own_evictable;
+    std::size_t blocks = 0;
+    std::size_t items = 0;
+    for (; blocks < count; ++blocks) {
+        std::size_t need = 0;
+        for (std::uint32_t l = 0; l < items_per_block_; ++l) need += local(item_key(hashes[begin + blocks], l)) ? 0 : 1;
+        if (items + need > room) break;
+        items += need;
+    }
+    if (blocks == 0) return 0;
+
+    const timestamp now = clock_.now();
+    if (items > cpu_->num_free_blocks()) {
+        for (const block_hash h : hashes)
+            for (std::uint32_t l = 0; l < items_per_block_; ++l)
+                if (auto c = cpu_->cached_block(item_key(h, l))) cpu_->hold(*c);
+        cpu_victims_.resize(items - cpu_->num_free_blocks());
+        const std::size_t got = cpu_->pop_victims(cpu_victims_, now);
+        KVPOLICY_ASSERT(got == cpu_victims_.size());
+        metrics_.cpu.evictions += got;
+        for (std::size_t i = 0; i < got; ++i) {
+            const std::uint64_t key = cpu_->key(cpu_victims_[i]);
+            // Inclusive: a CPU copy of an item on the GPU is no loss.
+            if (!(config_.inclusive && gpu_.cached_block(key)))
+                drop_or_write_back(tier::cpu, cpu_victims_[i], key, cpu_->meta(cpu_victims_[i]));
+            cpu_->free_slot(cpu_victims_[i]);
+        }
+        for (const block_hash h : hashes)
+            for (std::uint32_t l = 0; l < items_per_block_; ++l)
+                if (auto c = cpu_->cached_block(item_key(h, l))) cpu_->release(*c, now);
+    }
+    const std::uint32_t total_chunks = static_cast<std::uint32_t>(hashes.size());
+    for (std::size_t i = begin; i < begin + blocks; ++i) {
+        const std::uint64_t parent = i == 0 ? no_parent : hashes[i - 1];
+        for (std::uint32_t l = 0; l < items_per_block_; ++l) {
+            const std::uint64_t key = item_key(hashes[i], l);
+            if (local(key)) continue;
+            const access_context ictx = item_context(ctx, session, hashes[i], i, l, total_chunks, now);
+            const block_id c = *cpu_->take_free();
+            cpu_->note_miss(ictx);
+            cpu_->store(c, key, {parent, session, chunk_index{static_cast<std::uint32_t>(i)}, layer_index{l}}, ictx, 0);
+            plan_.transfers.push_back(
+                {tier::remote, block_id{static_cast<std::uint32_t>(plan_.remote_keys.size())}, tier::cpu, c});
+            plan_.remote_keys.push_back(key);
+            plan_ops_.push_back({key, 0, session});
+        }
+    }
+    metrics_.remote_staged_blocks += blocks;
+    return blocks;
 }
 
 }  // namespace kvpolicy

@@ -66,6 +66,18 @@ std::string tiered_cache<GpuPolicy, CpuPolicy, Traits>::check_invariants() const
     }
     if (evictable != gpu_.policy().evictable_size())
         bad << "gpu: " << evictable << " evictable blocks but the policy has " << gpu_.policy().evictable_size() << "; ";
+    std::size_t remote_ops = 0;
+    for (const block_transfer& t : plan_.transfers) {
+        if (t.from != tier::remote && t.to != tier::remote) continue;
+        ++remote_ops;
+        const block_id k = t.from == tier::remote ? t.src : t.dst;
+        if (t.exchange || (t.from == tier::remote && t.to != tier::cpu) || k.value >= plan_.remote_keys.size())
+            bad << "plan: a remote copy that is an exchange, fetches into another tier than the cpu, or names "
+                   "no remote key; ";
+    }
+    if (remote_ops != plan_.remote_keys.size())
+        bad << "plan: " << remote_ops << " remote copies but " << plan_.remote_keys.size() << " remote keys; ";
+    if (remote_ops > 0 && !config_.remote) bad << "plan: remote copies without a remote tier; ";
     if (cpu_)
         for (std::uint32_t i = 0; i < cpu_->capacity(); ++i) {
             const block_id b{i};

@@ -85,6 +85,7 @@ transfer_report tiered_cache<GpuPolicy, CpuPolicy, Traits>::complete_transfers(
         return i == no_index ? nullptr : &slot_fates_[i];
     };
     auto valid = [&](tier t, block_id b) {
+        if (t == tier::remote) return true;  // the store's side: the op's own status tells
         const slot_fate* f = fate(t, b);
         return f == nullptr || f->valid;
     };
@@ -100,6 +101,11 @@ transfer_report tiered_cache<GpuPolicy, CpuPolicy, Traits>::complete_transfers(
         const block_transfer& op = plan_.transfers[i];
         const planned_op& keys = plan_ops_[i];
         bool ok = status[i] == transfer_status::done && valid(op.from, op.src);
+        if (op.to == tier::remote) {  // a write-back: the cache kept no copy, so a failed one loses the item
+            if (!ok) lost_copies_.push_back({keys.to_dst, keys.meta, false});
+            report.failed += ok ? 0 : 1;
+            continue;
+        }
         if (op.exchange) ok = ok && valid(op.to, op.dst);
         if (op.exchange) set(op.from, op.src, ok, keys.to_src, keys.requester);
         set(op.to, op.dst, ok, keys.to_dst, keys.requester);

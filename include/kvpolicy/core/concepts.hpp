@@ -179,4 +179,22 @@ concept transfer_engine = requires(T& t, std::span<const block_transfer> ops, st
     { t.execute(ops, status) } -> std::same_as<std::size_t>;
 };
 
+/// A transfer engine that also reaches a remote store: an op with `from` or
+/// `to` equal to `tier::remote` names, on that side, an index into
+/// `remote_keys` (the item's key) instead of a slot. Returns the ops done.
+template <class T>
+concept remote_transfer_engine =
+    transfer_engine<T> && requires(T& t, std::span<const block_transfer> ops, std::span<const std::uint64_t> remote_keys,
+                                   std::span<transfer_status> status) {
+        { t.execute(ops, remote_keys, status) } -> std::same_as<std::size_t>;
+    };
+
+/// What a remote store tells a lookup: `present_prefix(keys)` is how many of
+/// `keys`, from the first, the store holds now (it may drop them later: it
+/// owns its eviction, and a fetch that finds one gone fails).
+template <class T>
+concept remote_directory = requires(T& t, std::span<const std::uint64_t> keys) {
+    { t.present_prefix(keys) } -> std::same_as<std::size_t>;
+};
+
 }  // namespace kvpolicy

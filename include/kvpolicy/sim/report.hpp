@@ -56,6 +56,10 @@ inline void write_json_lines(std::ostream& out, const std::vector<replay_result>
               << ", \"cpu_hits\": " << r.cpu_hits << ", \"recomputed_blocks\": " << r.recomputed_blocks
               << ", \"swap_out_blocks\": " << r.swap_out_blocks
               << ", \"prefill_seconds_saved\": " << r.prefill_seconds_saved;
+        if (r.instances > 1 || r.remote_capacity > 0)
+            o << ", \"instances\": " << r.instances << ", \"remote_capacity\": " << r.remote_capacity
+              << ", \"remote_hits\": " << r.remote_hits << ", \"remote_failed_fetches\": " << r.remote_failed_fetches
+              << ", \"isolated_hit_ratio\": " << r.isolated_hit_ratio;
         if (r.bad_lines.count > 0) o << ", \"bad_lines\": " << r.bad_lines.count;
         o << "}\n";
         out << o.str();
