@@ -8,9 +8,13 @@
 // the next command) and opened again, once, at the next batch.
 //
 // A write to a server that died raises SIGPIPE, whose default action ends
-// the process; the first connection therefore sets SIGPIPE to ignored if it
-// was at its default (hiredis then sees EPIPE and the batch fails), and
-// leaves any handler the program installed alone.
+// the process. A library must not change the process's signal dispositions,
+// and hiredis 0.14 (Debian 12) writes with write(2), so MSG_NOSIGNAL is out
+// of reach: every write is made with SIGPIPE blocked in the calling thread
+// only (`sigpipe_blocked`), and a SIGPIPE that write raised is taken back
+// from the thread's pending set before the mask is restored. hiredis then
+// sees EPIPE and the batch fails; the program's own handling of SIGPIPE, in
+// this thread and all others, is as it was.
 //
 // Errors at construction name the node's address and the fix: nothing
 // listening there, a password the server refuses (or needs), a `maxmemory`
@@ -18,9 +22,11 @@
 #pragma once
 
 #include <hiredis/hiredis.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/time.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -78,7 +84,6 @@ public:
     /// Connects, authenticates and checks the node. Throws: config_error
     /// naming the address and the fix when it cannot.
     connection(endpoint at, const store_config& config) : at_(std::move(at)), config_(&config) {
-        ignore_sigpipe_once();
         std::string why;
         if (!open(why)) throw config_error(why);
         check_memory();
@@ -106,6 +111,7 @@ public:
     /// Sends everything queued. Returns false (and closes) on an I/O error.
     bool flush() {
         if (!ctx_) return false;
+        const sigpipe_blocked no_sigpipe;
         int done = 0;
         while (!done)
             if (redisBufferWrite(ctx_.get(), &done) != REDIS_OK) {
@@ -120,6 +126,7 @@ public:
     reply_ptr next_reply() {
         if (!ctx_) return nullptr;
         void* r = nullptr;
+        const sigpipe_blocked no_sigpipe;  // redisGetReply writes what is still queued first
         if (redisGetReply(ctx_.get(), &r) != REDIS_OK || r == nullptr) {
             close();
             return nullptr;
@@ -144,19 +151,40 @@ public:
     void close() noexcept { ctx_.reset(); }
 
 private:
-    static void ignore_sigpipe_once() noexcept {
-        static const bool done = [] {
-            struct sigaction old {};
-            if (sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
-                struct sigaction ign {};
-                ign.sa_handler = SIG_IGN;
-                sigemptyset(&ign.sa_mask);
-                sigaction(SIGPIPE, &ign, nullptr);
+    /// SIGPIPE blocked in this thread for the guard's lifetime; one that a
+    /// write raised meanwhile is consumed, one that was pending before is
+    /// left pending (it was not ours).
+    class sigpipe_blocked {
+    public:
+        sigpipe_blocked() noexcept {
+            sigset_t pipe_only;
+            sigemptyset(&pipe_only);
+            sigaddset(&pipe_only, SIGPIPE);
+            sigset_t pending;
+            sigemptyset(&pending);
+            was_pending_ = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+            (void)pthread_sigmask(SIG_BLOCK, &pipe_only, &old_mask_);
+        }
+        sigpipe_blocked(const sigpipe_blocked&) = delete;
+        sigpipe_blocked& operator=(const sigpipe_blocked&) = delete;
+        ~sigpipe_blocked() {
+            sigset_t pending;
+            sigemptyset(&pending);
+            if (!was_pending_ && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
+                sigset_t pipe_only;
+                sigemptyset(&pipe_only);
+                sigaddset(&pipe_only, SIGPIPE);
+                const timespec now{0, 0};
+                while (sigtimedwait(&pipe_only, nullptr, &now) == -1 && errno == EINTR) {
+                }
             }
-            return true;
-        }();
-        (void)done;
-    }
+            (void)pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
+        }
+
+    private:
+        sigset_t old_mask_{};
+        bool was_pending_ = false;
+    };
 
     struct ctx_deleter {
         void operator()(redisContext* c) const noexcept { redisFree(c); }
