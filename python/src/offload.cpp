@@ -226,8 +226,7 @@ private:
 class offload_core {
 public:
     offload_core(std::size_t num_blocks, const std::string& policy, bool enable_events, const nb::kwargs& options)
-        : m_(any_offload_manager::make(num_blocks, policy, options_from(options, policy.c_str()), enable_events)),
-          objects_(num_blocks) {}
+        : m_(any_offload_manager::make(num_blocks, policy, options_from(options, policy.c_str()), enable_events)) {}
 
     std::size_t lookup(nb::handle hashes) {
         std::optional<int64_buffer> buffer;  // outlives h, whose keys may view it
@@ -268,6 +267,7 @@ public:
         if (h.is_array) {
             to_store = nb::cast(to_numpy(std::move(plan->to_store)));
         } else {
+            if (objects_.empty()) objects_.resize(m_->capacity());
             to_store = new_list(plan->positions.size());
             for (std::size_t j = 0; j < plan->positions.size(); ++j) {
                 nb::object o = h.item(plan->positions[j]);
@@ -275,7 +275,7 @@ public:
                 objects_[plan->slots[j]] = std::move(o);
             }
         }
-        if (h.is_array)
+        if (h.is_array && !objects_.empty())
             for (std::uint32_t s : plan->slots) objects_[s] = nb::object();
         nb::object slots = nb::cast(to_numpy(std::move(plan->slots)));
         return nb::make_tuple(to_store, slots, evicted);
@@ -315,7 +315,7 @@ private:
         if (as_array) return nb::cast(to_numpy(std::vector<std::uint64_t>(keys)));
         nb::object l = new_list(keys.size());
         for (std::size_t j = 0; j < keys.size(); ++j) {
-            nb::object o = objects_[slots[j]].is_valid() ? objects_[slots[j]] : nb::int_(keys[j]);
+            nb::object o = !objects_.empty() && objects_[slots[j]].is_valid() ? objects_[slots[j]] : nb::int_(keys[j]);
             PyList_SET_ITEM(l.ptr(), static_cast<Py_ssize_t>(j), o.release().ptr());
         }
         return l;
@@ -332,7 +332,9 @@ private:
 
     hash_reader reader_;
     std::unique_ptr<any_offload_manager> m_;
-    std::vector<nb::object> objects_;  // [slot] the caller's hash object of the block there, if given
+    // [slot] the caller's hash object of the block there, if given; empty
+    // until a list is stored (an array caller never pays for it).
+    std::vector<nb::object> objects_;
     nb::list events_;
 };
 

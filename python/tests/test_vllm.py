@@ -139,6 +139,29 @@ def test_hash_keys_are_ints_modulo_2_64_whatever_the_container():
     assert m.lookup([-2]) == 0 and m.lookup([2**64 - 2]) == 0
 
 
+def test_array_and_list_callers_share_one_manager():
+    m = OffloadingManager(2)
+    m.complete_store(m.prepare_store(np.array([1, 2], dtype=np.uint64)).block_hashes_to_store)
+    a = b"\x0a" * 32
+    out = m.prepare_store([a])  # evicts 1, stored from an array: its int key comes back
+    assert out.block_hashes_to_store == [a] and out.block_hashes_evicted == [1]
+    m.complete_store([a])
+    out = m.prepare_store(np.array([3], dtype=np.uint64))  # evicts 2
+    assert out.block_hashes_evicted.tolist() == [2]
+    m.complete_store(out.block_hashes_to_store)
+    out = m.prepare_store([4])  # evicts a, the caller's bytes object
+    assert out.block_hashes_evicted == [a] and out.block_hashes_evicted[0] is a
+    m.complete_store([4])
+    out = m.prepare_store([5])  # evicts 3, stored from an array after a list was stored
+    assert out.block_hashes_evicted == [3]
+    m.complete_store([5])
+    out = m.prepare_store(np.array([6], dtype=np.uint64))  # evicts 4: its slot now holds no object
+    assert out.block_hashes_evicted.tolist() == [4]
+    m.complete_store(out.block_hashes_to_store)
+    m.complete_store(m.prepare_store([7]).block_hashes_to_store)  # evicts 5
+    assert m.prepare_store([8]).block_hashes_evicted == [6]  # not 4, the slot's last list object
+
+
 class _Hashed:
     """A hash object that is neither an int nor bytes, whose __hash__ may
     empty the list being read."""
