@@ -8,7 +8,9 @@ argument away). It imports nothing from vLLM; where vLLM is installed,
 ``VllmOffloadingManager`` is the same manager as a subclass of vLLM's ABC.
 
 Semantics (each method takes block hashes: ints, bytes, any hashable, or a
-NumPy uint64 array, which is read in place):
+NumPy uint64 or int64 array, which is read in place; a list holding the same
+objects as the previous call's list, or a prefix or suffix of them, as
+vLLM's connector passes one request's hashes, reuses their keys):
 
 - A block is *storing* from ``prepare_store`` until ``complete_store``, then
   *ready*. Only ready blocks count in ``lookup`` and may be loaded.

@@ -1,15 +1,20 @@
 // The C++ side of kvpolicy.vllm.OffloadingManager (python/kvpolicy/vllm.py
 // documents the semantics): block hashes in, vLLM's answers out.
 //
-// Hashes: a NumPy uint64/int64 array is read in place (answers are arrays);
-// any other iterable of ints, bytes or hashable objects is read item by item
-// (answers are lists of the caller's own hash objects, as vLLM's scheduler
-// expects them back). An int is taken modulo 2^64; bytes (vLLM's sha256
+// Hashes: a 1-D buffer of native 64-bit ints (a NumPy uint64 or int64 array,
+// array.array('Q')) is read in place through the buffer protocol, a strided
+// one copied (answers are arrays); any other iterable of ints, bytes or
+// hashable objects is read item by item (answers are lists of the caller's
+// own hash objects, as vLLM's scheduler expects them back), small ints
+// without a call each, and a list of the last list's objects not at all
+// (hash_reader). An int is taken modulo 2^64; bytes (vLLM's sha256
 // block hashes) are folded into 64 bits; other objects by Python's hash().
 // Two blocks whose 64-bit keys collide would be taken for one: for 10^7
 // stored blocks the chance is about 3e-6.
+#include <bit>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include <kvpolicy/core/item_key.hpp>
 
@@ -20,92 +25,239 @@ namespace kvpolicy::python {
 
 namespace {
 
+/// The 64-bit key of an int or bytes object (see the file's header), read
+/// without running Python code; false for any other object.
+inline bool plain_key_of(PyObject* h, std::uint64_t& k) noexcept {
+    if (PyLong_CheckExact(h)) {  // the common case, an int below 2^30, read without a call
+#if PY_VERSION_HEX >= 0x030C0000
+        auto* l = reinterpret_cast<PyLongObject*>(h);
+        if (PyUnstable_Long_IsCompact(l)) {
+            k = static_cast<std::uint64_t>(PyUnstable_Long_CompactValue(l));
+            return true;
+        }
+#else
+        const Py_ssize_t size = Py_SIZE(h);  // the sign times the number of 30-bit digits
+        if (size >= -1 && size <= 1) {
+            k = static_cast<std::uint64_t>(static_cast<std::int64_t>(size) *
+                                           static_cast<std::int64_t>(reinterpret_cast<PyLongObject*>(h)->ob_digit[0]));
+            return true;
+        }
+#endif
+    }
+    if (PyLong_Check(h)) {  // an int object's own value: no __index__ call, cannot fail
+        k = PyLong_AsUnsignedLongLongMask(h);
+        return true;
+    }
+    if (PyBytes_Check(h)) {
+        const char* p = PyBytes_AS_STRING(h);
+        const std::size_t n = static_cast<std::size_t>(PyBytes_GET_SIZE(h));
+        k = mix64(n);
+        for (std::size_t i = 0; i < n; i += 8) {
+            std::uint64_t chunk = 0;
+            std::memcpy(&chunk, p + i, std::min<std::size_t>(8, n - i));
+            k = mix64(k ^ chunk);
+        }
+        return true;
+    }
+    return false;
+}
+
+/// The 64-bit key of any hash object: other objects by Python's hash().
+inline std::uint64_t key_of(PyObject* h) {
+    if (std::uint64_t k = 0; plain_key_of(h, k)) return k;
+    const Py_hash_t v = PyObject_Hash(h);
+    if (v == -1 && PyErr_Occurred()) throw nb::python_error();
+    return static_cast<std::uint64_t>(v);
+}
+
+/// A 1-D buffer of native 64-bit integers (a NumPy uint64 or int64 array,
+/// array.array('Q')), held until destruction and read in place (a strided
+/// one is copied); `held` false for anything else (with no Python error left
+/// set).
+struct int64_buffer {
+    Py_buffer view{};
+    bool held = false;
+    std::vector<std::uint64_t> copy;  // a strided buffer's items
+
+    explicit int64_buffer(PyObject* obj) {
+        if (!PyObject_CheckBuffer(obj)) return;
+        if (PyObject_GetBuffer(obj, &view, PyBUF_STRIDES | PyBUF_FORMAT) != 0) {
+            PyErr_Clear();  // not a plain buffer: read item by item instead
+            return;
+        }
+        held = true;
+        if (view.ndim != 1 || view.itemsize != 8 || !native_int64(view.format)) {
+            release();
+            return;
+        }
+        if (view.strides[0] != 8) {
+            const auto n = static_cast<std::size_t>(view.shape[0]);
+            copy.resize(n);
+            const char* p = static_cast<const char*>(view.buf);
+            for (std::size_t i = 0; i < n; ++i)
+                std::memcpy(&copy[i], p + static_cast<Py_ssize_t>(i) * view.strides[0], sizeof(std::uint64_t));
+        }
+    }
+    ~int64_buffer() { release(); }
+    int64_buffer(const int64_buffer&) = delete;
+    int64_buffer& operator=(const int64_buffer&) = delete;
+
+    [[nodiscard]] std::span<const std::uint64_t> keys() const {  // int64 has the same bits
+        if (view.strides[0] != 8) return copy;
+        return {static_cast<const std::uint64_t*>(view.buf), static_cast<std::size_t>(view.shape[0])};
+    }
+
+private:
+    void release() {
+        if (held) PyBuffer_Release(&view);
+        held = false;
+    }
+    static bool native_int64(const char* f) {
+        if (f == nullptr) return false;
+        if (*f == '@' || *f == '=' || (*f == '<' && std::endian::native == std::endian::little)) ++f;
+        return (f[0] == 'Q' || f[0] == 'L' || f[0] == 'q' || f[0] == 'l') && f[1] == '\0';
+    }
+};
+
 /// The 64-bit keys of one call's hashes, and what the caller passed.
 struct hash_list {
     std::span<const std::uint64_t> keys;
     nb::object source;  // the array, or the list of the caller's objects
     bool is_array = false;
-    std::vector<std::uint64_t> buffer;
-
-    explicit hash_list(nb::handle obj) {
-        if (in_array<std::uint64_t> a; nb::try_cast(obj, a, false)) {
-            keys = {a.data(), a.shape(0)};
-            source = nb::borrow(obj);
-            is_array = true;
-            return;
-        }
-        if (in_array<std::int64_t> a; nb::try_cast(obj, a, false)) {  // the same bits
-            keys = {reinterpret_cast<const std::uint64_t*>(a.data()), a.shape(0)};
-            source = nb::borrow(obj);
-            is_array = true;
-            return;
-        }
-        source = PyList_CheckExact(obj.ptr()) ? nb::borrow(obj) : nb::steal(PySequence_List(obj.ptr()));
-        if (!source.is_valid()) throw nb::python_error();
-        const Py_ssize_t n = PyList_GET_SIZE(source.ptr());
-        buffer.resize(static_cast<std::size_t>(n));
-        for (Py_ssize_t i = 0; i < n; ++i) buffer[static_cast<std::size_t>(i)] = key_of(PyList_GET_ITEM(source.ptr(), i));
-        keys = buffer;
-    }
 
     [[nodiscard]] nb::object item(std::size_t i) const {
         return nb::borrow(PyList_GET_ITEM(source.ptr(), static_cast<Py_ssize_t>(i)));
     }
+};
 
-    static std::uint64_t key_of(PyObject* h) {
-        if (PyLong_Check(h)) {
-            const unsigned long long v = PyLong_AsUnsignedLongLongMask(h);
-            if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) throw nb::python_error();
-            return v;
-        }
-        if (PyBytes_Check(h)) {
-            const char* p = PyBytes_AS_STRING(h);
-            const std::size_t n = static_cast<std::size_t>(PyBytes_GET_SIZE(h));
-            std::uint64_t k = mix64(n);
-            for (std::size_t i = 0; i < n; i += 8) {
-                std::uint64_t chunk = 0;
-                std::memcpy(&chunk, p + i, std::min<std::size_t>(8, n - i));
-                k = mix64(k ^ chunk);
+/// Reads hash lists into keys. vLLM's connector hands one request's list to
+/// lookup and touch, then its hit prefix to prepare_load and complete_load,
+/// then its tail to prepare_store and the blocks to store to complete_store:
+/// the same int objects, call after call. The reader keeps the objects of
+/// the last list it converted (a strong reference each, so no other object
+/// can take their addresses) with their keys; a list whose items are those
+/// objects, or a prefix or suffix of them, costs one compare of pointers
+/// instead of a conversion per item. Only ints and bytes are kept: their
+/// keys cannot change, where another object's __hash__ could.
+class hash_reader {
+public:
+    hash_reader() = default;
+    hash_reader(const hash_reader&) = delete;
+    hash_reader& operator=(const hash_reader&) = delete;
+    ~hash_reader() { forget(); }
+
+    /// The keys of `obj`'s hashes. For an array, `keys` views `buffer`'s
+    /// memory (which must outlive them); else the reader's, valid until the
+    /// next read.
+    hash_list read(nb::handle obj, std::optional<int64_buffer>& buffer) {
+        hash_list h;
+        if (!PyList_CheckExact(obj.ptr())) {
+            buffer.emplace(obj.ptr());
+            if (buffer->held) {
+                h.keys = buffer->keys();
+                h.source = nb::borrow(obj);
+                h.is_array = true;
+                return h;
             }
-            return k;
+            buffer.reset();
+            if (in_array<std::uint64_t> a; nb::try_cast(obj, a, false)) {  // DLPack producers
+                h.keys = {a.data(), a.shape(0)};
+                h.source = nb::borrow(obj);
+                h.is_array = true;
+                return h;
+            }
+            if (in_array<std::int64_t> a; nb::try_cast(obj, a, false)) {  // the same bits
+                h.keys = {reinterpret_cast<const std::uint64_t*>(a.data()), a.shape(0)};
+                h.source = nb::borrow(obj);
+                h.is_array = true;
+                return h;
+            }
+            h.source = nb::steal(PySequence_List(obj.ptr()));
+            if (!h.source.is_valid()) throw nb::python_error();
+        } else {
+            h.source = nb::borrow(obj);
         }
-        const Py_hash_t v = PyObject_Hash(h);
-        if (v == -1 && PyErr_Occurred()) throw nb::python_error();
-        return static_cast<std::uint64_t>(v);
+        if (const auto keys = plain_keys_of(h.source.ptr())) {
+            h.keys = *keys;
+            return h;
+        }
+        // Some hash is another object: its __hash__ runs Python code, which
+        // could change the caller's list under the loop, so read a copy.
+        h.source = nb::steal(PyList_GetSlice(h.source.ptr(), 0, PY_SSIZE_T_MAX));
+        if (!h.source.is_valid()) throw nb::python_error();
+        const std::size_t n = static_cast<std::size_t>(PyList_GET_SIZE(h.source.ptr()));
+        keys_.resize(n);
+        for (std::size_t i = 0; i < n; ++i) keys_[i] = key_of(PyList_GET_ITEM(h.source.ptr(), static_cast<Py_ssize_t>(i)));
+        h.keys = keys_;
+        return h;
     }
+
+private:
+    // The keys of a list of ints and bytes (from the memo when its items are
+    // the last list's, or a prefix or suffix of them); empty, with nothing
+    // kept, when an item is another object.
+    std::optional<std::span<const std::uint64_t>> plain_keys_of(PyObject* list) {
+        const std::size_t n = static_cast<std::size_t>(PyList_GET_SIZE(list));
+        PyObject* const* items = PySequence_Fast_ITEMS(list);
+        const std::size_t bytes = n * sizeof(PyObject*);
+        if (n > 0 && n <= objects_.size()) {
+            const std::size_t tail = objects_.size() - n;
+            if (std::memcmp(items, objects_.data(), bytes) == 0) return std::span(keys_.data(), n);
+            if (std::memcmp(items, objects_.data() + tail, bytes) == 0) return std::span(keys_.data() + tail, n);
+        }
+        forget();
+        keys_.resize(n);
+        for (std::size_t i = 0; i < n; ++i)
+            if (!plain_key_of(items[i], keys_[i])) return std::nullopt;
+        objects_.assign(items, items + n);
+        for (PyObject* o : objects_) Py_INCREF(o);
+        return std::span<const std::uint64_t>(keys_);
+    }
+    void forget() noexcept {
+        // Only ints and bytes are kept: freeing them runs no Python code.
+        for (PyObject* o : objects_) Py_DECREF(o);
+        objects_.clear();
+    }
+
+    std::vector<PyObject*> objects_;    // the last list's items (strong references), if all ints or bytes
+    std::vector<std::uint64_t> keys_;   // the keys of the last list converted
 };
 
 class offload_core {
 public:
     offload_core(std::size_t num_blocks, const std::string& policy, bool enable_events, const nb::kwargs& options)
-        : m_(any_offload_manager::make(num_blocks, policy, options_from(options, policy.c_str()), enable_events)),
-          objects_(num_blocks) {}
+        : m_(any_offload_manager::make(num_blocks, policy, options_from(options, policy.c_str()), enable_events)) {}
 
     std::size_t lookup(nb::handle hashes) {
-        const hash_list h(hashes);
+        std::optional<int64_buffer> buffer;  // outlives h, whose keys may view it
+        const hash_list h = reader_.read(hashes, buffer);
         return m_->lookup(h.keys);
     }
 
     out_array<std::uint32_t> prepare_load(nb::handle hashes) {
-        const hash_list h(hashes);
+        std::optional<int64_buffer> buffer;  // outlives h, whose keys may view it
+        const hash_list h = reader_.read(hashes, buffer);
         std::vector<std::uint32_t> slots(h.keys.size());
         m_->prepare_load(h.keys, slots);
         return to_numpy(std::move(slots));
     }
 
     void touch(nb::handle hashes) {
-        const hash_list h(hashes);
+        std::optional<int64_buffer> buffer;  // outlives h, whose keys may view it
+        const hash_list h = reader_.read(hashes, buffer);
         m_->touch(h.keys);
     }
 
     void complete_load(nb::handle hashes) {
-        const hash_list h(hashes);
+        std::optional<int64_buffer> buffer;  // outlives h, whose keys may view it
+        const hash_list h = reader_.read(hashes, buffer);
         m_->complete_load(h.keys);
     }
 
     /// None, or (hashes to store, their slots, hashes evicted).
     nb::object prepare_store(nb::handle hashes) {
-        const hash_list h(hashes);
+        std::optional<int64_buffer> buffer;  // outlives h, whose keys may view it
+        const hash_list h = reader_.read(hashes, buffer);
         std::optional<store_plan> plan = m_->prepare_store(h.keys);
         if (!plan) return nb::none();
         // The evicted blocks' own objects, read before their slots are reused below.
@@ -115,22 +267,23 @@ public:
         if (h.is_array) {
             to_store = nb::cast(to_numpy(std::move(plan->to_store)));
         } else {
-            nb::list l;
+            if (objects_.empty()) objects_.resize(m_->capacity());
+            to_store = new_list(plan->positions.size());
             for (std::size_t j = 0; j < plan->positions.size(); ++j) {
                 nb::object o = h.item(plan->positions[j]);
-                objects_[plan->slots[j]] = o;
-                l.append(o);
+                PyList_SET_ITEM(to_store.ptr(), static_cast<Py_ssize_t>(j), nb::object(o).release().ptr());
+                objects_[plan->slots[j]] = std::move(o);
             }
-            to_store = l;
         }
-        if (h.is_array)
+        if (h.is_array && !objects_.empty())
             for (std::uint32_t s : plan->slots) objects_[s] = nb::object();
         nb::object slots = nb::cast(to_numpy(std::move(plan->slots)));
         return nb::make_tuple(to_store, slots, evicted);
     }
 
     void complete_store(nb::handle hashes, bool success) {
-        const hash_list h(hashes);
+        std::optional<int64_buffer> buffer;  // outlives h, whose keys may view it
+        const hash_list h = reader_.read(hashes, buffer);
         m_->complete_store(h.keys, success);
         take_events();
     }
@@ -149,7 +302,7 @@ public:
 
     /// (state, loads in flight) of one block: state 'ready', 'storing' or None.
     nb::tuple block_state(nb::handle hash) const {
-        const std::uint64_t k = hash_list::key_of(hash.ptr());
+        const std::uint64_t k = key_of(hash.ptr());
         const std::uint32_t s = m_->find(k);
         if (s == no_index) return nb::make_tuple(nb::none(), 0);
         return nb::make_tuple(m_->state(s) == slot_state::ready ? "ready" : "storing", m_->loads(s));
@@ -160,9 +313,16 @@ private:
     // else each block's own object (its int key where none was kept).
     nb::object answer(const std::vector<std::uint64_t>& keys, const std::vector<std::uint32_t>& slots, bool as_array) {
         if (as_array) return nb::cast(to_numpy(std::vector<std::uint64_t>(keys)));
-        nb::list l;
-        for (std::size_t j = 0; j < keys.size(); ++j)
-            l.append(objects_[slots[j]].is_valid() ? objects_[slots[j]] : nb::int_(keys[j]));
+        nb::object l = new_list(keys.size());
+        for (std::size_t j = 0; j < keys.size(); ++j) {
+            nb::object o = !objects_.empty() && objects_[slots[j]].is_valid() ? objects_[slots[j]] : nb::int_(keys[j]);
+            PyList_SET_ITEM(l.ptr(), static_cast<Py_ssize_t>(j), o.release().ptr());
+        }
+        return l;
+    }
+    static nb::object new_list(std::size_t n) {
+        nb::object l = nb::steal(PyList_New(static_cast<Py_ssize_t>(n)));
+        if (!l.is_valid()) throw nb::python_error();
         return l;
     }
     void take_events() {
@@ -170,8 +330,11 @@ private:
             events_.append(nb::make_tuple(answer(e.hashes, e.slots, false), e.removed));
     }
 
+    hash_reader reader_;
     std::unique_ptr<any_offload_manager> m_;
-    std::vector<nb::object> objects_;  // [slot] the caller's hash object of the block there, if given
+    // [slot] the caller's hash object of the block there, if given; empty
+    // until a list is stored (an array caller never pays for it).
+    std::vector<nb::object> objects_;
     nb::list events_;
 };
 

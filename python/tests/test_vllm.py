@@ -1,5 +1,6 @@
 """kvpolicy.vllm.OffloadingManager: every primitive, against a naive model too."""
 
+import array
 import importlib
 import random
 import sys
@@ -119,6 +120,106 @@ def test_hash_objects_come_back_as_given():
     arr = OffloadingManager(2)
     out = arr.prepare_store(np.array([7, 8], dtype=np.uint64))
     assert out.block_hashes_to_store.dtype == np.uint64 and out.block_hashes_to_store.tolist() == [7, 8]
+
+
+def test_hash_keys_are_ints_modulo_2_64_whatever_the_container():
+    # Every kind of int, and arrays of both signs, name the same 64-bit keys.
+    big = 2**64
+    ints = [0, 1, 2**30 - 1, 2**30, 2**62 + 3, 2**64 - 1]
+    m = OffloadingManager(16)
+    m.complete_store(m.prepare_store(ints).block_hashes_to_store)
+    assert m.lookup([i + big for i in ints]) == 6
+    assert m.lookup([0, True, 2**30 - 1, 2**30, 2**62 + 3, -1]) == 6  # bool is an int; -1 is 2^64 - 1
+    assert m.lookup(np.array(ints, dtype=np.uint64)) == 6
+    assert m.lookup(np.array([0, 1, 2**30 - 1, 2**30, 2**62 + 3, -1], dtype=np.int64)) == 6
+    assert m.lookup(array.array("Q", ints)) == 6
+    assert m.lookup(np.repeat(np.array(ints, dtype=np.uint64), 2)[::2]) == 6  # strided
+    assert m.lookup(np.array(ints, dtype=np.uint64)[::-1][::-1]) == 6
+    assert m.lookup(tuple(ints)) == 6 and m.lookup(iter(ints)) == 6
+    assert m.lookup([-2]) == 0 and m.lookup([2**64 - 2]) == 0
+
+
+def test_array_and_list_callers_share_one_manager():
+    m = OffloadingManager(2)
+    m.complete_store(m.prepare_store(np.array([1, 2], dtype=np.uint64)).block_hashes_to_store)
+    a = b"\x0a" * 32
+    out = m.prepare_store([a])  # evicts 1, stored from an array: its int key comes back
+    assert out.block_hashes_to_store == [a] and out.block_hashes_evicted == [1]
+    m.complete_store([a])
+    out = m.prepare_store(np.array([3], dtype=np.uint64))  # evicts 2
+    assert out.block_hashes_evicted.tolist() == [2]
+    m.complete_store(out.block_hashes_to_store)
+    out = m.prepare_store([4])  # evicts a, the caller's bytes object
+    assert out.block_hashes_evicted == [a] and out.block_hashes_evicted[0] is a
+    m.complete_store([4])
+    out = m.prepare_store([5])  # evicts 3, stored from an array after a list was stored
+    assert out.block_hashes_evicted == [3]
+    m.complete_store([5])
+    out = m.prepare_store(np.array([6], dtype=np.uint64))  # evicts 4: its slot now holds no object
+    assert out.block_hashes_evicted.tolist() == [4]
+    m.complete_store(out.block_hashes_to_store)
+    m.complete_store(m.prepare_store([7]).block_hashes_to_store)  # evicts 5
+    assert m.prepare_store([8]).block_hashes_evicted == [6]  # not 4, the slot's last list object
+
+
+class _Hashed:
+    """A hash object that is neither an int nor bytes, whose __hash__ may
+    empty the list being read."""
+
+    def __init__(self, h, victim=None):
+        self.h, self.victim = h, victim
+
+    def __hash__(self):
+        if self.victim is not None:
+            self.victim.clear()
+        return self.h
+
+    def __eq__(self, other):
+        return isinstance(other, _Hashed) and other.h == self.h
+
+
+def test_a_list_changed_between_calls_is_read_again():
+    # The reader keeps the last list's objects: a list changed in place, or
+    # new objects where the old ones were, must not reuse their keys.
+    m, ref = OffloadingManager(64), NaiveManager(64)
+    rng = random.Random(7)
+    hashes = [2**40 + i for i in range(8)]
+    for _ in range(3000):
+        op = rng.randrange(6)
+        if op == 0:
+            hashes[rng.randrange(len(hashes))] = 2**40 + rng.randrange(40)  # in place, new object
+        elif op == 1:
+            hashes = [int(str(h)) for h in hashes]  # equal values, new objects
+        elif op == 2:
+            hashes = [2**40 + rng.randrange(40) for _ in range(rng.randint(1, 10))]
+        elif op == 3 and len(hashes) > 1:
+            hashes.reverse()
+        view = rng.choice([hashes, hashes[: rng.randint(1, len(hashes))], hashes[rng.randint(0, len(hashes) - 1):]])
+        hit = m.lookup(view)
+        assert hit == ref.lookup(view)
+        m.touch(view)
+        ref.touch(view)
+        new = list(dict.fromkeys(view[hit:]))
+        out, expect = m.prepare_store(new), ref.prepare_store(new)
+        if expect is None:
+            assert out is None
+            continue
+        assert (out.block_hashes_to_store, out.block_hashes_evicted) == expect
+        m.complete_store(out.block_hashes_to_store)
+        ref.complete_store(expect[0], True)
+
+
+def test_other_hash_objects_are_read_from_a_copy_of_the_list():
+    m = OffloadingManager(4)
+    a, b = _Hashed(11), _Hashed(12)
+    out = m.prepare_store([a, b])
+    assert out.block_hashes_to_store == [a, b]
+    m.complete_store([a, b])
+    victim = [_Hashed(11), _Hashed(12)]
+    victim.append(_Hashed(11, victim))  # empties the list while it is read
+    assert m.lookup(victim) == 3
+    assert victim == []
+    assert m.lookup([_Hashed(11), 12]) == 2  # other objects' keys are their hash()
 
 
 class NaiveManager:
