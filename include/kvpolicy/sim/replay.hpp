@@ -302,6 +302,8 @@ struct request_replay_config {
 struct request_times {
     std::vector<timestamp> now;                   // [request]
     std::vector<std::vector<timestamp>> next_use; // [request][block]
+    std::size_t uncached_above = 0;  ///< requests longer than this were not counted as uses (0: none skipped)
+    std::size_t longest_request = 0; ///< blocks
 };
 
 /// Monotonic request times: the trace's milliseconds in microseconds, with
@@ -310,11 +312,20 @@ inline timestamp request_time(timestamp previous, std::uint64_t timestamp_ms) no
     return std::max(previous + 1, timestamp_ms * 1000);
 }
 
-inline request_times compute_request_times(const std::vector<request_record>& requests) {
+/// Next uses for a replay at `capacity` blocks (0: any capacity that holds
+/// every request). A request longer than the capacity is served uncached
+/// (`replay_requests`): it reads nothing from the cache, so it is no use of
+/// its blocks, and counting it would make Belady keep blocks for a request
+/// that cannot hit them (tests/sim_belady_optimal.cpp found such a case).
+inline request_times compute_request_times(const std::vector<request_record>& requests, std::size_t capacity = 0) {
     request_times t;
+    t.uncached_above = capacity;
     t.now.resize(requests.size());
     timestamp prev = 0;
-    for (std::size_t i = 0; i < requests.size(); ++i) t.now[i] = prev = request_time(prev, requests[i].timestamp_ms);
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+        t.now[i] = prev = request_time(prev, requests[i].timestamp_ms);
+        t.longest_request = std::max(t.longest_request, requests[i].hash_ids.size());
+    }
     t.next_use.resize(requests.size());
     std::unordered_map<std::uint64_t, timestamp> seen;
     for (std::size_t i = requests.size(); i-- > 0;) {
@@ -324,18 +335,35 @@ inline request_times compute_request_times(const std::vector<request_record>& re
             auto it = seen.find(requests[i].hash_ids[b]);
             nu[b] = it == seen.end() ? never : it->second;
         }
+        if (capacity > 0 && requests[i].hash_ids.size() > capacity) continue;  // served uncached
         for (std::uint64_t h : requests[i].hash_ids) seen[h] = t.now[i];
     }
     return t;
 }
 
+/// Whether `t` gives the right next uses for a replay at `capacity`: only
+/// if no request is longer than both, or they were computed for it.
+[[nodiscard]] inline bool times_fit(const request_times& t, std::size_t capacity) noexcept {
+    if (t.uncached_above == capacity) return true;
+    const bool none_skipped = t.uncached_above == 0 || t.longest_request <= t.uncached_above;
+    return none_skipped && t.longest_request <= capacity;
+}
+
 /// Prefix or tiered replay through `tiered_cache<Gpu, Cpu, Traits>`.
-/// `times`, when given, supplies each block's next use (Belady).
-/// Throws: parse_error naming file:line for a request whose hash chain is
+/// `times`, when given, supplies each block's next use (Belady), computed
+/// for this capacity (`compute_request_times(requests, cfg.capacity)`).
+/// Throws: usage_error if `times` was computed for another capacity and a
+/// request is longer than one of them (its uses would be counted wrongly);
+/// parse_error naming file:line for a request whose hash chain is
 /// malformed (unless skipping bad lines, which counts it instead).
 template <eviction_policy Gpu, eviction_policy Cpu, cache_traits Traits = default_cache_traits, class RequestSource>
 replay_result replay_requests(RequestSource& source, const request_replay_config& cfg, replay_mode mode,
                               const request_times* times = nullptr) {
+    if (times && !times_fit(*times, cfg.capacity))
+        throw usage_error("replay_requests: next uses computed for capacity " + std::to_string(times->uncached_above) +
+                          " replayed at " + std::to_string(cfg.capacity) + " with a request of " +
+                          std::to_string(times->longest_request) +
+                          " blocks; compute them with compute_request_times(requests, capacity)");
     const std::uint32_t items = cfg.num_layers;
     tiered_cache<Gpu, Cpu, Traits> cache({.gpu_capacity = cfg.capacity * items,
                                           .cpu_capacity = mode == replay_mode::tiered ? cfg.cpu_capacity * items : 0,
