@@ -24,9 +24,11 @@
 #include <cstdint>
 #include <concepts>
 #include <functional>
+#include <limits>
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "kvpolicy/cache/tiered_cache.hpp"
@@ -70,6 +72,14 @@ struct replay_result {
     std::uint64_t recomputed_blocks = 0;  ///< misses on blocks the cache had held and dropped
     std::uint64_t swap_out_blocks = 0;
     double prefill_seconds_saved = 0;
+    // prefix and tiered: seed 002's figures
+    std::uint64_t sessions = 0;        ///< sessions with a lookup (named by the trace, else derived)
+    double fairness = std::numeric_limits<double>::quiet_NaN();  ///< Jain's index over sessions' hit ratios
+    std::uint64_t recomputed_tokens = 0;  ///< prefill tokens of blocks the cache had held and dropped
+    // filled by the simulator from the other runs at the same capacity
+    double gap_closed = std::numeric_limits<double>::quiet_NaN();  ///< of the LRU -> Belady gap
+    std::size_t lru_match_capacity = 0;  ///< least capacity reaching LRU's hit ratio here; 0 = not computed
+    bool lru_match_unreachable = false;  ///< computed, and not reached below the distinct blocks
     bad_line_report bad_lines;
 
     [[nodiscard]] double hit_ratio() const noexcept {
@@ -78,6 +88,10 @@ struct replay_result {
     [[nodiscard]] double miss_ratio() const noexcept { return accesses == 0 ? 0.0 : 1.0 - hit_ratio(); }
     [[nodiscard]] double token_hit_ratio() const noexcept {
         return tokens == 0 ? 0.0 : static_cast<double>(hit_tokens) / static_cast<double>(tokens);
+    }
+    /// Share of the prefill tokens that recompute KV the cache had and dropped.
+    [[nodiscard]] double re_prefill_share() const noexcept {
+        return tokens == 0 ? 0.0 : static_cast<double>(recomputed_tokens) / static_cast<double>(tokens);
     }
     [[nodiscard]] double accesses_per_second() const noexcept {
         return seconds > 0 ? static_cast<double>(accesses) / seconds : 0.0;
@@ -284,6 +298,43 @@ private:
     std::size_t i_ = 0;
 };
 
+/// Sessions for traces that do not name them (Mooncake's JSONL has no
+/// session field). A conversation's next turn repeats its history: its
+/// prompt starts with every full block of the previous turn's prompt (the
+/// last, partial block changes as the answer is appended). So a request
+/// joins the session of the earlier request whose last full block is the
+/// deepest of its own blocks; otherwise it opens a new session. A block is
+/// registered only by the request that first computed it, so that a shared
+/// system prompt (seen before, in other sessions) ties nothing together.
+/// Online (earlier requests only), one hash lookup per block. On the agentic
+/// trace, which names its sessions, README "kvpolicy-sim" gives how often
+/// the derived session agrees with the named one.
+class session_deriver {
+public:
+    std::uint64_t session_of(const request_record& r, std::uint32_t block_size) {
+        std::uint64_t session = next_;
+        for (std::size_t i = r.hash_ids.size(); i-- > 0;)
+            if (auto it = owner_.find(r.hash_ids[i]); it != owner_.end()) {
+                session = it->second;
+                break;
+            }
+        if (session == next_) ++next_;
+        const std::size_t full = std::min<std::size_t>(r.hash_ids.size(), r.input_length / std::max<std::uint32_t>(block_size, 1));
+        bool fresh_last = false;
+        for (std::size_t i = 0; i < r.hash_ids.size(); ++i) {
+            const bool fresh = seen_.insert(r.hash_ids[i]).second;
+            if (i + 1 == full) fresh_last = fresh;
+        }
+        if (full > 0 && fresh_last) owner_[r.hash_ids[full - 1]] = session;
+        return session;
+    }
+
+private:
+    std::unordered_map<std::uint64_t, std::uint64_t> owner_;  // last full block -> its request's session
+    std::unordered_set<std::uint64_t> seen_;                   // every block computed so far
+    std::uint64_t next_ = 0;
+};
+
 /// What the request-level engines need besides the policies.
 struct request_replay_config {
     std::size_t capacity = 0;      ///< GPU tier, blocks
@@ -379,6 +430,8 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
     const double transfer_s = cfg.kv_bytes_per_token * cfg.block_size / cfg.bandwidth_bytes_per_s;
     request_record req;
     timestamp now = 0;
+    session_deriver sessions;
+    std::unordered_set<std::uint64_t> seen_sessions;  // admitted with a block: those fairness counts
     const auto t0 = std::chrono::steady_clock::now();
     while (source.next(req)) {
         const std::size_t index = r.requests++;
@@ -388,7 +441,7 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
         r.accesses += n;
         const std::uint64_t tokens = std::max<std::uint64_t>(req.input_length, n * cfg.block_size);
         r.tokens += tokens;
-        const session_id session{req.has_session ? req.session : index};
+        const session_id session{req.has_session ? req.session : sessions.session_of(req, cfg.block_size)};
         cache.begin_step();
         admission a;
         try {
@@ -409,7 +462,10 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
             continue;
         }
         (void)cache.end_step();
-        if (n > 0) cache.release(session);
+        if (n > 0) {
+            cache.release(session);
+            seen_sessions.insert(session.value);
+        }
         r.hits += a.match.run;
         r.misses += n - a.match.run;
         r.hit_tokens += std::min<std::uint64_t>(a.match.run * cfg.block_size, tokens);
@@ -423,6 +479,9 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
     r.cpu_hits = m.cpu.hit_blocks;
     r.recomputed_blocks = m.recomputed_blocks;
     r.swap_out_blocks = m.swap_out_items / items;
+    r.sessions = seen_sessions.size();
+    r.fairness = m.fairness;
+    r.recomputed_tokens = m.recomputed_tokens;
     return r;
 }
 
