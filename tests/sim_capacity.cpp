@@ -142,21 +142,22 @@ TEST_CASE("sessions derived from the prefix when the trace names none; fairness 
     const double x[] = {0.5, 0.5, 2.0 / 3.0};
     const double sum = x[0] + x[1] + x[2], sum_sq = x[0] * x[0] + x[1] * x[1] + x[2] * x[2];
     REQUIRE(r.fairness == Approx(sum * sum / (3 * sum_sq)));
-    REQUIRE(r.re_prefill_share() == 0.0);  // nothing was dropped
+    REQUIRE(r.re_prefill_share() == 0.0);  // every miss is a block's first appearance
 
     // Capacity 3, by hand with LRU: A [1 2 3] -> {1 2 3}; B [1 2 5 6] is 4 > 3 blocks: served uncached;
     // C [1 7]: hit 1, 7 evicts 3 (LRU; tail released first) -> {1 2 7};
     // D [1 7 8]: hits 1 7, 8 evicts 2 -> {1 7 8}; E: 5 > 3, uncached.
-    // Dropped and computed again: none (3 and 2 never come back cached).
+    // Computed again: B's 1 2 and E's 1 2 5 6 (served uncached): 6 of 17.
     sim::vector_request_source src3(reqs);
     cfg.capacity = 3;
     const sim::replay_result r3 = sim::replay_requests<lru, lru>(src3, cfg, sim::replay_mode::prefix);
     REQUIRE(r3.bypassed_requests == 2);
     REQUIRE(r3.hits == 3);
-    REQUIRE(r3.re_prefill_share() == 0.0);
+    REQUIRE(r3.reprefill_blocks == 6);
+    REQUIRE(r3.re_prefill_share() == Approx(6.0 / 17.0));
 }
 
-TEST_CASE("re-prefill share: tokens of blocks the cache dropped and computed again, over all prefill tokens") {
+TEST_CASE("re-prefill share: missed blocks an earlier request had computed, over all block accesses") {
     // Capacity 2, block size 4, LRU: [1] [2] [3] [1]: 1 is dropped at [3]
     // and computed again at the last [1]: 4 of 16 tokens.
     std::vector<sim::request_record> reqs = {request(0, {1}, 4), request(1, {2}, 4), request(2, {3}, 4),
@@ -167,8 +168,8 @@ TEST_CASE("re-prefill share: tokens of blocks the cache dropped and computed aga
     cfg.block_size = 4;
     const sim::replay_result r = sim::replay_requests<lru, lru>(src, cfg, sim::replay_mode::prefix);
     REQUIRE(r.hits == 0);
-    REQUIRE(r.tokens == 16);
-    REQUIRE(r.recomputed_tokens == 4);
+    REQUIRE(r.accesses == 4);
+    REQUIRE(r.reprefill_blocks == 1);
     REQUIRE(r.re_prefill_share() == Approx(0.25));
     // Belady keeps 1 (next use at [1]) over 2 (never): a hit, nothing recomputed.
     const sim::request_times times = sim::compute_request_times(reqs, cfg.capacity);

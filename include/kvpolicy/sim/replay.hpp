@@ -75,7 +75,7 @@ struct replay_result {
     // prefix and tiered: seed 002's figures
     std::uint64_t sessions = 0;        ///< sessions with a lookup (named by the trace, else derived)
     double fairness = std::numeric_limits<double>::quiet_NaN();  ///< Jain's index over sessions' hit ratios
-    std::uint64_t recomputed_tokens = 0;  ///< prefill tokens of blocks the cache had held and dropped
+    std::uint64_t reprefill_blocks = 0;  ///< missed blocks an earlier request had computed (KV computed again)
     // filled by the simulator from the other runs at the same capacity
     double gap_closed = std::numeric_limits<double>::quiet_NaN();  ///< of the LRU -> Belady gap
     std::size_t lru_match_capacity = 0;  ///< least capacity reaching LRU's hit ratio here; 0 = not computed
@@ -89,9 +89,11 @@ struct replay_result {
     [[nodiscard]] double token_hit_ratio() const noexcept {
         return tokens == 0 ? 0.0 : static_cast<double>(hit_tokens) / static_cast<double>(tokens);
     }
-    /// Share of the prefill tokens that recompute KV the cache had and dropped.
+    /// Share of the prefill (block accesses, so tokens up to each request's
+    /// partial last block) that computes KV an earlier request had computed:
+    /// every miss that is not the block's first appearance in the trace.
     [[nodiscard]] double re_prefill_share() const noexcept {
-        return tokens == 0 ? 0.0 : static_cast<double>(recomputed_tokens) / static_cast<double>(tokens);
+        return accesses == 0 ? 0.0 : static_cast<double>(reprefill_blocks) / static_cast<double>(accesses);
     }
     [[nodiscard]] double accesses_per_second() const noexcept {
         return seconds > 0 ? static_cast<double>(accesses) / seconds : 0.0;
@@ -432,6 +434,14 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
     timestamp now = 0;
     session_deriver sessions;
     std::unordered_set<std::uint64_t> seen_sessions;  // admitted with a block: those fairness counts
+    std::unordered_set<std::uint64_t> computed;       // every block some request computed
+    // Misses from block `from` on: count those computed before, remember all.
+    auto count_reprefill = [&](const std::vector<std::uint64_t>& ids, std::size_t from) {
+        for (std::size_t i = 0; i < ids.size(); ++i) {
+            const bool fresh = computed.insert(ids[i]).second;
+            if (i >= from && !fresh) ++r.reprefill_blocks;
+        }
+    };
     const auto t0 = std::chrono::steady_clock::now();
     while (source.next(req)) {
         const std::size_t index = r.requests++;
@@ -451,6 +461,7 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
             (void)cache.end_step();  // longer than the tier: served uncached
             ++r.bypassed_requests;
             r.misses += n;
+            count_reprefill(req.hash_ids, 0);
             continue;
         } catch (const usage_error& e) {
             (void)cache.end_step();
@@ -468,6 +479,7 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
         }
         r.hits += a.match.run;
         r.misses += n - a.match.run;
+        count_reprefill(req.hash_ids, a.match.run);
         r.hit_tokens += std::min<std::uint64_t>(a.match.run * cfg.block_size, tokens);
         for (std::size_t i = 0; i < a.match.run; ++i) r.prefill_seconds_saved += cfg.cost.cost(i * cfg.block_size);
         r.prefill_seconds_saved -= static_cast<double>(a.match.cpu_blocks) * transfer_s;
@@ -481,7 +493,6 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
     r.swap_out_blocks = m.swap_out_items / items;
     r.sessions = seen_sessions.size();
     r.fairness = m.fairness;
-    r.recomputed_tokens = m.recomputed_tokens;
     return r;
 }
 

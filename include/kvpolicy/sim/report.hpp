@@ -191,8 +191,8 @@ inline void write_table(std::ostream& out, const std::vector<replay_result>& res
         out << "\ncap for lru: least capacity (blocks, bisection to 1% of this capacity) reaching LRU's hit ratio at this "
                "capacity; saved: 1 - that / this capacity";
     if (any_requests)
-        out << "\nfairness: Jain's index over sessions' hit ratios; re-prefill: share of prefill tokens that recompute "
-               "KV the cache had and dropped";
+        out << "\nfairness: Jain's index over sessions' hit ratios; re-prefill: share of block accesses that compute KV "
+               "an earlier request had computed";
     out << "\n";
     std::size_t bad = 0;
     for (const replay_result& r : results) bad = std::max(bad, r.bad_lines.count);
