@@ -490,3 +490,59 @@ TEST_CASE("retention_value: scans choose scan_fraction of the candidates; the re
     INFO("fraction " << fraction << ", seed " << seed);
     REQUIRE(reference.reserve_hits > 10);  // pops really came from a reserve
 }
+
+TEST_CASE("retention_value: at thousands of candidates (the sampled-threshold selection), same victims as the references",
+          "[retention_value][differential]") {
+    // Above 4096 candidates a scan selects among the items at or below a
+    // sampled threshold; the victims must be those of the full selection.
+    // Many items share a context, so exact score ties occur; some are used
+    // at `now` (infinite score).
+    const double fraction = GENERATE(0.0, 0.01);
+    constexpr std::uint32_t capacity = 6000;
+    std::mt19937_64 rng(31);
+    retention_value<>::config_type config = seed_config;
+    config.scan_fraction = fraction;
+    retention_value<> policy(capacity, config);
+    ref_batched_retention reference;
+    reference.fraction = fraction;
+    auto ctx_at = [&](timestamp now) {
+        return item(rng() % 4, static_cast<std::uint32_t>(rng() % 8), static_cast<std::uint32_t>(rng() % 4), 4, 8,
+                    now, 32);
+    };
+    std::vector<std::uint32_t> free_slots;
+    for (std::uint32_t s = 0; s < capacity; ++s) {
+        const auto c = ctx_at(1 + rng() % 5000);
+        policy.on_insert(item_id{s}, c);
+        reference.on_insert(item_id{s}, c);
+    }
+    timestamp now = 6000;
+    std::size_t popped = 0;
+    for (int round = 0; round < 60; ++round) {
+        now += 1 + rng() % 50;
+        for (int a = 0; a < 20; ++a) {  // hits, some at `now`
+            const std::uint32_t s = static_cast<std::uint32_t>(rng() % capacity);
+            if (!policy.contains(item_id{s})) continue;
+            const auto c = ctx_at(rng() % 2 ? now : now - 1);
+            policy.on_access(item_id{s}, c);
+            reference.on_access(item_id{s}, c);
+        }
+        const std::size_t want = 1 + rng() % 40;
+        std::vector<item_id> out(want);
+        const std::size_t got = policy.pop_victims(out, now);
+        const std::vector<item_id> expected = reference.pop_batch(want, now);
+        REQUIRE(got == expected.size());
+        for (std::size_t i = 0; i < got; ++i) {
+            REQUIRE(out[i] == expected[i]);
+            free_slots.push_back(out[i].value);
+        }
+        popped += got;
+        while (free_slots.size() > 20) {  // refill, so the tier stays above 4096 candidates
+            const std::uint32_t s = free_slots.back();
+            free_slots.pop_back();
+            const auto c = ctx_at(now);
+            policy.on_insert(item_id{s}, c);
+            reference.on_insert(item_id{s}, c);
+        }
+    }
+    REQUIRE(popped > 600);
+}

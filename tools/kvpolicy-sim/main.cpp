@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdio>
 #include <exception>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <iostream>
@@ -200,6 +201,9 @@ int main(int argc, char** argv) {
         ->check(CLI::PositiveNumber);
     app.add_option("--output", o.output, "table, csv or json")->check(CLI::IsMember({"table", "csv", "json"}));
     app.add_option("--plot", o.plot, "write a PNG of hit ratio against capacity");
+    std::string csv_file, json_file;
+    app.add_option("--csv-file", csv_file, "also write the CSV to this file (one run, several outputs)");
+    app.add_option("--json-file", json_file, "also write the JSON lines to this file");
     app.add_option("--seed", o.seed, "seed of the built-in workload");
     app.add_option("--threads", o.threads, "parallel runs (default: all cores)");
     app.add_flag("--skip-bad-lines", o.skip_bad_lines, "count malformed trace lines, report them, and go on");
@@ -284,6 +288,13 @@ int main(int argc, char** argv) {
             for (std::size_t i = 0; i < added.size(); ++i)
                 title += (i == 0 ? "; added for the gap column: " : ", ") + added[i];
             sim::write_table(std::cout, results, title);
+        }
+        for (const auto& [file, json] : {std::pair{csv_file, false}, std::pair{json_file, true}}) {
+            if (file.empty()) continue;
+            std::ofstream f(file);
+            if (json) sim::write_json_lines(f, results);
+            else sim::write_csv(f, results);
+            if (!f.flush()) throw config_error("cannot write '" + file + "'; check the path and free space");
         }
         if (!o.plot.empty()) {
             sim::write_plot(o.plot, results, "hit ratio vs capacity: " + name + " (" +

@@ -228,6 +228,7 @@ private:
         const std::size_t k = std::min(out.size(), n);
         if (k == 0) return 0;
         for (std::size_t i = 0; i < n; ++i) scores_[i] = score(cost_[i], last_use_[i], now);
+        if (const std::size_t got = select_by_sampled_threshold(n, out.first(k)); got > 0) return got;
         const std::size_t got = selector_.select_lowest(std::span<const double>(scores_.data(), n),
                                                         std::span<const item_id>(ids_.data(), n), out.first(k));
         std::size_t idle = got;
@@ -244,6 +245,34 @@ private:
                                     out.subspan(idle, got - idle));
         }
         return got;
+    }
+
+    /// The k lowest of scores_[0, n) without handing all n to the selector:
+    /// a threshold from a sample of 1024 scores at about twice the wanted
+    /// quantile, then the selector over the items at or below it. Every
+    /// item left out scores above every item kept, and at least k are kept,
+    /// so the k lowest (ties by id) are the same as the full selection's.
+    /// 0 when it does not apply (few items, a threshold among just-used
+    /// items, fewer than k at or below it): the caller selects from all.
+    std::size_t select_by_sampled_threshold(std::size_t n, std::span<item_id> out) {
+        const std::size_t k = out.size();
+        constexpr std::size_t samples = 1024;
+        if (n < 4 * samples || 8 * k > n) return 0;
+        sample_.resize(samples);
+        for (std::size_t j = 0; j < samples; ++j) sample_[j] = scores_[j * n / samples];
+        const std::size_t at = std::min(samples - 1, 2 * k * samples / n + 16);
+        std::nth_element(sample_.begin(), sample_.begin() + static_cast<std::ptrdiff_t>(at), sample_.end());
+        const double threshold = sample_[at];
+        if (std::isinf(threshold)) return 0;
+        below_scores_.clear();
+        below_ids_.clear();
+        for (std::size_t i = 0; i < n; ++i)
+            if (scores_[i] <= threshold) {
+                below_scores_.push_back(scores_[i]);
+                below_ids_.push_back(ids_[i]);
+            }
+        if (below_scores_.size() < k) return 0;
+        return selector_.select_lowest(std::span<const double>(below_scores_), std::span<const item_id>(below_ids_), out);
     }
 
     void evict(item_id id) noexcept {
@@ -314,6 +343,9 @@ private:
     std::vector<reserved> reserve_;       // victims the last scan chose beyond its pop, in order
     std::size_t next_reserved_ = 0;
     std::vector<item_id> scan_out_;       // scratch: one scan's choice
+    std::vector<double> sample_;          // scratch: sampled scores for the threshold
+    std::vector<double> below_scores_;    // scratch: items at or below it
+    std::vector<item_id> below_ids_;
 };
 
 static_assert(eviction_policy<retention_value<>>);
