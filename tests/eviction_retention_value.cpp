@@ -281,6 +281,11 @@ TEST_CASE("bad cost parameters are rejected before a policy exists", "[retention
     }
     REQUIRE_THROWS_AS(policy(8, {.cost = pensieve_linear({.beta = -0.01})}), config_error);
     REQUIRE_THROWS_AS(policy(0, {}), config_error);
+    REQUIRE_THROWS_WITH(policy(8, {.scan_fraction = 1.5}),
+                        "retention_value: scan_fraction = 1.500000 is not a share of the candidates; give a value in "
+                        "[0, 1] (0: scan at every pop)");
+    REQUIRE_THROWS_AS(policy(8, {.scan_fraction = std::numeric_limits<double>::quiet_NaN()}), config_error);
+    REQUIRE_THROWS_AS(policy(8, {.scan_fraction = -0.1}), config_error);
 }
 
 TEST_CASE("other models compose: measured_table, unit cost with uniform weights is LRU", "[retention_value]") {
