@@ -1,14 +1,12 @@
 // kvpolicy.simulate: kvpolicy-sim as a function. The runs are the tool's own
-// (tools/kvpolicy-sim/run_flat.cpp, run_requests.cpp, compiled into this
-// module), and the results go out through the tool's JSON writer
+// (tools/kvpolicy-sim/runs.cpp, run_flat.cpp, run_requests.cpp, compiled
+// into this module: the same input loading, thread pool and gap column), and the results go out through the tool's JSON writer
 // (sim::write_json_lines), so a field the simulator gains reaches Python
 // with no change here. Runs go in parallel threads with the GIL released.
 #include <algorithm>
-#include <atomic>
-#include <exception>
-#include <mutex>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include <kvpolicy/sim/report.hpp>
 
@@ -23,82 +21,6 @@ using namespace kvpolicy::sim_tool;
 
 bool ends_with(std::string_view s, std::string_view suffix) {
     return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
-// What every run shares, read once (kvpolicy-sim's load_inputs).
-shared_inputs load(const options& o) {
-    shared_inputs in;
-    const bool has_belady = std::find(o.policies.begin(), o.policies.end(), "belady") != o.policies.end();
-    if (o.trace.empty()) {
-        sim::chat_workload_config w = o.workload;
-        w.block_size = o.block_size;
-        w.seed = o.seed;
-        in.requests = std::make_shared<const std::vector<sim::request_record>>(sim::generate_chat_workload(w));
-    } else if (has_belady && o.mode != sim::replay_mode::flat) {
-        auto reqs = std::make_shared<std::vector<sim::request_record>>();
-        sim::mooncake_reader reader(o.trace, o.skip_bad_lines);
-        for (sim::request_record r; reader.next(r);) reqs->push_back(r);
-        in.requests = std::move(reqs);
-    }
-    if (!has_belady) return in;
-    if (o.mode == sim::replay_mode::flat) {
-        auto oracle = std::make_shared<sim::oracle_accesses>();
-        auto add = [&](const sim::access_record& x) {
-            oracle->keys.push_back(x.obj_id);
-            oracle->sizes.push_back(static_cast<std::uint32_t>(std::max<std::uint64_t>(x.obj_size, 1)));
-        };
-        sim::access_record a;
-        if (in.requests) {
-            sim::vector_request_source rs(*in.requests);
-            sim::flattened_requests<sim::vector_request_source> src(rs);
-            while (src.next(a)) add(a);
-        } else if (o.format == trace_format::csv) {
-            sim::csv_reader src(o.trace, o.skip_bad_lines);
-            while (src.next(a)) add(a);
-        } else {
-            sim::mooncake_reader reader(o.trace, o.skip_bad_lines);
-            sim::flattened_requests<sim::mooncake_reader> src(reader);
-            while (src.next(a)) add(a);
-        }
-        oracle->compute_next_use();
-        in.oracle = std::move(oracle);
-    } else {
-        in.times = std::make_shared<const sim::request_times>(sim::compute_request_times(*in.requests));
-    }
-    return in;
-}
-
-std::vector<sim::replay_result> run_all(const options& o, const shared_inputs& in) {
-    struct job {
-        std::string policy;
-        std::size_t capacity;
-    };
-    std::vector<job> jobs;
-    for (std::size_t c : o.capacities)
-        for (const std::string& p : o.policies) jobs.push_back({p, c});
-    std::vector<sim::replay_result> results(jobs.size());
-    std::atomic<std::size_t> next{0};
-    std::exception_ptr failure;
-    std::mutex failure_mutex;
-    auto worker = [&] {
-        for (std::size_t i; (i = next.fetch_add(1)) < jobs.size();) {
-            try {
-                results[i] = o.mode == sim::replay_mode::flat ? run_flat(o, jobs[i].policy, jobs[i].capacity, in)
-                                                              : run_requests(o, jobs[i].policy, jobs[i].capacity, in);
-            } catch (...) {
-                std::scoped_lock lock(failure_mutex);
-                if (!failure) failure = std::current_exception();
-                next = jobs.size();
-            }
-        }
-    };
-    const unsigned n = std::max(1u, std::min<unsigned>(o.threads, static_cast<unsigned>(jobs.size())));
-    std::vector<std::thread> pool;
-    for (unsigned t = 1; t < n; ++t) pool.emplace_back(worker);
-    worker();
-    for (auto& t : pool) t.join();
-    if (failure) std::rethrow_exception(failure);
-    return results;
 }
 
 double number(const nb::dict& d, const char* key, double fallback) {
@@ -187,8 +109,10 @@ void bind_simulate(nb::module_& m) {
             std::ostringstream out;
             {
                 nb::gil_scoped_release unlocked;
-                const shared_inputs in = load(o);
-                sim::write_json_lines(out, run_all(o, in));
+                const shared_inputs in = load_inputs(o);
+                std::vector<sim::replay_result> results = run_all(o, in);
+                sim::fill_gap_closed(results);
+                sim::write_json_lines(out, results);
             }
             return out.str();
         },

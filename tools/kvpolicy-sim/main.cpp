@@ -1,24 +1,24 @@
 // kvpolicy-sim: compare KV-cache policies on real or generated workloads.
 //
 //   kvpolicy-sim [--trace FILE] [--format mooncake|csv] [--mode flat|prefix|tiered]
-//                --policy NAME[,NAME...] --capacity N[,N...] [--cpu-capacity N]
+//                --policy NAME[,NAME...] --capacity N|P%[,...] [--cpu-capacity N] [--match-lru]
 //                [--block-size T] [--layers L] [--output table|csv|json]
 //                [--plot FILE.png] [--seed S] [--threads K]
 //
 // Other programs script this contract: keep it.
-#include <unistd.h>
-
-#include <atomic>
-#include <cstdio>
-#include <exception>
+#include <algorithm>
+#include <fstream>
 #include <iostream>
-#include <mutex>
+#include <string>
+#include <string_view>
 #include <thread>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include <kvpolicy/cost/pensieve_linear.hpp>
 #include <kvpolicy/eviction/registry.hpp>
+#include <kvpolicy/sim/capacity.hpp>
 #include <kvpolicy/sim/report.hpp>
 
 #include "sim_runs.hpp"
@@ -30,95 +30,6 @@ namespace {
 
 bool ends_with(std::string_view s, std::string_view suffix) {
     return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
-shared_inputs load_inputs(const options& o) {
-    shared_inputs in;
-    const bool has_belady = std::find(o.policies.begin(), o.policies.end(), "belady") != o.policies.end();
-    if (o.trace.empty()) {
-        sim::chat_workload_config w = o.workload;
-        w.block_size = o.block_size;
-        w.seed = o.seed;
-        in.requests = std::make_shared<const std::vector<sim::request_record>>(sim::generate_chat_workload(w));
-    } else if (has_belady && o.mode != sim::replay_mode::flat) {
-        if (o.format == trace_format::csv)
-            throw config_error("--mode " + std::string(sim::to_string(o.mode)) +
-                               " needs requests (mooncake JSONL or the built-in workload); a CSV holds only block accesses");
-        auto reqs = std::make_shared<std::vector<sim::request_record>>();
-        sim::mooncake_reader reader(o.trace, o.skip_bad_lines);
-        sim::request_record r;
-        while (reader.next(r)) reqs->push_back(r);
-        in.requests = std::move(reqs);
-    }
-    if (has_belady) {
-        if (o.mode == sim::replay_mode::flat) {
-            auto oracle = std::make_shared<sim::oracle_accesses>();
-            sim::access_record a;
-            auto add = [&](const sim::access_record& x) {
-                oracle->keys.push_back(x.obj_id);
-                oracle->sizes.push_back(static_cast<std::uint32_t>(std::max<std::uint64_t>(x.obj_size, 1)));
-            };
-            if (in.requests) {
-                sim::vector_request_source rs(*in.requests);
-                sim::flattened_requests<sim::vector_request_source> src(rs);
-                while (src.next(a)) add(a);
-            } else if (o.format == trace_format::csv) {
-                sim::csv_reader src(o.trace, o.skip_bad_lines);
-                while (src.next(a)) add(a);
-            } else {
-                sim::mooncake_reader reader(o.trace, o.skip_bad_lines);
-                sim::flattened_requests<sim::mooncake_reader> src(reader);
-                while (src.next(a)) add(a);
-            }
-            oracle->compute_next_use();
-            in.oracle = std::move(oracle);
-        } else {
-            in.times = std::make_shared<const sim::request_times>(sim::compute_request_times(*in.requests));
-        }
-    }
-    return in;
-}
-
-std::vector<sim::replay_result> run_all(const options& o, const shared_inputs& in) {
-    struct job {
-        std::string policy;
-        std::size_t capacity;
-    };
-    std::vector<job> jobs;
-    for (std::size_t c : o.capacities)
-        for (const std::string& p : o.policies) jobs.push_back({p, c});
-    std::vector<sim::replay_result> results(jobs.size());
-    std::atomic<std::size_t> next{0}, done{0};
-    std::exception_ptr failure;
-    std::mutex failure_mutex;
-    const bool progress = isatty(STDERR_FILENO) != 0;
-    auto worker = [&] {
-        for (std::size_t i; (i = next.fetch_add(1)) < jobs.size();) {
-            try {
-                results[i] = o.mode == sim::replay_mode::flat ? run_flat(o, jobs[i].policy, jobs[i].capacity, in)
-                                                              : run_requests(o, jobs[i].policy, jobs[i].capacity, in);
-            } catch (...) {
-                std::scoped_lock lock(failure_mutex);
-                if (!failure) failure = std::current_exception();
-                next = jobs.size();
-            }
-            const std::size_t d = ++done;
-            if (progress) {
-                std::scoped_lock lock(failure_mutex);
-                const std::size_t width = 30, filled = width * d / jobs.size();
-                std::fprintf(stderr, "\r[%s%s] %zu/%zu runs", std::string(filled, '#').c_str(),
-                             std::string(width - filled, '.').c_str(), d, jobs.size());
-                if (d == jobs.size()) std::fprintf(stderr, "\n");
-            }
-        }
-    };
-    const unsigned n = std::max(1u, std::min<unsigned>(o.threads, static_cast<unsigned>(jobs.size())));
-    std::vector<std::thread> pool;
-    for (unsigned t = 1; t < n; ++t) pool.emplace_back(worker);
-    worker();
-    for (auto& t : pool) t.join();
-    if (failure) std::rethrow_exception(failure);
-    return results;
 }
 
 }  // namespace
@@ -136,8 +47,12 @@ int main(int argc, char** argv) {
     app.add_option("--policy", policy_list, "policies, comma-separated, or 'all'; accepted: all, " +
                                                 joined_names<eviction_policies>())
         ->required();
-    app.add_option("--capacity", capacity_list, "capacities in blocks, comma-separated (the GPU tier in tiered mode)")
+    app.add_option("--capacity", capacity_list,
+                   "capacities, comma-separated: blocks, or P% of the trace's distinct blocks (the GPU tier in tiered mode)")
         ->required();
+    bool match = false;
+    app.add_flag("--match-lru", match,
+                 "also find, per policy and capacity C, the least capacity reaching LRU's hit ratio at C (bisection over replays)");
     app.add_option("--cpu-capacity", o.cpu_capacity, "CPU tier in blocks (tiered mode)");
     app.add_option("--remote-capacity", o.remote_capacity,
                    "remote tier in blocks, shared by the instances (tiered mode; victims written back, "
@@ -152,6 +67,9 @@ int main(int argc, char** argv) {
         ->check(CLI::PositiveNumber);
     app.add_option("--output", o.output, "table, csv or json")->check(CLI::IsMember({"table", "csv", "json"}));
     app.add_option("--plot", o.plot, "write a PNG of hit ratio against capacity");
+    std::string csv_file, json_file;
+    app.add_option("--csv-file", csv_file, "also write the CSV to this file (one run, several outputs)");
+    app.add_option("--json-file", json_file, "also write the JSON lines to this file");
     app.add_option("--seed", o.seed, "seed of the built-in workload");
     app.add_option("--threads", o.threads, "parallel runs (default: all cores)");
     app.add_flag("--skip-bad-lines", o.skip_bad_lines, "count malformed trace lines, report them, and go on");
@@ -201,13 +119,15 @@ int main(int argc, char** argv) {
                                          joined_names<eviction_policies>());
             o.policies.push_back(p);
         }
-        for (const auto& c : CLI::detail::split(capacity_list, ',')) {
-            std::size_t v = 0;
-            const auto [ptr, ec] = std::from_chars(c.data(), c.data() + c.size(), v);
-            if (ec != std::errc{} || ptr != c.data() + c.size() || v == 0)
-                throw config_error("--capacity: '" + c + "' is not a positive number of blocks");
-            o.capacities.push_back(v);
-        }
+        const std::vector<sim::capacity_spec> specs = sim::parse_capacity_list(capacity_list);
+        // The gap column needs LRU and Belady at every capacity: run them
+        // even when not asked for (and say so).
+        std::vector<std::string> added;
+        for (const char* ref : {"lru", "belady"})
+            if (std::find(o.policies.begin(), o.policies.end(), ref) == o.policies.end()) {
+                o.policies.emplace_back(ref);
+                added.emplace_back(ref);
+            }
         // Default prefill cost: Llama-3-8B on an H100 at ~400 TFLOP/s
         // effective: 2 x 8e9 FLOPs per token outside attention (40 us), and
         // 4 x 4096 x 32 FLOPs per token per context token in attention (1.3 ns).
@@ -218,12 +138,33 @@ int main(int argc, char** argv) {
         if (o.threads == 0) o.threads = std::max(1u, std::thread::hardware_concurrency());
 
         const shared_inputs in = load_inputs(o);
-        const std::vector<sim::replay_result> results = run_all(o, in);
+        const bool relative = std::any_of(specs.begin(), specs.end(), [](const auto& c) { return c.relative(); });
+        const std::size_t distinct = relative || match ? count_distinct_blocks(o, in) : 0;
+        for (const sim::capacity_spec& c : specs) {
+            const std::size_t v = c.resolve(distinct);
+            if (std::find(o.capacities.begin(), o.capacities.end(), v) == o.capacities.end()) o.capacities.push_back(v);
+        }
+        std::vector<sim::replay_result> results = run_all(o, in);
+        sim::fill_gap_closed(results);
+        if (match) match_lru(o, in, distinct, results);
         const std::string name = o.trace.empty() ? "built-in chat workload (seed " + std::to_string(o.seed) + ")"
                                                  : o.trace.substr(o.trace.find_last_of('/') + 1);
         if (o.output == "json") sim::write_json_lines(std::cout, results);
         else if (o.output == "csv") sim::write_csv(std::cout, results);
-        else sim::write_table(std::cout, results, "kvpolicy-sim: " + name);
+        else {
+            std::string title = "kvpolicy-sim: " + name;
+            if (relative) title += " (" + std::to_string(distinct) + " distinct blocks)";
+            for (std::size_t i = 0; i < added.size(); ++i)
+                title += (i == 0 ? "; added for the gap column: " : ", ") + added[i];
+            sim::write_table(std::cout, results, title);
+        }
+        for (const auto& [file, json] : {std::pair{csv_file, false}, std::pair{json_file, true}}) {
+            if (file.empty()) continue;
+            std::ofstream f(file);
+            if (json) sim::write_json_lines(f, results);
+            else sim::write_csv(f, results);
+            if (!f.flush()) throw config_error("cannot write '" + file + "'; check the path and free space");
+        }
         if (o.output == "table" && (o.instances > 1 || o.remote_capacity > 0)) {
             std::cout << "\nremote tier: " << o.instances << " instances, " << o.remote_capacity
                       << " blocks shared (isolated: " << o.remote_capacity / o.instances << " each)\n";

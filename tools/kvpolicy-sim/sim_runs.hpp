@@ -44,6 +44,20 @@ struct shared_inputs {
     std::shared_ptr<const sim::oracle_accesses> oracle;                // for Belady, flat mode
 };
 
+/// Reads what the runs share: the built-in workload's requests, or a
+/// trace's requests and next uses where Belady needs them. Throws:
+/// config_error, parse_error.
+shared_inputs load_inputs(const options& o);
+/// The trace's distinct blocks (what `--capacity P%` is a share of).
+std::size_t count_distinct_blocks(const options& o, const shared_inputs& in);
+/// One (policy, capacity) run in `o.mode`.
+sim::replay_result run_one(const options& o, const std::string& policy, std::size_t capacity, const shared_inputs& in);
+/// Every (policy, capacity) pair of `o`, on `o.threads` threads, in
+/// capacity-major order.
+std::vector<sim::replay_result> run_all(const options& o, const shared_inputs& in);
+/// `--match-lru`: fills each result's `lru_match_capacity`.
+void match_lru(const options& o, const shared_inputs& in, std::size_t distinct, std::vector<sim::replay_result>& results);
+
 sim::replay_result run_flat(const options& o, const std::string& policy, std::size_t capacity, const shared_inputs& in);
 sim::replay_result run_requests(const options& o, const std::string& policy, std::size_t capacity,
                                 const shared_inputs& in);
