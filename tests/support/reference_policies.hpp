@@ -1168,3 +1168,79 @@ template <> struct reference_for<qos_aware> { using type = ref_qos_aware; };
 template <> struct reference_for<predictive> { using type = ref_predictive; };
 
 }  // namespace kvpolicy::testing
+
+namespace kvpolicy::testing {
+
+/// tail_aware_lru: each item remembers its class (tail = last block of its
+/// request) while it has not been reused, and whether it sits in the demoted
+/// group. Victim: the demoted evictable item with the smallest stamp if any,
+/// else the evictable item with the smallest stamp. Ghosts are plain deques
+/// of keys per class, oldest first, at most `capacity` long; the rates are
+/// compared with the same cross-multiplication (the rule itself, not a
+/// different formula, is what the reference restates).
+struct ref_tail_aware_lru {
+    struct entry {
+        std::uint32_t id;
+        std::uint64_t key;
+        int fresh;  // 0 inner, 1 tail, -1 reused
+        bool demoted;
+        bool held;
+        std::uint64_t stamp;
+    };
+    ref_records<entry> r;
+    std::size_t capacity;
+    double ratio;
+    std::uint64_t min_samples, window;
+    std::deque<std::uint64_t> ghosts[2];
+    std::uint64_t inserted[2] = {0, 0}, reused[2] = {0, 0};
+
+    explicit ref_tail_aware_lru(std::size_t c, double demote_ratio = 0.5, std::uint64_t min_s = 64, std::uint64_t w = 4096)
+        : capacity(c), ratio(demote_ratio), min_samples(min_s), window(w) {}
+
+    bool demoting() const {
+        if (inserted[0] < min_samples || inserted[1] < min_samples) return false;
+        return static_cast<double>(reused[1]) * static_cast<double>(inserted[0]) <
+               ratio * static_cast<double>(reused[0]) * static_cast<double>(inserted[1]);
+    }
+    void make_evictable(entry& e) {
+        e.held = false;
+        e.demoted = e.fresh == 1 && demoting();
+        e.stamp = r.clock++;
+    }
+    void on_insert(item_id id, const access_context& ctx) {
+        const int c = ctx.chunk.value + 1ULL >= ctx.session_total_chunks ? 1 : 0;
+        for (int g = 0; g < 2; ++g)
+            if (ref_erase_key(ghosts[g], ctx.key)) ++reused[g];
+        if (++inserted[c] >= window) {
+            inserted[c] /= 2;
+            reused[c] /= 2;
+        }
+        r.items.push_back({id.value, ctx.key, c, false, false, 0});
+        make_evictable(r.items.back());
+    }
+    void on_access(item_id id, const access_context&) {
+        entry* e = r.find(id);
+        if (e->fresh >= 0) ++reused[e->fresh];
+        e->fresh = -1;
+        if (!e->held) make_evictable(*e);
+    }
+    void on_hold(item_id id) { r.find(id)->held = true; }
+    void on_release(item_id id, const access_context&) { make_evictable(*r.find(id)); }
+    void on_erase(item_id id) { r.erase(id); }
+    std::optional<item_id> pop_victim(timestamp) {
+        entry* v = r.oldest_evictable([](const entry& e) { return e.demoted; });
+        if (v == nullptr) v = r.oldest_evictable([](const entry&) { return true; });
+        if (v == nullptr) return std::nullopt;
+        if (v->fresh >= 0) {
+            auto& g = ghosts[v->fresh];
+            ref_erase_key(g, v->key);
+            g.push_back(v->key);
+            if (g.size() > capacity) g.pop_front();
+        }
+        const item_id victim{v->id};
+        r.erase(victim);
+        return victim;
+    }
+};
+
+}  // namespace kvpolicy::testing
