@@ -23,9 +23,10 @@ using namespace kvpolicy::testing;
 TEST_CASE("session_aware_lru chooses the same victims as its reference model", "[eviction][differential]") {
     const std::uint64_t seed = GENERATE(1u, 2u, 3u);
     const std::size_t capacity = GENERATE(1u, 16u, 97u);
-    // far_factor 0.5 takes the session rule often, 8 (the default) rarely;
-    // max_sessions 3 makes the driver's 7 sessions be forgotten and relearned.
-    const double far_factor = GENERATE(8.0, 0.5);
+    // far_factor 0 takes the session rule whenever a prediction is ahead,
+    // 0.5 sometimes, 8 (the default) rarely; max_sessions 3 makes the
+    // driver's 7 sessions be forgotten and relearned.
+    const double far_factor = GENERATE(8.0, 0.5, 0.0);
     const std::size_t max_sessions = GENERATE(std::size_t{0}, std::size_t{3});
     session_aware_lru policy(capacity, {.far_factor = far_factor, .max_sessions = max_sessions});
     ref_session_aware_lru reference(capacity, far_factor, 0.25, max_sessions);
@@ -34,6 +35,17 @@ TEST_CASE("session_aware_lru chooses the same victims as its reference model", "
     REQUIRE(policy.counters().evictions == victims.size());
     REQUIRE(victims.size() > 100);
     REQUIRE(policy.sessions() <= (max_sessions == 0 ? std::size_t{7} : 2 * max_sessions));
+}
+
+TEST_CASE("session_aware_lru: the session rule changes the driver's victims, so the test above checks it",
+          "[eviction][session_aware_lru]") {
+    // Same random operations; tail_aware_lru is session_aware_lru without
+    // the session rule (same tail rule, same LRU order).
+    session_aware_lru with_rule(16, {.far_factor = 0.0});
+    tail_aware_lru without_rule(16);
+    const auto a = drive(with_rule, {.capacity = 16, .operations = 20'000, .seed = 1});
+    const auto b = drive(without_rule, {.capacity = 16, .operations = 20'000, .seed = 1});
+    REQUIRE(a != b);
 }
 
 namespace {
