@@ -1,82 +1,59 @@
 #!/usr/bin/env bash
-# Regenerates the README's "Which policy" tables: every trace in
-# ../shared/traces replayed in prefix mode at 1%, 5% and 10% of its distinct
-# blocks, with each policy's hit ratio, token hit ratio and share of the
-# LRU -> Belady gap it closes ((policy - LRU) / (Belady - LRU)).
+# The README's "Which policy" tables and plots in one command: kvpolicy-sim in
+# prefix mode on the three traces in ../shared/traces, at 1%, 5% and 10% of
+# each trace's distinct blocks, with every registered policy. Per trace it
+# writes, under build/which-policy/: TRACE.txt (the ranked table: hit ratio,
+# share of the LRU -> Belady gap closed, token hit ratio, Jain's fairness,
+# re-prefill share), TRACE.csv, TRACE.json and TRACE.png (LRU and Belady
+# drawn thick), and which-policy.md: the markdown tables of the README section
+# (scripts/which-policy-tables.py; hit ratio, token hit ratio, share of the gap
+# closed, capacity saved where measured, fairness, re-prefill share).
 #
-#   scripts/which-policy.sh                 # markdown tables on stdout
-#   POLICIES=lru,tail_aware_lru,belady scripts/which-policy.sh
+# "Capacity needed to reach LRU's hit ratio" (--match-lru) bisects over
+# replays: a few minutes on the Mooncake traces, about two hours on the
+# 19.7M-access agentic trace on 2 cores, so there only with --full.
 #
-# CSV_DIR=dir keeps the simulator's CSVs there; FORMAT_ONLY=1 CSV_DIR=dir
-# prints the tables from CSVs already there (rows of several runs of one
-# trace may be concatenated into its CSV, header lines included).
-#
-# POLICIES defaults to every registered policy except the two layer-chunk
-# ones (retention_value, checkerboard: they score every candidate per victim
-# and do not finish the agentic trace in minutes). lru and belady are always
-# run. Needs the release build of kvpolicy-sim (built here if missing) and
-# python3. About 10 minutes on 2 cores, most of it the agentic trace.
+#   scripts/which-policy.sh [--full] [--policy LIST] [--traces DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-traces=${TRACES:-../shared/traces}
-sim=build/release/tools/kvpolicy-sim
-if [ "${FORMAT_ONLY:-0}" != 1 ] && [ ! -x "$sim" ]; then
-    cmake --preset release >/dev/null
-    cmake --build --preset release --target kvpolicy-sim -j"$(nproc)" >/dev/null
-fi
-policies=${POLICIES:-fifo,lru,round_robin,lfu,clock,sieve,slru,two_q,qos_aware,predictive,arc,s3fifo,lirs,w_tinylfu,gdsf,tail_aware_lru,session_aware_lru,belady}
-case ",$policies," in *,lru,*) ;; *) policies="lru,$policies" ;; esac
-case ",$policies," in *,belady,*) ;; *) policies="$policies,belady" ;; esac
 
-# name | file | block size | distinct blocks (the traces' READMEs)
-runs=(
-    "mooncake conversation|$traces/mooncake/conversation_trace.jsonl|512|182790"
-    "mooncake synthetic|$traces/mooncake/synthetic_trace.jsonl|512|43924"
-    "agentic mix|$traces/agentic/agentic_mix.jsonl.gz|64|904665"
-)
-if [ -n "${CSV_DIR:-}" ]; then
-    tmp=$CSV_DIR
-    mkdir -p "$tmp"
-else
-    tmp=$(mktemp -d)
-    trap 'rm -rf "$tmp"' EXIT
-fi
-: >"$tmp/index"
-for r in "${runs[@]}"; do
-    IFS='|' read -r name file bs distinct <<<"$r"
-    csv="$tmp/$(echo "$name" | tr ' ' _).csv"
-    if [ "${FORMAT_ONLY:-0}" != 1 ]; then
-        caps="$((distinct / 100)),$((distinct / 20)),$((distinct / 10))"
-        "$sim" --trace "$file" --mode prefix --block-size "$bs" --policy "$policies" --capacity "$caps" \
-            --output csv >"$csv"
-    fi
-    echo "$name|$csv|$distinct" >>"$tmp/index"
+full=0
+policies=all
+traces=../shared/traces
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --full) full=1 ;;
+        --policy) policies="$2"; shift ;;
+        --traces) traces="$2"; shift ;;
+        *) echo "which-policy.sh: unknown argument '$1'; accepted: --full, --policy LIST, --traces DIR" >&2; exit 2 ;;
+    esac
+    shift
+done
+for f in mooncake/conversation_trace.jsonl mooncake/synthetic_trace.jsonl agentic/agentic_mix.jsonl.gz; do
+    [ -f "$traces/$f" ] || { echo "which-policy.sh: missing $traces/$f; give --traces DIR (the folder of ../shared/traces)" >&2; exit 2; }
 done
 
-python3 - "$tmp/index" <<'PY'
-import csv, sys
-for line in open(sys.argv[1]):
-    name, path, distinct = line.rstrip("\n").split("|")
-    rows = [r for r in csv.DictReader(open(path)) if r["policy"] != "policy"]  # repeated headers
-    caps = sorted({int(r["capacity"]) for r in rows})
-    print(f"\n**{name}** ({int(distinct):,} distinct blocks; hit ratio / token hit ratio / share of the LRU -> Belady gap closed)\n")
-    print("| policy | " + " | ".join(f"{c:,} ({100 * c / int(distinct):.0f}%)" for c in caps) + " |")
-    print("|---|" + "---:|" * len(caps))
-    by = {(r["policy"], int(r["capacity"])): r for r in rows}
-    lru = {c: float(by[("lru", c)]["hit_ratio"]) for c in caps}
-    bel = {c: float(by[("belady", c)]["hit_ratio"]) for c in caps}
-    names = []
-    for r in rows:
-        if r["policy"] not in names: names.append(r["policy"])
-    def key(p):  # lru first, belady last, the rest by mean hit ratio
-        return (p != "lru", p == "belady", -sum(float(by[(p, c)]["hit_ratio"]) for c in caps))
-    for p in sorted(names, key=key):
-        cells = []
-        for c in caps:
-            h = float(by[(p, c)]["hit_ratio"]); t = float(by[(p, c)]["token_hit_ratio"])
-            gap = bel[c] - lru[c]
-            share = f"{100 * (h - lru[c]) / gap:+.0f}%" if gap > 1e-12 and p not in ("lru", "belady") else "-"
-            cells.append(f"{h:.4f} / {t:.4f} / {share}")
-        label = f"**{p}**" if p in ("lru", "belady", "tail_aware_lru", "session_aware_lru") else p
-        print(f"| {label} | " + " | ".join(cells) + " |")
-PY
+jobs=$(nproc 2>/dev/null || echo 2)
+cmake --preset release >/dev/null
+cmake --build --preset release --target kvpolicy-sim -j "$jobs" >/dev/null
+sim=build/release/tools/kvpolicy-sim
+out=build/which-policy
+mkdir -p "$out"
+
+run() {  # NAME FILE BLOCK_SIZE MATCH
+    local name=$1 file=$2 block=$3 match=$4
+    local args=(--trace "$file" --mode prefix --block-size "$block" --policy "$policies" --capacity 1%,5%,10%)
+    [ "$match" = 1 ] && args+=(--match-lru)
+    echo "== $name" >&2
+    "$sim" "${args[@]}" --plot "$out/$name.png" --csv-file "$out/$name.csv" --json-file "$out/$name.json" \
+        | tee "$out/$name.txt"
+}
+
+run conversation "$traces/mooncake/conversation_trace.jsonl" 512 1
+run synthetic "$traces/mooncake/synthetic_trace.jsonl" 512 1
+run agentic "$traces/agentic/agentic_mix.jsonl.gz" 64 "$full"
+# The README's markdown tables from the CSVs; distinct blocks as the traces' READMEs give them.
+printf '%s\n' "mooncake conversation|$out/conversation.csv|182790" "mooncake synthetic|$out/synthetic.csv|43924" \
+    "agentic mix|$out/agentic.csv|904665" >"$out/index"
+python3 scripts/which-policy-tables.py "$out/index" | tee "$out/which-policy.md"
+echo "tables, CSV, JSON, plots and which-policy.md in $out/" >&2

@@ -34,6 +34,16 @@ TEMPLATE_TEST_CASE("arc, s3fifo and lirs choose the same victims as their refere
     if (capacity > 1) REQUIRE(policy.counters().ghost_hits > 0);  // the ghosts were exercised
 }
 
+TEST_CASE("s3fifo with libCacheSim's newer fill-main rule: same victims as its reference model",
+          "[eviction][differential][s3fifo]") {
+    const std::uint64_t seed = GENERATE(4u, 5u);
+    const std::size_t capacity = GENERATE(16u, 97u);
+    s3fifo policy(capacity, {.fill_main_before_first_eviction = true});
+    ref_s3fifo reference(capacity, true);
+    const auto victims = drive(policy, {.capacity = capacity, .operations = 100'000, .seed = seed}, &reference);
+    REQUIRE(victims.size() > 100);
+}
+
 namespace {
 // Letters as keys, so the traces below read as in the papers.
 std::uint64_t key(char c) { return static_cast<std::uint64_t>(c); }

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -38,8 +39,9 @@ access_context item(std::uint64_t session, std::uint32_t chunk, std::uint32_t la
     return c;
 }
 
+// scan_fraction 0: every pop scans, the exact rule the reference model states.
 const retention_value<>::config_type seed_config{
-    .cost = pensieve_linear({.alpha = 0.001, .beta = 0.01, .const_non_attention = 0.005})};
+    .cost = pensieve_linear({.alpha = 0.001, .beta = 0.01, .const_non_attention = 0.005}), .scan_fraction = 0};
 
 std::vector<std::uint32_t> drain(retention_value<>& p, timestamp now) {
     std::vector<std::uint32_t> out;
@@ -279,6 +281,11 @@ TEST_CASE("bad cost parameters are rejected before a policy exists", "[retention
     }
     REQUIRE_THROWS_AS(policy(8, {.cost = pensieve_linear({.beta = -0.01})}), config_error);
     REQUIRE_THROWS_AS(policy(0, {}), config_error);
+    REQUIRE_THROWS_WITH(policy(8, {.scan_fraction = 1.5}),
+                        "retention_value: scan_fraction = 1.500000 is not a share of the candidates; give a value in "
+                        "[0, 1] (0: scan at every pop)");
+    REQUIRE_THROWS_AS(policy(8, {.scan_fraction = std::numeric_limits<double>::quiet_NaN()}), config_error);
+    REQUIRE_THROWS_AS(policy(8, {.scan_fraction = -0.1}), config_error);
 }
 
 TEST_CASE("other models compose: measured_table, unit cost with uniform weights is LRU", "[retention_value]") {
@@ -307,16 +314,84 @@ TEST_CASE("retention_value: same victims as the reference model", "[retention_va
     REQUIRE(victims.size() > 100);
 }
 
-TEST_CASE("retention_value: same victims as the reference with shared timestamps and batches",
-          "[retention_value][differential]") {
-    // The driver gives every operation its own time, so no item is ever
-    // just used at a pop. Here time moves only now and then: just-used
-    // items, exact ties and batches mixing idle and just-used items occur.
-    const std::uint64_t seed = GENERATE(11u, 12u, 13u, 14u);
-    constexpr std::uint32_t capacity = 40;
+namespace {
+
+struct ref_batched_retention {
+    double fraction = 0;
+    ref_retention_value exact;
+    std::vector<std::uint32_t> reserve;  // in order
+    std::set<std::uint32_t> voided;      // reserved ids touched since the scan
+    std::size_t reserve_hits = 0;
+
+    void touch(item_id id) { voided.insert(id.value); }
+    void on_insert(item_id id, const access_context& c) { touch(id); exact.on_insert(id, c); }
+    void on_access(item_id id, const access_context& c) { touch(id); exact.on_access(id, c); }
+    void on_hold(item_id id) { touch(id); exact.on_hold(id); }
+    void on_release(item_id id, const access_context& c) { touch(id); exact.on_release(id, c); }
+    void on_erase(item_id id) { touch(id); exact.on_erase(id); }
+    std::size_t evictable() const {
+        return static_cast<std::size_t>(std::count_if(exact.items.begin(), exact.items.end(), [](const auto& e) { return !e.held; }));
+    }
+    /// A batch of `k` at `now`, as pop_victims takes it.
+    std::vector<item_id> pop_batch(std::size_t k, timestamp now) {
+        k = std::min(k, evictable());
+        std::vector<item_id> out;
+        if (k == 0) return out;
+        std::vector<item_id> valid;
+        for (std::uint32_t id : reserve)
+            if (!voided.contains(id) && valid.size() < k) valid.push_back(item_id{id});
+        if (valid.size() == k) {
+            // drop the used prefix of the reserve (valid ones taken, voided ones skipped)
+            std::size_t used = 0, taken = 0;
+            while (taken < k) taken += voided.contains(reserve[used++]) ? 0 : 1;
+            reserve.erase(reserve.begin(), reserve.begin() + static_cast<std::ptrdiff_t>(used));
+            for (item_id v : valid) {
+                exact.on_erase(v);
+                touch(v);
+            }
+            reserve_hits += k;
+            return valid;
+        }
+        const std::size_t n = evictable();
+        const auto batch = static_cast<std::size_t>(std::ceil(fraction * static_cast<double>(n)));
+        ref_retention_value copy = exact;
+        std::vector<item_id> chosen;
+        for (std::size_t i = 0; i < std::min(n, std::max(k, batch)); ++i) chosen.push_back(*copy.pop_victim(now));
+        reserve.clear();
+        voided.clear();
+        for (std::size_t i = 0; i < chosen.size(); ++i) {
+            if (i < k) {
+                out.push_back(chosen[i]);
+                exact.on_erase(chosen[i]);
+            } else {
+                reserve.push_back(chosen[i].value);
+            }
+        }
+        for (item_id v : out) touch(v);
+        return out;
+    }
+};
+
+template <class Reference>
+std::vector<item_id> reference_batch(Reference& r, std::size_t k, timestamp now) {
+    if constexpr (requires { r.pop_batch(k, now); }) {
+        return r.pop_batch(k, now);
+    } else {
+        std::vector<item_id> out;
+        for (std::size_t i = 0; i < k; ++i)
+            if (auto v = r.pop_victim(now)) out.push_back(*v);
+        return out;
+    }
+}
+
+// The driver of the shared-timestamps differential test, for the exact rule
+// (scan_fraction 0 against ref_retention_value) and the batched one.
+template <class Reference>
+void shared_time_differential(std::uint64_t seed, double scan_fraction, std::uint32_t capacity, Reference& reference) {
     std::mt19937_64 rng(seed);
-    retention_value<> policy(capacity, seed_config);
-    ref_retention_value reference;
+    retention_value<>::config_type config = seed_config;
+    config.scan_fraction = scan_fraction;
+    retention_value<> policy(capacity, config);
     enum class slot : std::uint8_t { free, evictable, held };
     std::vector<slot> slots(capacity, slot::free);
     auto ctx_for = [&](timestamp now) {
@@ -378,15 +453,14 @@ TEST_CASE("retention_value: same victims as the reference with shared timestamps
                 fresh_before[s] = r && std::isinf(*r);
             }
             const std::size_t got = policy.pop_victims(std::span<item_id>(out, want), now);
+            const std::vector<item_id> expected = reference_batch(reference, want, now);
+            REQUIRE(got == expected.size());
             for (std::size_t i = 0; i < got; ++i) {
-                const auto r = reference.pop_victim(now);
-                REQUIRE(r.has_value());
-                REQUIRE(out[i] == *r);
+                REQUIRE(out[i] == expected[i]);
                 REQUIRE(slots[out[i].index()] == slot::evictable);
                 slots[out[i].index()] = slot::free;
                 fresh_popped += fresh_before[out[i].index()] ? 1 : 0;
             }
-            if (got < want) REQUIRE_FALSE(reference.pop_victim(now).has_value());
             popped += got;
         }
         REQUIRE(policy.size() == static_cast<std::size_t>(std::count_if(slots.begin(), slots.end(), [](slot s) { return s != slot::free; })));
@@ -394,4 +468,86 @@ TEST_CASE("retention_value: same victims as the reference with shared timestamps
     }
     REQUIRE(popped > 1000);
     REQUIRE(fresh_popped > 50);  // the just-used path really ran
+}
+
+}  // namespace
+
+TEST_CASE("retention_value: same victims as the reference with shared timestamps and batches",
+          "[retention_value][differential]") {
+    // The driver gives every operation its own time, so no item is ever
+    // just used at a pop. Here time moves only now and then: just-used
+    // items, exact ties and batches mixing idle and just-used items occur.
+    const std::uint64_t seed = GENERATE(11u, 12u, 13u, 14u);
+    ref_retention_value reference;
+    shared_time_differential(seed, 0.0, 40, reference);
+}
+
+TEST_CASE("retention_value: scans choose scan_fraction of the candidates; the reserve is used in order while valid",
+          "[retention_value][differential]") {
+    // A naive model of the batched rule: a scan pops max(k, ceil(f n))
+    // victims from a copy of the exact reference at `now`; the ones beyond
+    // the batch wait, voided by any event on their slot.
+    const std::uint64_t seed = GENERATE(21u, 22u, 23u);
+    const double fraction = GENERATE(0.25, 0.5, 1.0);
+    ref_batched_retention reference;
+    reference.fraction = fraction;
+    shared_time_differential(seed, fraction, 40, reference);
+    INFO("fraction " << fraction << ", seed " << seed);
+    REQUIRE(reference.reserve_hits > 10);  // pops really came from a reserve
+}
+
+TEST_CASE("retention_value: at thousands of candidates (the sampled-threshold selection), same victims as the references",
+          "[retention_value][differential]") {
+    // Above 4096 candidates a scan selects among the items at or below a
+    // sampled threshold; the victims must be those of the full selection.
+    // Many items share a context, so exact score ties occur; some are used
+    // at `now` (infinite score).
+    const double fraction = GENERATE(0.0, 0.01);
+    constexpr std::uint32_t capacity = 6000;
+    std::mt19937_64 rng(31);
+    retention_value<>::config_type config = seed_config;
+    config.scan_fraction = fraction;
+    retention_value<> policy(capacity, config);
+    ref_batched_retention reference;
+    reference.fraction = fraction;
+    auto ctx_at = [&](timestamp now) {
+        return item(rng() % 4, static_cast<std::uint32_t>(rng() % 8), static_cast<std::uint32_t>(rng() % 4), 4, 8,
+                    now, 32);
+    };
+    std::vector<std::uint32_t> free_slots;
+    for (std::uint32_t s = 0; s < capacity; ++s) {
+        const auto c = ctx_at(1 + rng() % 5000);
+        policy.on_insert(item_id{s}, c);
+        reference.on_insert(item_id{s}, c);
+    }
+    timestamp now = 6000;
+    std::size_t popped = 0;
+    for (int round = 0; round < 60; ++round) {
+        now += 1 + rng() % 50;
+        for (int a = 0; a < 20; ++a) {  // hits, some at `now`
+            const std::uint32_t s = static_cast<std::uint32_t>(rng() % capacity);
+            if (!policy.contains(item_id{s})) continue;
+            const auto c = ctx_at(rng() % 2 ? now : now - 1);
+            policy.on_access(item_id{s}, c);
+            reference.on_access(item_id{s}, c);
+        }
+        const std::size_t want = 1 + rng() % 40;
+        std::vector<item_id> out(want);
+        const std::size_t got = policy.pop_victims(out, now);
+        const std::vector<item_id> expected = reference.pop_batch(want, now);
+        REQUIRE(got == expected.size());
+        for (std::size_t i = 0; i < got; ++i) {
+            REQUIRE(out[i] == expected[i]);
+            free_slots.push_back(out[i].value);
+        }
+        popped += got;
+        while (free_slots.size() > 20) {  // refill, so the tier stays above 4096 candidates
+            const std::uint32_t s = free_slots.back();
+            free_slots.pop_back();
+            const auto c = ctx_at(now);
+            policy.on_insert(item_id{s}, c);
+            reference.on_insert(item_id{s}, c);
+        }
+    }
+    REQUIRE(popped > 600);
 }

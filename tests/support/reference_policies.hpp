@@ -316,19 +316,21 @@ struct ref_s3fifo {
         std::uint64_t stamp;
     };
     std::size_t small_target, ghost_target;
+    bool fill_main;  // libCacheSim's newer rule: M fills once S is full, until the first eviction
     bool evicted_once = false;
     ref_records<entry> r;
     std::deque<std::uint64_t> ghost;
 
-    explicit ref_s3fifo(std::size_t capacity)
+    explicit ref_s3fifo(std::size_t capacity, bool fill_main_before_first_eviction = false)
         : small_target(static_cast<std::size_t>(static_cast<double>(capacity) * 0.1)),
-          ghost_target(static_cast<std::size_t>(static_cast<double>(capacity) * 0.9)) {}
+          ghost_target(static_cast<std::size_t>(static_cast<double>(capacity) * 0.9)),
+          fill_main(fill_main_before_first_eviction) {}
 
     void on_insert(item_id id, const access_context& ctx) {
         const bool ghost_hit = ref_erase_key(ghost, ctx.key);
         if (ghost.size() > ghost_target) ghost.pop_front();
         const std::size_t small = r.count([](const entry& e) { return !e.main; });
-        const bool to_main = ghost_hit || (!evicted_once && small >= small_target);
+        const bool to_main = ghost_hit || (fill_main && !evicted_once && small >= small_target);
         r.items.push_back({id.value, ctx.key, to_main, false, 0, r.clock++});
     }
     void on_access(item_id id, const access_context&) {
@@ -665,33 +667,41 @@ struct ref_gdsf {
     }
 };
 
-/// Belady's MIN: victim = farthest next use; among equals, the one whose
-/// next use was given first.
+/// Belady's MIN: victim = farthest next use; among equals, the deepest
+/// (largest chunk), then the one whose next use was given first.
 struct ref_belady {
     struct entry {
         std::uint32_t id;
         timestamp next_use;
         bool held;
+        std::uint32_t depth;  // ctx.chunk: deeper first among equal next uses
         std::uint64_t stamp;
     };
     ref_records<entry> r;
 
     explicit ref_belady(std::size_t) {}
 
-    void on_insert(item_id id, const access_context& ctx) { r.items.push_back({id.value, ctx.next_use, false, r.clock++}); }
+    void on_insert(item_id id, const access_context& ctx) {
+        r.items.push_back({id.value, ctx.next_use, false, ctx.chunk.value, r.clock++});
+    }
     void on_access(item_id id, const access_context& ctx) {
         entry* e = r.find(id);
-        if (!e->held) *e = {e->id, ctx.next_use, false, r.clock++};
+        if (!e->held) *e = {e->id, ctx.next_use, false, ctx.chunk.value, r.clock++};
     }
     void on_hold(item_id id) { r.find(id)->held = true; }
-    void on_release(item_id id, const access_context& ctx) { *r.find(id) = {id.value, ctx.next_use, false, r.clock++}; }
+    void on_release(item_id id, const access_context& ctx) {
+        *r.find(id) = {id.value, ctx.next_use, false, ctx.chunk.value, r.clock++};
+    }
     void on_erase(item_id id) { r.erase(id); }
     std::optional<item_id> pop_victim(timestamp) {
         const entry* best = nullptr;
-        for (const auto& e : r.items)
-            if (!e.held && (best == nullptr || e.next_use > best->next_use ||
-                            (e.next_use == best->next_use && e.stamp < best->stamp)))
-                best = &e;
+        for (const auto& e : r.items) {
+            if (e.held) continue;
+            const bool better = best == nullptr || e.next_use > best->next_use ||
+                                (e.next_use == best->next_use &&
+                                 (e.depth > best->depth || (e.depth == best->depth && e.stamp < best->stamp)));
+            if (better) best = &e;
+        }
         if (best == nullptr) return std::nullopt;
         const item_id v{best->id};
         r.erase(v);

@@ -1,7 +1,7 @@
 // kvpolicy-sim: compare KV-cache policies on real or generated workloads.
 //
 //   kvpolicy-sim [--trace FILE] [--format mooncake|csv] [--mode flat|prefix|tiered]
-//                --policy NAME[,NAME...] --capacity N[,N...] [--cpu-capacity N]
+//                --policy NAME[,NAME...] --capacity N|P%[,...] [--cpu-capacity N] [--match-lru]
 //                [--block-size T] [--layers L] [--output table|csv|json]
 //                [--plot FILE.png] [--seed S] [--threads K]
 //
@@ -11,14 +11,19 @@
 #include <atomic>
 #include <cstdio>
 #include <exception>
+#include <fstream>
+#include <functional>
+#include <map>
 #include <iostream>
 #include <mutex>
 #include <thread>
+#include <unordered_set>
 
 #include <CLI/CLI.hpp>
 
 #include <kvpolicy/cost/pensieve_linear.hpp>
 #include <kvpolicy/eviction/registry.hpp>
+#include <kvpolicy/sim/capacity.hpp>
 #include <kvpolicy/sim/report.hpp>
 
 #include "sim_runs.hpp"
@@ -79,6 +84,61 @@ shared_inputs load_inputs(const options& o) {
     return in;
 }
 
+/// The trace's distinct blocks (what `--capacity P%` is a share of).
+std::size_t count_distinct_blocks(const options& o, const shared_inputs& in) {
+    std::unordered_set<std::uint64_t> seen;
+    if (in.requests) {
+        for (const sim::request_record& r : *in.requests) seen.insert(r.hash_ids.begin(), r.hash_ids.end());
+    } else if (in.oracle) {
+        seen.insert(in.oracle->keys.begin(), in.oracle->keys.end());
+    } else if (o.format == trace_format::csv) {
+        sim::csv_reader src(o.trace, o.skip_bad_lines);
+        for (sim::access_record a; src.next(a);) seen.insert(a.obj_id);
+    } else {
+        sim::mooncake_reader reader(o.trace, o.skip_bad_lines);
+        for (sim::request_record r; reader.next(r);) seen.insert(r.hash_ids.begin(), r.hash_ids.end());
+    }
+    return seen.size();
+}
+
+sim::replay_result run_one(const options& o, const std::string& policy, std::size_t capacity, const shared_inputs& in) {
+    return o.mode == sim::replay_mode::flat ? run_flat(o, policy, capacity, in) : run_requests(o, policy, capacity, in);
+}
+
+/// Runs `body(0 .. n-1)` on `threads` threads; the first exception stops
+/// the rest and is rethrown. A progress bar when stderr is a terminal.
+void run_parallel(std::size_t n, unsigned threads, const char* what, const std::function<void(std::size_t)>& body) {
+    std::atomic<std::size_t> next{0}, done{0};
+    std::exception_ptr failure;
+    std::mutex failure_mutex;
+    const bool progress = isatty(STDERR_FILENO) != 0;
+    auto worker = [&] {
+        for (std::size_t i; (i = next.fetch_add(1)) < n;) {
+            try {
+                body(i);
+            } catch (...) {
+                std::scoped_lock lock(failure_mutex);
+                if (!failure) failure = std::current_exception();
+                next = n;
+            }
+            const std::size_t d = ++done;
+            if (progress) {
+                std::scoped_lock lock(failure_mutex);
+                const std::size_t width = 30, filled = width * d / n;
+                std::fprintf(stderr, "\r[%s%s] %zu/%zu %s", std::string(filled, '#').c_str(),
+                             std::string(width - filled, '.').c_str(), d, n, what);
+                if (d == n) std::fprintf(stderr, "\n");
+            }
+        }
+    };
+    const unsigned k = std::max(1u, std::min<unsigned>(threads, static_cast<unsigned>(std::max<std::size_t>(n, 1))));
+    std::vector<std::thread> pool;
+    for (unsigned t = 1; t < k; ++t) pool.emplace_back(worker);
+    worker();
+    for (auto& t : pool) t.join();
+    if (failure) std::rethrow_exception(failure);
+}
+
 std::vector<sim::replay_result> run_all(const options& o, const shared_inputs& in) {
     struct job {
         std::string policy;
@@ -88,37 +148,28 @@ std::vector<sim::replay_result> run_all(const options& o, const shared_inputs& i
     for (std::size_t c : o.capacities)
         for (const std::string& p : o.policies) jobs.push_back({p, c});
     std::vector<sim::replay_result> results(jobs.size());
-    std::atomic<std::size_t> next{0}, done{0};
-    std::exception_ptr failure;
-    std::mutex failure_mutex;
-    const bool progress = isatty(STDERR_FILENO) != 0;
-    auto worker = [&] {
-        for (std::size_t i; (i = next.fetch_add(1)) < jobs.size();) {
-            try {
-                results[i] = o.mode == sim::replay_mode::flat ? run_flat(o, jobs[i].policy, jobs[i].capacity, in)
-                                                              : run_requests(o, jobs[i].policy, jobs[i].capacity, in);
-            } catch (...) {
-                std::scoped_lock lock(failure_mutex);
-                if (!failure) failure = std::current_exception();
-                next = jobs.size();
-            }
-            const std::size_t d = ++done;
-            if (progress) {
-                std::scoped_lock lock(failure_mutex);
-                const std::size_t width = 30, filled = width * d / jobs.size();
-                std::fprintf(stderr, "\r[%s%s] %zu/%zu runs", std::string(filled, '#').c_str(),
-                             std::string(width - filled, '.').c_str(), d, jobs.size());
-                if (d == jobs.size()) std::fprintf(stderr, "\n");
-            }
-        }
-    };
-    const unsigned n = std::max(1u, std::min<unsigned>(o.threads, static_cast<unsigned>(jobs.size())));
-    std::vector<std::thread> pool;
-    for (unsigned t = 1; t < n; ++t) pool.emplace_back(worker);
-    worker();
-    for (auto& t : pool) t.join();
-    if (failure) std::rethrow_exception(failure);
+    run_parallel(jobs.size(), o.threads, "runs",
+                 [&](std::size_t i) { results[i] = run_one(o, jobs[i].policy, jobs[i].capacity, in); });
     return results;
+}
+
+/// `--match-lru`: per result, the least capacity at which its policy
+/// reaches LRU's hit ratio at the result's capacity (bisection to 1% of
+/// that capacity, searched up to the trace's distinct blocks).
+void match_lru(const options& o, const shared_inputs& in, std::size_t distinct, std::vector<sim::replay_result>& results) {
+    std::map<std::size_t, double> lru_at;
+    for (const sim::replay_result& r : results)
+        if (r.policy == "lru") lru_at[r.capacity] = r.hit_ratio();
+    run_parallel(results.size(), o.threads, "capacity searches", [&](std::size_t i) {
+        sim::replay_result& r = results[i];
+        const double target = lru_at.at(r.capacity);
+        const std::size_t hi = std::max(distinct, r.capacity);
+        const sim::capacity_search s = sim::smallest_capacity_reaching(
+            target, r.capacity, hi, std::max<std::size_t>(1, r.capacity / 100),
+            [&](std::size_t c) { return c == r.capacity ? r.hit_ratio() : run_one(o, r.policy, c, in).hit_ratio(); });
+        r.lru_match_capacity = s.capacity;
+        r.lru_match_unreachable = s.capacity == 0;
+    });
 }
 
 }  // namespace
@@ -136,8 +187,12 @@ int main(int argc, char** argv) {
     app.add_option("--policy", policy_list, "policies, comma-separated, or 'all'; accepted: all, " +
                                                 joined_names<eviction_policies>())
         ->required();
-    app.add_option("--capacity", capacity_list, "capacities in blocks, comma-separated (the GPU tier in tiered mode)")
+    app.add_option("--capacity", capacity_list,
+                   "capacities, comma-separated: blocks, or P% of the trace's distinct blocks (the GPU tier in tiered mode)")
         ->required();
+    bool match = false;
+    app.add_flag("--match-lru", match,
+                 "also find, per policy and capacity C, the least capacity reaching LRU's hit ratio at C (bisection over replays)");
     app.add_option("--cpu-capacity", o.cpu_capacity, "CPU tier in blocks (tiered mode)");
     app.add_option("--cpu-policy", o.cpu_policy, "CPU tier policy in tiered mode: lru or checkerboard");
     app.add_option("--block-size", o.block_size, "tokens per block (Mooncake traces: 512; agentic: 64)")
@@ -146,6 +201,9 @@ int main(int argc, char** argv) {
         ->check(CLI::PositiveNumber);
     app.add_option("--output", o.output, "table, csv or json")->check(CLI::IsMember({"table", "csv", "json"}));
     app.add_option("--plot", o.plot, "write a PNG of hit ratio against capacity");
+    std::string csv_file, json_file;
+    app.add_option("--csv-file", csv_file, "also write the CSV to this file (one run, several outputs)");
+    app.add_option("--json-file", json_file, "also write the JSON lines to this file");
     app.add_option("--seed", o.seed, "seed of the built-in workload");
     app.add_option("--threads", o.threads, "parallel runs (default: all cores)");
     app.add_flag("--skip-bad-lines", o.skip_bad_lines, "count malformed trace lines, report them, and go on");
@@ -192,13 +250,15 @@ int main(int argc, char** argv) {
                                          joined_names<eviction_policies>());
             o.policies.push_back(p);
         }
-        for (const auto& c : CLI::detail::split(capacity_list, ',')) {
-            std::size_t v = 0;
-            const auto [ptr, ec] = std::from_chars(c.data(), c.data() + c.size(), v);
-            if (ec != std::errc{} || ptr != c.data() + c.size() || v == 0)
-                throw config_error("--capacity: '" + c + "' is not a positive number of blocks");
-            o.capacities.push_back(v);
-        }
+        const std::vector<sim::capacity_spec> specs = sim::parse_capacity_list(capacity_list);
+        // The gap column needs LRU and Belady at every capacity: run them
+        // even when not asked for (and say so).
+        std::vector<std::string> added;
+        for (const char* ref : {"lru", "belady"})
+            if (std::find(o.policies.begin(), o.policies.end(), ref) == o.policies.end()) {
+                o.policies.emplace_back(ref);
+                added.emplace_back(ref);
+            }
         // Default prefill cost: Llama-3-8B on an H100 at ~400 TFLOP/s
         // effective: 2 x 8e9 FLOPs per token outside attention (40 us), and
         // 4 x 4096 x 32 FLOPs per token per context token in attention (1.3 ns).
@@ -209,12 +269,33 @@ int main(int argc, char** argv) {
         if (o.threads == 0) o.threads = std::max(1u, std::thread::hardware_concurrency());
 
         const shared_inputs in = load_inputs(o);
-        const std::vector<sim::replay_result> results = run_all(o, in);
+        const bool relative = std::any_of(specs.begin(), specs.end(), [](const auto& c) { return c.relative(); });
+        const std::size_t distinct = relative || match ? count_distinct_blocks(o, in) : 0;
+        for (const sim::capacity_spec& c : specs) {
+            const std::size_t v = c.resolve(distinct);
+            if (std::find(o.capacities.begin(), o.capacities.end(), v) == o.capacities.end()) o.capacities.push_back(v);
+        }
+        std::vector<sim::replay_result> results = run_all(o, in);
+        sim::fill_gap_closed(results);
+        if (match) match_lru(o, in, distinct, results);
         const std::string name = o.trace.empty() ? "built-in chat workload (seed " + std::to_string(o.seed) + ")"
                                                  : o.trace.substr(o.trace.find_last_of('/') + 1);
         if (o.output == "json") sim::write_json_lines(std::cout, results);
         else if (o.output == "csv") sim::write_csv(std::cout, results);
-        else sim::write_table(std::cout, results, "kvpolicy-sim: " + name);
+        else {
+            std::string title = "kvpolicy-sim: " + name;
+            if (relative) title += " (" + std::to_string(distinct) + " distinct blocks)";
+            for (std::size_t i = 0; i < added.size(); ++i)
+                title += (i == 0 ? "; added for the gap column: " : ", ") + added[i];
+            sim::write_table(std::cout, results, title);
+        }
+        for (const auto& [file, json] : {std::pair{csv_file, false}, std::pair{json_file, true}}) {
+            if (file.empty()) continue;
+            std::ofstream f(file);
+            if (json) sim::write_json_lines(f, results);
+            else sim::write_csv(f, results);
+            if (!f.flush()) throw config_error("cannot write '" + file + "'; check the path and free space");
+        }
         if (!o.plot.empty()) {
             sim::write_plot(o.plot, results, "hit ratio vs capacity: " + name + " (" +
                                                  std::string(sim::to_string(o.mode)) + " mode)");

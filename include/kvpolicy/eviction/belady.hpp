@@ -9,11 +9,21 @@
 // used again: the farthest of all). Use it in simulation only, with next uses
 // computed from the trace; in a live engine nothing knows them.
 //
-// Ties (several items never used again, or equal next uses) go to the item
-// whose next use was given earliest, so victims are deterministic and
-// independent of slot ids. A held item leaves the heap; its release brings
-// it back with the release's next use (the latest knowledge). O(log n) per
-// operation; about 25 bytes per item.
+// Ties (several items never used again, or equal next uses) go to the
+// deepest item first (largest `ctx.chunk`), then to the item whose next use
+// was given earliest, so victims are deterministic and independent of slot
+// ids. Deepest first is what makes MIN the optimum of the prefix hit ratio
+// (kvpolicy-sim's prefix mode) and not only of block hits: a block hash names
+// its whole prefix, so an ancestor is used whenever a descendant is and its
+// next use is never later; equal next uses are blocks of one future request,
+// and dropping the deeper one keeps the cached set ancestor-closed, so every
+// cached block of a request lies in its cached prefix and prefix hits equal
+// block hits, which MIN maximises under the rule that a running request's
+// blocks are held (tests/sim_belady_optimal.cpp checks this against an
+// exhaustive search). Flat replays give every access chunk 0: the stamp
+// decides there. A held item leaves the heap; its release brings it back
+// with the release's next use (the latest knowledge). O(log n) per
+// operation; about 29 bytes per item.
 #pragma once
 
 #include <cstdint>
@@ -37,15 +47,15 @@ public:
 
     explicit belady(std::size_t capacity, const config_type& = {}) : tracking_(capacity, "belady"), heap_(capacity) {}
 
-void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
+    void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_inserted(id);
-        heap_.push(id.value, {ctx.next_use, stamp_++});
+        heap_.push(id.value, {ctx.next_use, ctx.chunk.value, stamp_++});
     }
 
     void on_access(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_accessed(id);
-        if (tracking_.is_evictable(id)) heap_.update(id.value, {ctx.next_use, stamp_++});
+        if (tracking_.is_evictable(id)) heap_.update(id.value, {ctx.next_use, ctx.chunk.value, stamp_++});
     }
 
     void on_hold(item_id id) noexcept {
@@ -55,7 +65,7 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
 
     void on_release(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_released(id);
-        heap_.push(id.value, {ctx.next_use, stamp_++});
+        heap_.push(id.value, {ctx.next_use, ctx.chunk.value, stamp_++});
     }
 
     void on_erase(item_id id) noexcept {
@@ -83,10 +93,13 @@ private:
     // The heap pops its least element, so "least" is "farthest next use".
     struct rank {
         timestamp next_use;
+        std::uint32_t depth;  // the item's chunk: deeper first among equal next uses
         std::uint64_t stamp;  // when next_use was given: older first among equals
 
         friend constexpr bool operator<(const rank& a, const rank& b) noexcept {
-            return a.next_use > b.next_use || (a.next_use == b.next_use && a.stamp < b.stamp);
+            if (a.next_use != b.next_use) return a.next_use > b.next_use;
+            if (a.depth != b.depth) return a.depth > b.depth;
+            return a.stamp < b.stamp;
         }
     };
 

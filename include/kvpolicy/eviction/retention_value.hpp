@@ -15,11 +15,20 @@
 // per pop instead of O(1)).
 //
 // The order changes as time passes (`eviction_order::time_varying`), so no
-// structure can keep it: a pop scores every evictable item at `now` in one
+// structure can keep it: a scan scores every evictable item at `now` in one
 // pass over dense arrays (ids, cost, last use, kept compact by swap-removal
 // with a position map) and hands the scores to `Selector`, which selects the
-// k lowest, ties broken by id. `pop_victims(out, now)` scores once for the
-// whole batch; `pop_victim(now)` is a batch of one, O(n).
+// k lowest, ties broken by id. `pop_victims(out, now)` scans once for the
+// whole batch. A scan also chooses the next victims, up to `scan_fraction`
+// of the candidates (default 1%), kept in score order and handed out by the
+// following pops as long as each is still a candidate untouched since the
+// scan (a hit, hold or erase drops it from the reserve), the way engines
+// free a fraction of the tier per scan at a watermark: O(1 / scan_fraction)
+// scored items per victim instead of O(n) (bench/retention_bench: 10^6
+// items). The price: a victim is chosen by the scores at its scan, not at
+// its pop (an item inserted since the scan waits for the next one).
+// `scan_fraction = 0` scans at every pop: the exact rule, as the reference
+// model (tests/support/reference_policies.hpp) and Pensieve state it.
 //
 // Edges, as tested:
 // - cost is computed when an item is inserted, accessed or released, from
@@ -71,6 +80,14 @@ struct retention_value_config {
     Cost cost{};
     LayerWeight layer_weighting{};
     PositionWeight position_weighting{};
+    /// Share of the candidates one scan chooses, as engines free a fraction
+    /// of the tier when it crosses a watermark: a pop that finds no victim
+    /// chosen before scans, takes what it needs, and keeps the rest of the
+    /// lowest `scan_fraction` of the candidates, in score order, for the
+    /// pops that follow (each still a candidate, untouched since the scan).
+    /// 0: every pop scans (the exact rule at every pop, O(n) per pop).
+    /// Default 1%: ~100 items scored per victim, whatever the tier's size.
+    double scan_fraction = 0.01;
 };
 
 template <cost_model Cost = pensieve_linear, layer_weight LayerWeight = pipelined_depth,
@@ -90,7 +107,8 @@ public:
     /// Complexity: O(capacity) memory, about 33 bytes per item plus the
     /// selector's scratch.
     explicit retention_value(std::size_t capacity, const config_type& config = {})
-        : tracking_(capacity, "retention_value"), config_(config), pos_(capacity, no_index), scores_(capacity) {
+        : tracking_(capacity, "retention_value"), config_(checked(config)), pos_(capacity, no_index),
+          scores_(capacity), version_(capacity, 0) {
         ids_.reserve(capacity);
         cost_.reserve(capacity);
         last_use_.reserve(capacity);
@@ -115,6 +133,7 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context& ctx) noexcept(nothrow_cost) {
         const double c = checked_cost(ctx);
         tracking_.mark_inserted(id);
+        ++version_[id.index()];
         add_candidate(id, c, ctx.now);
     }
     void on_access(item_id id, const access_context& ctx) noexcept(nothrow_cost) {
@@ -124,18 +143,22 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
             cost_[p] = c;
             last_use_[p] = ctx.now;
         }
+        ++version_[id.index()];
         tracking_.mark_accessed(id);
     }
     void on_hold(item_id id) noexcept {
         tracking_.mark_held(id);
+        ++version_[id.index()];
         remove_candidate(id);
     }
     void on_release(item_id id, const access_context& ctx) noexcept(nothrow_cost) {
         const double c = checked_cost(ctx);
         tracking_.mark_released(id);
+        ++version_[id.index()];
         add_candidate(id, c, ctx.now);
     }
     void on_erase(item_id id) noexcept {
+        ++version_[id.index()];
         if (tracking_.mark_erased(id)) remove_candidate(id);
     }
 
@@ -156,32 +179,34 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     /// log k)), plus a second pass only when fewer than k items are idle.
     /// Throws: what the selector throws; nothing is removed then.
     std::size_t pop_victims(std::span<item_id> out, timestamp now) {
-        const std::size_t n = ids_.size();
-        const std::size_t k = std::min(out.size(), n);
+        const std::size_t k = std::min(out.size(), ids_.size());
         if (k == 0) return 0;
-        for (std::size_t i = 0; i < n; ++i) scores_[i] = score(cost_[i], last_use_[i], now);
-        const std::size_t got = selector_.select_lowest(std::span<const double>(scores_.data(), n),
-                                                        std::span<const item_id>(ids_.data(), n), out.first(k));
-        // Just-used items score +inf, so they sort last; among them the
-        // order by id the selector gave is replaced by the order by cost.
-        std::size_t idle = got;
-        while (idle > 0 && std::isinf(scores_[pos_[out[idle - 1].index()]])) --idle;
-        if (idle < got) {
-            fresh_cost_.clear();
-            fresh_ids_.clear();
-            for (std::size_t i = 0; i < n; ++i)
-                if (std::isinf(scores_[i])) {
-                    fresh_cost_.push_back(cost_[i]);
-                    fresh_ids_.push_back(ids_[i]);
-                }
-            selector_.select_lowest(std::span<const double>(fresh_cost_), std::span<const item_id>(fresh_ids_),
-                                    out.subspan(idle, got - idle));
+        // Victims the last scan chose, in its order, while still valid; if
+        // they do not cover the whole batch, a new scan chooses all of it
+        // (nothing is removed before a scan that may throw).
+        std::size_t got = 0;
+        std::size_t i = next_reserved_;
+        for (; got < k && i < reserve_.size(); ++i) {
+            const reserved r = reserve_[i];
+            if (version_[r.id.index()] == r.version && pos_[r.id.index()] != no_index) out[got++] = r.id;
         }
-        for (std::size_t i = 0; i < got; ++i) {
-            remove_candidate(out[i]);
-            tracking_.mark_evicted(out[i]);
+        if (got == k) {
+            next_reserved_ = i;
+            for (std::size_t j = 0; j < k; ++j) evict(out[j]);
+            return k;
         }
-        return got;
+        const std::size_t n = ids_.size();
+        const auto batch = static_cast<std::size_t>(std::ceil(config_.scan_fraction * static_cast<double>(n)));
+        scan_out_.resize(std::min(n, std::max(k, batch)));
+        const std::size_t s = scan(std::span<item_id>(scan_out_), now);
+        reserve_.clear();
+        next_reserved_ = 0;
+        for (std::size_t j = 0; j < s; ++j) {
+            if (j < k) out[j] = scan_out_[j];
+            else reserve_.push_back({scan_out_[j], version_[scan_out_[j].index()]});
+        }
+        for (std::size_t j = 0; j < k; ++j) evict(out[j]);
+        return k;
     }
 
     [[nodiscard]] std::size_t capacity() const noexcept { return tracking_.capacity(); }
@@ -196,6 +221,72 @@ private:
         noexcept(std::declval<const Cost&>().cost(std::uint64_t{})) &&
         noexcept(std::declval<const LayerWeight&>().weight(layer_index{}, std::uint32_t{})) &&
         noexcept(std::declval<const PositionWeight&>().weight(chunk_index{}, std::uint32_t{}));
+
+    /// The k lowest at `now` (k = out.size()), in order; removes nothing.
+    std::size_t scan(std::span<item_id> out, timestamp now) {
+        const std::size_t n = ids_.size();
+        const std::size_t k = std::min(out.size(), n);
+        if (k == 0) return 0;
+        for (std::size_t i = 0; i < n; ++i) scores_[i] = score(cost_[i], last_use_[i], now);
+        if (const std::size_t got = select_by_sampled_threshold(n, out.first(k)); got > 0) return got;
+        const std::size_t got = selector_.select_lowest(std::span<const double>(scores_.data(), n),
+                                                        std::span<const item_id>(ids_.data(), n), out.first(k));
+        std::size_t idle = got;
+        while (idle > 0 && std::isinf(scores_[pos_[out[idle - 1].index()]])) --idle;
+        if (idle < got) {
+            fresh_cost_.clear();
+            fresh_ids_.clear();
+            for (std::size_t i = 0; i < n; ++i)
+                if (std::isinf(scores_[i])) {
+                    fresh_cost_.push_back(cost_[i]);
+                    fresh_ids_.push_back(ids_[i]);
+                }
+            selector_.select_lowest(std::span<const double>(fresh_cost_), std::span<const item_id>(fresh_ids_),
+                                    out.subspan(idle, got - idle));
+        }
+        return got;
+    }
+
+    /// The k lowest of scores_[0, n) without handing all n to the selector:
+    /// a threshold from a sample of 1024 scores at about twice the wanted
+    /// quantile, then the selector over the items at or below it. Every
+    /// item left out scores above every item kept, and at least k are kept,
+    /// so the k lowest (ties by id) are the same as the full selection's.
+    /// 0 when it does not apply (few items, a threshold among just-used
+    /// items, fewer than k at or below it): the caller selects from all.
+    std::size_t select_by_sampled_threshold(std::size_t n, std::span<item_id> out) {
+        const std::size_t k = out.size();
+        constexpr std::size_t samples = 1024;
+        if (n < 4 * samples || 8 * k > n) return 0;
+        sample_.resize(samples);
+        for (std::size_t j = 0; j < samples; ++j) sample_[j] = scores_[j * n / samples];
+        const std::size_t at = std::min(samples - 1, 2 * k * samples / n + 16);
+        std::nth_element(sample_.begin(), sample_.begin() + static_cast<std::ptrdiff_t>(at), sample_.end());
+        const double threshold = sample_[at];
+        if (std::isinf(threshold)) return 0;
+        below_scores_.clear();
+        below_ids_.clear();
+        for (std::size_t i = 0; i < n; ++i)
+            if (scores_[i] <= threshold) {
+                below_scores_.push_back(scores_[i]);
+                below_ids_.push_back(ids_[i]);
+            }
+        if (below_scores_.size() < k) return 0;
+        return selector_.select_lowest(std::span<const double>(below_scores_), std::span<const item_id>(below_ids_), out);
+    }
+
+    void evict(item_id id) noexcept {
+        remove_candidate(id);
+        tracking_.mark_evicted(id);
+        ++version_[id.index()];
+    }
+
+    static const config_type& checked(const config_type& c) {
+        if (!(c.scan_fraction >= 0.0 && c.scan_fraction <= 1.0))
+            throw config_error("retention_value: scan_fraction = " + std::to_string(c.scan_fraction) +
+                               " is not a share of the candidates; give a value in [0, 1] (0: scan at every pop)");
+        return c;
+    }
 
     [[nodiscard]] static double score(double cost, timestamp last_use, timestamp now) noexcept {
         return last_use < now ? cost / static_cast<double>(now - last_use) : std::numeric_limits<double>::infinity();
@@ -244,6 +335,17 @@ private:
     std::vector<double> scores_;       // [capacity] scratch: scores at the last pop
     std::vector<double> fresh_cost_;   // scratch: costs of just-used items
     std::vector<item_id> fresh_ids_;   // scratch: their ids
+    struct reserved {
+        item_id id;
+        std::uint32_t version;  // the item's version at the scan: any event since voids the choice
+    };
+    std::vector<std::uint32_t> version_;  // [capacity] bumped by every event on the slot
+    std::vector<reserved> reserve_;       // victims the last scan chose beyond its pop, in order
+    std::size_t next_reserved_ = 0;
+    std::vector<item_id> scan_out_;       // scratch: one scan's choice
+    std::vector<double> sample_;          // scratch: sampled scores for the threshold
+    std::vector<double> below_scores_;    // scratch: items at or below it
+    std::vector<item_id> below_ids_;
 };
 
 static_assert(eviction_policy<retention_value<>>);

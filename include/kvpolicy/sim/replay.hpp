@@ -24,9 +24,11 @@
 #include <cstdint>
 #include <concepts>
 #include <functional>
+#include <limits>
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "kvpolicy/cache/tiered_cache.hpp"
@@ -70,6 +72,14 @@ struct replay_result {
     std::uint64_t recomputed_blocks = 0;  ///< misses on blocks the cache had held and dropped
     std::uint64_t swap_out_blocks = 0;
     double prefill_seconds_saved = 0;
+    // prefix and tiered: seed 002's figures
+    std::uint64_t sessions = 0;        ///< sessions with a lookup (named by the trace, else derived)
+    double fairness = std::numeric_limits<double>::quiet_NaN();  ///< Jain's index over sessions' hit ratios
+    std::uint64_t reprefill_blocks = 0;  ///< missed blocks an earlier request had computed (KV computed again)
+    // filled by the simulator from the other runs at the same capacity
+    double gap_closed = std::numeric_limits<double>::quiet_NaN();  ///< of the LRU -> Belady gap
+    std::size_t lru_match_capacity = 0;  ///< least capacity reaching LRU's hit ratio here; 0 = not computed
+    bool lru_match_unreachable = false;  ///< computed, and not reached below the distinct blocks
     bad_line_report bad_lines;
 
     [[nodiscard]] double hit_ratio() const noexcept {
@@ -78,6 +88,12 @@ struct replay_result {
     [[nodiscard]] double miss_ratio() const noexcept { return accesses == 0 ? 0.0 : 1.0 - hit_ratio(); }
     [[nodiscard]] double token_hit_ratio() const noexcept {
         return tokens == 0 ? 0.0 : static_cast<double>(hit_tokens) / static_cast<double>(tokens);
+    }
+    /// Share of the prefill (block accesses, so tokens up to each request's
+    /// partial last block) that computes KV an earlier request had computed:
+    /// every miss that is not the block's first appearance in the trace.
+    [[nodiscard]] double re_prefill_share() const noexcept {
+        return accesses == 0 ? 0.0 : static_cast<double>(reprefill_blocks) / static_cast<double>(accesses);
     }
     [[nodiscard]] double accesses_per_second() const noexcept {
         return seconds > 0 ? static_cast<double>(accesses) / seconds : 0.0;
@@ -284,6 +300,43 @@ private:
     std::size_t i_ = 0;
 };
 
+/// Sessions for traces that do not name them (Mooncake's JSONL has no
+/// session field). A conversation's next turn repeats its history: its
+/// prompt starts with every full block of the previous turn's prompt (the
+/// last, partial block changes as the answer is appended). So a request
+/// joins the session of the earlier request whose last full block is the
+/// deepest of its own blocks; otherwise it opens a new session. A block is
+/// registered only by the request that first computed it, so that a shared
+/// system prompt (seen before, in other sessions) ties nothing together.
+/// Online (earlier requests only), one hash lookup per block. On the agentic
+/// trace, which names its sessions, README "kvpolicy-sim" gives how often
+/// the derived session agrees with the named one.
+class session_deriver {
+public:
+    std::uint64_t session_of(const request_record& r, std::uint32_t block_size) {
+        std::uint64_t session = next_;
+        for (std::size_t i = r.hash_ids.size(); i-- > 0;)
+            if (auto it = owner_.find(r.hash_ids[i]); it != owner_.end()) {
+                session = it->second;
+                break;
+            }
+        if (session == next_) ++next_;
+        const std::size_t full = std::min<std::size_t>(r.hash_ids.size(), r.input_length / std::max<std::uint32_t>(block_size, 1));
+        bool fresh_last = false;
+        for (std::size_t i = 0; i < r.hash_ids.size(); ++i) {
+            const bool fresh = seen_.insert(r.hash_ids[i]).second;
+            if (i + 1 == full) fresh_last = fresh;
+        }
+        if (full > 0 && fresh_last) owner_[r.hash_ids[full - 1]] = session;
+        return session;
+    }
+
+private:
+    std::unordered_map<std::uint64_t, std::uint64_t> owner_;  // last full block -> its request's session
+    std::unordered_set<std::uint64_t> seen_;                   // every block computed so far
+    std::uint64_t next_ = 0;
+};
+
 /// What the request-level engines need besides the policies.
 struct request_replay_config {
     std::size_t capacity = 0;      ///< GPU tier, blocks
@@ -302,6 +355,8 @@ struct request_replay_config {
 struct request_times {
     std::vector<timestamp> now;                   // [request]
     std::vector<std::vector<timestamp>> next_use; // [request][block]
+    std::size_t uncached_above = 0;  ///< requests longer than this were not counted as uses (0: none skipped)
+    std::size_t longest_request = 0; ///< blocks
 };
 
 /// Monotonic request times: the trace's milliseconds in microseconds, with
@@ -310,11 +365,20 @@ inline timestamp request_time(timestamp previous, std::uint64_t timestamp_ms) no
     return std::max(previous + 1, timestamp_ms * 1000);
 }
 
-inline request_times compute_request_times(const std::vector<request_record>& requests) {
+/// Next uses for a replay at `capacity` blocks (0: any capacity that holds
+/// every request). A request longer than the capacity is served uncached
+/// (`replay_requests`): it reads nothing from the cache, so it is no use of
+/// its blocks, and counting it would make Belady keep blocks for a request
+/// that cannot hit them (tests/sim_belady_optimal.cpp found such a case).
+inline request_times compute_request_times(const std::vector<request_record>& requests, std::size_t capacity = 0) {
     request_times t;
+    t.uncached_above = capacity;
     t.now.resize(requests.size());
     timestamp prev = 0;
-    for (std::size_t i = 0; i < requests.size(); ++i) t.now[i] = prev = request_time(prev, requests[i].timestamp_ms);
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+        t.now[i] = prev = request_time(prev, requests[i].timestamp_ms);
+        t.longest_request = std::max(t.longest_request, requests[i].hash_ids.size());
+    }
     t.next_use.resize(requests.size());
     std::unordered_map<std::uint64_t, timestamp> seen;
     for (std::size_t i = requests.size(); i-- > 0;) {
@@ -324,18 +388,35 @@ inline request_times compute_request_times(const std::vector<request_record>& re
             auto it = seen.find(requests[i].hash_ids[b]);
             nu[b] = it == seen.end() ? never : it->second;
         }
+        if (capacity > 0 && requests[i].hash_ids.size() > capacity) continue;  // served uncached
         for (std::uint64_t h : requests[i].hash_ids) seen[h] = t.now[i];
     }
     return t;
 }
 
+/// Whether `t` gives the right next uses for a replay at `capacity`: only
+/// if no request is longer than both, or they were computed for it.
+[[nodiscard]] inline bool times_fit(const request_times& t, std::size_t capacity) noexcept {
+    if (t.uncached_above == capacity) return true;
+    const bool none_skipped = t.uncached_above == 0 || t.longest_request <= t.uncached_above;
+    return none_skipped && t.longest_request <= capacity;
+}
+
 /// Prefix or tiered replay through `tiered_cache<Gpu, Cpu, Traits>`.
-/// `times`, when given, supplies each block's next use (Belady).
-/// Throws: parse_error naming file:line for a request whose hash chain is
+/// `times`, when given, supplies each block's next use (Belady), computed
+/// for this capacity (`compute_request_times(requests, cfg.capacity)`).
+/// Throws: usage_error if `times` was computed for another capacity and a
+/// request is longer than one of them (its uses would be counted wrongly);
+/// parse_error naming file:line for a request whose hash chain is
 /// malformed (unless skipping bad lines, which counts it instead).
 template <eviction_policy Gpu, eviction_policy Cpu, cache_traits Traits = default_cache_traits, class RequestSource>
 replay_result replay_requests(RequestSource& source, const request_replay_config& cfg, replay_mode mode,
                               const request_times* times = nullptr) {
+    if (times && !times_fit(*times, cfg.capacity))
+        throw usage_error("replay_requests: next uses computed for capacity " + std::to_string(times->uncached_above) +
+                          " replayed at " + std::to_string(cfg.capacity) + " with a request of " +
+                          std::to_string(times->longest_request) +
+                          " blocks; compute them with compute_request_times(requests, capacity)");
     const std::uint32_t items = cfg.num_layers;
     tiered_cache<Gpu, Cpu, Traits> cache({.gpu_capacity = cfg.capacity * items,
                                           .cpu_capacity = mode == replay_mode::tiered ? cfg.cpu_capacity * items : 0,
@@ -351,6 +432,16 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
     const double transfer_s = cfg.kv_bytes_per_token * cfg.block_size / cfg.bandwidth_bytes_per_s;
     request_record req;
     timestamp now = 0;
+    session_deriver sessions;
+    std::unordered_set<std::uint64_t> seen_sessions;  // admitted with a block: those fairness counts
+    std::unordered_set<std::uint64_t> computed;       // every block some request computed
+    // Misses from block `from` on: count those computed before, remember all.
+    auto count_reprefill = [&](const std::vector<std::uint64_t>& ids, std::size_t from) {
+        for (std::size_t i = 0; i < ids.size(); ++i) {
+            const bool fresh = computed.insert(ids[i]).second;
+            if (i >= from && !fresh) ++r.reprefill_blocks;
+        }
+    };
     const auto t0 = std::chrono::steady_clock::now();
     while (source.next(req)) {
         const std::size_t index = r.requests++;
@@ -360,7 +451,7 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
         r.accesses += n;
         const std::uint64_t tokens = std::max<std::uint64_t>(req.input_length, n * cfg.block_size);
         r.tokens += tokens;
-        const session_id session{req.has_session ? req.session : index};
+        const session_id session{req.has_session ? req.session : sessions.session_of(req, cfg.block_size)};
         cache.begin_step();
         admission a;
         try {
@@ -370,6 +461,7 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
             (void)cache.end_step();  // longer than the tier: served uncached
             ++r.bypassed_requests;
             r.misses += n;
+            count_reprefill(req.hash_ids, 0);
             continue;
         } catch (const usage_error& e) {
             (void)cache.end_step();
@@ -381,9 +473,13 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
             continue;
         }
         (void)cache.end_step();
-        if (n > 0) cache.release(session);
+        if (n > 0) {
+            cache.release(session);
+            seen_sessions.insert(session.value);
+        }
         r.hits += a.match.run;
         r.misses += n - a.match.run;
+        count_reprefill(req.hash_ids, a.match.run);
         r.hit_tokens += std::min<std::uint64_t>(a.match.run * cfg.block_size, tokens);
         for (std::size_t i = 0; i < a.match.run; ++i) r.prefill_seconds_saved += cfg.cost.cost(i * cfg.block_size);
         r.prefill_seconds_saved -= static_cast<double>(a.match.cpu_blocks) * transfer_s;
@@ -395,6 +491,8 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
     r.cpu_hits = m.cpu.hit_blocks;
     r.recomputed_blocks = m.recomputed_blocks;
     r.swap_out_blocks = m.swap_out_items / items;
+    r.sessions = seen_sessions.size();
+    r.fairness = m.fairness;
     return r;
 }
 

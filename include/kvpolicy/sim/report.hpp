@@ -6,7 +6,9 @@
 #endif
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <ostream>
 #include <set>
@@ -17,6 +19,7 @@
 #include <range/v3/view/chunk_by.hpp>
 
 #include "kvpolicy/core/error.hpp"
+#include "kvpolicy/sim/capacity.hpp"
 #include "kvpolicy/sim/replay.hpp"
 
 namespace kvpolicy::sim {
@@ -35,7 +38,41 @@ inline std::string fixed(double v, int digits) {
     std::snprintf(buf, sizeof buf, "%.*f", digits, v);
     return buf;
 }
+/// `fixed`, or `none` for NaN (a figure that does not apply).
+inline std::string fixed_or(double v, int digits, const char* none) { return std::isnan(v) ? none : fixed(v, digits); }
+inline std::string json_number(double v) {
+    if (std::isnan(v)) return "null";
+    std::ostringstream o;
+    o.precision(10);
+    o << v;
+    return o.str();
+}
+/// The capacity that reaches LRU's hit ratio, as text: "-" if not computed,
+/// ">distinct" if not reached.
+inline std::string match_text(const replay_result& r) {
+    if (r.lru_match_unreachable) return "never";
+    return r.lru_match_capacity == 0 ? "-" : std::to_string(r.lru_match_capacity);
+}
+inline double capacity_saved(const replay_result& r) {
+    if (r.lru_match_capacity == 0 || r.capacity == 0) return std::numeric_limits<double>::quiet_NaN();
+    return 1.0 - static_cast<double>(r.lru_match_capacity) / static_cast<double>(r.capacity);
+}
 }  // namespace detail
+
+/// Fills each result's `gap_closed` from the lru and belady runs at the same
+/// capacity (NaN where either is missing, or Belady is not above LRU).
+inline void fill_gap_closed(std::vector<replay_result>& results) {
+    std::map<std::size_t, std::pair<const replay_result*, const replay_result*>> refs;  // capacity -> (lru, belady)
+    for (const replay_result& r : results) {
+        if (r.policy == "lru") refs[r.capacity].first = &r;
+        if (r.policy == "belady") refs[r.capacity].second = &r;
+    }
+    for (replay_result& r : results) {
+        const auto [lru, opt] = refs[r.capacity];
+        r.gap_closed = lru && opt ? gap_closed(r.hit_ratio(), lru->hit_ratio(), opt->hit_ratio())
+                                  : std::numeric_limits<double>::quiet_NaN();
+    }
+}
 
 /// One JSON object per result, one per line (the contract other programs
 /// script against: field names are stable).
@@ -48,9 +85,15 @@ inline void write_json_lines(std::ostream& out, const std::vector<replay_result>
           << ", \"accesses\": " << r.accesses << ", \"hits\": " << r.hits << ", \"misses\": " << r.misses
           << ", \"miss_ratio\": " << r.miss_ratio() << ", \"hit_ratio\": " << r.hit_ratio()
           << ", \"evictions\": " << r.evictions << ", \"seconds\": " << r.seconds
-          << ", \"accesses_per_second\": " << r.accesses_per_second();
+          << ", \"accesses_per_second\": " << r.accesses_per_second()
+          << ", \"gap_closed\": " << detail::json_number(r.gap_closed);
+        if (r.lru_match_capacity > 0 || r.lru_match_unreachable)
+            o << ", \"lru_match_capacity\": " << (r.lru_match_unreachable ? "null" : std::to_string(r.lru_match_capacity))
+              << ", \"capacity_saved\": " << detail::json_number(detail::capacity_saved(r));
         if (r.mode != replay_mode::flat)
-            o << ", \"token_hit_ratio\": " << r.token_hit_ratio() << ", \"bypassed_requests\": " << r.bypassed_requests;
+            o << ", \"token_hit_ratio\": " << r.token_hit_ratio() << ", \"bypassed_requests\": " << r.bypassed_requests
+              << ", \"sessions\": " << r.sessions << ", \"fairness\": " << detail::json_number(r.fairness)
+              << ", \"re_prefill_share\": " << r.re_prefill_share();
         if (r.mode == replay_mode::tiered)
             o << ", \"cpu_capacity\": " << r.cpu_capacity << ", \"gpu_hits\": " << r.gpu_hits
               << ", \"cpu_hits\": " << r.cpu_hits << ", \"recomputed_blocks\": " << r.recomputed_blocks
@@ -65,14 +108,21 @@ inline void write_json_lines(std::ostream& out, const std::vector<replay_result>
 inline void write_csv(std::ostream& out, const std::vector<replay_result>& results) {
     out << "policy,capacity,mode,requests,accesses,hits,misses,miss_ratio,hit_ratio,evictions,seconds,"
            "accesses_per_second,token_hit_ratio,gpu_hits,cpu_hits,recomputed_blocks,swap_out_blocks,"
-           "prefill_seconds_saved\n";
+           "prefill_seconds_saved,gap_closed,lru_match_capacity,capacity_saved,sessions,fairness,re_prefill_share\n";
     for (const replay_result& r : results) {
         out << r.policy << ',' << r.capacity << ',' << to_string(r.mode) << ',' << r.requests << ',' << r.accesses
             << ',' << r.hits << ',' << r.misses << ',' << detail::fixed(r.miss_ratio(), 6) << ','
             << detail::fixed(r.hit_ratio(), 6) << ',' << r.evictions << ',' << detail::fixed(r.seconds, 4) << ','
             << detail::fixed(r.accesses_per_second(), 0) << ',' << detail::fixed(r.token_hit_ratio(), 6) << ','
             << r.gpu_hits << ',' << r.cpu_hits << ',' << r.recomputed_blocks << ',' << r.swap_out_blocks << ','
-            << detail::fixed(r.prefill_seconds_saved, 3) << '\n';
+            << detail::fixed(r.prefill_seconds_saved, 3) << ',' << detail::fixed_or(r.gap_closed, 6, "") << ','
+            << (r.lru_match_capacity > 0 ? std::to_string(r.lru_match_capacity) : "") << ','
+            << detail::fixed_or(detail::capacity_saved(r), 6, "") << ',';
+        if (r.mode != replay_mode::flat)
+            out << r.sessions << ',' << detail::fixed_or(r.fairness, 6, "") << ',' << detail::fixed(r.re_prefill_share(), 6);
+        else
+            out << ",,";
+        out << '\n';
     }
 }
 
@@ -96,19 +146,29 @@ inline void write_table(std::ostream& out, const std::vector<replay_result>& res
         if (mode == replay_mode::tiered) out << " (gpu) + " << rows.front()->cpu_capacity << " (cpu)";
         out << ", " << to_string(mode) << " mode, " << rows.front()->accesses << " block accesses\n";
         char line[256];
-        std::snprintf(line, sizeof line, "  %-4s %-16s %9s %10s", "rank", "policy", "hit ratio", "vs belady");
+        bool matched = false;
+        for (const replay_result* r : rows) matched = matched || r->lru_match_capacity > 0 || r->lru_match_unreachable;
+        std::snprintf(line, sizeof line, "  %-4s %-16s %9s %10s %7s", "rank", "policy", "hit ratio", "vs belady", "gap %");
         out << line;
-        if (mode != replay_mode::flat) out << "  token hit";
+        if (matched) out << "  cap for lru  saved";
+        if (mode != replay_mode::flat) out << "  token hit  fairness  re-prefill";
         if (mode == replay_mode::tiered) out << "   gpu hits   cpu hits  swap-outs  prefill s saved";
         out << "  accesses/s\n";
         int rank = 0;
         for (const replay_result* r : rows) {
             const std::string gap = opt == nullptr ? "-" : detail::fixed(r->hit_ratio() - opt->hit_ratio(), 4);
-            std::snprintf(line, sizeof line, "  %-4d %-16s %9.4f %10s", ++rank, r->policy.c_str(), r->hit_ratio(),
-                          gap.c_str());
+            const std::string closed = detail::fixed_or(100 * r->gap_closed, 1, "-");
+            std::snprintf(line, sizeof line, "  %-4d %-16s %9.4f %10s %7s", ++rank, r->policy.c_str(), r->hit_ratio(),
+                          gap.c_str(), closed.c_str());
             out << line;
+            if (matched) {
+                const std::string saved = detail::fixed_or(100 * detail::capacity_saved(*r), 1, "-");
+                std::snprintf(line, sizeof line, "  %11s %5s%%", detail::match_text(*r).c_str(), saved.c_str());
+                out << line;
+            }
             if (mode != replay_mode::flat) {
-                std::snprintf(line, sizeof line, "  %9.4f", r->token_hit_ratio());
+                std::snprintf(line, sizeof line, "  %9.4f  %8s  %9.1f%%", r->token_hit_ratio(),
+                              detail::fixed_or(r->fairness, 3, "-").c_str(), 100 * r->re_prefill_share());
                 out << line;
             }
             if (mode == replay_mode::tiered) {
@@ -121,6 +181,19 @@ inline void write_table(std::ostream& out, const std::vector<replay_result>& res
             out << line;
         }
     }
+    out << "\ngap %: share of the LRU -> Belady gap closed (- without both at this capacity)";
+    bool any_match = false, any_requests = false;
+    for (const replay_result& r : results) {
+        any_match = any_match || r.lru_match_capacity > 0 || r.lru_match_unreachable;
+        any_requests = any_requests || r.mode != replay_mode::flat;
+    }
+    if (any_match)
+        out << "\ncap for lru: least capacity (blocks, bisection to 1% of this capacity) reaching LRU's hit ratio at this "
+               "capacity; saved: 1 - that / this capacity";
+    if (any_requests)
+        out << "\nfairness: Jain's index over sessions' hit ratios; re-prefill: share of block accesses that compute KV "
+               "an earlier request had computed";
+    out << "\n";
     std::size_t bad = 0;
     for (const replay_result& r : results) bad = std::max(bad, r.bad_lines.count);
     if (bad > 0) {
@@ -151,17 +224,34 @@ inline void write_plot(const std::string& png, const std::vector<replay_result>&
     for (auto it = capacities.begin(); it != capacities.end(); ++it)
         script << (it == capacities.begin() ? "" : ", ") << *it;
     script << ")\n";
+    // LRU (the baseline) and Belady (the bound) thick and dark; every other
+    // policy thin and light, in colours that repeat only after 10, with a
+    // point type of its own: with 18+ policies the two references must stand
+    // out and the rest stay tellable apart.
+    static constexpr const char* light[] = {"#8fb8de", "#f2b880", "#9ed39e", "#e7a3a3", "#c5b0d5",
+                                            "#c49c94", "#f7b6d2", "#bcbd22", "#9edae5", "#b0b0b0"};
+    // References drawn last, on top of the rest.
+    std::vector<std::string> order;
+    for (const auto& [policy, pts] : series)
+        if (policy != "lru" && policy != "belady") order.push_back(policy);
+    for (const char* ref : {"lru", "belady"})
+        if (series.contains(ref)) order.emplace_back(ref);
     script << "plot ";
-    std::size_t index = 0;
-    for (const auto& [policy, pts] : series) {
-        // 8 colours repeat: every 8 policies switch the dash style so lines stay apart.
-        script << (index == 0 ? "" : ", ") << "'-' using 1:2 with linespoints lw 2 dt " << 1 + index / 8
-               << " title '" << policy << "'";
+    std::size_t index = 0, others = 0;
+    for (const std::string& policy : order) {
+        script << (index == 0 ? "" : ", ") << "'-' using 1:2 with linespoints ";
+        if (policy == "belady") script << "lw 4 lc rgb '#000000' pt 7 ps 1.2";
+        else if (policy == "lru") script << "lw 4 lc rgb '#d62728' pt 5 ps 1.2";
+        else {
+            script << "lw 1.5 lc rgb '" << light[others % 10] << "' pt " << 1 + others % 12 << " ps 0.8";
+            ++others;
+        }
+        script << " title '" << policy << "'";
         ++index;
     }
     script << "\n";
-    for (const auto& [policy, pts] : series) {
-        for (const auto& [cap, hr] : pts) script << cap << ' ' << hr << '\n';
+    for (const std::string& policy : order) {
+        for (const auto& [cap, hr] : series[policy]) script << cap << ' ' << hr << '\n';
         script << "e\n";
     }
     FILE* gp = popen("gnuplot 2>&1", "w");
