@@ -24,7 +24,7 @@ TEST_CASE("session_aware_lru chooses the same victims as its reference model", "
     const std::uint64_t seed = GENERATE(1u, 2u, 3u);
     const std::size_t capacity = GENERATE(1u, 16u, 97u);
     // far_factor 0 takes the session rule whenever a prediction is ahead,
-    // 0.5 sometimes, 8 (the default) rarely; max_sessions 3 makes the
+    // 0.5 sometimes, 8 rarely; max_sessions 3 makes the
     // driver's 7 sessions be forgotten and relearned.
     const double far_factor = GENERATE(8.0, 0.5, 0.0);
     const std::size_t max_sessions = GENERATE(std::size_t{0}, std::size_t{3});
@@ -90,7 +90,7 @@ TEST_CASE("session_aware_lru: a prediction that has passed is dropped; the runni
     REQUIRE(p.mean_gap(session_id{1}) == 200.0);
     // A placed at 600, predicted back at 800. B (no gap) placed at 700.
     p.on_insert(item_id{1}, at(700, 2, 'B'));
-    // pop at 701: LRU's A idled 101; A's wait 99 < 808: LRU's victim, A.
+    // pop at 701: LRU's A idled 101; A's wait 99 < 16 x 101: LRU's victim, A.
     REQUIRE(p.pop_victim(701) == item_id{0});
     p.on_insert(item_id{0}, at(702, 1, 'C'));  // session 1 again: gap 102, mean 175.5; C back at 877
     p.on_insert(item_id{2}, at(702, 3, 'D'));
@@ -99,6 +99,29 @@ TEST_CASE("session_aware_lru: a prediction that has passed is dropped; the runni
     REQUIRE(p.pop_victim(900) == item_id{0});  // C (702, placed before D)
     REQUIRE(p.pop_victim(900) == item_id{2});
     REQUIRE_FALSE(p.pop_victim(900).has_value());
+}
+
+TEST_CASE("session_aware_lru: a block a second session uses is a shared prefix and gets no prediction",
+          "[eviction][session_aware_lru]") {
+    // far_factor 0: any prediction ahead beats LRU's victim. C (session 3,
+    // never back) is LRU's victim throughout.
+    //   5 s3 inserts C (slot 2); 10 s1 inserts A (slot 0); 400 s2 inserts B (slot 1)
+    //   700 s1 hits A: gap 690, A predicted back at 1390
+    //   [shared] 705 s2 hits A: A is shared, no prediction; s2's gap 305
+    //   710 s2 hits B: B predicted back at 710 + 310 (private) or 710 + 230 (shared run)
+    // pop at 720: private run: A (1390) is farthest; shared run: B is the only prediction.
+    auto run = [](bool shared) {
+        session_aware_lru p(3, {.far_factor = 0.0});
+        p.on_insert(item_id{2}, at(5, 3, 'C'));
+        p.on_insert(item_id{0}, at(10, 1, 'A'));
+        p.on_insert(item_id{1}, at(400, 2, 'B'));
+        p.on_access(item_id{0}, at(700, 1, 'A'));
+        if (shared) p.on_access(item_id{0}, at(705, 2, 'A'));
+        p.on_access(item_id{1}, at(710, 2, 'B'));
+        return p.pop_victim(720);
+    };
+    REQUIRE(run(false) == item_id{0});
+    REQUIRE(run(true) == item_id{1});
 }
 
 namespace {

@@ -1259,7 +1259,8 @@ struct ref_tail_aware_lru {
 namespace kvpolicy::testing {
 
 /// session_aware_lru: every entry keeps its placement time, its prediction
-/// (placement + its session's mean gap, while that is ahead) and, until its
+/// (placement + its session's mean gap, while that is ahead, unless a second
+/// session has used it) and, until its
 /// first reuse, its class for the tail rule. Victim: the demoted entry
 /// placed first; else LRU's victim (earliest placement, then placement
 /// order), unless the entry predicted back last is predicted back more than
@@ -1270,6 +1271,7 @@ struct ref_session_aware_lru {
         std::uint32_t id;
         std::uint64_t key;
         std::uint64_t session;
+        bool shared;  // another session used it since its insert: never predicted
         int fresh;  // 0 inner, 1 tail, -1 reused
         bool demoted;
         bool held;
@@ -1295,7 +1297,7 @@ struct ref_session_aware_lru {
     std::deque<std::uint64_t> ghosts[2];
     std::uint64_t inserted[2] = {0, 0}, reused[2] = {0, 0};
 
-    explicit ref_session_aware_lru(std::size_t c, double k = 8.0, double w = 0.25, std::size_t max_s = 0)
+    explicit ref_session_aware_lru(std::size_t c, double k = 16.0, double w = 0.25, std::size_t max_s = 0)
         : capacity(c), far_factor(k), gap_weight(w), max_sessions(max_s != 0 ? max_s : std::max<std::size_t>(c, 1024)) {}
 
     bool demoting() const {
@@ -1338,7 +1340,7 @@ struct ref_session_aware_lru {
         e.predicted = false;
         if (e.demoted) return;
         e.placed = now;
-        const double gap = mean_gap(e.session);
+        const double gap = e.shared ? 0.0 : mean_gap(e.session);
         if (gap > 0.0) {
             const double back = static_cast<double>(now) + gap;
             e.back = back >= 1.8e19 ? never - 1 : static_cast<timestamp>(back);
@@ -1354,7 +1356,7 @@ struct ref_session_aware_lru {
             reused[c] /= 2;
         }
         arrival(ctx);
-        r.items.push_back({id.value, ctx.key, ctx.session.value, c, false, false, 0, false, 0, 0});
+        r.items.push_back({id.value, ctx.key, ctx.session.value, false, c, false, false, 0, false, 0, 0});
         make_evictable(r.items.back(), ctx.now);
     }
     void on_access(item_id id, const access_context& ctx) {
@@ -1362,6 +1364,7 @@ struct ref_session_aware_lru {
         if (e->fresh >= 0) ++reused[e->fresh];
         e->fresh = -1;
         arrival(ctx);
+        if (e->session != ctx.session.value) e->shared = true;
         e->session = ctx.session.value;
         if (!e->held) make_evictable(*e, ctx.now);
     }

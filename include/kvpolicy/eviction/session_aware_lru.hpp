@@ -7,7 +7,9 @@
 // as a running mean (weight `gap_weight` on the newest gap). When an item
 // becomes evictable (released, or hit or inserted while unheld) at time r it
 // is predicted back at r + its session's mean gap, if the session has shown a
-// gap. A victim is
+// gap and no other session has used the item since it was inserted (a shared
+// prefix, a system prompt, comes back with anyone, so it gets no prediction).
+// A victim is
 //   1. an unreused request tail, oldest first, while tails are learned to be
 //      dead (tail_reuse_learner, tail_reuse.hpp);
 //   2. else the item predicted back last, if it is predicted back more than
@@ -29,9 +31,10 @@
 // evicting the farthest-predicted item whenever it is farther than LRU's
 // victim's idle time, or keeping every session until its predicted return,
 // lost 0.5-2.4 points to LRU at 5% of the trace's blocks in prototype
-// replays, while gaining up to 4.7 at 1%. Requiring the wait
-// to exceed `far_factor` (8) times LRU's idle time applies the prediction
-// only where it is far beyond what LRU would keep anyway.
+// replays, while gaining up to 4.7 at 1%. Requiring the wait to exceed
+// `far_factor` (16) times LRU's idle time applies the prediction only where
+// it is far beyond what LRU would keep anyway (8 lost 0.6 points at 1% of
+// the synthetic Mooncake trace with sessions derived from its prefixes).
 //
 // When to use it: requests that carry a stable session id (agents, chats).
 // Without session ids (every request its own session) no session shows a gap
@@ -73,7 +76,7 @@ public:
         /// Rule 2 applies when the farthest predicted wait exceeds this many
         /// times LRU's victim's idle time (0: whenever some prediction is
         /// ahead; large: never, LRU with the tail rule).
-        double far_factor = 8.0;
+        double far_factor = 16.0;
         /// Weight of the newest gap in a session's running mean, in (0, 1].
         double gap_weight = 0.25;
         /// Sessions remembered; 0 = max(capacity, 1024).
@@ -93,7 +96,7 @@ public:
     session_aware_lru(std::size_t capacity, const config_type& config)
         : tracking_(capacity, "session_aware_lru"), config_(validated(config)),
           learner_(capacity, config.tails, "session_aware_lru"), oldest_(capacity), soonest_(capacity),
-          farthest_(capacity), links_(capacity), session_(capacity, 0),
+          farthest_(capacity), links_(capacity), session_(capacity, 0), shared_(capacity, 0),
           max_sessions_(config.max_sessions != 0 ? config.max_sessions : std::max<std::size_t>(capacity, 1024)) {}
 
     void on_miss(const access_context&) noexcept {}  // the insert that follows says all
@@ -103,12 +106,16 @@ public:
         learner_.inserted(id.value, ctx);
         note_arrival(ctx);
         session_[id.index()] = ctx.session.value;
+        shared_[id.index()] = 0;
         place(id.value, ctx.now);
     }
     void on_access(item_id id, const access_context& ctx) {
         tracking_.mark_accessed(id);
         learner_.hit(id.value);
         note_arrival(ctx);
+        // A block another session uses is a shared prefix: its next use is
+        // anyone's, not one session's rhythm, so it is never predicted.
+        if (session_[id.index()] != ctx.session.value) shared_[id.index()] = 1;
         session_[id.index()] = ctx.session.value;
         if (tracking_.is_evictable(id)) {
             unlink(id.value);
@@ -195,8 +202,8 @@ private:
     static config_type validated(const config_type& c) {
         if (!(c.far_factor >= 0.0) || !std::isfinite(c.far_factor))
             throw config_error("session_aware_lru: far_factor " + std::to_string(c.far_factor) +
-                               " must be finite and >= 0 (8 evicts a session ahead of LRU when it is expected "
-                               "back more than 8x later than LRU's victim has been idle)");
+                               " must be finite and >= 0 (16 evicts a session ahead of LRU when it is expected "
+                               "back more than 16x later than LRU's victim has been idle)");
         if (!(c.gap_weight > 0.0 && c.gap_weight <= 1.0))
             throw config_error("session_aware_lru: gap_weight " + std::to_string(c.gap_weight) +
                                " must be in (0, 1] (the weight of the newest gap in the running mean)");
@@ -237,7 +244,7 @@ private:
         }
         const std::uint64_t stamp = stamp_++;
         oldest_.push(x, {now, stamp});
-        const double gap = mean_gap(session_id{session_[x]});
+        const double gap = shared_[x] ? 0.0 : mean_gap(session_id{session_[x]});
         if (gap > 0.0) {
             const double back = static_cast<double>(now) + gap;
             const time_rank r{back >= 1.8e19 ? never - 1 : static_cast<timestamp>(back), stamp};
@@ -270,6 +277,7 @@ private:
     index_links links_;                                 // [capacity] the demoted FIFO's links
     index_list demoted_;                                // evictable unreused tails, oldest first
     std::vector<std::uint64_t> session_;                // [capacity] session of the last touch
+    std::vector<std::uint8_t> shared_;                  // [capacity] 1 once two sessions used it
     std::unordered_map<std::uint64_t, session_state> sessions_;
     std::size_t max_sessions_;
     std::vector<timestamp> scratch_;
