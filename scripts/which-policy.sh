@@ -5,7 +5,9 @@
 # writes, under build/which-policy/: TRACE.txt (the ranked table: hit ratio,
 # share of the LRU -> Belady gap closed, token hit ratio, Jain's fairness,
 # re-prefill share), TRACE.csv, TRACE.json and TRACE.png (LRU and Belady
-# drawn thick).
+# drawn thick), and which-policy.md: the markdown tables of the README section
+# (scripts/which-policy-tables.py; hit ratio, token hit ratio, share of the gap
+# closed, capacity saved where measured, fairness, re-prefill share).
 #
 # "Capacity needed to reach LRU's hit ratio" (--match-lru) bisects over
 # replays: a few minutes on the Mooncake traces, about two hours on the
@@ -50,4 +52,8 @@ run() {  # NAME FILE BLOCK_SIZE MATCH
 run conversation "$traces/mooncake/conversation_trace.jsonl" 512 1
 run synthetic "$traces/mooncake/synthetic_trace.jsonl" 512 1
 run agentic "$traces/agentic/agentic_mix.jsonl.gz" 64 "$full"
-echo "tables, CSV, JSON and plots in $out/" >&2
+# The README's markdown tables from the CSVs; distinct blocks as the traces' READMEs give them.
+printf '%s\n' "mooncake conversation|$out/conversation.csv|182790" "mooncake synthetic|$out/synthetic.csv|43924" \
+    "agentic mix|$out/agentic.csv|904665" >"$out/index"
+python3 scripts/which-policy-tables.py "$out/index" | tee "$out/which-policy.md"
+echo "tables, CSV, JSON, plots and which-policy.md in $out/" >&2

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -1176,5 +1177,231 @@ template <> struct reference_for<slru> { using type = ref_slru; };
 template <> struct reference_for<two_q> { using type = ref_two_q; };
 template <> struct reference_for<qos_aware> { using type = ref_qos_aware; };
 template <> struct reference_for<predictive> { using type = ref_predictive; };
+
+}  // namespace kvpolicy::testing
+
+namespace kvpolicy::testing {
+
+/// tail_aware_lru: each item remembers its class (tail = last block of its
+/// request) while it has not been reused, and whether it sits in the demoted
+/// group. Victim: the demoted evictable item with the smallest stamp if any,
+/// else the evictable item with the smallest stamp. Ghosts are plain deques
+/// of keys per class, oldest first, at most `capacity` long; the rates are
+/// compared with the same cross-multiplication (the rule itself, not a
+/// different formula, is what the reference restates).
+struct ref_tail_aware_lru {
+    struct entry {
+        std::uint32_t id;
+        std::uint64_t key;
+        int fresh;  // 0 inner, 1 tail, -1 reused
+        bool demoted;
+        bool held;
+        std::uint64_t stamp;
+    };
+    ref_records<entry> r;
+    std::size_t capacity;
+    double ratio;
+    std::uint64_t min_samples, window;
+    std::deque<std::uint64_t> ghosts[2];
+    std::uint64_t inserted[2] = {0, 0}, reused[2] = {0, 0};
+
+    explicit ref_tail_aware_lru(std::size_t c, double demote_ratio = 0.5, std::uint64_t min_s = 64, std::uint64_t w = 4096)
+        : capacity(c), ratio(demote_ratio), min_samples(min_s), window(w) {}
+
+    bool demoting() const {
+        if (inserted[0] < min_samples || inserted[1] < min_samples) return false;
+        return static_cast<double>(reused[1]) * static_cast<double>(inserted[0]) <
+               ratio * static_cast<double>(reused[0]) * static_cast<double>(inserted[1]);
+    }
+    void make_evictable(entry& e) {
+        e.held = false;
+        e.demoted = e.fresh == 1 && demoting();
+        e.stamp = r.clock++;
+    }
+    void on_insert(item_id id, const access_context& ctx) {
+        const int c = ctx.chunk.value + 1ULL >= ctx.session_total_chunks ? 1 : 0;
+        for (int g = 0; g < 2; ++g)
+            if (ref_erase_key(ghosts[g], ctx.key)) ++reused[g];
+        if (++inserted[c] >= window) {
+            inserted[c] /= 2;
+            reused[c] /= 2;
+        }
+        r.items.push_back({id.value, ctx.key, c, false, false, 0});
+        make_evictable(r.items.back());
+    }
+    void on_access(item_id id, const access_context&) {
+        entry* e = r.find(id);
+        if (e->fresh >= 0) ++reused[e->fresh];
+        e->fresh = -1;
+        if (!e->held) make_evictable(*e);
+    }
+    void on_hold(item_id id) { r.find(id)->held = true; }
+    void on_release(item_id id, const access_context&) { make_evictable(*r.find(id)); }
+    void on_erase(item_id id) { r.erase(id); }
+    std::optional<item_id> pop_victim(timestamp) {
+        entry* v = r.oldest_evictable([](const entry& e) { return e.demoted; });
+        if (v == nullptr) v = r.oldest_evictable([](const entry&) { return true; });
+        if (v == nullptr) return std::nullopt;
+        if (v->fresh >= 0) {
+            auto& g = ghosts[v->fresh];
+            ref_erase_key(g, v->key);
+            g.push_back(v->key);
+            if (g.size() > capacity) g.pop_front();
+        }
+        const item_id victim{v->id};
+        r.erase(victim);
+        return victim;
+    }
+};
+
+}  // namespace kvpolicy::testing
+
+namespace kvpolicy::testing {
+
+/// session_aware_lru: every entry keeps its placement time, its prediction
+/// (placement + its session's mean gap, while that is ahead, unless a second
+/// session has used it) and, until its
+/// first reuse, its class for the tail rule. Victim: the demoted entry
+/// placed first; else LRU's victim (earliest placement, then placement
+/// order), unless the entry predicted back last is predicted back more than
+/// far_factor x LRU's victim's idle time from now. Sessions are a vector
+/// scanned linearly; the tail rule restates tail_reuse_learner with deques.
+struct ref_session_aware_lru {
+    struct entry {
+        std::uint32_t id;
+        std::uint64_t key;
+        std::uint64_t session;
+        bool shared;  // another session used it since its insert: never predicted
+        int fresh;  // 0 inner, 1 tail, -1 reused
+        bool demoted;
+        bool held;
+        timestamp placed;
+        bool predicted;
+        timestamp back;
+        std::uint64_t stamp;
+    };
+    struct session {
+        std::uint64_t id;
+        timestamp last;
+        double mean_gap;
+        bool has_gap;
+    };
+    ref_records<entry> r;
+    std::size_t capacity;
+    double far_factor, gap_weight;
+    std::size_t max_sessions;
+    std::vector<session> sessions;
+    // tail rule
+    double ratio = 0.5;
+    std::uint64_t min_samples = 64, window = 4096;
+    std::deque<std::uint64_t> ghosts[2];
+    std::uint64_t inserted[2] = {0, 0}, reused[2] = {0, 0};
+
+    explicit ref_session_aware_lru(std::size_t c, double k = 16.0, double w = 0.25, std::size_t max_s = 0)
+        : capacity(c), far_factor(k), gap_weight(w), max_sessions(max_s != 0 ? max_s : std::max<std::size_t>(c, 1024)) {}
+
+    bool demoting() const {
+        if (inserted[0] < min_samples || inserted[1] < min_samples) return false;
+        return static_cast<double>(reused[1]) * static_cast<double>(inserted[0]) <
+               ratio * static_cast<double>(reused[0]) * static_cast<double>(inserted[1]);
+    }
+    session* find_session(std::uint64_t id) {
+        for (auto& s : sessions)
+            if (s.id == id) return &s;
+        return nullptr;
+    }
+    double mean_gap(std::uint64_t id) {
+        const session* s = find_session(id);
+        return s == nullptr || !s->has_gap ? 0.0 : s->mean_gap;
+    }
+    void arrival(const access_context& ctx) {
+        session* s = find_session(ctx.session.value);
+        if (s == nullptr) {
+            sessions.push_back({ctx.session.value, ctx.now, 0.0, false});
+            if (sessions.size() >= 2 * max_sessions) {
+                std::vector<timestamp> lasts;
+                for (const auto& x : sessions) lasts.push_back(x.last);
+                std::sort(lasts.begin(), lasts.end(), std::greater<>());
+                const timestamp keep_from = lasts[max_sessions - 1];
+                std::erase_if(sessions, [&](const session& x) { return x.last < keep_from; });
+            }
+            return;
+        }
+        if (ctx.now <= s->last) return;
+        const double gap = static_cast<double>(ctx.now - s->last);
+        s->mean_gap = s->has_gap ? s->mean_gap + gap_weight * (gap - s->mean_gap) : gap;
+        s->has_gap = true;
+        s->last = ctx.now;
+    }
+    void make_evictable(entry& e, timestamp now) {
+        e.held = false;
+        e.stamp = r.clock++;
+        e.demoted = e.fresh == 1 && demoting();
+        e.predicted = false;
+        if (e.demoted) return;
+        e.placed = now;
+        const double gap = e.shared ? 0.0 : mean_gap(e.session);
+        if (gap > 0.0) {
+            const double back = static_cast<double>(now) + gap;
+            e.back = back >= 1.8e19 ? never - 1 : static_cast<timestamp>(back);
+            e.predicted = e.back > now;
+        }
+    }
+    void on_insert(item_id id, const access_context& ctx) {
+        const int c = ctx.chunk.value + 1ULL >= ctx.session_total_chunks ? 1 : 0;
+        for (int g = 0; g < 2; ++g)
+            if (ref_erase_key(ghosts[g], ctx.key)) ++reused[g];
+        if (++inserted[c] >= window) {
+            inserted[c] /= 2;
+            reused[c] /= 2;
+        }
+        arrival(ctx);
+        r.items.push_back({id.value, ctx.key, ctx.session.value, false, c, false, false, 0, false, 0, 0});
+        make_evictable(r.items.back(), ctx.now);
+    }
+    void on_access(item_id id, const access_context& ctx) {
+        entry* e = r.find(id);
+        if (e->fresh >= 0) ++reused[e->fresh];
+        e->fresh = -1;
+        arrival(ctx);
+        if (e->session != ctx.session.value) e->shared = true;
+        e->session = ctx.session.value;
+        if (!e->held) make_evictable(*e, ctx.now);
+    }
+    void on_hold(item_id id) { r.find(id)->held = true; }
+    void on_release(item_id id, const access_context& ctx) { make_evictable(*r.find(id), ctx.now); }
+    void on_erase(item_id id) { r.erase(id); }
+    std::optional<item_id> pop_victim(timestamp now) {
+        entry* v = r.oldest_evictable([](const entry& e) { return e.demoted; });
+        if (v == nullptr) {
+            for (auto& e : r.items)
+                if (e.predicted && e.back <= now) e.predicted = false;  // a prediction that passed is dropped
+            for (auto& e : r.items)
+                if (!e.held && !e.demoted &&
+                    (v == nullptr || e.placed < v->placed || (e.placed == v->placed && e.stamp < v->stamp)))
+                    v = &e;
+            if (v == nullptr) return std::nullopt;
+            entry* far = nullptr;
+            for (auto& e : r.items)
+                if (!e.held && !e.demoted && e.predicted &&
+                    (far == nullptr || e.back > far->back || (e.back == far->back && e.stamp < far->stamp)))
+                    far = &e;
+            if (far != nullptr) {
+                const double idle = static_cast<double>(now - std::min(now, v->placed));
+                const double wait = static_cast<double>(far->back - now);
+                if (wait > far_factor * idle) v = far;
+            }
+        }
+        if (v->fresh >= 0) {
+            auto& g = ghosts[v->fresh];
+            ref_erase_key(g, v->key);
+            g.push_back(v->key);
+            if (g.size() > capacity) g.pop_front();
+        }
+        const item_id victim{v->id};
+        r.erase(victim);
+        return victim;
+    }
+};
 
 }  // namespace kvpolicy::testing

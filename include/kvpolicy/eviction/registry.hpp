@@ -17,13 +17,15 @@
 #include "kvpolicy/eviction/retention_value.hpp"
 #include "kvpolicy/eviction/round_robin.hpp"
 #include "kvpolicy/eviction/s3fifo.hpp"
+#include "kvpolicy/eviction/session_aware_lru.hpp"
 #include "kvpolicy/eviction/sieve.hpp"
+#include "kvpolicy/eviction/tail_aware_lru.hpp"
 #include "kvpolicy/eviction/slru.hpp"
 #include "kvpolicy/eviction/two_q.hpp"
 #include "kvpolicy/eviction/w_tinylfu.hpp"
 
 namespace kvpolicy {
 
-using eviction_policies = type_list<fifo, lru, round_robin, lfu, clock, sieve, slru, two_q, qos_aware, predictive, retention_value<>, lexicographic_checkerboard, arc, s3fifo, lirs, w_tinylfu, gdsf<>, belady>;
+using eviction_policies = type_list<fifo, lru, round_robin, lfu, clock, sieve, slru, two_q, qos_aware, predictive, retention_value<>, lexicographic_checkerboard, arc, s3fifo, lirs, w_tinylfu, gdsf<>, tail_aware_lru, session_aware_lru, belady>;
 
 }  // namespace kvpolicy

@@ -1,0 +1,49 @@
+# Formats scripts/which-policy.sh's CSVs as the README's "Which policy" tables: one
+# markdown table per trace, a row per policy (lru first, belady last, the rest by
+# mean hit ratio), a column per capacity. Columns the simulator did not write
+# (capacity saved without --match-lru) are left out.
+import csv, sys
+def num(r, k):
+    v = r.get(k, "")
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+for line in open(sys.argv[1]):
+    name, path, distinct = line.rstrip("\n").split("|")
+    rows = [r for r in csv.DictReader(open(path)) if r["policy"] != "policy"]  # repeated headers
+    caps = sorted({int(r["capacity"]) for r in rows})
+    has_saved = any(num(r, "capacity_saved") is not None for r in rows)
+    has_fair = any(num(r, "fairness") is not None for r in rows)
+    parts = ["hit ratio", "token hit ratio", "share of the LRU -> Belady gap closed"]
+    if has_saved: parts.append("capacity saved (1 - capacity reaching LRU's hit ratio / capacity)")
+    if has_fair: parts += ["Jain's fairness over sessions", "re-prefill share"]
+    print(f"\n**{name}** ({int(distinct):,} distinct blocks; " + " / ".join(parts) + ")\n")
+    print("| policy | " + " | ".join(f"{c:,} ({100 * c / int(distinct):.0f}%)" for c in caps) + " |")
+    print("|---|" + "---:|" * len(caps))
+    by = {(r["policy"], int(r["capacity"])): r for r in rows}
+    lru = {c: float(by[("lru", c)]["hit_ratio"]) for c in caps}
+    bel = {c: float(by[("belady", c)]["hit_ratio"]) for c in caps}
+    names = []
+    for r in rows:
+        if r["policy"] not in names: names.append(r["policy"])
+    def key(p):  # lru first, belady last, the rest by mean hit ratio
+        return (p != "lru", p == "belady", -sum(float(by[(p, c)]["hit_ratio"]) for c in caps))
+    for p in sorted(names, key=key):
+        cells = []
+        for c in caps:
+            r = by[(p, c)]
+            h = float(r["hit_ratio"]); t = float(r["token_hit_ratio"])
+            gap = bel[c] - lru[c]
+            f = [f"{h:.4f}", f"{t:.4f}",
+                 f"{100 * (h - lru[c]) / gap:+.0f}%" if gap > 1e-12 and p not in ("lru", "belady") else "-"]
+            if has_saved:
+                s = num(r, "capacity_saved")
+                f.append(f"{100 * s:+.0f}%" if s is not None and p != "lru" else "-")
+            if has_fair:
+                j = num(r, "fairness"); rp = num(r, "re_prefill_share")
+                f.append(f"{j:.2f}" if j is not None else "-")
+                f.append(f"{100 * rp:.0f}%" if rp is not None else "-")
+            cells.append(" / ".join(f))
+        label = f"**{p}**" if p in ("lru", "belady", "tail_aware_lru", "session_aware_lru") else p
+        print(f"| {label} | " + " | ".join(cells) + " |")

@@ -1,0 +1,164 @@
+// session_aware_lru against its naive reference model on long random
+// operation sequences (holds, releases, erasures, batch pops; sessions with
+// gaps from the driver's contexts; rule 2 rare and frequent; a small session
+// table that forgets), worked traces of its rules, its equality with
+// tail_aware_lru when no session shows a gap, and its configuration errors.
+#include <catch2/catch.hpp>
+
+#include <kvpolicy/cache/tiered_cache.hpp>
+#include <kvpolicy/eviction/lru.hpp>
+#include <kvpolicy/eviction/session_aware_lru.hpp>
+#include <kvpolicy/eviction/tail_aware_lru.hpp>
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "support/policy_driver.hpp"
+#include "support/reference_policies.hpp"
+
+using namespace kvpolicy;
+using namespace kvpolicy::testing;
+
+TEST_CASE("session_aware_lru chooses the same victims as its reference model", "[eviction][differential]") {
+    const std::uint64_t seed = GENERATE(1u, 2u, 3u);
+    const std::size_t capacity = GENERATE(1u, 16u, 97u);
+    // far_factor 0 takes the session rule whenever a prediction is ahead,
+    // 0.5 sometimes, 8 rarely; max_sessions 3 makes the
+    // driver's 7 sessions be forgotten and relearned.
+    const double far_factor = GENERATE(8.0, 0.5, 0.0);
+    const std::size_t max_sessions = GENERATE(std::size_t{0}, std::size_t{3});
+    session_aware_lru policy(capacity, {.far_factor = far_factor, .max_sessions = max_sessions});
+    ref_session_aware_lru reference(capacity, far_factor, 0.25, max_sessions);
+    const auto victims = drive(policy, {.capacity = capacity, .operations = 100'000, .seed = seed,
+                                        .key_universe = 4 * capacity + 8}, &reference);
+    REQUIRE(policy.counters().evictions == victims.size());
+    REQUIRE(victims.size() > 100);
+    REQUIRE(policy.sessions() <= (max_sessions == 0 ? std::size_t{7} : 2 * max_sessions));
+}
+
+TEST_CASE("session_aware_lru: the session rule changes the driver's victims, so the test above checks it",
+          "[eviction][session_aware_lru]") {
+    // Same random operations; tail_aware_lru is session_aware_lru without
+    // the session rule (same tail rule, same LRU order).
+    session_aware_lru with_rule(16, {.far_factor = 0.0});
+    tail_aware_lru without_rule(16);
+    const auto a = drive(with_rule, {.capacity = 16, .operations = 20'000, .seed = 1});
+    const auto b = drive(without_rule, {.capacity = 16, .operations = 20'000, .seed = 1});
+    REQUIRE(a != b);
+}
+
+namespace {
+access_context at(timestamp now, std::uint64_t session, std::uint64_t key) {
+    access_context c{};
+    c.now = now;
+    c.session = session_id{session};
+    c.key = key;
+    return c;  // chunk 0 of 1: every item a tail, inner never sampled: no demotion
+}
+}  // namespace
+
+TEST_CASE("session_aware_lru: the session expected back last goes first when its wait dwarfs LRU's idle time",
+          "[eviction][session_aware_lru]") {
+    // Session 2 comes every 1000 ticks, session 1 has come once after 980.
+    //   10 s2 inserts B (slot 1); 20 s1 inserts A (slot 0)
+    //   1000 s1 hits A: gap 980, A placed at 1000, predicted back at 1980
+    //   1010 s2 hits B: gap 1000, B placed at 1010, predicted back at 2010
+    // pop at 1020: LRU's victim A has idled 20; B is predicted back in 990.
+    //   far_factor 8: 990 > 160, B goes although A is older.
+    //   far_factor 100: 990 < 2000, LRU's A goes.
+    auto run = [](double k) {
+        session_aware_lru p(2, {.far_factor = k});
+        p.on_insert(item_id{1}, at(10, 2, 'B'));
+        p.on_insert(item_id{0}, at(20, 1, 'A'));
+        p.on_access(item_id{0}, at(1000, 1, 'A'));
+        p.on_access(item_id{1}, at(1010, 2, 'B'));
+        REQUIRE(p.mean_gap(session_id{1}) == 980.0);
+        REQUIRE(p.mean_gap(session_id{2}) == 1000.0);
+        return p.pop_victim(1020);
+    };
+    REQUIRE(run(8.0) == item_id{1});
+    REQUIRE(run(100.0) == item_id{0});
+}
+
+TEST_CASE("session_aware_lru: a prediction that has passed is dropped; the running mean weighs the newest gap 1/4",
+          "[eviction][session_aware_lru]") {
+    session_aware_lru p(3, {});
+    p.on_insert(item_id{0}, at(0, 1, 'A'));
+    p.on_access(item_id{0}, at(100, 1, 'A'));  // gap 100
+    p.on_access(item_id{0}, at(600, 1, 'A'));  // gap 500: 100 + (500 - 100) / 4 = 200
+    REQUIRE(p.mean_gap(session_id{1}) == 200.0);
+    // A placed at 600, predicted back at 800. B (no gap) placed at 700.
+    p.on_insert(item_id{1}, at(700, 2, 'B'));
+    // pop at 701: LRU's A idled 101; A's wait 99 < 16 x 101: LRU's victim, A.
+    REQUIRE(p.pop_victim(701) == item_id{0});
+    p.on_insert(item_id{0}, at(702, 1, 'C'));  // session 1 again: gap 102, mean 175.5; C back at 877
+    p.on_insert(item_id{2}, at(702, 3, 'D'));
+    // pop at 900: C's prediction (877) has passed: plain LRU, B (700) first.
+    REQUIRE(p.pop_victim(900) == item_id{1});
+    REQUIRE(p.pop_victim(900) == item_id{0});  // C (702, placed before D)
+    REQUIRE(p.pop_victim(900) == item_id{2});
+    REQUIRE_FALSE(p.pop_victim(900).has_value());
+}
+
+TEST_CASE("session_aware_lru: a block a second session uses is a shared prefix and gets no prediction",
+          "[eviction][session_aware_lru]") {
+    // far_factor 0: any prediction ahead beats LRU's victim. C (session 3,
+    // never back) is LRU's victim throughout.
+    //   5 s3 inserts C (slot 2); 10 s1 inserts A (slot 0); 400 s2 inserts B (slot 1)
+    //   700 s1 hits A: gap 690, A predicted back at 1390
+    //   [shared] 705 s2 hits A: A is shared, no prediction; s2's gap 305
+    //   710 s2 hits B: B predicted back at 710 + 310 (private) or 710 + 230 (shared run)
+    // pop at 720: private run: A (1390) is farthest; shared run: B is the only prediction.
+    auto run = [](bool shared) {
+        session_aware_lru p(3, {.far_factor = 0.0});
+        p.on_insert(item_id{2}, at(5, 3, 'C'));
+        p.on_insert(item_id{0}, at(10, 1, 'A'));
+        p.on_insert(item_id{1}, at(400, 2, 'B'));
+        p.on_access(item_id{0}, at(700, 1, 'A'));
+        if (shared) p.on_access(item_id{0}, at(705, 2, 'A'));
+        p.on_access(item_id{1}, at(710, 2, 'B'));
+        return p.pop_victim(720);
+    };
+    REQUIRE(run(false) == item_id{0});
+    REQUIRE(run(true) == item_id{1});
+}
+
+namespace {
+// Mooncake-like conversations through the composed cache; `own_sessions`
+// gives every request its own session (no session ever shows a gap).
+template <class Policy>
+std::vector<std::size_t> hits_per_request(std::size_t capacity, bool own_sessions) {
+    tiered_cache<Policy, lru> cache({.gpu_capacity = capacity, .cpu_capacity = 0, .block_size = 16});
+    std::vector<std::size_t> hits;
+    std::uint64_t request = 0;
+    for (std::uint64_t turn = 0; turn < 24; ++turn)
+        for (std::uint64_t c = 0; c < 8; ++c) {
+            std::vector<block_hash> hashes{1};
+            for (std::uint64_t j = 1; j <= 2 + turn; ++j) hashes.push_back((c + 1) * 1000 + j);
+            hashes.push_back((c + 1) * 1000 + 500 + turn);
+            const session_id s{own_sessions ? 100 + request : c};
+            cache.clock().set(1000 * (++request) + 7 * c * (turn % 3));  // uneven gaps per conversation
+            cache.begin_step();
+            hits.push_back(cache.admit(s, hashes).match.run);
+            (void)cache.end_step();
+            cache.release(s);
+        }
+    return hits;
+}
+}  // namespace
+
+TEST_CASE("session_aware_lru without sessions that return is tail_aware_lru", "[eviction][session_aware_lru][cache]") {
+    for (const std::size_t capacity : {60u, 100u, 150u})
+        REQUIRE(hits_per_request<session_aware_lru>(capacity, true) == hits_per_request<tail_aware_lru>(capacity, true));
+}
+
+TEST_CASE("session_aware_lru configurations that cannot work are refused with the reason", "[eviction][config]") {
+    REQUIRE_THROWS_AS(session_aware_lru(0), config_error);
+    REQUIRE_THROWS_WITH(session_aware_lru(8, {.far_factor = -1.0}), Catch::Contains("far_factor"));
+    REQUIRE_THROWS_WITH(session_aware_lru(8, {.far_factor = std::numeric_limits<double>::infinity()}),
+                        Catch::Contains("far_factor"));
+    REQUIRE_THROWS_WITH(session_aware_lru(8, {.gap_weight = 0.0}), Catch::Contains("gap_weight"));
+    REQUIRE_THROWS_WITH(session_aware_lru(8, {.gap_weight = 1.5}), Catch::Contains("gap_weight"));
+    REQUIRE_THROWS_WITH(session_aware_lru(8, {.tails = {.min_samples = 100, .window = 150}}), Catch::Contains("window"));
+}
