@@ -229,7 +229,7 @@ TEST_CASE("bad input: a transfer report of the wrong size, twice, or with a bad 
         "complete_transfers: a step is open; report a plan after its end_step and before the next begin_step");
 }
 
-TEST_CASE("bad input: a NaN score or mismatched lengths to a selector; a duplicate candidate", "[bad_input]") {
+TEST_CASE("bad input: a NaN score or mismatched lengths to a selector, a duplicate candidate", "[bad_input]") {
     nth_element_selector sel;
     const std::vector<double> scores{1.0, std::nan(""), 0.5};
     const std::vector<item_id> ids{item_id{0}, item_id{1}, item_id{2}};
@@ -251,7 +251,7 @@ TEST_CASE("bad input: a NaN score or mismatched lengths to a selector; a duplica
     REQUIRE(batch.metrics().selections == 0);
 }
 
-TEST_CASE("bad input: a remote tier without a CPU tier; stage_remote off the cached prefix or the request",
+TEST_CASE("bad input: a remote tier without a CPU tier, stage_remote off the cached prefix or the request",
           "[bad_input]") {
     require_throws<config_error>([] { cache_t c({.gpu_capacity = 4, .remote = true}); },
                                  "cache_config: remote tier without a CPU tier; remote hits are staged through CPU "

@@ -43,7 +43,7 @@ cache_config remote_config(std::size_t gpu, std::size_t cpu) {
 
 }  // namespace
 
-TEST_CASE("remote: victims are written back instead of dropped; another instance hits them, bytes verified",
+TEST_CASE("remote: victims are written back instead of dropped, another instance hits them, bytes verified",
           "[cache][remote]") {
     memory_store store;
     instance a(remote_config(4, 2), store);
@@ -260,7 +260,7 @@ TEST_CASE("remote: two instances sharing a store under faults keep every block's
     REQUIRE(write_backs > 20);
 }
 
-TEST_CASE("remote values: the one-pass copy agrees with the checksum; each kind of bad value is refused",
+TEST_CASE("remote values: the one-pass copy agrees with the checksum, each kind of bad value is refused",
           "[cache][remote][values]") {
     std::mt19937_64 rng(7);
     for (std::size_t n = 0; n < 300; ++n) {

@@ -153,7 +153,7 @@ TEST_CASE("impossible configurations are refused with the fix", "[cache][errors]
                         Catch::Contains("at least num_layers items per tier"));
 }
 
-TEST_CASE("a held or pinned block is never a victim; a shared prefix only when nobody holds it", "[cache]") {
+TEST_CASE("a held or pinned block is never a victim, a shared prefix only when nobody holds it", "[cache]") {
     tiered_cache<lru, lru> cache({.gpu_capacity = 3, .cpu_capacity = 0});
     cache.begin_step();
     cache.admit(session_id{1}, chain({1, 2}));  // shared prefix 1
@@ -376,7 +376,7 @@ TEST_CASE("metrics: Prometheus exposition with conventional names", "[cache][met
     REQUIRE(m.fairness == Approx((0.0 + 0.5) * (0.0 + 0.5) / (2 * (0.0 + 0.25))));
 }
 
-TEST_CASE("block hashes are chained: equal prefixes, equal hashes; any change, a different one", "[cache][hash]") {
+TEST_CASE("block hashes are chained: equal prefixes, equal hashes, any change, a different one", "[cache][hash]") {
     std::vector<std::int32_t> tokens(100);
     for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int32_t>(i * 7);
     std::vector<block_hash> a(10), b(10), salted(10);

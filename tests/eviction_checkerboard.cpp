@@ -114,7 +114,7 @@ TEST_CASE("seed scenario 3: layer 39 goes before layer 0", "[checkerboard][seed]
     REQUIRE(order[79] == 40);
 }
 
-TEST_CASE("accesses do not reorder; a hold removes, a release puts back at the same key", "[checkerboard]") {
+TEST_CASE("accesses do not reorder, a hold removes, a release puts back at the same key", "[checkerboard]") {
     lexicographic_checkerboard p(4);
     p.on_insert(item_id{2}, item(1, 0, 5));
     p.on_insert(item_id{0}, item(1, 1, 5));

@@ -184,7 +184,7 @@ TEST_CASE("sieve: the hand keeps its place and new items are demoted quickly", "
     REQUIRE(p.pop_victim(0) == item_id{0});
 }
 
-TEST_CASE("sieve: a held item keeps its place and bit; the hand passes over it", "[eviction][sieve]") {
+TEST_CASE("sieve: a held item keeps its place and bit, the hand passes over it", "[eviction][sieve]") {
     sieve p(4, {});
     for (std::uint32_t i = 0; i < 4; ++i) p.on_insert(item_id{i}, {});
     p.on_access(item_id{0}, {});

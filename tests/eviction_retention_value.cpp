@@ -189,7 +189,7 @@ TEST_CASE("seed scenario 3: layer 39 goes before layer 0", "[retention_value][se
     REQUIRE(order.back() == 40 + 0);     // Layer0, Chunk1: most expensive, kept longest
 }
 
-TEST_CASE("a just-used item is never preferred over an idle one; among just-used, lowest cost",
+TEST_CASE("a just-used item is never preferred over an idle one, among just-used, lowest cost",
           "[retention_value][edges]") {
     retention_value<> p(8, seed_config);
     // Idle and expensive (layer 0, trailing chunk of a long context).
@@ -221,7 +221,7 @@ TEST_CASE("equal retention values: the lowest id first", "[retention_value][edge
     REQUIRE(drain(p, 14) == std::vector<std::uint32_t>{1, 2, 3, 5, 9, 14});
 }
 
-TEST_CASE("a hold removes the item from candidacy; a release is a use at ctx.now", "[retention_value][edges]") {
+TEST_CASE("a hold removes the item from candidacy, a release is a use at ctx.now", "[retention_value][edges]") {
     retention_value<> p(4, seed_config);
     const auto ctx = [](timestamp t) { return item(1, 0, 0, 1, 1, t); };  // all cost the same
     p.on_insert(item_id{0}, ctx(0));
@@ -482,7 +482,7 @@ TEST_CASE("retention_value: same victims as the reference with shared timestamps
     shared_time_differential(seed, 0.0, 40, reference);
 }
 
-TEST_CASE("retention_value: scans choose scan_fraction of the candidates; the reserve is used in order while valid",
+TEST_CASE("retention_value: scans choose scan_fraction of the candidates, the reserve is used in order while valid",
           "[retention_value][differential]") {
     // A naive model of the batched rule: a scan pops max(k, ceil(f n))
     // victims from a copy of the exact reference at `now`; the ones beyond

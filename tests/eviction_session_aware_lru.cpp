@@ -81,7 +81,7 @@ TEST_CASE("session_aware_lru: the session expected back last goes first when its
     REQUIRE(run(100.0) == item_id{0});
 }
 
-TEST_CASE("session_aware_lru: a prediction that has passed is dropped; the running mean weighs the newest gap 1/4",
+TEST_CASE("session_aware_lru: a prediction that has passed is dropped, the running mean weighs the newest gap 1/4",
           "[eviction][session_aware_lru]") {
     session_aware_lru p(3, {});
     p.on_insert(item_id{0}, at(0, 1, 'A'));

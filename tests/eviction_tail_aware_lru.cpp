@@ -114,7 +114,7 @@ TEST_CASE("tail_aware_lru: unreused tails are demoted once tails are reused at u
     REQUIRE_FALSE(p.pop_victim(0).has_value());
 }
 
-TEST_CASE("tail_aware_lru: a demoted tail that is hit leaves the FIFO for the LRU list; a held one is never a victim",
+TEST_CASE("tail_aware_lru: a demoted tail that is hit leaves the FIFO for the LRU list, a held one is never a victim",
           "[eviction][tail_aware_lru]") {
     tail_aware_lru p(3, {.demote_ratio = 0.5, .min_samples = 1, .window = 1000});
     access_context inner{}, tail{};

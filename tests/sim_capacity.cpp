@@ -41,7 +41,7 @@ sim::request_record request(std::uint64_t ms, std::vector<std::uint64_t> ids, st
 
 }  // namespace
 
-TEST_CASE("--capacity: blocks and percentages, mixed; fractions of the distinct blocks, floored") {
+TEST_CASE("capacity list (--capacity): blocks and percentages, mixed, fractions of the distinct blocks, floored") {
     const auto specs = sim::parse_capacity_list("1%,5%,10%,2000,0.5%,100%");
     REQUIRE(specs.size() == 6);
     // The Mooncake conversation trace has 182790 distinct blocks (issue #15's table).
@@ -55,7 +55,7 @@ TEST_CASE("--capacity: blocks and percentages, mixed; fractions of the distinct 
     REQUIRE(specs[0].resolve(50) == 1);  // never 0 blocks
 }
 
-TEST_CASE("--capacity: bad entries name the entry and the fix") {
+TEST_CASE("capacity list (--capacity): bad entries name the entry and the fix") {
     require_config_error("0%", "--capacity: '0%' is outside (0%, 100%]" + fix);
     require_config_error("150%", "--capacity: '150%' is outside (0%, 100%]" + fix);
     require_config_error("abc", "--capacity: 'abc' is neither a number of blocks nor a percentage" + fix);
@@ -111,7 +111,7 @@ TEST_CASE("capacity needed to reach a hit ratio: bisection to the given precisio
     REQUIRE(exact.replays <= 1 + 10);
 }
 
-TEST_CASE("sessions derived from the prefix when the trace names none; fairness and re-prefill by hand") {
+TEST_CASE("sessions derived from the prefix when the trace names none, fairness and re-prefill by hand") {
     // Block size 4. A: [1 2 3] with 10 tokens: full blocks 1, 2 -> its last
     // full block 2 is registered. B: [1 2 5 6] (14 tokens) continues A (it
     // contains 2). C: [1 7] with 5 tokens: its last full block is 1, which

@@ -289,7 +289,7 @@ TEST_CASE("tiered mode on a hand-made trace", "[sim][tiered]") {
     REQUIRE(r.prefill_seconds_saved > 0);
 }
 
-TEST_CASE("remote tier: instances sharing a store hit each other's prefixes; isolated ones do not", "[sim][remote]") {
+TEST_CASE("remote tier: instances sharing a store hit each other's prefixes, isolated ones do not", "[sim][remote]") {
     // GPU 4, CPU 4 per instance, LRU, exclusive; sessions 0 and 2 go to instance 0, session 1
     // to instance 1.
     //  s0 [A1..A4] on instance 0: computed.

@@ -142,7 +142,7 @@ TEST_CASE("merge: an empty part is the identity, and shapes must agree", "[merge
     REQUIRE_THROWS_AS(merge_attention_state(o, lse, o_b, short_lse, 2), usage_error);
 }
 
-TEST_CASE("reference_decode_attention: no tokens gives the merge identity; bad shapes throw", "[attention]") {
+TEST_CASE("reference_decode_attention: no tokens gives the merge identity, bad shapes throw", "[attention]") {
     const decode_attention_shape s{.num_q_heads = 2, .num_kv_heads = 1, .head_dim = 4, .block_size = 2, .scale = 0.5f};
     const std::vector<float> q(8, 1.0f), kv(2 * 4 * 2, 1.0f);
     std::vector<float> o(8, 7.0f), lse(2, 7.0f);

@@ -20,7 +20,7 @@ void fill(std::span<std::byte> b, std::uint64_t seed) {
 }
 }  // namespace
 
-TEST_CASE("host_memcpy_engine moves bytes; data survives round trips", "[transfer]") {
+TEST_CASE("host_memcpy_engine moves bytes, data survives round trips", "[transfer]") {
     block_arena gpu(8, 256), cpu(16, 256);
     host_memcpy_engine engine(gpu, cpu);
     // Ground truth: which content id each block holds, by tier.
