@@ -152,7 +152,7 @@ inline void write_table(std::ostream& out, const std::vector<replay_result>& res
         char line[256];
         bool matched = false;
         for (const replay_result* r : rows) matched = matched || r->lru_match_capacity > 0 || r->lru_match_unreachable;
-        std::snprintf(line, sizeof line, "  %-4s %-16s %9s %10s %7s", "rank", "policy", "hit ratio", "vs belady", "gap %");
+        std::snprintf(line, sizeof line, "  %-4s %-18s %9s %10s %7s", "rank", "policy", "hit ratio", "vs belady", "gap %");
         out << line;
         if (matched) out << "  cap for lru  saved";
         if (mode != replay_mode::flat) out << "  token hit  fairness  re-prefill";
@@ -162,7 +162,7 @@ inline void write_table(std::ostream& out, const std::vector<replay_result>& res
         for (const replay_result* r : rows) {
             const std::string gap = opt == nullptr ? "-" : detail::fixed(r->hit_ratio() - opt->hit_ratio(), 4);
             const std::string closed = detail::fixed_or(100 * r->gap_closed, 1, "-");
-            std::snprintf(line, sizeof line, "  %-4d %-16s %9.4f %10s %7s", ++rank, r->policy.c_str(), r->hit_ratio(),
+            std::snprintf(line, sizeof line, "  %-4d %-18s %9.4f %10s %7s", ++rank, r->policy.c_str(), r->hit_ratio(),
                           gap.c_str(), closed.c_str());
             out << line;
             if (matched) {
