@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +21,25 @@
 #include <kvpolicy/cuda/memory.cuh>
 
 namespace kvpolicy::bench {
+
+// Deterministic pseudo-random floats in [-1, 1) without a host round trip:
+// the benches' inputs (one program per bench, so one definition each).
+__global__ void fill_uniform_kernel(float* x, std::size_t n, std::uint32_t seed) {
+    const std::size_t stride = std::size_t{gridDim.x} * blockDim.x;
+    for (std::size_t i = std::size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
+        std::uint32_t h = static_cast<std::uint32_t>(i) * 2654435761u ^ seed ^ static_cast<std::uint32_t>(i >> 32);
+        h ^= h >> 15;
+        h *= 2246822519u;
+        h ^= h >> 13;
+        x[i] = static_cast<float>(h >> 8) * (2.0f / 16777216.0f) - 1.0f;
+    }
+}
+
+inline void fill_uniform(float* x, std::size_t n, std::uint32_t seed) {
+    fill_uniform_kernel<<<1024, 256>>>(x, n, seed);
+    KVPOLICY_CUDA_CHECK(cudaGetLastError());
+    KVPOLICY_CUDA_CHECK(cudaDeviceSynchronize());
+}
 
 inline std::string gpu_name() {
     int device = 0;

@@ -35,24 +35,6 @@ using namespace kvpolicy::cuda;
 
 namespace {
 
-// Deterministic pseudo-random floats in [-1, 1) without a host round trip.
-__global__ void fill_kernel(float* x, std::size_t n, std::uint32_t seed) {
-    const std::size_t stride = std::size_t{gridDim.x} * blockDim.x;
-    for (std::size_t i = std::size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
-        std::uint32_t h = static_cast<std::uint32_t>(i) * 2654435761u ^ seed ^ static_cast<std::uint32_t>(i >> 32);
-        h ^= h >> 15;
-        h *= 2246822519u;
-        h ^= h >> 13;
-        x[i] = static_cast<float>(h >> 8) * (2.0f / 16777216.0f) - 1.0f;
-    }
-}
-
-void fill(float* x, std::size_t n, std::uint32_t seed) {
-    fill_kernel<<<1024, 256>>>(x, n, seed);
-    KVPOLICY_CUDA_CHECK(cudaGetLastError());
-    KVPOLICY_CUDA_CHECK(cudaDeviceSynchronize());
-}
-
 struct peaks {
     double fp32_flops;  // per second
     double bytes;       // per second
@@ -105,9 +87,9 @@ int run(int argc, char** argv) {
         for (std::uint32_t n : {32768u, 131072u}) {
             const std::size_t q_size = std::size_t{n} * q_heads * d, kv_size = std::size_t{n} * kv_heads * d;
             device_buffer<float> q(q_size), k(kv_size), v(kv_size), o(q_size), lse(std::size_t{n} * q_heads);
-            fill(q.get(), q_size, 1);
-            fill(k.get(), kv_size, 2);
-            fill(v.get(), kv_size, 3);
+            bench::fill_uniform(q.get(), q_size, 1);
+            bench::fill_uniform(k.get(), kv_size, 2);
+            bench::fill_uniform(v.get(), kv_size, 3);
             const device_prefill_qkv_view in{.q = device_span<const float>{q.get(), q_size},
                                               .k = device_span<const float>{k.get(), kv_size},
                                               .v = device_span<const float>{v.get(), kv_size},

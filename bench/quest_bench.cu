@@ -35,24 +35,6 @@ using namespace kvpolicy::cuda;
 
 namespace {
 
-// Deterministic pseudo-random floats in [-1, 1) without a host round trip.
-__global__ void fill_kernel(float* x, std::size_t n, std::uint32_t seed) {
-    const std::size_t stride = std::size_t{gridDim.x} * blockDim.x;
-    for (std::size_t i = std::size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
-        std::uint32_t h = static_cast<std::uint32_t>(i) * 2654435761u ^ seed ^ static_cast<std::uint32_t>(i >> 32);
-        h ^= h >> 15;
-        h *= 2246822519u;
-        h ^= h >> 13;
-        x[i] = static_cast<float>(h >> 8) * (2.0f / 16777216.0f) - 1.0f;
-    }
-}
-
-void fill(float* x, std::size_t n, std::uint32_t seed) {
-    fill_kernel<<<1024, 256>>>(x, n, seed);
-    KVPOLICY_CUDA_CHECK(cudaGetLastError());
-    KVPOLICY_CUDA_CHECK(cudaDeviceSynchronize());
-}
-
 }  // namespace
 
 int run(int argc, char** argv) {
@@ -74,8 +56,8 @@ int run(int argc, char** argv) {
             const std::uint32_t blocks = tokens / bs;
             device_buffer<float> d_cache(blocks * block_floats), d_q(q_heads * d), d_o(q_heads * d), d_lse(q_heads),
                 d_scores(blocks);
-            fill(d_cache.get(), blocks * block_floats, tokens);
-            fill(d_q.get(), q_heads * d, 99);
+            bench::fill_uniform(d_cache.get(), blocks * block_floats, tokens);
+            bench::fill_uniform(d_q.get(), q_heads * d, 99);
             std::vector<std::uint32_t> ids(blocks), valid(blocks, bs);
             std::iota(ids.begin(), ids.end(), 0u);
             device_buffer<std::uint32_t> d_ids(blocks), d_valid(blocks), d_sel(blocks);
