@@ -21,23 +21,13 @@
 
 #include "support/cache_snapshot.hpp"
 #include "support/scratch_dir.hpp"
+#include "support/require_throws.hpp"
 
 using namespace kvpolicy;
 
 namespace {
 
-// Runs `f`, which must throw exactly an `E` (or a subclass) whose message is `message`.
-template <class E, class F>
-void require_throws(F&& f, const std::string& message) {
-    bool thrown = false;
-    try {
-        f();
-    } catch (const E& e) {
-        thrown = true;
-        REQUIRE(std::string(e.what()) == message);
-    }
-    REQUIRE(thrown);
-}
+using kvpolicy::testing::require_throws;
 
 using cache_t = tiered_cache<lru, lru>;
 

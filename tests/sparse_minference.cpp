@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "support/naive_prefill_attention.hpp"
+#include "support/require_throws.hpp"
 
 using namespace kvpolicy;
 using kvpolicy::testing::naive_prefill_attention;
@@ -172,17 +173,7 @@ std::vector<double> kept_mass(const std::vector<float>& lse_sparse, const std::v
     return m;
 }
 
-template <class E, class F>
-void require_throws(F&& f, const std::string& message) {
-    bool thrown = false;
-    try {
-        f();
-    } catch (const E& e) {
-        thrown = true;
-        REQUIRE(std::string(e.what()) == message);
-    }
-    REQUIRE(thrown);
-}
+using kvpolicy::testing::require_throws;
 
 }  // namespace
 
