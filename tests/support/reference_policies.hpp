@@ -1405,3 +1405,46 @@ struct ref_session_aware_lru {
 };
 
 }  // namespace kvpolicy::testing
+
+namespace kvpolicy::testing {
+
+/// reuse_oracle_lru: each evictable item carries the oracle's answer from
+/// its latest placement (insert, unheld access, release: next use `never`
+/// or not) and a stamp. Victim: the dead evictable item with the smallest
+/// stamp if any, else the evictable item with the smallest stamp.
+struct ref_reuse_oracle_lru {
+    struct entry {
+        std::uint32_t id;
+        bool dead;
+        bool held;
+        std::uint64_t stamp;
+    };
+    ref_records<entry> r;
+
+    void make_evictable(entry& e, const access_context& ctx) {
+        e.held = false;
+        e.dead = ctx.next_use == never;
+        e.stamp = r.clock++;
+    }
+    void on_insert(item_id id, const access_context& ctx) {
+        r.items.push_back({id.value, false, false, 0});
+        make_evictable(r.items.back(), ctx);
+    }
+    void on_access(item_id id, const access_context& ctx) {
+        entry* e = r.find(id);
+        if (!e->held) make_evictable(*e, ctx);
+    }
+    void on_hold(item_id id) { r.find(id)->held = true; }
+    void on_release(item_id id, const access_context& ctx) { make_evictable(*r.find(id), ctx); }
+    void on_erase(item_id id) { r.erase(id); }
+    std::optional<item_id> pop_victim(timestamp) {
+        entry* v = r.oldest_evictable([](const entry& e) { return e.dead; });
+        if (v == nullptr) v = r.oldest_evictable([](const entry&) { return true; });
+        if (v == nullptr) return std::nullopt;
+        const item_id victim{v->id};
+        r.erase(victim);
+        return victim;
+    }
+};
+
+}  // namespace kvpolicy::testing

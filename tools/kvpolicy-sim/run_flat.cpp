@@ -9,7 +9,7 @@ sim::replay_result run_flat(const options& o, const std::string& policy, std::si
     return visit_by_name<eviction_policies>(
         policy,
         [&]<class P>() -> sim::replay_result {
-            if constexpr (std::is_same_v<P, belady>) {
+            if constexpr (uses_future<P>) {
                 sim::oracle_source src(*in.oracle);
                 return sim::replay_flat<P>(src, capacity, [&](std::size_t i) { return in.oracle->next_use[i]; });
             } else {

@@ -61,13 +61,17 @@ void run_parallel(std::size_t n, unsigned threads, const char* what, const std::
 
 shared_inputs load_inputs(const options& o) {
     shared_inputs in;
-    const bool has_belady = std::find(o.policies.begin(), o.policies.end(), "belady") != o.policies.end();
+    // Belady and reuse_oracle_lru read each access's next use: the trace is
+    // read into memory once for them.
+    const bool needs_future = std::ranges::any_of(o.policies, [](const std::string& name) {
+        return visit_by_name<eviction_policies>(name, []<class P>() { return uses_future<P>; }, "eviction policy");
+    });
     if (o.trace.empty()) {
         sim::chat_workload_config w = o.workload;
         w.block_size = o.block_size;
         w.seed = o.seed;
         in.requests = std::make_shared<const std::vector<sim::request_record>>(sim::generate_chat_workload(w));
-    } else if (has_belady && o.mode != sim::replay_mode::flat) {
+    } else if (needs_future && o.mode != sim::replay_mode::flat) {
         if (o.format == trace_format::csv)
             throw config_error("--mode " + std::string(sim::to_string(o.mode)) +
                                " needs requests (mooncake JSONL or the built-in workload); a CSV holds only block accesses");
@@ -77,7 +81,7 @@ shared_inputs load_inputs(const options& o) {
         while (reader.next(r)) reqs->push_back(r);
         in.requests = std::move(reqs);
     }
-    if (has_belady) {
+    if (needs_future) {
         if (o.mode == sim::replay_mode::flat) {
             auto oracle = std::make_shared<sim::oracle_accesses>();
             sim::access_record a;

@@ -86,6 +86,11 @@ concept eviction_policy =
         { cp.counters() } -> std::same_as<const policy_counters&>;
     };
 
+/// Whether policy `P` reads `ctx.next_use` (belady, reuse_oracle_lru): a
+/// simulator must compute the trace's next uses for it; nothing live can.
+template <class P>
+inline constexpr bool uses_future = requires { requires P::uses_future; };
+
 /// Seconds to recompute one item whose session has `context_length` tokens
 /// before it (Pensieve: alpha * context_length + beta + const_non_attention).
 template <class C>

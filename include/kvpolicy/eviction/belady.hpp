@@ -44,6 +44,8 @@ public:
 
     static constexpr std::string_view name = "belady";
     static constexpr eviction_order order = eviction_order::static_between_accesses;
+    /// Reads `ctx.next_use`: simulators must pass the trace's next uses.
+    static constexpr bool uses_future = true;
 
     explicit belady(std::size_t capacity, const config_type& = {}) : tracking_(capacity, "belady"), heap_(capacity) {}
 

@@ -15,6 +15,7 @@
 #include "kvpolicy/eviction/predictive.hpp"
 #include "kvpolicy/eviction/qos_aware.hpp"
 #include "kvpolicy/eviction/retention_value.hpp"
+#include "kvpolicy/eviction/reuse_oracle_lru.hpp"
 #include "kvpolicy/eviction/round_robin.hpp"
 #include "kvpolicy/eviction/s3fifo.hpp"
 #include "kvpolicy/eviction/session_aware_lru.hpp"
@@ -26,6 +27,6 @@
 
 namespace kvpolicy {
 
-using eviction_policies = type_list<fifo, lru, round_robin, lfu, clock, sieve, slru, two_q, qos_aware, predictive, retention_value<>, lexicographic_checkerboard, arc, s3fifo, lirs, w_tinylfu, gdsf<>, tail_aware_lru, session_aware_lru, belady>;
+using eviction_policies = type_list<fifo, lru, round_robin, lfu, clock, sieve, slru, two_q, qos_aware, predictive, retention_value<>, lexicographic_checkerboard, arc, s3fifo, lirs, w_tinylfu, gdsf<>, tail_aware_lru, session_aware_lru, reuse_oracle_lru, belady>;
 
 }  // namespace kvpolicy
