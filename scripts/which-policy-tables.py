@@ -1,6 +1,6 @@
 # Formats scripts/which-policy.sh's CSVs as the README's "Which policy" tables: one
-# markdown table per trace, a row per policy (lru first, belady last, the rest by
-# mean hit ratio), a column per capacity. Columns the simulator did not write
+# markdown table per trace, a row per policy (lru first, then the online policies by
+# mean hit ratio, then the two bounds that read the future: reuse_oracle_lru, belady), a column per capacity. Columns the simulator did not write
 # (capacity saved without --match-lru) are left out.
 import csv, sys
 def num(r, k):
@@ -27,8 +27,9 @@ for line in open(sys.argv[1]):
     names = []
     for r in rows:
         if r["policy"] not in names: names.append(r["policy"])
-    def key(p):  # lru first, belady last, the rest by mean hit ratio
-        return (p != "lru", p == "belady", -sum(float(by[(p, c)]["hit_ratio"]) for c in caps))
+    bounds = ("reuse_oracle_lru", "belady")
+    def key(p):  # lru first, the bounds last, the rest by mean hit ratio
+        return (p != "lru", bounds.index(p) if p in bounds else -1, -sum(float(by[(p, c)]["hit_ratio"]) for c in caps))
     for p in sorted(names, key=key):
         cells = []
         for c in caps:
@@ -45,5 +46,5 @@ for line in open(sys.argv[1]):
                 f.append(f"{j:.2f}" if j is not None else "-")
                 f.append(f"{100 * rp:.0f}%" if rp is not None else "-")
             cells.append(" / ".join(f))
-        label = f"**{p}**" if p in ("lru", "belady", "tail_aware_lru", "session_aware_lru") else p
+        label = f"**{p}**" if p in ("lru", "tail_aware_lru", "session_aware_lru") + bounds else p
         print(f"| {label} | " + " | ".join(cells) + " |")

@@ -14,6 +14,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include <kvpolicy/eviction/registry.hpp>
 #include <kvpolicy/sim/capacity.hpp>
 
 #include "sim_runs.hpp"

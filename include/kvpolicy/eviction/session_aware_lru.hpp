@@ -66,6 +66,7 @@
 #include "kvpolicy/core/index_list.hpp"
 #include "kvpolicy/core/indexed_heap.hpp"
 #include "kvpolicy/eviction/item_tracking.hpp"
+#include "kvpolicy/eviction/pairwise_margin_tuner.hpp"
 #include "kvpolicy/eviction/tail_reuse.hpp"
 
 namespace kvpolicy {
@@ -83,6 +84,9 @@ public:
         std::size_t max_sessions = 0;
         /// The tail rule (tail_reuse.hpp).
         tail_reuse_learner::config_type tails{};
+        /// Learning the margin (pairwise_margin_tuner.hpp); `far_factor` is
+        /// where it starts.
+        pairwise_margin_tuner::config_type tuner{};
     };
 
     static constexpr std::string_view name = "session_aware_lru";
@@ -97,13 +101,16 @@ public:
         : tracking_(capacity, "session_aware_lru"), config_(validated(config)),
           learner_(capacity, config.tails, "session_aware_lru"), oldest_(capacity), soonest_(capacity),
           farthest_(capacity), links_(capacity), session_(capacity, 0), shared_(capacity, 0),
-          max_sessions_(config.max_sessions != 0 ? config.max_sessions : std::max<std::size_t>(capacity, 1024)) {}
+          max_sessions_(config.max_sessions != 0 ? config.max_sessions : std::max<std::size_t>(capacity, 1024)),
+          tuner_(config.far_factor, config.tuner, "session_aware_lru"), key_(capacity, 0) {}
 
     void on_miss(const access_context&) noexcept {}  // the insert that follows says all
 
     void on_insert(item_id id, const access_context& ctx) {
         tracking_.mark_inserted(id);
         learner_.inserted(id.value, ctx);
+        tuner_.requested(ctx.key);
+        key_[id.index()] = ctx.key;
         note_arrival(ctx);
         session_[id.index()] = ctx.session.value;
         shared_[id.index()] = 0;
@@ -112,6 +119,7 @@ public:
     void on_access(item_id id, const access_context& ctx) {
         tracking_.mark_accessed(id);
         learner_.hit(id.value);
+        tuner_.requested(ctx.key);
         note_arrival(ctx);
         // A block another session uses is a shared prefix: its next use is
         // anyone's, not one session's rhythm, so it is never predicted.
@@ -150,7 +158,9 @@ public:
                 const std::uint32_t f = farthest_.top();
                 const double idle = static_cast<double>(now - std::min(now, oldest_.key(v).time));
                 const double wait = static_cast<double>(farthest_.key(f).time - now);
-                if (wait > config_.far_factor * idle) v = f;
+                // Blocks of one session come back together: no lesson there.
+                if (session_[f] != session_[v]) tuner_.decision(key_[f], key_[v], wait / idle);
+                if (wait > tuner_.margin() * idle) v = f;
             }
             unlink(v);
         } else {
@@ -177,6 +187,8 @@ public:
     [[nodiscard]] bool demoting() const noexcept { return learner_.demoting(); }
     /// Sessions remembered now.
     [[nodiscard]] std::size_t sessions() const noexcept { return sessions_.size(); }
+    /// The margin rule 2 applies now.
+    [[nodiscard]] double far_factor() const noexcept { return tuner_.margin(); }
 
 private:
     struct time_rank {
@@ -282,6 +294,8 @@ private:
     std::size_t max_sessions_;
     std::vector<timestamp> scratch_;
     std::uint64_t stamp_ = 0;
+    pairwise_margin_tuner tuner_;
+    std::vector<std::uint64_t> key_;  // [capacity] stable key of each item
 };
 
 static_assert(eviction_policy<session_aware_lru>);
