@@ -56,6 +56,7 @@
 #include "kvpolicy/sparse/lse_merge.hpp"
 #include "kvpolicy/sparse/minference.hpp"
 #include "kvpolicy/sparse/quest.hpp"
+#include "kvpolicy/sparse/quest_math.hpp"
 #include "kvpolicy/sparse/reference_attention.hpp"
 #include "kvpolicy/sparse/registry.hpp"
 #include "kvpolicy/sparse/sink_window.hpp"
