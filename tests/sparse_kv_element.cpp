@@ -10,6 +10,8 @@
 #include <kvpolicy/sparse/kv_element.hpp>
 #include <kvpolicy/sparse/reference_attention.hpp>
 
+#include "support/warp_decode.hpp"
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -139,37 +141,6 @@ TEST_CASE("kv_element: narrowing rounds to nearest, ties to even, overflow to in
 
 namespace {
 
-// One warp of the decode kernel, simulated lane by lane on the host: every
-// token of the sequence goes to this warp; the lanes' shares of q . k are
-// summed (the kernel's shuffle does the same sum in another order).
-template <class T>
-void warp_decode(const std::vector<float>& q, const std::vector<T>& k, const std::vector<T>& v,
-                 const std::vector<block_id>& table, std::uint64_t tokens, const decode_attention_shape& s,
-                 std::vector<float>& o, std::vector<float>& lse) {
-    constexpr unsigned max_per_lane = 8;
-    const std::size_t d = s.head_dim, row = std::size_t{s.num_kv_heads} * d, stride = s.block_size * row;
-    const unsigned per_lane = static_cast<unsigned>(d / warp_lanes);
-    for (std::uint32_t h = 0; h < s.num_q_heads; ++h) {
-        const std::size_t kvh = h / (s.num_q_heads / s.num_kv_heads);
-        online_softmax_lane<max_per_lane> lane_state[warp_lanes];
-        float q_lane[warp_lanes][max_per_lane];
-        for (unsigned lane = 0; lane < warp_lanes; ++lane)
-            for (unsigned j = 0; j < per_lane; ++j) q_lane[lane][j] = q[h * d + lane + warp_lanes * j];
-        for (std::uint64_t t = 0; t < tokens; ++t) {
-            const std::size_t at = table[t / s.block_size].index() * stride + (t % s.block_size) * row + kvh * d;
-            float dot = 0.0f;
-            for (unsigned lane = 0; lane < warp_lanes; ++lane)
-                dot += lane_partial_dot(q_lane[lane], k.data() + at, lane, per_lane);
-            for (unsigned lane = 0; lane < warp_lanes; ++lane)
-                lane_state[lane].step(dot * s.scale, v.data() + at, lane, per_lane);
-        }
-        for (unsigned lane = 0; lane < warp_lanes; ++lane)
-            for (unsigned j = 0; j < per_lane; ++j) o[h * d + lane + warp_lanes * j] = lane_state[lane].output(j);
-        lse[h] = tokens == 0 ? -std::numeric_limits<float>::infinity()
-                             : lane_state[0].m + std::log(lane_state[0].l);
-    }
-}
-
 template <class T>
 void check_warp_decode(std::mt19937_64& rng) {
     std::normal_distribution<float> g(0.0f, 1.0f);
@@ -194,7 +165,7 @@ void check_warp_decode(std::mt19937_64& rng) {
         // The reference sees exactly the stored values, widened.
         const auto kw = widen(k), vw = widen(v);
         std::vector<float> o(q.size()), lse(s.num_q_heads), o_ref(q.size()), lse_ref(s.num_q_heads);
-        warp_decode(q, k, v, table, tokens, s, o, lse);
+        testing::warp_decode(q.data(), k.data(), v.data(), table, tokens, s, std::size_t{s.block_size} * kv_heads * d, o, lse);
         reference_decode_attention(q, {.k = kw, .v = vw}, table, tokens, s, o_ref, lse_ref);
         for (std::size_t h = 0; h < lse.size(); ++h) {
             if (std::isinf(lse_ref[h])) {
