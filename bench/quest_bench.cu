@@ -3,15 +3,16 @@
 //
 // Shape: 16-token blocks, 8 KV heads x 128 channels, 32 query heads (GQA 4),
 // K and V (and Quest's metadata) in fp32, then bf16, then fp16, with fp32
-// accumulation; token budget 4096 (256 blocks). The bf16 full-attention rows
-// print their ratio to PyTorch SDPA bf16 on an H100 (issue #13's 90.8 us at
-// 32K, 207.9 us at 128K), meaningful only when this runs on an H100. Rows, per context length:
-// full attention (split-KV, the best of 16..128 splits), Quest scoring +
-// top-K (device only, as select() runs it minus the host copies), attention
-// over the 256 chosen blocks, and device_quest::select end to end
-// (synchronous, host ids in and out). The ratio full / (score + top-K +
-// sparse attention) is what Quest saves when the KV is already on the GPU;
-// with the KV offloaded, the loads it saves count too (loader_bench).
+// accumulation; token budget 4096 (256 blocks). Rows, per type and context
+// length: full attention (split-KV, the best of 16..128 splits), Quest
+// scoring + top-K (select_top_device: query check, scores and radix select
+// enqueued back to back, no host round trip), attention over the 256 chosen
+// blocks, and device_quest::select end to end (synchronous, host ids in and
+// out). The ratio full / (score + top-K + sparse attention) is what Quest
+// saves when the KV is already on the GPU; with the KV offloaded, the loads
+// it saves count too (loader_bench). The bf16 full-attention rows print
+// their ratio to PyTorch SDPA bf16 on an H100 (issue #13's 90.8 us at 32K,
+// 207.9 us at 128K), meaningful only when this runs on an H100.
 // Under each row, every figure with its bound: the bytes it must move at the
 // device-to-device bandwidth measured in the same run (read + write).
 // Medians of --reps runs (default 20).
@@ -65,7 +66,7 @@ void run_type(int reps, double d2d, cudaStream_t stream, bench::json_rows& json)
     for (std::uint32_t tokens : {32768u, 131072u}) {
         const std::uint32_t blocks = tokens / bs;
         device_buffer<T> d_cache(blocks * block_values);
-        device_buffer<float> d_q(q_heads * d), d_o(q_heads * d), d_lse(q_heads), d_scores(blocks);
+        device_buffer<float> d_q(q_heads * d), d_o(q_heads * d), d_lse(q_heads);
         bench::fill_uniform(d_cache.get(), blocks * block_values, tokens);
         bench::fill_uniform(d_q.get(), q_heads * d, 99);
         std::vector<std::uint32_t> ids(blocks), valid(blocks, bs);
@@ -112,14 +113,16 @@ void run_type(int reps, double d2d, cudaStream_t stream, bench::json_rows& json)
         const auto middle = static_cast<std::uint32_t>(plan.middle_end - plan.middle_begin);
         const auto keep = static_cast<std::uint32_t>(plan.middle_keep);
         device_buffer<select_status> d_status(1);
+        device_buffer<std::uint32_t> d_flag(1);
+        const auto candidates = d_ids.view(blocks).subspan(plan.middle_begin, middle);
+        const auto query = d_q.view(std::size_t{q_heads} * d);
         std::size_t bytes = 0;
-        select_lowest<float>({}, bytes, d_scores.view(middle), {}, d_sel.view(keep), keep, d_status.view(), stream);
+        quest.select_top_device({}, bytes, layer_index{0}, candidates, query, q_heads, keep, d_sel.view(keep),
+                                d_status.view(), d_flag.view());
         device_buffer<std::byte> temp(bytes);
         const double score_us = bench::time_gpu_us(stream, reps, [&] {
-            quest.score_blocks(layer_index{0}, d_ids.view(blocks).subspan(plan.middle_begin, middle),
-                               d_q.view(std::size_t{q_heads} * d), q_heads, d_scores.view(middle), true);
-            select_lowest<float>(temp.view(), bytes, d_scores.view(middle), {}, d_sel.view(keep), keep,
-                                 d_status.view(), stream);
+            quest.select_top_device(temp.view(), bytes, layer_index{0}, candidates, query, q_heads, keep,
+                                    d_sel.view(keep), d_status.view(), d_flag.view());
         });
         const std::uint32_t budget_blocks = budget_tokens / bs;
         const double sparse_us = split_attention(budget_blocks, sparse_splits);

@@ -4,11 +4,13 @@
 //   quest's fp32 metadata of the widened keys, bit for bit (batched and
 //   single offload; a key that is not finite as T, e.g. 70000 in fp16,
 //   leaves the block without metadata); scores within 2 gamma_n sum|t| of
-//   the host's (tests/sparse_quest_16bit.cpp derives it); device selection
-//   == the host rule on the device's scores;
+//   the host's (tests/sparse_kv_element.cpp derives it); device selection
+//   == the host rule on the device's scores; select_top_device (score +
+//   top-K with no host round trip) == the host rule, highest first, and its
+//   device query flag;
 // - LSE merge with o stored as T (merge_attention_state(s)<T>) within
 //   P (u_T + 16 u32) max|o| of the double host merge of the widened o
-//   (tests/sparse_ring_16bit.cpp derives it);
+//   (tests/sparse_kv_element.cpp derives it);
 // - the ring loader over 16-bit K/V, both gather methods: decode attention
 //   over each slot (slot_view<T>, basic_paged_decode_args<T>), merged slot
 //   by slot on the compute stream == the host reference over all tokens.
@@ -175,6 +177,51 @@ void check_quest(std::mt19937_64& rng, cudaStream_t stream) {
             for (std::size_t i = plan.middle_end; i < available.size(); ++i) want.push_back(available[i]);
         }
         KVPOLICY_EXPECT(got == want);
+
+        // Score + top-K on the device, no host round trip: the positions of
+        // the middle blocks, highest first, are the host rule's on the
+        // device's own scores (which the select above checked).
+        if (!plan.load_all) {
+            const std::size_t middle = plan.middle_end - plan.middle_begin;
+            const auto keep = static_cast<std::uint32_t>(plan.middle_keep);
+            std::size_t bytes = 0;
+            device_buffer<std::uint32_t> d_positions(std::max<std::size_t>(keep, 1)), d_flag(1);
+            device_buffer<select_status> d_status(1);
+            const auto candidates = d_avail.view(available.size()).subspan(plan.middle_begin, middle);
+            dev.select_top_device({}, bytes, layer_index{layer}, candidates, d_query.view(n), q_heads, keep,
+                                  d_positions.view(), d_status.view(), d_flag.view());
+            device_buffer<std::byte> temp(bytes);
+            poison(d_positions.view());
+            poison(d_flag.view());
+            dev.select_top_device(temp.view(), bytes, layer_index{layer}, candidates, d_query.view(n), q_heads, keep,
+                                  d_positions.view(), d_status.view(), d_flag.view());
+            KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream));
+            auto positions = download(d_positions.view(keep));
+            const select_status status = download(d_status.view())[0];
+            KVPOLICY_EXPECT(download(d_flag.view())[0] == 0u);
+            KVPOLICY_EXPECT(status.nan_count == 0 && status.selected == keep);
+            // Highest first (scores read back from the select_lowest input are negated).
+            std::vector<float> middle_scores(scores.begin() + static_cast<std::ptrdiff_t>(plan.middle_begin),
+                                             scores.begin() + static_cast<std::ptrdiff_t>(plan.middle_end));
+            bool ordered = true;
+            for (std::size_t i = 1; i < positions.size(); ++i) {
+                const float a = middle_scores[positions[i - 1]], b = middle_scores[positions[i]];
+                ordered = ordered && (a > b || (a == b && positions[i - 1] < positions[i]));
+            }
+            KVPOLICY_EXPECT(ordered);
+            std::vector<std::uint32_t> scratch, chosen(middle);
+            chosen.resize(quest_top_positions(middle_scores, keep, scratch, chosen));
+            std::sort(positions.begin(), positions.end());
+            KVPOLICY_EXPECT(positions == chosen);
+            // A NaN query raises the flag, on the device, with no host check.
+            auto nan_query = query;
+            nan_query[n / 3] = std::numeric_limits<float>::quiet_NaN();
+            device_buffer<float> d_nan_query;
+            dev.select_top_device(temp.view(), bytes, layer_index{layer}, candidates, upload_span(nan_query, d_nan_query),
+                                  q_heads, keep, d_positions.view(), d_status.view(), d_flag.view());
+            KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream));
+            KVPOLICY_EXPECT(download(d_flag.view())[0] == 1u);
+        }
     }
     std::printf("  quest %s: metadata exact, scores within 2 gamma_n, selection as the host rule\n",
                 std::string(basic_device_quest<T>::name).c_str());

@@ -5,7 +5,7 @@
 // another order). K and V are read as stored (fp32, bf16, fp16): block b of
 // the table starts at b * block_stride values of k and of v, laid out
 // [block_size][num_kv_heads][head_dim]. Used by tests/sparse_kv_element.cpp
-// and tests/sparse_ring_16bit.cpp.
+// (decode attention, and the ring pipeline over 16-bit K/V).
 #pragma once
 
 #include <cmath>

@@ -2,7 +2,7 @@
 // attention states, in fp32, over outputs stored as fp32, bf16 or fp16.
 //
 // The CUDA merge kernels (kvpolicy/cuda/merge.cuh) run these functions, and
-// the CPU tests (tests/sparse_ring_16bit.cpp) run them for every thread
+// the CPU tests (tests/sparse_kv_element.cpp) run them for every thread
 // index against sparse/lse_merge.hpp's double reference (STYLE.md 13). The
 // formula is lse_merge.hpp's: lse = m + log(exp(lse_a - m) + exp(lse_b -
 // m)), o = (exp(lse_a - m) o_a + exp(lse_b - m) o_b) / that sum, m the

@@ -16,7 +16,7 @@
 //
 // Tang et al., "Quest: Query-Aware Sparsity for Efficient Long-Context LLM
 // Inference", ICML'24. Departures are sparse/quest.hpp's. Tested by
-// tests/sparse_quest_16bit.cpp against a naive model in double over the
+// tests/sparse_kv_element.cpp against a naive model in double over the
 // dequantized keys.
 #pragma once
 

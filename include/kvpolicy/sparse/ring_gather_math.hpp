@@ -6,7 +6,7 @@
 // slice's 16-byte words t, t + threads, ..., four loads in flight, then the
 // tail. `gather_slice_words` is a slice's word range and `gather_thread_copy`
 // a thread's whole copy, `KVPOLICY_HOST_DEVICE` over any trivially copyable
-// word, so tests/sparse_ring_16bit.cpp runs every thread of the grid on the
+// word, so tests/sparse_kv_element.cpp runs every thread of the grid on the
 // CPU and checks that each destination word is written exactly once, from
 // the right source (STYLE.md 13).
 //

@@ -13,7 +13,7 @@
 // The o values may be stored as fp32, bf16 or fp16 (the template's T, as
 // FlashInfer's merge_state takes them); lse and the arithmetic are fp32.
 // Each thread's arithmetic is sparse/lse_merge_math.hpp's, run on the CPU
-// for every thread index by tests/sparse_ring_16bit.cpp.
+// for every thread index by tests/sparse_kv_element.cpp.
 #pragma once
 
 #include <cuda_runtime.h>

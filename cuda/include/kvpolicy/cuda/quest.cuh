@@ -17,7 +17,7 @@
 // the metadata is kept in the same type (exact, and half the bytes the
 // scoring pass reads for 16-bit keys), the query and scores are fp32. Each
 // thread's arithmetic is sparse/quest_math.hpp's, run on the CPU thread by
-// thread by tests/sparse_quest_16bit.cpp.
+// thread by tests/sparse_kv_element.cpp.
 // Tang et al., "Quest: Query-Aware Sparsity for Efficient Long-Context LLM
 // Inference", ICML'24. Departures, besides the host version's: the scores
 // are summed in a tree, not channel by channel, so they match the host's to
@@ -35,7 +35,9 @@
 //
 // All work is enqueued on the selector's stream: pass the stream that
 // produced the keys, so `on_offload` sees them. `select` is synchronous (its
-// output is a host span); `score_blocks` is not.
+// output is a host span); `score_blocks` is not, nor is `select_top_device`,
+// the score + top-K path with no host round trip (query check, scores and
+// radix select enqueued back to back, results left in device memory).
 #pragma once
 
 #include <cub/block/block_reduce.cuh>
@@ -222,22 +224,56 @@ public:
     /// values, or scores is shorter than blocks (nothing enqueued).
     void score_blocks(layer_index layer, device_span<const std::uint32_t> blocks, device_span<const float> query,
                       std::uint32_t num_q_heads, device_span<float> scores, bool negate = false) {
-        check_range(0, layer, "score_blocks");
-        if (num_q_heads == 0 || num_q_heads % config_.num_kv_heads != 0)
-            throw usage_error("device_quest::score_blocks: " + std::to_string(num_q_heads) +
-                              " query heads is not a multiple of " + std::to_string(config_.num_kv_heads) +
-                              " KV heads");
-        if (query.size() != std::size_t{num_q_heads} * config_.head_dim || scores.size() < blocks.size())
-            throw usage_error("device_quest::score_blocks: a query of " + std::to_string(query.size()) +
-                              " values and room for " + std::to_string(scores.size()) + " scores of " +
-                              std::to_string(blocks.size()) + " blocks; give num_q_heads x head_dim = " +
-                              std::to_string(std::size_t{num_q_heads} * config_.head_dim) +
-                              " values and one score per block");
-        if (blocks.empty()) return;
-        detail::quest_score_kernel<T><<<static_cast<unsigned>(blocks.size()), detail::quest_threads, 0, stream_>>>(
-            query, num_q_heads, blocks, layer.value, dims(), key_min_.view(), key_max_.view(), has_metadata_.view(),
-            negate, scores);
+        check_score_args(layer, blocks.size(), query.size(), num_q_heads, scores.size(), "score_blocks");
+        enqueue_scores(layer, blocks, query, num_q_heads, scores, negate);
+    }
+
+    /// Quest's score + top-K with no host round trip: enqueues, back to
+    /// back on the selector's stream, the device query check (query_flag[0]
+    /// = 1 if the query holds a NaN or infinite value, else 0), the scores of
+    /// `candidates` (block ids, device memory) and the radix selection of the
+    /// min(keep, candidates.size()) highest into `positions`: indexes into
+    /// candidates, highest score first, equal scores to the lower position
+    /// (the older block: the host rule, `quest_top_positions`, up to order).
+    /// `status[0]` is select_lowest's (a NaN score: positions not written).
+    /// No cudaStreamSynchronize, no host copy: the caller reads the results
+    /// after its own event or sync, or feeds `positions` to the next kernel.
+    /// Two-phase temporary storage as select_lowest's: with an empty
+    /// temp_storage, only sets temp_storage_bytes (scores + selection) and
+    /// enqueues nothing.
+    /// Throws: usage_error for the shapes score_blocks rejects, positions
+    /// shorter than min(keep, n), an empty status or query_flag, or
+    /// temporary storage smaller than the size query said (nothing
+    /// enqueued); cuda_error.
+    void select_top_device(device_span<std::byte> temp_storage, std::size_t& temp_storage_bytes, layer_index layer,
+                           device_span<const std::uint32_t> candidates, device_span<const float> query,
+                           std::uint32_t num_q_heads, std::uint32_t keep, device_span<std::uint32_t> positions,
+                           device_span<select_status> status, device_span<std::uint32_t> query_flag) {
+        const std::size_t n = candidates.size();
+        const std::size_t scores_bytes = (n * sizeof(float) + 255) & ~std::size_t{255};
+        std::size_t select_bytes = 0;
+        select_lowest<float>({}, select_bytes, device_span<const float>{nullptr, n}, {}, positions, keep, status,
+                             stream_);
+        if (temp_storage.data() == nullptr) {
+            temp_storage_bytes = scores_bytes + select_bytes;
+            return;
+        }
+        check_score_args(layer, n, query.size(), num_q_heads, n, "select_top_device");
+        const std::size_t k = std::min<std::size_t>(keep, n);
+        if (positions.size() < k || status.empty() || query_flag.empty() ||
+            temp_storage.size() < scores_bytes + select_bytes)
+            throw usage_error("device_quest::select_top_device: room for " + std::to_string(positions.size()) +
+                              " positions, " + std::to_string(status.size()) + " statuses, " +
+                              std::to_string(query_flag.size()) + " query flags and " +
+                              std::to_string(temp_storage.size()) + " bytes; give " + std::to_string(k) +
+                              " positions, one status, one flag and the " +
+                              std::to_string(scores_bytes + select_bytes) + " bytes the size query gives");
+        const device_span<float> scores{reinterpret_cast<float*>(temp_storage.data()), n};
+        detail::quest_query_check_kernel<<<1, detail::quest_threads, 0, stream_>>>(query, query_flag.first(1));
         KVPOLICY_CUDA_CHECK(cudaGetLastError());
+        enqueue_scores(layer, candidates, query, num_q_heads, scores, true);
+        select_lowest<float>(temp_storage.subspan(scores_bytes), select_bytes, scores, {}, positions, keep, status,
+                             stream_);
     }
 
     /// The host quest's `select`, scored and selected on the device; the
@@ -320,6 +356,30 @@ private:
     [[nodiscard]] std::size_t row() const noexcept { return std::size_t{config_.num_kv_heads} * config_.head_dim; }
     [[nodiscard]] detail::quest_dims dims() const noexcept {
         return {config_.num_blocks, config_.num_kv_heads, config_.head_dim};
+    }
+
+    void check_score_args(layer_index layer, std::size_t blocks, std::size_t query_size, std::uint32_t num_q_heads,
+                          std::size_t scores_size, const char* what) const {
+        check_range(0, layer, what);
+        const std::string at = std::string("device_quest::") + what + ": ";
+        if (num_q_heads == 0 || num_q_heads % config_.num_kv_heads != 0)
+            throw usage_error(at + std::to_string(num_q_heads) + " query heads is not a multiple of " +
+                              std::to_string(config_.num_kv_heads) + " KV heads");
+        if (query_size != std::size_t{num_q_heads} * config_.head_dim || scores_size < blocks)
+            throw usage_error(at + "a query of " + std::to_string(query_size) + " values and room for " +
+                              std::to_string(scores_size) + " scores of " + std::to_string(blocks) +
+                              " blocks; give num_q_heads x head_dim = " +
+                              std::to_string(std::size_t{num_q_heads} * config_.head_dim) +
+                              " values and one score per block");
+    }
+
+    void enqueue_scores(layer_index layer, device_span<const std::uint32_t> blocks, device_span<const float> query,
+                        std::uint32_t num_q_heads, device_span<float> scores, bool negate) {
+        if (blocks.empty()) return;
+        detail::quest_score_kernel<T><<<static_cast<unsigned>(blocks.size()), detail::quest_threads, 0, stream_>>>(
+            query, num_q_heads, blocks, layer.value, dims(), key_min_.view(), key_max_.view(), has_metadata_.view(),
+            negate, scores);
+        KVPOLICY_CUDA_CHECK(cudaGetLastError());
     }
 
     void check_range(std::uint32_t block, layer_index layer, const char* what) const {
