@@ -221,6 +221,22 @@ void check_quest(std::mt19937_64& rng, cudaStream_t stream) {
                                   q_heads, keep, d_positions.view(), d_status.view(), d_flag.view());
             KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream));
             KVPOLICY_EXPECT(download(d_flag.view())[0] == 1u);
+            // Bad input: checked before anything is enqueued (the flag keeps its poison).
+            poison(d_flag.view());
+            KVPOLICY_EXPECT(throws<usage_error>([&] {
+                dev.select_top_device(temp.view(), bytes, layer_index{layer}, candidates, d_query.view(n), q_heads,
+                                      keep, d_positions.view(keep - 1), d_status.view(), d_flag.view());
+            }));
+            KVPOLICY_EXPECT(throws<usage_error>([&] {
+                dev.select_top_device(temp.view(bytes - 1), bytes, layer_index{layer}, candidates, d_query.view(n),
+                                      q_heads, keep, d_positions.view(), d_status.view(), d_flag.view());
+            }));
+            KVPOLICY_EXPECT(throws<usage_error>([&] {
+                dev.select_top_device(temp.view(), bytes, layer_index{layer}, candidates, d_query.view(n - 1),
+                                      q_heads, keep, d_positions.view(), d_status.view(), d_flag.view());
+            }));
+            KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream));
+            KVPOLICY_EXPECT(download(d_flag.view())[0] == 0xffffffffu);
         }
     }
     std::printf("  quest %s: metadata exact, scores within 2 gamma_n, selection as the host rule\n",
