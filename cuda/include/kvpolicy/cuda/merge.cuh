@@ -69,7 +69,8 @@ __global__ void __launch_bounds__(merge_threads)
 
 /// Effects: enqueues, for each row r of lse_a.size() rows, the merge of
 /// (o_b, lse_b) into (o_a, lse_a). Shapes: o_* [rows][head_dim], lse_*
-/// [rows], device memory.
+/// [rows], device memory; o stored as T (fp32, bf16 or fp16: widened,
+/// merged in fp32, narrowed once), lse fp32. T is deduced from o_a.
 /// Throws: usage_error if the shapes disagree (nothing enqueued).
 template <kv_element T>
 void merge_attention_state(device_span<T> o_a, device_span<float> lse_a, std::type_identity_t<device_span<const T>> o_b,
@@ -88,7 +89,8 @@ void merge_attention_state(device_span<T> o_a, device_span<float> lse_a, std::ty
 
 /// Effects: enqueues (o, lse) = the merge of `num_parts` states, rows =
 /// lse.size(). Shapes: o_parts [num_parts][rows][head_dim], lse_parts
-/// [num_parts][rows], o [rows][head_dim], lse [rows], device memory.
+/// [num_parts][rows], o [rows][head_dim], lse [rows], device memory; o
+/// values stored as T (deduced from `o`), lse and the arithmetic fp32.
 /// Throws: usage_error if the shapes disagree (nothing enqueued).
 template <kv_element T>
 void merge_attention_states(std::type_identity_t<device_span<const T>> o_parts, device_span<const float> lse_parts,
