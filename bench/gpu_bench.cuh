@@ -19,24 +19,28 @@
 
 #include <kvpolicy/cuda/check.cuh>
 #include <kvpolicy/cuda/memory.cuh>
+#include <kvpolicy/sparse/kv_element.hpp>
 
 namespace kvpolicy::bench {
 
-// Deterministic pseudo-random floats in [-1, 1) without a host round trip:
-// the benches' inputs (one program per bench, so one definition each).
-__global__ void fill_uniform_kernel(float* x, std::size_t n, std::uint32_t seed) {
+// Deterministic pseudo-random values in [-1, 1), stored as T (fp32, bf16 or
+// fp16: rounded to nearest), without a host round trip: the benches' inputs
+// (one program per bench, so one definition each).
+template <kv_element T>
+__global__ void fill_uniform_kernel(T* x, std::size_t n, std::uint32_t seed) {
     const std::size_t stride = std::size_t{gridDim.x} * blockDim.x;
     for (std::size_t i = std::size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
         std::uint32_t h = static_cast<std::uint32_t>(i) * 2654435761u ^ seed ^ static_cast<std::uint32_t>(i >> 32);
         h ^= h >> 15;
         h *= 2246822519u;
         h ^= h >> 13;
-        x[i] = static_cast<float>(h >> 8) * (2.0f / 16777216.0f) - 1.0f;
+        x[i] = from_float<T>(static_cast<float>(h >> 8) * (2.0f / 16777216.0f) - 1.0f);
     }
 }
 
-inline void fill_uniform(float* x, std::size_t n, std::uint32_t seed) {
-    fill_uniform_kernel<<<1024, 256>>>(x, n, seed);
+template <kv_element T>
+void fill_uniform(T* x, std::size_t n, std::uint32_t seed) {
+    fill_uniform_kernel<T><<<1024, 256>>>(x, n, seed);
     KVPOLICY_CUDA_CHECK(cudaGetLastError());
     KVPOLICY_CUDA_CHECK(cudaDeviceSynchronize());
 }

@@ -6,10 +6,10 @@
 // against one contiguous cudaMemcpyAsync of the same bytes in the same run.
 // The method with the higher GB/s on the target GPU should be ring_config's
 // default (batch_memcpy until measured otherwise).
-// Part 2: seed 001's pipeline over 8 layers of 4K tokens each (fp32 K and V,
-// 8 KV heads x 128, 32 query heads): load-only time, compute-only time
-// (decode attention over a slot), and the pipelined time; overlap = the part
-// of the shorter one hidden behind the longer.
+// Part 2: seed 001's pipeline over 8 layers of 4K tokens each (K and V in
+// fp32, then bf16, then fp16; 8 KV heads x 128, 32 query heads): load-only
+// time, compute-only time (decode attention over a slot), and the pipelined
+// time; overlap = the part of the shorter one hidden behind the longer.
 // Each figure is printed with its bound: the contiguous copy for the gather,
 // max(load, compute) (perfect overlap) for the pipeline.
 // Medians of --reps runs (default 10).
@@ -17,9 +17,12 @@
 //   loader_bench [--reps N] [--json FILE]
 #include <kvpolicy/cuda/attention.cuh>
 #include <kvpolicy/cuda/ring.cuh>
+#include <kvpolicy/sparse/kv_element.hpp>
 
 #include <algorithm>
+#include <concepts>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -82,15 +85,26 @@ void bench_bandwidth(int reps, bench::json_rows& json) {
     }
 }
 
+template <kv_element T>
+const char* type_name() {
+    return std::same_as<T, float> ? "fp32" : std::same_as<T, bf16> ? "bf16" : "fp16";
+}
+
+// K/V stored as T (fp32, or the bf16 / fp16 engines keep; the ring moves
+// bytes, ring_loader::slot_view<T> types a slot for the attention).
+template <kv_element T>
 void bench_overlap(int reps, bench::json_rows& json) {
     constexpr std::uint32_t layers = 8, blocks = 256, bs = 16, kv_heads = 8, q_heads = 32, d = 128;
-    const std::size_t block_floats = 2ul * bs * kv_heads * d;
-    pinned_block_arena host(std::size_t{layers} * blocks, block_floats * sizeof(float));
+    const std::size_t block_values = 2ul * bs * kv_heads * d;  // [K | V] per block
+    pinned_block_arena host(std::size_t{layers} * blocks, block_values * sizeof(T));
     {
         std::mt19937 rng(3);
         std::normal_distribution<float> g;
-        auto* f = reinterpret_cast<float*>(host.host_view().data());
-        for (std::size_t i = 0; i < host.capacity() * block_floats; ++i) f[i] = g(rng);
+        std::byte* out = host.host_view().data();
+        for (std::size_t i = 0; i < host.capacity() * block_values; ++i) {
+            const T v = from_float<T>(g(rng));
+            std::memcpy(out + i * sizeof(T), &v, sizeof(T));
+        }
     }
     std::vector<block_id> order(blocks);
     for (std::uint32_t i = 0; i < blocks; ++i) order[i] = block_id{(i * 97) % blocks};  // scattered
@@ -105,23 +119,23 @@ void bench_overlap(int reps, bench::json_rows& json) {
     KVPOLICY_CUDA_CHECK(cudaMemcpy(d_local.get(), local.data(), blocks * sizeof(std::uint32_t), cudaMemcpyHostToDevice));
     KVPOLICY_CUDA_CHECK(cudaDeviceSynchronize());
 
-    std::printf("\nlayer-wise pipeline: %u layers x %u blocks of %zu KiB (%zu MiB per layer), decode attention per layer\n",
-                layers, blocks, block_floats * sizeof(float) / 1024, blocks * block_floats * sizeof(float) / mib);
+    std::printf("\nlayer-wise pipeline, %s K/V: %u layers x %u blocks of %zu KiB (%zu MiB per layer), decode attention "
+                "per layer\n", type_name<T>(), layers, blocks, block_values * sizeof(T) / 1024,
+                blocks * block_values * sizeof(T) / mib);
     std::printf("%14s %12s %12s %12s %12s %10s %12s %10s\n", "method", "load us", "compute us", "sum us",
                 "pipelined us", "overlap", "bound us", "x bound");
     for (gather_method m : {gather_method::batch_memcpy, gather_method::gather_kernel}) {
         ring_loader ring(host, {.num_layers = layers, .blocks_per_layer = blocks, .num_slots = 2, .slot_blocks = blocks,
                                 .method = m});
         const auto attend = [&](std::uint32_t slot) {
-            const auto bytes = ring.slot_data(slot);
-            const device_span<const float> base{reinterpret_cast<const float*>(bytes.data()),
-                                                bytes.size() / sizeof(float)};
-            paged_decode_attention({.q = d_q.view(), .k_cache = base, .v_cache = base.subspan(block_floats / 2),
-                                    .block_stride = block_floats, .block_table = d_local.view(),
-                                    .num_tokens = std::uint64_t{blocks} * bs,
-                                    .shape = {.num_q_heads = q_heads, .num_kv_heads = kv_heads, .head_dim = d,
-                                              .block_size = bs, .scale = 0.088f},
-                                    .o = d_o.view(), .lse = d_lse.view()},
+            const device_span<const T> base = ring.template slot_view<T>(slot);
+            paged_decode_attention(basic_paged_decode_args<T>{
+                                       .q = d_q.view(), .k_cache = base, .v_cache = base.subspan(block_values / 2),
+                                       .block_stride = block_values, .block_table = d_local.view(),
+                                       .num_tokens = std::uint64_t{blocks} * bs,
+                                       .shape = {.num_q_heads = q_heads, .num_kv_heads = kv_heads, .head_dim = d,
+                                                 .block_size = bs, .scale = 0.088f},
+                                       .o = d_o.view(), .lse = d_lse.view()},
                                    ring.compute_stream());
         };
         const double load = bench::time_wall_us(reps, [&] {
@@ -142,7 +156,8 @@ void bench_overlap(int reps, bench::json_rows& json) {
         std::printf("%14s %12.1f %12.1f %12.1f %12.1f %9.0f%% %12.1f %9.2fx\n", method_name(m), load, compute,
                     load + compute, pipelined, 100.0 * overlap, bound_us, pipelined / bound_us);
         std::fflush(stdout);
-        json.add(std::string("{\"part\": \"overlap\", \"method\": \"") + method_name(m) + "\", \"load_us\": " +
+        json.add(std::string("{\"part\": \"overlap\", \"kv_type\": \"") + type_name<T>() + "\", \"method\": \"" +
+                 method_name(m) + "\", \"load_us\": " +
                  std::to_string(load) + ", \"compute_us\": " + std::to_string(compute) +
                  ", \"pipelined_us\": " + std::to_string(pipelined) + "}");
     }
@@ -158,7 +173,9 @@ int run(int argc, char** argv) {
         const int reps = opt.reps > 0 ? opt.reps : 10;
         bench::json_rows json;
         bench_bandwidth(reps, json);
-        bench_overlap(reps, json);
+        bench_overlap<float>(reps, json);
+        bench_overlap<bf16>(reps, json);
+        bench_overlap<fp16>(reps, json);
         json.write(opt.json);
     } catch (const std::exception& e) {
         std::printf("loader_bench: %s\n", e.what());

@@ -67,7 +67,7 @@ step() {  # step NAME COMMAND...: run, log to OUT_DIR/NAME.log, remember failure
 
 touch "$out/summary.txt"
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1 || true
-cuda_tests=(cuda_device_smoke cuda_select_score cuda_sparse_ring cuda_minference)
+cuda_tests=(cuda_device_smoke cuda_select_score cuda_sparse_ring cuda_16bit cuda_minference)
 benches=(select_bench loader_bench quest_bench minference_bench)
 
 if wants build; then

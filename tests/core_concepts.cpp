@@ -46,7 +46,33 @@ struct runtime_flag_selector {
     void on_offload(block_id, layer_index, const key_block_view&) {}
 };
 
+// Device selectors name the type their keys are stored in (key_element) and
+// take keys of that type: a bf16 one, one that names no type, one whose
+// on_offload takes another type's keys.
+template <class Key, class ViewKey, bool Declares = true>
+struct device_selector_shape {
+    static constexpr std::string_view name = "device_shape";
+    static constexpr bool supports_prefill = false;
+    static constexpr bool supports_decode = true;
+    static constexpr bool requires_block_selection = true;
+    std::size_t select(std::span<const block_id>, const device_selection_context&, std::span<block_id>) { return 0; }
+    void on_offload(block_id, layer_index, const basic_device_key_block_view<ViewKey>&) {}
+};
+template <class Key, class ViewKey>
+struct device_selector_shape<Key, ViewKey, true> : device_selector_shape<Key, ViewKey, false> {
+    using key_element = Key;
+};
+
 }  // namespace
+
+TEST_CASE("device selectors take keys of the type they name", "[concepts][sparse][kv_element]") {
+    STATIC_REQUIRE(device_sparse_selector<device_selector_shape<bf16, bf16>>);
+    STATIC_REQUIRE(device_sparse_selector<device_selector_shape<float, float>>);
+    STATIC_REQUIRE_FALSE(device_sparse_selector<device_selector_shape<bf16, bf16, false>>);  // no key_element
+    STATIC_REQUIRE_FALSE(device_sparse_selector<device_selector_shape<fp16, bf16>>);  // keys of another type
+    STATIC_REQUIRE_FALSE(device_sparse_selector<device_selector_shape<float, fp16>>);
+    STATIC_REQUIRE_FALSE(device_sparse_selector<quest>);  // a host selector: host keys and query
+}
 
 TEST_CASE("every shipped model satisfies its concept", "[concepts]") {
     STATIC_REQUIRE(eviction_policy<fifo>);

@@ -54,10 +54,13 @@
 #include "kvpolicy/sparse/kv_element.hpp"
 #include "kvpolicy/sparse/layerwise_prefill.hpp"
 #include "kvpolicy/sparse/lse_merge.hpp"
+#include "kvpolicy/sparse/lse_merge_math.hpp"
 #include "kvpolicy/sparse/minference.hpp"
 #include "kvpolicy/sparse/quest.hpp"
+#include "kvpolicy/sparse/quest_math.hpp"
 #include "kvpolicy/sparse/reference_attention.hpp"
 #include "kvpolicy/sparse/registry.hpp"
+#include "kvpolicy/sparse/ring_gather_math.hpp"
 #include "kvpolicy/sparse/sink_window.hpp"
 
 #include "kvpolicy/cache/host_memcpy_engine.hpp"

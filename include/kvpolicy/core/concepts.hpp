@@ -149,11 +149,14 @@ concept sparse_selector =
 /// key views (core/sparse_context.hpp), so host selectors and device
 /// selectors cannot be handed each other's memory. The block ids stay on
 /// the host, as in sparse_selector.
+/// `S::key_element` names the type the keys are stored in (float, bf16,
+/// fp16), and `on_offload` takes keys of that type.
 template <class S>
 concept device_sparse_selector =
-    detail::sparse_selector_flags<S> &&
+    detail::sparse_selector_flags<S> && requires { typename S::key_element; } &&
     requires(S& s, std::span<const block_id> available, const device_selection_context& ctx,
-             std::span<block_id> out, block_id block, layer_index layer, const device_key_block_view& keys) {
+             std::span<block_id> out, block_id block, layer_index layer,
+             const basic_device_key_block_view<typename S::key_element>& keys) {
         { s.select(available, ctx, out) } -> std::same_as<std::size_t>;
         { s.on_offload(block, layer, keys) } -> std::same_as<void>;
     };

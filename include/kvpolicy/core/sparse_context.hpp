@@ -51,13 +51,17 @@ struct device_selection_context {
     device_span<const float> query;        ///< [num_q_heads][head_dim]; empty in prefill
 };
 
-/// key_block_view for a device selector: the keys are device memory.
-struct device_key_block_view {
-    device_span<const float> keys;         ///< [tokens][num_kv_heads][head_dim]
+/// key_block_view for a device selector: the keys are device memory, stored
+/// as T (float, or sparse/kv_element.hpp's bf16 / fp16, what engines keep).
+template <class T>
+struct basic_device_key_block_view {
+    device_span<const T> keys;             ///< [tokens][num_kv_heads][head_dim]
     std::uint32_t tokens = 0;              ///< valid tokens (the last block may be partial)
     std::uint32_t num_kv_heads = 1;
     std::uint32_t head_dim = 0;
 };
+
+using device_key_block_view = basic_device_key_block_view<float>;
 
 /// One layer's prefill, every token of the prompt (the layout of
 /// flash_attn_varlen_func for one sequence), in memory space `Space`

@@ -26,8 +26,10 @@
 // so it is loaded); ties go to the older block. Scores are float, summed
 // channel by channel then head by head, so a float q . k summed in the same
 // order never exceeds them (rounding is monotone).
-// The CUDA version (kvpolicy/cuda/quest.cuh) computes the same metadata on the
-// device and is tested against this one.
+// The per-channel min/max and the score are sparse/quest_math.hpp's
+// (templated on the key type; this selector is its fp32 instance). The CUDA
+// version (kvpolicy/cuda/quest.cuh) runs the same functions on the device,
+// over fp32, bf16 or fp16 keys, and is tested against this one.
 #pragma once
 
 #include <algorithm>
@@ -43,6 +45,7 @@
 #include "kvpolicy/core/concepts.hpp"
 #include "kvpolicy/core/error.hpp"
 #include "kvpolicy/core/host_device.hpp"
+#include "kvpolicy/sparse/quest_math.hpp"
 
 namespace kvpolicy {
 
@@ -114,24 +117,6 @@ inline std::size_t quest_top_positions(std::span<const float> scores, std::size_
     std::sort(scratch.begin(), scratch.begin() + static_cast<std::ptrdiff_t>(keep));
     std::copy_n(scratch.begin(), keep, out.begin());
     return keep;
-}
-
-/// Whether v is NaN or infinite: v - v is 0 for every finite v and NaN for
-/// the rest. Plain arithmetic, so it is the same test in a kernel and on
-/// the host (std::isfinite is neither constexpr nor callable in a kernel).
-[[nodiscard]] KVPOLICY_HOST_DEVICE constexpr bool is_nonfinite(float v) noexcept { return !(v - v == 0.0f); }
-
-/// One thread's share of the device Quest's query check: whether any of
-/// query[first], query[first + stride], ... below n is NaN or infinite.
-/// Thread t of T passes (t, T); the OR over every t is "the query holds a
-/// non-finite value" (tests/sparse_selectors.cpp checks that on the CPU for
-/// every thread index). Precondition: stride >= 1.
-[[nodiscard]] KVPOLICY_HOST_DEVICE constexpr bool quest_query_thread_nonfinite(const float* query, std::size_t n,
-                                                                              std::size_t first,
-                                                                              std::size_t stride) noexcept {
-    bool bad = false;
-    for (std::size_t i = first; i < n; i += stride) bad = bad || is_nonfinite(query[i]);
-    return bad;
 }
 
 namespace detail {
@@ -216,15 +201,8 @@ public:
         if (!std::ranges::all_of(used, [](float k) { return std::isfinite(k); }))
             throw usage_error("quest::on_offload: block " + std::to_string(block.value) + " layer " +
                               std::to_string(layer.value) + " has a key that is NaN or infinite");
-        float* mn = key_min_.data() + offset(block, layer);
-        float* mx = key_max_.data() + offset(block, layer);
-        std::copy_n(used.begin(), row, mn);
-        std::copy_n(used.begin(), row, mx);
-        for (std::size_t t = 1; t < keys.tokens; ++t)
-            for (std::size_t i = 0; i < row; ++i) {
-                mn[i] = std::min(mn[i], used[t * row + i]);
-                mx[i] = std::max(mx[i], used[t * row + i]);
-            }
+        (void)quest_block_metadata(used.data(), row, keys.tokens, key_min_.data() + offset(block, layer),
+                                   key_max_.data() + offset(block, layer));  // finite: checked above
         has_metadata_[flag_index(block, layer)] = 1;
     }
 
@@ -235,16 +213,8 @@ public:
     [[nodiscard]] float block_score(block_id block, layer_index layer, std::span<const float> query,
                                     std::uint32_t num_q_heads) const noexcept {
         if (!has_metadata(block, layer)) return std::numeric_limits<float>::infinity();
-        const std::size_t d = config_.head_dim;
-        const std::uint32_t group = num_q_heads / config_.num_kv_heads;
-        const auto mn = key_min(block, layer);
-        const auto mx = key_max(block, layer);
-        float s = 0.0f;
-        for (std::uint32_t h = 0; h < num_q_heads; ++h) {
-            const std::size_t kv = h / group;
-            s += quest_head_bound(query.subspan(h * d, d), mn.subspan(kv * d, d), mx.subspan(kv * d, d));
-        }
-        return s;
+        return quest_block_score(query.data(), key_min(block, layer).data(), key_max(block, layer).data(),
+                                 num_q_heads, config_.num_kv_heads, config_.head_dim);
     }
 
     /// Effects: writes to `out` the blocks of `available` (taken in sequence

@@ -253,6 +253,7 @@ inline void prefill_attention_vertical_slash(const device_prefill_qkv_view& in,
 class device_minference {
 public:
     using config_type = minference_config;
+    using key_element = float;  ///< on_offload's keys (unused: nothing recorded)
 
     static constexpr std::string_view name = "minference_cuda";
     static constexpr bool supports_prefill = true;

@@ -12,6 +12,12 @@
 //   head h / group), reduced with cub::BlockReduce;
 // - top-K: select.cuh's radix select on the negated scores, ties to the
 //   older block, exactly the host rule (`plan_quest_selection`).
+// Keys may be stored as fp32, bf16 or fp16 (`basic_device_quest<T>`:
+// device_quest, device_quest_bf16, device_quest_fp16), what engines keep;
+// the metadata is kept in the same type (exact, and half the bytes the
+// scoring pass reads for 16-bit keys), the query and scores are fp32. Each
+// thread's arithmetic is sparse/quest_math.hpp's, run on the CPU thread by
+// thread by tests/sparse_kv_element.cpp.
 // Tang et al., "Quest: Query-Aware Sparsity for Efficient Long-Context LLM
 // Inference", ICML'24. Departures, besides the host version's: the scores
 // are summed in a tree, not channel by channel, so they match the host's to
@@ -29,13 +35,16 @@
 //
 // All work is enqueued on the selector's stream: pass the stream that
 // produced the keys, so `on_offload` sees them. `select` is synchronous (its
-// output is a host span); `score_blocks` is not.
+// output is a host span); `score_blocks` is not, nor is `select_top_device`,
+// the score + top-K path with no host round trip (query check, scores and
+// radix select enqueued back to back, results left in device memory).
 #pragma once
 
 #include <cub/block/block_reduce.cuh>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -51,7 +60,9 @@
 #include "kvpolicy/cuda/check.cuh"
 #include "kvpolicy/cuda/memory.cuh"
 #include "kvpolicy/cuda/select.cuh"
+#include "kvpolicy/sparse/kv_element.hpp"
 #include "kvpolicy/sparse/quest.hpp"
+#include "kvpolicy/sparse/quest_math.hpp"
 
 namespace kvpolicy::cuda {
 
@@ -66,54 +77,47 @@ struct quest_dims {
 };
 
 // grid.x = blocks offloaded; block j's keys start at keys + j * block_stride
-// as [tokens][num_kv_heads][head_dim].
+// as [tokens][num_kv_heads][head_dim]. Each thread's elements are
+// quest_channel_minmax's (sparse/quest_math.hpp, tested on the CPU thread by
+// thread); metadata is stored as T (exact: a min or max of T values).
+template <kv_element T>
 __global__ void __launch_bounds__(quest_threads)
-    quest_metadata_kernel(device_span<const float> keys_span, std::size_t block_stride,
+    quest_metadata_kernel(device_span<const T> keys_span, std::size_t block_stride,
                           device_span<const std::uint32_t> blocks_span, device_span<const std::uint32_t> tokens_span,
                           std::uint32_t one_block, std::uint32_t one_tokens, std::uint32_t layer, quest_dims dims,
-                          device_span<float> key_min_span, device_span<float> key_max_span,
+                          device_span<T> key_min_span, device_span<T> key_max_span,
                           device_span<std::uint8_t> has_metadata_span) {
-    const float* keys = keys_span.data();
     const std::uint32_t* blocks = blocks_span.empty() ? nullptr : blocks_span.data();
     const std::uint32_t* tokens = tokens_span.empty() ? nullptr : tokens_span.data();
-    float* key_min = key_min_span.data();
-    float* key_max = key_max_span.data();
-    std::uint8_t* has_metadata = has_metadata_span.data();
     const std::uint32_t j = blockIdx.x;
     const std::uint32_t block = blocks != nullptr ? blocks[j] : one_block;
     const std::uint32_t valid = tokens != nullptr ? tokens[j] : one_tokens;
     const std::size_t row = std::size_t{dims.num_kv_heads} * dims.head_dim;
-    const float* k = keys + j * block_stride;
+    const T* k = keys_span.data() + j * block_stride;
     const std::size_t at = (std::size_t{layer} * dims.num_blocks + block) * row;
     int bad = valid == 0 ? 1 : 0;
     for (std::size_t e = threadIdx.x; e < row; e += blockDim.x) {
-        float mn = ::cuda::std::numeric_limits<float>::infinity();
-        float mx = -::cuda::std::numeric_limits<float>::infinity();
-        for (std::uint32_t t = 0; t < valid; ++t) {
-            const float v = k[t * row + e];
-            bad |= (v - v != 0.0f) ? 1 : 0;  // NaN or infinite
-            mn = fminf(mn, v);
-            mx = fmaxf(mx, v);
-        }
-        key_min[at + e] = mn;
-        key_max[at + e] = mx;
+        const quest_channel_bounds<T> b = quest_channel_minmax(k, row, valid, e);
+        key_min_span.data()[at + e] = b.min;
+        key_max_span.data()[at + e] = b.max;
+        bad |= b.nonfinite ? 1 : 0;
     }
     bad = __syncthreads_or(bad);
-    if (threadIdx.x == 0) has_metadata[std::size_t{layer} * dims.num_blocks + block] = bad != 0 ? 0 : 1;
+    if (threadIdx.x == 0) has_metadata_span.data()[std::size_t{layer} * dims.num_blocks + block] = bad != 0 ? 0 : 1;
 }
 
 // grid.x = candidates; out[j] = score of blocks[j] (negated with `negate`),
-// +inf (-inf) without metadata.
+// +inf (-inf) without metadata. Each thread's partial is
+// quest_score_thread_partial's (fp32 over the widened T metadata), summed
+// by cub::BlockReduce.
+template <kv_element T>
 __global__ void __launch_bounds__(quest_threads)
     quest_score_kernel(device_span<const float> query_span, std::uint32_t num_q_heads,
                        device_span<const std::uint32_t> blocks, std::uint32_t layer, quest_dims dims,
-                       device_span<const float> key_min_span, device_span<const float> key_max_span,
+                       device_span<const T> key_min_span, device_span<const T> key_max_span,
                        device_span<const std::uint8_t> has_metadata, bool negate, device_span<float> out) {
     using reduce_t = cub::BlockReduce<float, quest_threads>;
     __shared__ typename reduce_t::TempStorage storage;
-    const float* query = query_span.data();
-    const float* key_min = key_min_span.data();
-    const float* key_max = key_max_span.data();
     const std::uint32_t block = blocks[blockIdx.x];
     const std::size_t flag = std::size_t{layer} * dims.num_blocks + block;
     if (has_metadata[flag] == 0) {  // the same for the whole thread block
@@ -122,17 +126,11 @@ __global__ void __launch_bounds__(quest_threads)
                                      : ::cuda::std::numeric_limits<float>::infinity();
         return;
     }
-    const std::uint32_t d = dims.head_dim;
-    const std::uint32_t group = num_q_heads / dims.num_kv_heads;
-    const float* mn = key_min + flag * dims.num_kv_heads * d;
-    const float* mx = key_max + flag * dims.num_kv_heads * d;
-    float partial = 0.0f;
-    for (std::uint32_t e = threadIdx.x; e < num_q_heads * d; e += blockDim.x) {
-        const std::uint32_t h = e / d, c = e % d;
-        const std::size_t m = std::size_t{h / group} * d + c;
-        const float q = query[e];
-        partial += fmaxf(q * mn[m], q * mx[m]);
-    }
+    const std::size_t at = flag * dims.num_kv_heads * dims.head_dim;
+    const float partial = quest_score_thread_partial(query_span.data(), key_min_span.data() + at,
+                                                     key_max_span.data() + at, num_q_heads,
+                                                     num_q_heads / dims.num_kv_heads, dims.head_dim, threadIdx.x,
+                                                     blockDim.x);
     const float total = reduce_t(storage).Sum(partial);
     if (threadIdx.x == 0) out[blockIdx.x] = negate ? -total : total;
 }
@@ -148,19 +146,26 @@ __global__ void __launch_bounds__(quest_threads)
 
 }  // namespace detail
 
-class device_quest {
+/// Quest on the device over keys stored as T (fp32, bf16 or fp16); the
+/// metadata is kept as T too (sparse/quest_math.hpp says why), the query and
+/// the scores are fp32. `device_quest` is the fp32 one.
+template <kv_element T>
+class basic_device_quest {
 public:
     using config_type = quest_config;
+    using key_element = T;
 
-    static constexpr std::string_view name = "quest_cuda";
+    static constexpr std::string_view name = std::same_as<T, float>  ? std::string_view{"quest_cuda"}
+                                             : std::same_as<T, bf16> ? std::string_view{"quest_cuda_bf16"}
+                                                                     : std::string_view{"quest_cuda_fp16"};
     static constexpr bool supports_prefill = false;
     static constexpr bool supports_decode = true;
     static constexpr bool requires_block_selection = true;
 
     /// Allocates the metadata on the device (2 * num_layers * num_blocks *
-    /// num_kv_heads * head_dim floats), all blocks without metadata.
+    /// num_kv_heads * head_dim values of T), all blocks without metadata.
     /// Throws: config_error as the host quest does; cuda_error.
-    explicit device_quest(const config_type& config, cudaStream_t stream = cudaStreamPerThread)
+    explicit basic_device_quest(const config_type& config, cudaStream_t stream = cudaStreamPerThread)
         : config_(quest::validate(config)), stream_(stream), selector_(stream) {
         const std::size_t values = std::size_t{config_.num_layers} * config_.num_blocks * row();
         key_min_.reserve(values);
@@ -174,14 +179,14 @@ public:
     /// Throws: usage_error for a block or layer out of range, a shape that
     /// differs from the config, no valid tokens, or a view shorter than
     /// tokens x num_kv_heads x head_dim (nothing enqueued).
-    void on_offload(block_id block, layer_index layer, const device_key_block_view& keys) {
+    void on_offload(block_id block, layer_index layer, const basic_device_key_block_view<T>& keys) {
         check_range(block.value, layer, "on_offload");
         if (keys.num_kv_heads != config_.num_kv_heads || keys.head_dim != config_.head_dim || keys.tokens == 0 ||
             keys.keys.size() < std::size_t{keys.tokens} * row())
             throw usage_error("device_quest::on_offload: keys of block " + std::to_string(block.value) +
                               " are not [tokens >= 1][" + std::to_string(config_.num_kv_heads) + "][" +
                               std::to_string(config_.head_dim) + "] as the config says");
-        detail::quest_metadata_kernel<<<1, detail::quest_threads, 0, stream_>>>(
+        detail::quest_metadata_kernel<T><<<1, detail::quest_threads, 0, stream_>>>(
             keys.keys, 0, {}, {}, block.value, keys.tokens, layer.value, dims(), key_min_.view(), key_max_.view(),
             has_metadata_.view());
         KVPOLICY_CUDA_CHECK(cudaGetLastError());
@@ -195,7 +200,7 @@ public:
     /// Throws: usage_error if the layer is out of range, tokens and blocks
     /// differ in length, block_stride is shorter than one token row, or keys
     /// is shorter than blocks.size() x block_stride (nothing enqueued).
-    void on_offload_blocks(layer_index layer, device_span<const float> keys, std::size_t block_stride,
+    void on_offload_blocks(layer_index layer, device_span<const T> keys, std::size_t block_stride,
                            device_span<const std::uint32_t> blocks, device_span<const std::uint32_t> tokens) {
         check_range(0, layer, "on_offload_blocks");
         if (tokens.size() != blocks.size() || block_stride < row() || keys.size() < blocks.size() * block_stride)
@@ -205,7 +210,7 @@ public:
                               " key values; give one count per block, a stride of at least num_kv_heads x "
                               "head_dim = " + std::to_string(row()) + " and blocks x stride values");
         if (blocks.empty()) return;
-        detail::quest_metadata_kernel<<<static_cast<unsigned>(blocks.size()), detail::quest_threads, 0, stream_>>>(
+        detail::quest_metadata_kernel<T><<<static_cast<unsigned>(blocks.size()), detail::quest_threads, 0, stream_>>>(
             keys, block_stride, blocks, tokens, 0, 0, layer.value, dims(), key_min_.view(), key_max_.view(),
             has_metadata_.view());
         KVPOLICY_CUDA_CHECK(cudaGetLastError());
@@ -219,22 +224,56 @@ public:
     /// values, or scores is shorter than blocks (nothing enqueued).
     void score_blocks(layer_index layer, device_span<const std::uint32_t> blocks, device_span<const float> query,
                       std::uint32_t num_q_heads, device_span<float> scores, bool negate = false) {
-        check_range(0, layer, "score_blocks");
-        if (num_q_heads == 0 || num_q_heads % config_.num_kv_heads != 0)
-            throw usage_error("device_quest::score_blocks: " + std::to_string(num_q_heads) +
-                              " query heads is not a multiple of " + std::to_string(config_.num_kv_heads) +
-                              " KV heads");
-        if (query.size() != std::size_t{num_q_heads} * config_.head_dim || scores.size() < blocks.size())
-            throw usage_error("device_quest::score_blocks: a query of " + std::to_string(query.size()) +
-                              " values and room for " + std::to_string(scores.size()) + " scores of " +
-                              std::to_string(blocks.size()) + " blocks; give num_q_heads x head_dim = " +
-                              std::to_string(std::size_t{num_q_heads} * config_.head_dim) +
-                              " values and one score per block");
-        if (blocks.empty()) return;
-        detail::quest_score_kernel<<<static_cast<unsigned>(blocks.size()), detail::quest_threads, 0, stream_>>>(
-            query, num_q_heads, blocks, layer.value, dims(), key_min_.view(), key_max_.view(), has_metadata_.view(),
-            negate, scores);
+        check_score_args(layer, blocks.size(), query.size(), num_q_heads, scores.size(), "score_blocks");
+        enqueue_scores(layer, blocks, query, num_q_heads, scores, negate);
+    }
+
+    /// Quest's score + top-K with no host round trip: enqueues, back to
+    /// back on the selector's stream, the device query check (query_flag[0]
+    /// = 1 if the query holds a NaN or infinite value, else 0), the scores of
+    /// `candidates` (block ids, device memory) and the radix selection of the
+    /// min(keep, candidates.size()) highest into `positions`: indexes into
+    /// candidates, highest score first, equal scores to the lower position
+    /// (the older block: the host rule, `quest_top_positions`, up to order).
+    /// `status[0]` is select_lowest's (a NaN score: positions not written).
+    /// No cudaStreamSynchronize, no host copy: the caller reads the results
+    /// after its own event or sync, or feeds `positions` to the next kernel.
+    /// Two-phase temporary storage as select_lowest's: with an empty
+    /// temp_storage, only sets temp_storage_bytes (scores + selection) and
+    /// enqueues nothing.
+    /// Throws: usage_error for the shapes score_blocks rejects, positions
+    /// shorter than min(keep, n), an empty status or query_flag, or
+    /// temporary storage smaller than the size query said (nothing
+    /// enqueued); cuda_error.
+    void select_top_device(device_span<std::byte> temp_storage, std::size_t& temp_storage_bytes, layer_index layer,
+                           device_span<const std::uint32_t> candidates, device_span<const float> query,
+                           std::uint32_t num_q_heads, std::uint32_t keep, device_span<std::uint32_t> positions,
+                           device_span<select_status> status, device_span<std::uint32_t> query_flag) {
+        const std::size_t n = candidates.size();
+        const std::size_t scores_bytes = (n * sizeof(float) + 255) & ~std::size_t{255};
+        std::size_t select_bytes = 0;
+        select_lowest<float>({}, select_bytes, device_span<const float>{nullptr, n}, {}, positions, keep, status,
+                             stream_);
+        if (temp_storage.data() == nullptr) {
+            temp_storage_bytes = scores_bytes + select_bytes;
+            return;
+        }
+        check_score_args(layer, n, query.size(), num_q_heads, n, "select_top_device");
+        const std::size_t k = std::min<std::size_t>(keep, n);
+        if (positions.size() < k || status.empty() || query_flag.empty() ||
+            temp_storage.size() < scores_bytes + select_bytes)
+            throw usage_error("device_quest::select_top_device: room for " + std::to_string(positions.size()) +
+                              " positions, " + std::to_string(status.size()) + " statuses, " +
+                              std::to_string(query_flag.size()) + " query flags and " +
+                              std::to_string(temp_storage.size()) + " bytes; give " + std::to_string(k) +
+                              " positions, one status, one flag and the " +
+                              std::to_string(scores_bytes + select_bytes) + " bytes the size query gives");
+        const device_span<float> scores{reinterpret_cast<float*>(temp_storage.data()), n};
+        detail::quest_query_check_kernel<<<1, detail::quest_threads, 0, stream_>>>(query, query_flag.first(1));
         KVPOLICY_CUDA_CHECK(cudaGetLastError());
+        enqueue_scores(layer, candidates, query, num_q_heads, scores, true);
+        select_lowest<float>(temp_storage.subspan(scores_bytes), select_bytes, scores, {}, positions, keep, status,
+                             stream_);
     }
 
     /// The host quest's `select`, scored and selected on the device; the
@@ -295,15 +334,15 @@ public:
 
     /// Copies (synchronously) the metadata of (`block`, `layer`) to the host:
     /// [num_kv_heads][head_dim] each; returns whether it has any.
-    bool copy_metadata(block_id block, layer_index layer, host_span<float> key_min, host_span<float> key_max) {
+    bool copy_metadata(block_id block, layer_index layer, host_span<T> key_min, host_span<T> key_max) {
         check_range(block.value, layer, "copy_metadata");
         if (key_min.size() < row() || key_max.size() < row())
-            throw usage_error("device_quest::copy_metadata: give num_kv_heads x head_dim floats for each");
+            throw usage_error("device_quest::copy_metadata: give num_kv_heads x head_dim values for each");
         const std::size_t flag = layer.index() * config_.num_blocks + block.index();
         std::uint8_t has = 0;
-        KVPOLICY_CUDA_CHECK(cudaMemcpyAsync(key_min.data(), key_min_.get() + flag * row(), row() * sizeof(float),
+        KVPOLICY_CUDA_CHECK(cudaMemcpyAsync(key_min.data(), key_min_.get() + flag * row(), row() * sizeof(T),
                                             cudaMemcpyDeviceToHost, stream_));
-        KVPOLICY_CUDA_CHECK(cudaMemcpyAsync(key_max.data(), key_max_.get() + flag * row(), row() * sizeof(float),
+        KVPOLICY_CUDA_CHECK(cudaMemcpyAsync(key_max.data(), key_max_.get() + flag * row(), row() * sizeof(T),
                                             cudaMemcpyDeviceToHost, stream_));
         KVPOLICY_CUDA_CHECK(cudaMemcpyAsync(&has, has_metadata_.get() + flag, 1, cudaMemcpyDeviceToHost, stream_));
         KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -319,14 +358,38 @@ private:
         return {config_.num_blocks, config_.num_kv_heads, config_.head_dim};
     }
 
+    void check_score_args(layer_index layer, std::size_t blocks, std::size_t query_size, std::uint32_t num_q_heads,
+                          std::size_t scores_size, const char* what) const {
+        check_range(0, layer, what);
+        const std::string at = std::string("device_quest::") + what + ": ";
+        if (num_q_heads == 0 || num_q_heads % config_.num_kv_heads != 0)
+            throw usage_error(at + std::to_string(num_q_heads) + " query heads is not a multiple of " +
+                              std::to_string(config_.num_kv_heads) + " KV heads");
+        if (query_size != std::size_t{num_q_heads} * config_.head_dim || scores_size < blocks)
+            throw usage_error(at + "a query of " + std::to_string(query_size) + " values and room for " +
+                              std::to_string(scores_size) + " scores of " + std::to_string(blocks) +
+                              " blocks; give num_q_heads x head_dim = " +
+                              std::to_string(std::size_t{num_q_heads} * config_.head_dim) +
+                              " values and one score per block");
+    }
+
+    void enqueue_scores(layer_index layer, device_span<const std::uint32_t> blocks, device_span<const float> query,
+                        std::uint32_t num_q_heads, device_span<float> scores, bool negate) {
+        if (blocks.empty()) return;
+        detail::quest_score_kernel<T><<<static_cast<unsigned>(blocks.size()), detail::quest_threads, 0, stream_>>>(
+            query, num_q_heads, blocks, layer.value, dims(), key_min_.view(), key_max_.view(), has_metadata_.view(),
+            negate, scores);
+        KVPOLICY_CUDA_CHECK(cudaGetLastError());
+    }
+
     void check_range(std::uint32_t block, layer_index layer, const char* what) const {
         ::kvpolicy::detail::check_quest_block(config_, block_id{block}, layer, "device_quest", what);
     }
 
     config_type config_;
     cudaStream_t stream_;
-    device_buffer<float> key_min_;             // [num_layers][num_blocks][num_kv_heads][head_dim]
-    device_buffer<float> key_max_;             // [num_layers][num_blocks][num_kv_heads][head_dim]
+    device_buffer<T> key_min_;                 // [num_layers][num_blocks][num_kv_heads][head_dim]
+    device_buffer<T> key_max_;                 // [num_layers][num_blocks][num_kv_heads][head_dim]
     device_buffer<std::uint8_t> has_metadata_;  // [num_layers][num_blocks]
     device_buffer<std::uint32_t> blocks_;      // [middle] candidate ids
     device_buffer<float> scores_;              // [middle] negated scores
@@ -335,6 +398,12 @@ private:
     cub_selector selector_;
 };
 
+using device_quest = basic_device_quest<float>;
+using device_quest_bf16 = basic_device_quest<bf16>;
+using device_quest_fp16 = basic_device_quest<fp16>;
+
 static_assert(device_sparse_selector<device_quest>);
+static_assert(device_sparse_selector<device_quest_bf16>);
+static_assert(device_sparse_selector<device_quest_fp16>);
 
 }  // namespace kvpolicy::cuda

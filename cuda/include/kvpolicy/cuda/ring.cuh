@@ -21,6 +21,9 @@
 // default is batch_memcpy until bench/loader_bench.cu says otherwise on the
 // target GPU; both stay selectable (`ring_config::method`).
 //
+// The loader moves bytes: fp32 K/V, or the bf16 / fp16 K/V engines store
+// (`slot_view<T>` types a slot for the attention that reads it).
+//
 // Memory spaces in the types (core/memory_space.hpp): the pinned arena is
 // host memory (`block`, `host_view`) and, mapped, device memory
 // (`device_view`); device arenas and ring slots are device spans only.
@@ -48,6 +51,8 @@
 #include "kvpolicy/core/transfer.hpp"
 #include "kvpolicy/cuda/check.cuh"
 #include "kvpolicy/cuda/memory.cuh"
+#include "kvpolicy/sparse/kv_element.hpp"
+#include "kvpolicy/sparse/ring_gather_math.hpp"
 
 namespace kvpolicy::cuda {
 
@@ -145,24 +150,15 @@ struct gather_batch {
 
 // grid (blocks in this batch, slices per block): block j of the batch goes to
 // dst block first + j; 16-byte loads from mapped pinned memory, four in
-// flight per thread.
+// flight per thread (gather_thread_copy, sparse/ring_gather_math.hpp,
+// tested on the CPU for every thread of the grid).
 __global__ void __launch_bounds__(gather_threads)
     gather_blocks_kernel(gather_batch batch, device_span<const uint4> host, device_span<uint4> dst,
                          std::size_t block_vecs, std::size_t slice_vecs, std::uint32_t first) {
     const uint4* src = host.data() + std::size_t{batch.src[blockIdx.x]} * block_vecs;
     uint4* out = dst.data() + (std::size_t{first} + blockIdx.x) * block_vecs;
-    const std::size_t begin = std::size_t{blockIdx.y} * slice_vecs;
-    const std::size_t end = begin + slice_vecs < block_vecs ? begin + slice_vecs : block_vecs;
-    constexpr int unroll = 4;
-    std::size_t i = begin + threadIdx.x;
-    for (; i + (unroll - 1) * gather_threads < end; i += unroll * gather_threads) {
-        uint4 v[unroll];
-#pragma unroll
-        for (int u = 0; u < unroll; ++u) v[u] = src[i + u * gather_threads];
-#pragma unroll
-        for (int u = 0; u < unroll; ++u) out[i + u * gather_threads] = v[u];
-    }
-    for (; i < end; i += gather_threads) out[i] = src[i];
+    gather_thread_copy<gather_threads, 4>(src, out, gather_slice_words(blockIdx.y, slice_vecs, block_vecs),
+                                          threadIdx.x);
 }
 
 }  // namespace detail
@@ -240,6 +236,22 @@ public:
         return device_span<std::byte>{slots_.get() + slot * bytes, bytes};
     }
     [[nodiscard]] std::uint32_t slot_block_count(std::uint32_t slot) const noexcept { return slot_count_[slot]; }
+
+    /// The slot as T values (fp32, or the bf16 / fp16 K/V engines store):
+    /// [slot_blocks][block_bytes / sizeof(T)], what attention over the slot
+    /// reads. The loader moves bytes; this only names their type.
+    /// Throws: usage_error if the slot is out of range or a block is not a
+    /// whole number of T.
+    template <kv_element T>
+    [[nodiscard]] device_span<const T> slot_view(std::uint32_t slot) const {
+        check_slot(slot);
+        if (host_->block_bytes() % sizeof(T) != 0)
+            throw usage_error("ring_loader::slot_view: blocks of " + std::to_string(host_->block_bytes()) +
+                              " bytes are not a whole number of " + std::to_string(sizeof(T)) +
+                              "-byte values; size the blocks in K/V elements");
+        const device_span<std::byte> bytes = slot_data(slot);
+        return device_span<const T>{reinterpret_cast<const T*>(bytes.data()), bytes.size() / sizeof(T)};
+    }
 
     /// Switches the gather method for later loads.
     /// Throws: config_error as the constructor does for the gather kernel.

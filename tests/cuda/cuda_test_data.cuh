@@ -1,0 +1,91 @@
+// Host <-> device data helpers shared by the CUDA test programs that compare
+// device results with host references (cuda_sparse_ring, cuda_16bit):
+// synchronous uploads and downloads, poisoned outputs, a relative
+// comparison, an exception probe, raw block ids and random inputs.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <type_traits>
+#include <vector>
+
+#include <kvpolicy/core/ids.hpp>
+#include <kvpolicy/core/memory_space.hpp>
+#include <kvpolicy/cuda/check.cuh>
+#include <kvpolicy/cuda/memory.cuh>
+
+namespace kvpolicy::cuda::testing {
+
+inline std::vector<float> random_floats(std::mt19937_64& rng, std::size_t n, float scale = 1.0f) {
+    std::normal_distribution<float> g(0.0f, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = g(rng);
+    return v;
+}
+
+// cudaMemcpy and cudaMemset run on the legacy stream, which does not order
+// with the non-blocking streams the code under test uses: settle first.
+inline void settle() { KVPOLICY_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+template <class T>
+T* upload(const std::vector<T>& h, device_buffer<T>& d) {
+    d.reserve(std::max<std::size_t>(h.size(), 1));
+    if (!h.empty()) KVPOLICY_CUDA_CHECK(cudaMemcpy(d.get(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+    settle();
+    return d.get();
+}
+
+// The same upload, as the device span the typed API takes.
+template <class T>
+device_span<T> upload_span(const std::vector<T>& h, device_buffer<T>& d) {
+    upload(h, d);
+    return d.view(h.size());
+}
+
+template <class T>
+std::vector<T> download(const T* d, std::size_t n) {
+    std::vector<T> h(n);
+    if (n > 0) KVPOLICY_CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+inline void poison(void* d, std::size_t bytes) {
+    KVPOLICY_CUDA_CHECK(cudaMemset(d, 0xff, bytes));
+    settle();
+}
+
+template <class T>
+inline void poison(device_span<T> d) {
+    poison(d.data(), d.size_bytes());
+}
+
+template <class T>
+std::vector<std::remove_const_t<T>> download(device_span<T> d) {
+    return download(static_cast<const T*>(d.data()), d.size());
+}
+
+inline bool close(float got, float want, float tol) {
+    if (std::isinf(want)) return got == want;
+    return std::abs(got - want) <= tol * (1.0f + std::abs(want));
+}
+
+template <class E, class F>
+bool throws(F&& f) {
+    try {
+        f();
+    } catch (const E&) {
+        return true;
+    }
+    return false;
+}
+
+inline std::vector<std::uint32_t> raw_ids(const std::vector<block_id>& b) {
+    std::vector<std::uint32_t> r(b.size());
+    for (std::size_t i = 0; i < b.size(); ++i) r[i] = b[i].value;
+    return r;
+}
+
+}  // namespace kvpolicy::cuda::testing
