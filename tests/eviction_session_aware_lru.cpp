@@ -7,9 +7,11 @@
 
 #include <kvpolicy/cache/tiered_cache.hpp>
 #include <kvpolicy/eviction/lru.hpp>
+#include <kvpolicy/eviction/pairwise_margin_tuner.hpp>
 #include <kvpolicy/eviction/session_aware_lru.hpp>
 #include <kvpolicy/eviction/tail_aware_lru.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -28,13 +30,25 @@ TEST_CASE("session_aware_lru chooses the same victims as its reference model", "
     // driver's 7 sessions be forgotten and relearned.
     const double far_factor = GENERATE(8.0, 0.5, 0.0);
     const std::size_t max_sessions = GENERATE(std::size_t{0}, std::size_t{3});
-    session_aware_lru policy(capacity, {.far_factor = far_factor, .max_sessions = max_sessions});
-    ref_session_aware_lru reference(capacity, far_factor, 0.25, max_sessions);
+    // The tuner on (scoring pairs and moving the margin; small samples so
+    // that it does within the run) and off (the margin stays far_factor).
+    const bool tune = GENERATE(true, false);
+    session_aware_lru policy(capacity, {.far_factor = far_factor, .max_sessions = max_sessions,
+                                        .tuner = {.enabled = tune, .sample_every = 2, .pending = 64,
+                                                  .min_samples = 4, .window = 64}});
+    ref_session_aware_lru reference(capacity, far_factor, 0.25, max_sessions, tune);
+    reference.tuner.sample_every = 2;
+    reference.tuner.pending = 64;
+    reference.tuner.min_samples = 4;
+    reference.tuner.window = 64;
     const auto victims = drive(policy, {.capacity = capacity, .operations = 100'000, .seed = seed,
                                         .key_universe = 4 * capacity + 8}, &reference);
     REQUIRE(policy.counters().evictions == victims.size());
     REQUIRE(victims.size() > 100);
     REQUIRE(policy.sessions() <= (max_sessions == 0 ? std::size_t{7} : 2 * max_sessions));
+    REQUIRE(policy.far_factor() == reference.tuner.margin);
+    // The tuner scored pairs and re-derived the margin, so the comparison covered it.
+    if (tune && capacity > 1) REQUIRE(reference.tuner.scored > 0.0);
 }
 
 TEST_CASE("session_aware_lru: the session rule changes the driver's victims, so the test above checks it",
@@ -161,4 +175,78 @@ TEST_CASE("session_aware_lru configurations that cannot work are refused with th
     REQUIRE_THROWS_WITH(session_aware_lru(8, {.gap_weight = 0.0}), Catch::Contains("gap_weight"));
     REQUIRE_THROWS_WITH(session_aware_lru(8, {.gap_weight = 1.5}), Catch::Contains("gap_weight"));
     REQUIRE_THROWS_WITH(session_aware_lru(8, {.tails = {.min_samples = 100, .window = 150}}), Catch::Contains("window"));
+}
+
+TEST_CASE("session_aware_lru refuses tuner settings that cannot work", "[eviction][config]") {
+    REQUIRE_THROWS_WITH(session_aware_lru(8, {.tuner = {.sample_every = 0}}), Catch::Contains("sample_every"));
+    REQUIRE_THROWS_WITH(session_aware_lru(8, {.tuner = {.pending = 0}}), Catch::Contains("pending"));
+    REQUIRE_THROWS_WITH(session_aware_lru(8, {.tuner = {.min_samples = 16, .window = 20}}), Catch::Contains("window"));
+    REQUIRE_THROWS_WITH(session_aware_lru(8, {.tuner = {.min_samples = 0}}), Catch::Contains("min_samples"));
+}
+
+TEST_CASE("pairwise_margin_tuner: bins are powers of two around a ratio of 1", "[eviction][pairwise_margin_tuner]") {
+    using t = pairwise_margin_tuner;
+    REQUIRE(t::bin_of(1.0) == 4);
+    REQUIRE(t::bin_of(std::nextafter(1.0, 0.0)) == 3);
+    REQUIRE(t::bin_of(8.0) == 7);
+    REQUIRE(t::bin_of(0.0) == 0);
+    REQUIRE(t::bin_of(1e-9) == 0);
+    REQUIRE(t::bin_of(1e9) == t::bins - 1);
+    REQUIRE(t::bin_of(std::numeric_limits<double>::infinity()) == t::bins - 1);
+    for (int b = 0; b < t::bins; ++b) REQUIRE(t::bin_of(t::bin_floor(b)) == b);
+    // The reference model walks the powers of two instead.
+    for (double r = 1.0 / 64; r < 8192.0; r *= 1.37) REQUIRE(t::bin_of(r) == ref_margin_tuner::bin_of(r));
+}
+
+TEST_CASE("pairwise_margin_tuner: the margin settles at the lowest bin from which decisions win",
+          "[eviction][pairwise_margin_tuner]") {
+    // Every decision is sampled; a bin counts from 4 scored pairs.
+    pairwise_margin_tuner t(16.0, {.sample_every = 1, .pending = 64, .min_samples = 4, .window = 1000}, "test");
+    std::uint64_t key = 0;
+    auto pair_scored = [&](double ratio, bool lru_back_first) {
+        const std::uint64_t far = ++key, victim = ++key;
+        t.decision(far, victim, ratio);
+        t.requested(lru_back_first ? victim : far);
+    };
+    for (int i = 0; i < 3; ++i) pair_scored(0.5, false);
+    REQUIRE(t.margin() == 16.0);  // no bin judged yet: the initial margin
+    pair_scored(0.5, false);      // bin 3 (ratios in [1/2, 1)) loses 4-0
+    REQUIRE(t.losses()[3] == 4.0);
+    REQUIRE(std::isinf(t.margin()));  // the only judged bin loses: never override LRU
+    for (int i = 0; i < 4; ++i) pair_scored(8.0, true);  // bin 7 wins 4-0
+    REQUIRE(t.wins()[7] == 4.0);
+    REQUIRE(t.margin() == 8.0);  // from bin 7 up; bin 3 below still loses
+    for (int i = 0; i < 4; ++i) pair_scored(0.75, true);  // bin 3 now 4-4: not losing
+    REQUIRE(t.margin() == 0.5);
+    pair_scored(2.0, false);  // bin 5 has 1 pair: too few to judge, skipped
+    REQUIRE(t.margin() == 0.5);
+    for (int i = 0; i < 3; ++i) pair_scored(2.0, false);  // bin 5 loses 0-4 above bin 3
+    REQUIRE(t.margin() == 8.0);
+}
+
+TEST_CASE("pairwise_margin_tuner: pairs that never come back are dropped unscored, one pair per key",
+          "[eviction][pairwise_margin_tuner]") {
+    pairwise_margin_tuner t(16.0, {.sample_every = 1, .pending = 2, .min_samples = 1, .window = 1000}, "test");
+    t.decision(1, 2, 4.0);
+    t.decision(1, 3, 4.0);  // key 1 is already in a pair: not recorded
+    t.requested(3);
+    REQUIRE(t.wins()[6] + t.losses()[6] == 0.0);
+    t.decision(4, 5, 4.0);
+    t.decision(6, 7, 4.0);  // the third sample with 2 pending: pair (1, 2) is dropped
+    t.requested(2);
+    REQUIRE(t.wins()[6] + t.losses()[6] == 0.0);
+    t.requested(5);  // LRU's victim back first: a win
+    REQUIRE(t.wins()[6] == 1.0);
+    REQUIRE(t.margin() == 4.0);
+    // sample_every 3: only every third decision is recorded.
+    pairwise_margin_tuner every3(16.0, {.sample_every = 3, .pending = 8, .min_samples = 1, .window = 1000}, "test");
+    for (std::uint64_t k = 0; k < 6; ++k) every3.decision(100 + k, 200 + k, 1.0);
+    for (std::uint64_t k = 0; k < 6; ++k) every3.requested(200 + k);
+    REQUIRE(every3.wins()[4] == 2.0);
+    // Disabled: nothing is recorded, the margin stays.
+    pairwise_margin_tuner off(3.0, {.enabled = false, .sample_every = 1, .min_samples = 1}, "test");
+    off.decision(1, 2, 100.0);
+    off.requested(2);
+    REQUIRE(off.wins()[pairwise_margin_tuner::bin_of(100.0)] == 0.0);
+    REQUIRE(off.margin() == 3.0);
 }

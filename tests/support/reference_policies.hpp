@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -1258,6 +1259,70 @@ struct ref_tail_aware_lru {
 
 namespace kvpolicy::testing {
 
+/// pairwise_margin_tuner, restated: live pairs in a vector with their sample
+/// number; a pair recorded `pending` samples ago is dropped unscored; bins
+/// found by walking powers of two; the margin re-derived from the counts
+/// after every scored pair.
+struct ref_margin_tuner {
+    struct pending_pair {
+        std::uint64_t far_key, lru_key;
+        int bin;
+        std::uint64_t sample;
+    };
+    double margin = 16.0;
+    bool enabled = true;
+    std::uint64_t sample_every = 4, pending = 1024;
+    double min_samples = 16, window = 4096;
+    std::vector<pending_pair> live;
+    std::uint64_t since = 0, samples = 0;
+    double wins[16] = {}, losses[16] = {}, scored = 0;
+
+    static int bin_of(double ratio) {
+        if (!(ratio > 0.0)) return 0;
+        int b = 0;  // bin b holds [2^(b-4), 2^(b-3)); the ends are open
+        while (b < 15 && ratio >= std::ldexp(1.0, b - 3)) ++b;
+        return b;
+    }
+    void decision(std::uint64_t far_key, std::uint64_t lru_key, double ratio) {
+        if (!enabled || far_key == lru_key) return;
+        if (++since < sample_every) return;
+        for (const auto& p : live)
+            if (p.far_key == far_key || p.lru_key == far_key || p.far_key == lru_key || p.lru_key == lru_key) return;
+        since = 0;
+        const std::uint64_t n = samples++;
+        std::erase_if(live, [&](const pending_pair& p) { return p.sample + pending <= n; });
+        live.push_back({far_key, lru_key, bin_of(ratio), n});
+    }
+    void requested(std::uint64_t key) {
+        if (!enabled) return;
+        for (std::size_t i = 0; i < live.size(); ++i) {
+            if (live[i].far_key != key && live[i].lru_key != key) continue;
+            const int bin = live[i].bin;
+            if (live[i].lru_key == key) wins[bin] += 1.0;  // LRU's victim back first
+            else losses[bin] += 1.0;
+            live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+            if (++scored >= window) {
+                for (int b = 0; b < 16; ++b) {
+                    wins[b] /= 2;
+                    losses[b] /= 2;
+                }
+                scored /= 2;
+            }
+            // From the top bin down, over bins with enough pairs, until one loses.
+            int lowest = 16;
+            bool judged = false;
+            for (int b = 15; b >= 0; --b) {
+                if (wins[b] + losses[b] < min_samples) continue;
+                judged = true;
+                if (wins[b] < losses[b]) break;
+                lowest = b;
+            }
+            if (judged) margin = lowest == 16 ? std::numeric_limits<double>::infinity() : std::ldexp(1.0, lowest - 4);
+            return;
+        }
+    }
+};
+
 /// session_aware_lru: every entry keeps its placement time, its prediction
 /// (placement + its session's mean gap, while that is ahead, unless a second
 /// session has used it) and, until its
@@ -1296,9 +1361,14 @@ struct ref_session_aware_lru {
     std::uint64_t min_samples = 64, window = 4096;
     std::deque<std::uint64_t> ghosts[2];
     std::uint64_t inserted[2] = {0, 0}, reused[2] = {0, 0};
+    ref_margin_tuner tuner;
 
-    explicit ref_session_aware_lru(std::size_t c, double k = 16.0, double w = 0.25, std::size_t max_s = 0)
-        : capacity(c), far_factor(k), gap_weight(w), max_sessions(max_s != 0 ? max_s : std::max<std::size_t>(c, 1024)) {}
+    explicit ref_session_aware_lru(std::size_t c, double k = 16.0, double w = 0.25, std::size_t max_s = 0, bool tune = true)
+        : capacity(c), far_factor(k), gap_weight(w), max_sessions(max_s != 0 ? max_s : std::max<std::size_t>(c, 1024)),
+          tuner{} {
+        tuner.margin = k;
+        tuner.enabled = tune;
+    }
 
     bool demoting() const {
         if (inserted[0] < min_samples || inserted[1] < min_samples) return false;
@@ -1355,6 +1425,7 @@ struct ref_session_aware_lru {
             inserted[c] /= 2;
             reused[c] /= 2;
         }
+        tuner.requested(ctx.key);
         arrival(ctx);
         r.items.push_back({id.value, ctx.key, ctx.session.value, false, c, false, false, 0, false, 0, 0});
         make_evictable(r.items.back(), ctx.now);
@@ -1363,6 +1434,7 @@ struct ref_session_aware_lru {
         entry* e = r.find(id);
         if (e->fresh >= 0) ++reused[e->fresh];
         e->fresh = -1;
+        tuner.requested(ctx.key);
         arrival(ctx);
         if (e->session != ctx.session.value) e->shared = true;
         e->session = ctx.session.value;
@@ -1389,7 +1461,8 @@ struct ref_session_aware_lru {
             if (far != nullptr) {
                 const double idle = static_cast<double>(now - std::min(now, v->placed));
                 const double wait = static_cast<double>(far->back - now);
-                if (wait > far_factor * idle) v = far;
+                if (far->session != v->session) tuner.decision(far->key, v->key, wait / idle);
+                if (wait > tuner.margin * idle) v = far;
             }
         }
         if (v->fresh >= 0) {

@@ -13,7 +13,7 @@
 //   1. an unreused request tail, oldest first, while tails are learned to be
 //      dead (tail_reuse_learner, tail_reuse.hpp);
 //   2. else the item predicted back last, if it is predicted back more than
-//      `far_factor` x (now - r of LRU's victim) from now: its wait is longer,
+//      a margin x (now - r of LRU's victim) from now: its wait is longer,
 //      by that margin, than the time LRU's victim has already sat unused;
 //   3. else LRU's victim (the item that became evictable first). Ties among
 //      equal times go to the item placed first: a finished request releases
@@ -31,10 +31,13 @@
 // evicting the farthest-predicted item whenever it is farther than LRU's
 // victim's idle time, or keeping every session until its predicted return,
 // lost 0.5-2.4 points to LRU at 5% of the trace's blocks in prototype
-// replays, while gaining up to 4.7 at 1%. Requiring the wait to exceed
-// `far_factor` (16) times LRU's idle time applies the prediction only where
-// it is far beyond what LRU would keep anyway (8 lost 0.6 points at 1% of
-// the synthetic Mooncake trace with sessions derived from its prefixes).
+// replays, while gaining up to 4.7 at 1%. No fixed margin serves every
+// capacity (on the agentic trace, 2x closes 29% of the LRU -> Belady gap at
+// 1% and loses 0.95 points at 5%; 16x closes 5% and 1%), so the margin is
+// learned: pairwise_margin_tuner (pairwise_margin_tuner.hpp) scores sampled
+// decisions, taken or not, by which of the two candidates the trace asks for
+// first, Belady's own criterion, and applies the prediction only above the
+// lowest margin whose decisions win. It starts at `far_factor` (16).
 //
 // When to use it: requests that carry a stable session id (agents, chats).
 // Without session ids (every request its own session) no session shows a gap
@@ -48,7 +51,8 @@
 // O(1) amortized.
 //
 // Cost: O(log n) per operation (three indexed heaps over times, a FIFO, the
-// learner's ghosts, a hash map of sessions); about 230 bytes per item.
+// learner's ghosts, a hash map of sessions, the tuner's fixed table of
+// pairs); about 240 bytes per item.
 #pragma once
 
 #include <algorithm>
@@ -76,7 +80,8 @@ public:
     struct config_type {
         /// Rule 2 applies when the farthest predicted wait exceeds this many
         /// times LRU's victim's idle time (0: whenever some prediction is
-        /// ahead; large: never, LRU with the tail rule).
+        /// ahead; large: never, LRU with the tail rule). The margin to start
+        /// from when `tuner.enabled` (the default), else the fixed margin.
         double far_factor = 16.0;
         /// Weight of the newest gap in a session's running mean, in (0, 1].
         double gap_weight = 0.25;
