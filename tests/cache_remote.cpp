@@ -260,6 +260,23 @@ TEST_CASE("remote: two instances sharing a store under faults keep every block's
     REQUIRE(write_backs > 20);
 }
 
+TEST_CASE("remote values: the checksum of bytes given in pieces equals the one-shot checksum", "[cache][remote][values]") {
+    std::mt19937_64 rng(11);
+    for (int trial = 0; trial < 400; ++trial) {
+        const std::size_t n = trial < 100 ? static_cast<std::size_t>(trial) : rng() % 5000;
+        std::vector<std::byte> bytes(n);
+        for (auto& b : bytes) b = std::byte(rng() & 0xff);
+        remote_checksum_stream stream;
+        for (std::size_t at = 0; at < n;) {  // pieces of 0 .. 99 bytes, empty ones too
+            const std::size_t piece = std::min<std::size_t>(n - at, rng() % 100);
+            stream.update(std::span<const std::byte>(bytes).subspan(at, piece));
+            at += piece;
+        }
+        CAPTURE(n);
+        REQUIRE(stream.value() == remote_checksum(bytes));
+    }
+}
+
 TEST_CASE("remote values: the one-pass copy agrees with the checksum, each kind of bad value is refused",
           "[cache][remote][values]") {
     std::mt19937_64 rng(7);

@@ -147,6 +147,85 @@ TEST_CASE("redis engine: pipelined batches, binary-safe values, per-op status, b
     REQUIRE(server.call({"STRLEN", c.ns.key(1000)}) == std::to_string(item_bytes + remote_value_header::size));
 }
 
+TEST_CASE("redis engine: a write-back's slot overwritten later in its batch sends the bytes it had when queued",
+          "[redis]") {
+    redis_server server;
+    redis::store store(config_for(server.port()));
+    block_arena gpu(2, item_bytes), cpu(2, item_bytes);
+    redis::engine engine(gpu, cpu, store);
+    const std::vector<std::uint64_t> keys = {500, 501, 502, 503};
+    write_pattern(gpu.block(block_id{0}), keys[0]);
+    write_pattern(gpu.block(block_id{1}), keys[3]);
+    write_pattern(cpu.block(block_id{0}), 7777);  // moves to GPU slot 0 once gpu 0 is queued for the store
+    write_pattern(cpu.block(block_id{1}), keys[1]);
+    std::vector<transfer_status> status(3);
+    // keys[3] in the store first, for the fetch below.
+    REQUIRE(engine.execute(std::vector<block_transfer>{{tier::gpu, block_id{1}, tier::remote, block_id{3}}}, keys,
+                           std::span(status).first(1)) == 1);
+    const std::vector<block_transfer> plan = {
+        {tier::gpu, block_id{0}, tier::remote, block_id{0}},  // write back GPU 0 as keys[0]
+        {tier::cpu, block_id{0}, tier::gpu, block_id{0}},     // then GPU 0 is overwritten by a local copy
+        {tier::cpu, block_id{1}, tier::remote, block_id{1}},  // write back CPU 1 as keys[1]
+        {tier::remote, block_id{3}, tier::cpu, block_id{1}},  // then CPU 1 is filled by a fetch
+    };
+    status.assign(plan.size(), transfer_status::failed);
+    REQUIRE(engine.execute(plan, keys, status) == plan.size());
+    REQUIRE(engine.round_trips() == 2);  // one for keys[3], one for the whole plan
+    REQUIRE(engine.spilled_values() == 2);
+    REQUIRE(has_pattern(gpu.block(block_id{0}), 7777));
+    REQUIRE(has_pattern(cpu.block(block_id{1}), keys[3]));
+    // The store holds what the slots had when the write-backs were queued.
+    const std::vector<block_transfer> back = {{tier::remote, block_id{0}, tier::cpu, block_id{0}},
+                                              {tier::remote, block_id{1}, tier::cpu, block_id{1}}};
+    status.assign(back.size(), transfer_status::failed);
+    REQUIRE(engine.execute(back, keys, status) == back.size());
+    REQUIRE(has_pattern(cpu.block(block_id{0}), keys[0]));
+    REQUIRE(has_pattern(cpu.block(block_id{1}), keys[1]));
+}
+
+TEST_CASE("redis engine: values read in place in many pieces, amid missing and wrong-length values in one batch",
+          "[redis]") {
+    redis_server server;
+    // An item size past many socket reads and not a multiple of the checksum's 32-byte stripe.
+    const std::size_t big = (std::size_t{3} << 20) + 20;
+    redis::store_config c = config_for(server.port());
+    c.ns.item_bytes = static_cast<std::uint32_t>(big);
+    c.io_timeout = std::chrono::milliseconds(5000);
+    redis::store store(c);
+    const std::uint32_t n = 4;
+    block_arena gpu(n, big), cpu(2 * n, big);
+    redis::engine engine(gpu, cpu, store);
+    std::vector<std::uint64_t> keys;
+    std::vector<block_transfer> ops;
+    for (std::uint32_t i = 0; i < n; ++i) {
+        keys.push_back(2000 + i);
+        write_pattern(gpu.block(block_id{i}), keys.back());
+        ops.push_back({tier::gpu, block_id{i}, tier::remote, block_id{i}});
+    }
+    std::vector<transfer_status> status(n);
+    REQUIRE(engine.execute(ops, keys, status) == n);
+    // Behind the engine: key 2001 holds a short value, key 2002 a value one byte too long.
+    server.call({"SET", c.ns.key(2001), "short"});
+    server.call({"APPEND", c.ns.key(2002), "x"});
+    keys.push_back(2999);  // never written: nil
+    // Fetch: 2000 (ok), 2001 (refused), 2999 (missing), 2002 (refused), 2003 (ok), 2000 again (ok).
+    const std::vector<std::uint32_t> order = {0, 1, 4, 2, 3, 0};
+    ops.clear();
+    for (std::uint32_t j = 0; j < order.size(); ++j) ops.push_back({tier::remote, block_id{order[j]}, tier::cpu, block_id{j}});
+    status.assign(ops.size(), transfer_status::done);
+    const std::size_t rejected_before = engine.rejected_values();
+    REQUIRE(engine.execute(ops, keys, status) == 3);
+    REQUIRE(engine.rejected_values() - rejected_before == 2);
+    const std::vector<transfer_status> expect = {transfer_status::done,   transfer_status::failed, transfer_status::failed,
+                                                 transfer_status::failed, transfer_status::done,   transfer_status::done};
+    REQUIRE(status == expect);
+    for (std::uint32_t j = 0; j < order.size(); ++j) {
+        const auto slot = cpu.block(block_id{j});
+        if (status[j] == transfer_status::done) REQUIRE(has_pattern(slot, keys[order[j]]));
+        else REQUIRE(std::all_of(slot.begin(), slot.end(), [](std::byte b) { return b == std::byte{0xee}; }));
+    }
+}
+
 TEST_CASE("redis: two processes share one server: a prefix one computed is a remote hit for the other", "[redis]") {
     redis_server server;
     const std::vector<block_hash> doc = chain(1, 4);

@@ -46,11 +46,19 @@ namespace kvpolicy::redis {
     return crc & 16383;
 }
 
-/// One command of a batch: up to three binary-safe arguments after the name.
+/// One command of a batch: the name, a key and, for SET, a value made of
+/// `value_head` then `value` (both sent from where they lie, not copied:
+/// they must stay alive and unchanged while the batch runs).
 struct command {
     std::string_view name;  ///< "SET", "GET", "EXISTS", ...
     std::string_view key;
-    std::span<const std::byte> value{};  ///< SET's value; empty for the others
+    std::span<const std::byte> value_head{};  ///< SET: the value's first bytes
+    std::span<const std::byte> value{};       ///< SET: the rest
+    /// GET: where a value of exactly the sink's length is read, straight
+    /// from the socket (see connection::next_reply_into); null for a reply object.
+    bulk_sink* into = nullptr;
+
+    [[nodiscard]] bool has_value() const noexcept { return name == "SET"; }
 };
 
 class store {
@@ -90,7 +98,8 @@ public:
     std::function<void()> after_send;
 
     /// Runs `cmds` as one pipelined batch; `replies[i]` is command i's reply,
-    /// null when its node could not be reached or did not answer in time.
+    /// null when its node could not be reached or did not answer in time, or
+    /// when its value was read into its sink (`cmds[i].into->filled`).
     /// Redirect replies (MOVED, ASK) are followed, not returned.
     void run(std::span<const command> cmds, std::vector<reply_ptr>& replies) {
         replies.clear();
@@ -178,7 +187,15 @@ private:
                     continue;
                 }
             }
-            reply_ptr r = nodes_[n]->next_reply();
+            reply_ptr r;
+            if (cmds[i].into != nullptr) {
+                if (nodes_[n]->next_reply_into(*cmds[i].into, r) == connection::bulk_read::filled) {
+                    on_reply(i, nullptr);  // the value is in the sink
+                    continue;
+                }
+            } else {
+                r = nodes_[n]->next_reply();
+            }
             if (!r) {
                 stale_map_ = config_.cluster;
                 on_reply(i, nullptr);
@@ -211,10 +228,14 @@ private:
     }
 
     static void append(connection& c, const command& cmd) {
-        const char* argv[3] = {cmd.name.data(), cmd.key.data(), reinterpret_cast<const char*>(cmd.value.data())};
-        const std::size_t lens[3] = {cmd.name.size(), cmd.key.size(), cmd.value.size()};
-        c.append(std::span<const char* const>(argv, cmd.name == "SET" ? 3 : 2),
-                 std::span<const std::size_t>(lens, cmd.name == "SET" ? 3 : 2));
+        if (cmd.has_value()) {
+            const std::string_view args[2] = {cmd.name, cmd.key};
+            c.append_with_value(args, cmd.value_head, cmd.value);
+            return;
+        }
+        const char* argv[2] = {cmd.name.data(), cmd.key.data()};
+        const std::size_t lens[2] = {cmd.name.size(), cmd.key.size()};
+        c.append(argv, lens);
     }
 
     std::uint32_t node_index(const endpoint& e) {
