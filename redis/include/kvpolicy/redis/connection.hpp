@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -286,7 +287,6 @@ public:
         // The rest straight from the socket: one readv fills what is left
         // of the regions and reads ahead into in_ (the next reply's first
         // line, usually), so a value costs few system calls.
-        constexpr std::size_t read_ahead = 4096;
         while (placed < total) {
             iovec iov[4];
             int count = 0;
@@ -295,8 +295,7 @@ public:
                 iov[count] = {to.data(), to.size()};
                 at += to.size();
             }
-            in_.resize(read_ahead);
-            iov[count++] = {in_.data(), read_ahead};
+            iov[count++] = {ahead_.data(), ahead_.size()};
             const ssize_t n = ::readv(ctx_->fd, iov, count);
             if (n < 0 && errno == EINTR) continue;
             if (n <= 0) {  // closed by the server, an error, or EAGAIN: nothing for io_timeout
@@ -310,7 +309,7 @@ public:
                 placed += step;
                 got -= step;
             }
-            in_.resize(got);  // read ahead: the next replies' first bytes
+            in_.assign(ahead_.data(), ahead_.data() + got);  // read ahead: the next replies' first bytes
         }
         if (crlf[0] != '\r' || crlf[1] != '\n') {  // out of step with the protocol: nothing after is trustworthy
             close();
@@ -476,6 +475,7 @@ private:
     std::vector<iovec> iov_;        // scratch for sendmsg
     std::vector<char> in_;          // read here, not yet used: [in_pos_, size)
     std::size_t in_pos_ = 0;
+    std::array<char, 4096> ahead_;  // a value's last read reads ahead into it
 };
 
 }  // namespace kvpolicy::redis
