@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -271,6 +272,58 @@ TEST_CASE("redis: two processes share one server: a prefix one computed is a rem
     REQUIRE(r.clean());
     for (block_hash h : doc) REQUIRE(has_pattern(b.gpu.block(*b.cache.gpu().cached_block(h)), h));
     check_after(b, r);
+}
+
+TEST_CASE("redis: a step's lookups in one batch (present_prefixes) answer as one present_prefix per request",
+          "[redis]") {
+    redis_server server;
+    redis::store store(config_for(server.port()));
+    std::mt19937_64 rng(5);
+    std::vector<std::vector<std::uint64_t>> lists(40);
+    for (auto& keys : lists) {
+        keys.resize(rng() % 30);  // empty lists too
+        for (auto& k : keys) k = rng() % 200;
+    }
+    for (std::uint64_t k = 0; k < 200; ++k)
+        if (rng() % 4 != 0) server.call({"SET", store.config().ns.key(k), "v"});
+    std::vector<std::span<const std::uint64_t>> spans(lists.begin(), lists.end());
+    std::vector<std::size_t> together(lists.size(), 999);
+    int batches = 0;
+    store.after_send = [&] { ++batches; };
+    store.present_prefixes(spans, together);
+    REQUIRE(batches == 1);  // one round trip for all of them
+    for (std::size_t i = 0; i < lists.size(); ++i) {
+        CAPTURE(i);
+        REQUIRE(together[i] == store.present_prefix(lists[i]));
+    }
+    const auto asked = 1 + std::count_if(lists.begin(), lists.end(), [](const auto& k) { return !k.empty(); });
+    REQUIRE(batches == asked);  // one per non-empty list, one by one (an empty one sends nothing)
+    std::vector<std::size_t> too_short(lists.size() - 1);
+    REQUIRE_THROWS_WITH(store.present_prefixes(spans, too_short), Catch::Contains("give one per list"));
+    REQUIRE(batches == asked);  // nothing sent
+
+    // Through a cache: a step of two requests, one of a published document, asked together.
+    redis::store store_a(config_for(server.port()));
+    instance a(remote_config(4, 2), store_a);
+    const std::vector<block_hash> doc = chain(1, 4);
+    publish(a, store_a, doc, 2);
+    instance b(remote_config(8, 8), store);
+    const std::vector<block_hash> other = chain(77, 3);
+    const std::vector<step_request> step = {{session_id{9}, doc}, {session_id{10}, other}};
+    b.cache.begin_step();
+    batches = 0;
+    const std::vector<remote_admission> r = admit_all_through(b.cache, store, step);
+    REQUIRE(batches == 1);
+    REQUIRE(r[0].remote_blocks == 4);
+    REQUIRE(r[1].remote_blocks == 0);
+    REQUIRE(r[1].local.computed_blocks == 3);
+    const swap_plan& plan = b.cache.end_step();
+    std::vector<transfer_status> status;
+    REQUIRE(execute_plan(plan, b.engine, status) == 0);
+    const transfer_report report = b.cache.complete_transfers(plan, status);
+    REQUIRE(report.clean());
+    for (block_hash h : doc) REQUIRE(has_pattern(b.gpu.block(*b.cache.gpu().cached_block(h)), h));
+    store.after_send = nullptr;
 }
 
 TEST_CASE("redis faults: every affected op fails, every affected block is recomputed, no wrong bytes", "[redis][faults]") {

@@ -11,8 +11,9 @@
 // reached fails its commands (a null reply): the caller's ops fail and are
 // recomputed; the map is read again at the next batch.
 //
-// The store is also the `remote_directory` a lookup asks: present_prefix
-// sends one EXISTS per key in one batch.
+// The store is also the `remote_batch_directory` a lookup asks:
+// present_prefix sends one EXISTS per key in one batch, present_prefixes
+// those of all of a step's requests in one batch.
 #pragma once
 
 #include <algorithm>
@@ -136,10 +137,36 @@ public:
         }
         run(exists_, exists_replies_);
         std::size_t n = 0;
-        while (n < keys.size() && exists_replies_[n] && exists_replies_[n]->type == REDIS_REPLY_INTEGER &&
-               exists_replies_[n]->integer == 1)
-            ++n;
+        while (n < keys.size() && held(exists_replies_[n])) ++n;
         return n;
+    }
+
+    /// present_prefix of each of `lists` (out[i] for lists[i]), all asked in
+    /// one pipelined batch: one round trip for a step's lookups. Throws:
+    /// usage_error if `out` is shorter than `lists` (nothing sent).
+    void present_prefixes(std::span<const std::span<const std::uint64_t>> lists, std::span<std::size_t> out) {
+        if (out.size() < lists.size())
+            throw usage_error("redis store::present_prefixes: " + std::to_string(out.size()) + " results for " +
+                              std::to_string(lists.size()) + " key lists; give one per list");
+        std::size_t total = 0;
+        for (const auto& keys : lists) total += keys.size();
+        key_text_.resize(total);
+        exists_.resize(total);
+        std::size_t at = 0;
+        for (const auto& keys : lists)
+            for (const std::uint64_t k : keys) {
+                key_text_[at] = config_.ns.key(k);
+                exists_[at] = {"EXISTS", key_text_[at]};
+                ++at;
+            }
+        run(exists_, exists_replies_);
+        at = 0;
+        for (std::size_t i = 0; i < lists.size(); ++i) {
+            std::size_t n = 0;
+            while (n < lists[i].size() && held(exists_replies_[at + n])) ++n;
+            out[i] = n;
+            at += lists[i].size();
+        }
     }
 
     [[nodiscard]] std::size_t node_count() const noexcept { return nodes_.size(); }
@@ -152,6 +179,11 @@ public:
 
 private:
     static constexpr std::uint32_t no_node = ~std::uint32_t{0};
+
+    // EXISTS answered 1 (a node that did not answer holds nothing).
+    [[nodiscard]] static bool held(const reply_ptr& r) noexcept {
+        return r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    }
 
     // Sends each pending command to its node (all nodes first), then reads
     // the replies; leaves in pending_ the redirected ones, retargeted.
@@ -303,6 +335,6 @@ private:
     std::vector<reply_ptr> exists_replies_;
 };
 
-static_assert(remote_directory<store>);
+static_assert(remote_batch_directory<store>);
 
 }  // namespace kvpolicy::redis
