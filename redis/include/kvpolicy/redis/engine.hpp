@@ -17,6 +17,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -38,7 +39,14 @@ public:
     /// Throws: config_error if the arenas' block sizes differ from each other
     /// or from the namespace's item bytes.
     engine(block_arena& gpu, block_arena& cpu, store& remote)
-        : local_(gpu, cpu), gpu_(&gpu), cpu_(&cpu), store_(&remote), ns_hash_(remote.config().ns.hash()) {
+        : local_(gpu, cpu),
+          gpu_(&gpu),
+          cpu_(&cpu),
+          store_(&remote),
+          ns_hash_(remote.config().ns.hash()),
+          key_prefix_(remote.config().ns.prefix()),
+          fetch_mark_(cpu.capacity(), 0),
+          set_mark_{std::vector<std::uint32_t>(gpu.capacity(), 0), std::vector<std::uint32_t>(cpu.capacity(), 0)} {
         if (remote.config().ns.item_bytes != gpu.block_bytes())
             throw config_error("redis engine: the store's namespace has item_bytes " +
                                std::to_string(remote.config().ns.item_bytes) + " but the arenas' blocks have " +
@@ -111,7 +119,7 @@ private:
 
     void queue_key(queued& q, std::uint64_t key) {
         q.key_pos = keys_.size();
-        keys_ += store_->config().ns.prefix();
+        keys_ += key_prefix_;
         remote_namespace::append_hex(keys_, key);
         q.key_len = keys_.size() - q.key_pos;
     }
@@ -122,23 +130,33 @@ private:
         headers_.push_back(make_remote_header(store_->config().ns, ns_hash_, key, payload.size(), remote_checksum(payload)));
         queued_bytes_ += remote_value_header::size + payload.size();
         queue_.push_back(q);
+        set_mark_[from == tier::gpu ? 0 : 1][src.index()] = epoch_;
     }
     void queue_get(std::size_t op, std::uint64_t key, block_id slot) {
         queued q{op, false, key, tier::cpu, slot, nullptr, 0, 0};
         queue_key(q, key);
         queued_bytes_ += remote_value_header::size + cpu_->block_bytes();
         queue_.push_back(q);
+        fetch_mark_[slot.index()] = epoch_;
     }
 
+    // Whether slot `id` of tier `t` is marked in this batch (`marks` per slot; out of range: no).
+    [[nodiscard]] bool marked(const std::vector<std::uint32_t>& marks, block_id id) const noexcept {
+        return id.index() < marks.size() && marks[id.index()] == epoch_;
+    }
+
+    // Per-slot marks (the batch's epoch) make these checks O(1) per op; a
+    // scan of the queue made a batch of n ops cost O(n^2).
     [[nodiscard]] bool touches_pending_fetch(const block_transfer& op) const noexcept {
-        for (const queued& q : queue_)
-            if (!q.is_set && ((op.from == tier::cpu && op.src == q.slot) || (op.to == tier::cpu && op.dst == q.slot)))
-                return true;
-        return false;
+        return (op.from == tier::cpu && marked(fetch_mark_, op.src)) || (op.to == tier::cpu && marked(fetch_mark_, op.dst));
     }
 
     // The slots `op` writes: its destination, and its source too when it is an exchange.
     void spill_sets_overwritten_by(const block_transfer& op) {
+        auto reads = [&](tier t, block_id id) {
+            return (t == tier::gpu || t == tier::cpu) && marked(set_mark_[t == tier::gpu ? 0 : 1], id);
+        };
+        if (!reads(op.to, op.dst) && !(op.exchange && reads(op.from, op.src))) return;  // the common case
         for (queued& q : queue_) {
             if (!q.is_set || q.payload != arena(q.slot_tier)->block(q.slot).data()) continue;
             const bool overwritten = (op.to == q.slot_tier && op.dst == q.slot) ||
@@ -209,6 +227,11 @@ private:
         keys_.clear();
         queued_bytes_ = 0;
         spill_used_ = 0;
+        if (++epoch_ == 0) {  // the marks' epochs wrapped: clear them, so no old mark reads as current
+            std::fill(fetch_mark_.begin(), fetch_mark_.end(), 0);
+            for (auto& m : set_mark_) std::fill(m.begin(), m.end(), 0);
+            epoch_ = 1;
+        }
         return done;
     }
 
@@ -217,6 +240,10 @@ private:
     block_arena* cpu_;
     store* store_;
     std::uint64_t ns_hash_;
+    std::string key_prefix_;  // the namespace's key prefix, made once
+    std::uint32_t epoch_ = 1;  // the current batch, for the marks below
+    std::vector<std::uint32_t> fetch_mark_;                // [cpu slot]: epoch_ when a queued GET fills it
+    std::array<std::vector<std::uint32_t>, 2> set_mark_;   // [gpu, cpu][slot]: epoch_ when a queued SET reads it
     std::span<transfer_status> status_;
     std::vector<queued> queue_;
     std::vector<remote_value_header> headers_;   // the queued SETs' headers, in order
