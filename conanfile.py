@@ -2,10 +2,11 @@
 #
 #   conan create . -pr:a <profile>                  # host headers; kvpolicy::kvpolicy, kvpolicy::sim
 #   conan create . -pr:a <profile> -o "&:cuda=True"  # plus the device headers and kvpolicy::cuda
+#   conan create . -pr:a <profile> -o "&:with_redis=True"  # plus the Redis client and kvpolicy::redis (hiredis)
 #
 # Consumers: find_package(kvpolicy CONFIG REQUIRED) through CMakeDeps, then
 # the same targets as the CMake package. scripts/check-packaging.sh creates
-# the package offline (range-v3 and zlib from the system through a profile's
+# the package offline (range-v3, zlib and hiredis from the system through a profile's
 # [platform_requires]) and builds test_package/ against it.
 import os
 import re
@@ -23,9 +24,9 @@ class KvpolicyConan(ConanFile):
     topics = ("kv-cache", "llm", "eviction", "cache", "cuda", "header-only")
     package_type = "header-library"
     settings = "os", "arch", "compiler", "build_type"
-    options = {"cuda": [True, False]}
-    default_options = {"cuda": False}
-    exports_sources = "include/*", "cuda/include/*", "cmake/KvpolicyCudaCxx20.cmake"
+    options = {"cuda": [True, False], "with_redis": [True, False]}
+    default_options = {"cuda": False, "with_redis": False}
+    exports_sources = "include/*", "cuda/include/*", "redis/include/*", "cmake/KvpolicyCudaCxx20.cmake"
     no_copy_source = True
 
     def set_version(self):
@@ -36,18 +37,23 @@ class KvpolicyConan(ConanFile):
     def requirements(self):
         self.requires("range-v3/[>=0.12.0 <1]")
         self.requires("zlib/[>=1.2.11 <2]")  # kvpolicy/sim/ reads gzip traces
+        if self.options.with_redis:
+            self.requires("hiredis/[>=0.14 <2]")  # kvpolicy::redis, the remote tier's client
 
     def validate(self):
         check_min_cppstd(self, 20)
 
     def package_id(self):
         # Headers only: no setting or dependency changes the files; the
-        # `cuda` option does (it adds the device headers), so it stays.
+        # `cuda` and `with_redis` options do (they add headers), so they stay.
         self.info.settings.clear()
         self.info.requires.clear()
 
     def package(self):
         copy(self, "*.hpp", os.path.join(self.source_folder, "include"), os.path.join(self.package_folder, "include"))
+        if self.options.with_redis:
+            copy(self, "*.hpp", os.path.join(self.source_folder, "redis", "include"),
+                 os.path.join(self.package_folder, "include"))
         if self.options.cuda:
             copy(self, "*.cuh", os.path.join(self.source_folder, "cuda", "include"),
                  os.path.join(self.package_folder, "include"))
@@ -93,6 +99,18 @@ class KvpolicyConan(ConanFile):
             sim.system_libs = ["z"]  # the system's zlib
         sim.bindirs = []
         sim.libdirs = []
+
+        if self.options.with_redis:
+            remote = self.cpp_info.components["redis"]
+            remote.set_property("cmake_target_name", "kvpolicy::redis")
+            remote.requires = ["kvpolicy"]
+            if self._is_package("hiredis"):  # ConanCenter's recipe names its library component hiredislib
+                components = self.dependencies["hiredis"].cpp_info.components
+                remote.requires.append("hiredis::hiredislib" if "hiredislib" in components else "hiredis::hiredis")
+            else:
+                remote.system_libs = ["hiredis"]  # the system's hiredis; its headers are under <hiredis/...>
+            remote.bindirs = []
+            remote.libdirs = []
 
         if self.options.cuda:
             # nvcc compiles the device headers; CMake links CUDA programs to

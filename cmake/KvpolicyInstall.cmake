@@ -2,15 +2,16 @@
 # (kvpolicyConfig.cmake + version file) and pkg-config files.
 #
 # Layout under the prefix:
-#   include/kvpolicy/...                 host headers (and device headers with kvpolicy::cuda)
+#   include/kvpolicy/...                 host headers (and the Redis client's with kvpolicy::redis,
+#                                        device headers with kvpolicy::cuda)
 #   share/cmake/kvpolicy/                kvpolicyConfig.cmake, its version file, one targets
 #                                        file per export set, KvpolicyCudaCxx20.cmake
 #   share/pkgconfig/kvpolicy.pc          (and kvpolicy-sim.pc)
 # Everything is architecture-independent (headers only), hence share/.
 #
-# One export set per target: a consumer machine without zlib or without the
-# CUDA toolkit still finds the package, and kvpolicy::sim / kvpolicy::cuda are
-# simply absent there unless asked for with COMPONENTS.
+# One export set per target: a consumer machine without zlib, hiredis or the
+# CUDA toolkit still finds the package, and kvpolicy::sim / kvpolicy::redis /
+# kvpolicy::cuda are simply absent there unless asked for with COMPONENTS.
 
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
@@ -28,6 +29,14 @@ if(TARGET kvpolicy_sim)
     set(KVPOLICY_INSTALLS_SIM ON)
     install(TARGETS kvpolicy_sim EXPORT kvpolicySimTargets)
     install(EXPORT kvpolicySimTargets NAMESPACE kvpolicy:: DESTINATION "${KVPOLICY_INSTALL_CMAKEDIR}")
+endif()
+
+set(KVPOLICY_INSTALLS_REDIS OFF)
+if(TARGET kvpolicy_redis)
+    set(KVPOLICY_INSTALLS_REDIS ON)
+    install(TARGETS kvpolicy_redis EXPORT kvpolicyRedisTargets
+        FILE_SET redis_headers DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
+    install(EXPORT kvpolicyRedisTargets NAMESPACE kvpolicy:: DESTINATION "${KVPOLICY_INSTALL_CMAKEDIR}")
 endif()
 
 set(KVPOLICY_INSTALLS_CUDA OFF)

@@ -7,13 +7,15 @@
 #     it (find_package), warnings as errors, and run (the CUDA one only
 #     reports that there is no GPU where there is none);
 #     test_package/ built against it too (plus its CUDA consumer where nvcc
-#     is), and `pkg-config --cflags kvpolicy` checked by compiling with it.
+#     is, and its kvpolicy::redis consumer where hiredis is), and
+#     `pkg-config --cflags kvpolicy` checked by compiling with it.
 #  2. kvpolicy as a subproject: test_package/ through FetchContent, pointed at
 #     this checkout (FETCHCONTENT_SOURCE_DIR_KVPOLICY), so nothing is cloned.
 #  3. Conan 2: the client from PyPI in a virtual environment, a throwaway
-#     CONAN_HOME with every remote disabled, range-v3 and zlib taken from the
-#     system through the profile's [platform_requires]; `conan create` makes
-#     the package and builds and runs test_package/ against it.
+#     CONAN_HOME with every remote disabled, range-v3, zlib and hiredis taken
+#     from the system through the profile's [platform_requires]; `conan create`
+#     makes the package (with_redis where hiredis is) and builds and runs
+#     test_package/ against it.
 #  4. README.md quotes the `example-begin` blocks of test_package/CMakeLists.txt
 #     and of this script verbatim.
 #
@@ -34,9 +36,11 @@ step() { echo "check-packaging: $*"; }
 
 have_nvcc=OFF
 command -v nvcc >/dev/null && have_nvcc=ON
+have_hiredis=OFF  # kvpolicy::redis is built, installed and consumed where hiredis is
+pkg-config --exists hiredis && have_hiredis=ON
 
 # --- 1. the installed package ------------------------------------------------
-step "cmake --install (kvpolicy::cuda: $have_nvcc)"
+step "cmake --install (kvpolicy::cuda: $have_nvcc, kvpolicy::redis: $have_hiredis)"
 {
     # example-begin sh-install
     cmake -S . -B "$build/install" -DKVPOLICY_BUILD_TESTS=OFF -DKVPOLICY_BUILD_EXAMPLES=OFF
@@ -47,6 +51,11 @@ for f in share/cmake/kvpolicy/kvpolicyConfig.cmake share/cmake/kvpolicy/kvpolicy
          share/pkgconfig/kvpolicy.pc include/kvpolicy/kvpolicy.hpp; do
     [ -f "$prefix/$f" ] || { echo "check-packaging: the install lacks $f" >&2; exit 1; }
 done
+if [ "$have_hiredis" = ON ] && [ ! -f "$prefix/include/kvpolicy/redis.hpp" ] ||
+   [ "$have_hiredis" = ON ] && [ ! -f "$prefix/share/cmake/kvpolicy/kvpolicyRedisTargets.cmake" ]; then
+    echo "check-packaging: hiredis is here but the install lacks kvpolicy::redis" >&2
+    exit 1
+fi
 if [ "$have_nvcc" = ON ] && [ ! -f "$prefix/include/kvpolicy/cuda.cuh" ]; then
     echo "check-packaging: nvcc is here but the install lacks the device headers" >&2
     exit 1
@@ -67,13 +76,14 @@ if [ -f "$trace" ]; then
     "$build/examples/replay_trace" "$trace" >/dev/null || { echo "check-packaging: replay_trace $trace failed" >&2; exit 1; }
 fi
 
-step "test_package/ against the install (CUDA consumer: $have_nvcc)"
+step "test_package/ against the install (CUDA consumer: $have_nvcc, Redis consumer: $have_hiredis)"
 rm -rf "$build/test_package"
 cmake -S test_package -B "$build/test_package" -DCMAKE_PREFIX_PATH="$prefix" \
-    -DKVPOLICY_TEST_PACKAGE_CUDA="$have_nvcc" >/dev/null
+    -DKVPOLICY_TEST_PACKAGE_CUDA="$have_nvcc" -DKVPOLICY_TEST_PACKAGE_REDIS="$have_hiredis" >/dev/null
 cmake --build "$build/test_package" -j "$jobs" >/dev/null
 "$build/test_package/test_package"
 [ "$have_nvcc" = OFF ] || "$build/test_package/test_package_cuda"
+[ "$have_hiredis" = OFF ] || "$build/test_package/test_package_redis"
 
 step "pkg-config"
 export PKG_CONFIG_PATH="$prefix/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
@@ -88,13 +98,14 @@ c++ -std=c++20 $(pkg-config --cflags kvpolicy-sim) test_package/test_package.cpp
 # --- 2. a subproject through FetchContent ------------------------------------
 step "test_package/ with kvpolicy through FetchContent"
 rm -rf "$build/fetch"
-cmake -S test_package -B "$build/fetch" -DKVPOLICY_TEST_PACKAGE_FETCH=ON \
+cmake -S test_package -B "$build/fetch" -DKVPOLICY_TEST_PACKAGE_FETCH=ON -DKVPOLICY_TEST_PACKAGE_REDIS="$have_hiredis" \
     -DFETCHCONTENT_SOURCE_DIR_KVPOLICY="$PWD" -DFETCHCONTENT_FULLY_DISCONNECTED=ON -DKVPOLICY_CUDA=OFF >/dev/null
 cmake --build "$build/fetch" -j "$jobs" >/dev/null
 "$build/fetch/test_package"
+[ "$have_hiredis" = OFF ] || "$build/fetch/test_package_redis"
 
 # --- 3. Conan ----------------------------------------------------------------
-step "conan create (offline; range-v3 and zlib from the system)"
+step "conan create (offline; range-v3, zlib and hiredis from the system)"
 venv="$build/conan-venv"
 [ -x "$venv/bin/python3" ] || python3 -m venv "$venv"
 "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check 'conan>=2,<3'
@@ -104,6 +115,12 @@ conan remote disable '*' >/dev/null  # never ask ConanCenter: all comes from pla
 range_v3_dir=$(sed -n 's/^range-v3_DIR:PATH=//p' "$build/install/CMakeCache.txt")
 range_v3_version=$(sed -n 's/^set(PACKAGE_VERSION "\([0-9.]*\)")$/\1/p' "$range_v3_dir/range-v3-config-version.cmake")
 zlib_version=$(pkg-config --modversion zlib)
+redis_option=False
+hiredis_version=0.14.1  # named in the profile only; required by the package only with with_redis=True
+if [ "$have_hiredis" = ON ]; then
+    redis_option=True
+    hiredis_version=$(pkg-config --modversion hiredis)
+fi
 cuda_option=False
 [ "$have_nvcc" = OFF ] || cuda_option=True
 profile="$work/system-deps"
@@ -115,12 +132,13 @@ compiler.cppstd=20
 [platform_requires]
 range-v3/$range_v3_version
 zlib/$zlib_version
+hiredis/$hiredis_version
 [conf]
 tools.cmake.cmaketoolchain:user_presets=
 # example-end
 EOF
 # example-begin conan-create
-conan create . -pr:a "$profile" -o "&:cuda=$cuda_option" -vwarning  # then builds and runs test_package/
+conan create . -pr:a "$profile" -o "&:cuda=$cuda_option" -o "&:with_redis=$redis_option" -vwarning  # then builds and runs test_package/
 # example-end
 
 # --- 4. the README quotes what was built ----------------------------------------

@@ -9,7 +9,9 @@
 #include <kvpolicy/cache/tiered_cache.hpp>
 #include <kvpolicy/eviction/lru.hpp>
 
+#include <algorithm>
 #include <map>
+#include <numeric>
 #include <memory>
 #include <random>
 #include <set>
@@ -258,6 +260,106 @@ TEST_CASE("remote: two instances sharing a store under faults keep every block's
     REQUIRE(remote_hits > 20);
     REQUIRE(fetch_failures > 0);
     REQUIRE(write_backs > 20);
+}
+
+TEST_CASE("remote: a step's lookups asked together (admit_all_through) admit as admit_through does one by one",
+          "[cache][remote]") {
+    // Reference: the same steps, request by request through admit_through, on
+    // a twin cache and a twin store. Within a step the requests read distinct
+    // documents (a document's requests share prefixes across steps), and the
+    // tiers never evict, so the step's earlier admissions cannot move a later
+    // request's local prefix: then the one question per step must give
+    // exactly the per-request answers. The store holds random prefixes of the
+    // documents, with gaps.
+    std::mt19937_64 rng(23);
+    constexpr std::size_t docs = 12, max_len = 24;
+    memory_store store_a, store_b;
+    for (std::uint64_t d = 0; d < docs; ++d) {
+        const std::vector<block_hash> h = chain(d, max_len);
+        for (std::size_t i = 0; i < max_len; ++i)
+            if (rng() % 6 != 0) {  // about one block in six absent
+                store_a.put(h[i], {});
+                store_b.put(h[i], {});
+            }
+    }
+    const std::size_t cap = docs * max_len + 8;  // every block fits: nothing is evicted
+    cache_t a(remote_config(cap, cap)), b(remote_config(cap, cap));
+    std::vector<transfer_status> status;
+    std::size_t staged = 0;
+    for (int step = 0; step < 60; ++step) {
+        std::vector<std::uint64_t> order(docs);
+        std::iota(order.begin(), order.end(), 0);
+        std::shuffle(order.begin(), order.end(), rng);
+        std::vector<std::vector<block_hash>> hashes;
+        std::vector<step_request> requests;
+        for (std::size_t r = 0; r < 1 + rng() % 5; ++r) hashes.push_back(chain(order[r], 1 + rng() % max_len));
+        for (std::size_t r = 0; r < hashes.size(); ++r)
+            requests.push_back({session_id{static_cast<std::uint64_t>(step * 10 + static_cast<int>(r))}, hashes[r]});
+        a.begin_step();
+        b.begin_step();
+        std::vector<remote_admission> one_by_one;
+        for (const step_request& q : requests) one_by_one.push_back(admit_through(a, store_a, q.session, q.hashes));
+        const std::size_t asked_before = store_b.batched_lookups;
+        const std::vector<remote_admission> together = admit_all_through(b, store_b, requests);
+        REQUIRE(store_b.batched_lookups == asked_before + 1);
+        REQUIRE(together.size() == one_by_one.size());
+        for (std::size_t r = 0; r < requests.size(); ++r) {
+            CAPTURE(step, r);
+            REQUIRE(together[r].admitted);
+            REQUIRE(together[r].remote_blocks == one_by_one[r].remote_blocks);
+            REQUIRE(together[r].local.match == one_by_one[r].local.match);
+            REQUIRE(together[r].local.computed_blocks == one_by_one[r].local.computed_blocks);
+            staged += together[r].remote_blocks;
+        }
+        const swap_plan& plan_a = a.end_step();
+        const swap_plan& plan_b = b.end_step();
+        REQUIRE(plan_b.transfers == plan_a.transfers);
+        REQUIRE(plan_b.remote_keys == plan_a.remote_keys);
+        status.assign(plan_a.transfers.size(), transfer_status::done);
+        (void)a.complete_transfers(plan_a, status);
+        (void)b.complete_transfers(plan_b, status);
+        for (const step_request& q : requests) {
+            a.release(q.session);
+            b.release(q.session);
+        }
+        REQUIRE(b.check_invariants().empty());
+    }
+    REQUIRE(staged > 20);  // the runs went through the store
+}
+
+TEST_CASE("remote: admit_all_through, two requests of one document in a step: the first stages, the second hits",
+          "[cache][remote]") {
+    memory_store store;
+    const std::vector<block_hash> doc = chain(5, 6);
+    for (const block_hash h : doc) store.put(h, {});
+    cache_t c(remote_config(16, 16));
+    c.begin_step();
+    const std::vector<step_request> requests = {{session_id{1}, doc}, {session_id{2}, doc}};
+    const std::vector<remote_admission> r = admit_all_through(c, store, requests);
+    REQUIRE(r[0].remote_blocks == 6);
+    REQUIRE(r[1].remote_blocks == 0);
+    REQUIRE(r[1].local.match.run == 6);
+    REQUIRE(r[1].local.computed_blocks == 0);
+    REQUIRE(store.batched_lookups == 1);
+    (void)c.end_step();
+    REQUIRE(c.check_invariants().empty());
+}
+
+TEST_CASE("remote values: the checksum of bytes given in pieces equals the one-shot checksum", "[cache][remote][values]") {
+    std::mt19937_64 rng(11);
+    for (int trial = 0; trial < 400; ++trial) {
+        const std::size_t n = trial < 100 ? static_cast<std::size_t>(trial) : rng() % 5000;
+        std::vector<std::byte> bytes(n);
+        for (auto& b : bytes) b = std::byte(rng() & 0xff);
+        remote_checksum_stream stream;
+        for (std::size_t at = 0; at < n;) {  // pieces of 0 .. 99 bytes, empty ones too
+            const std::size_t piece = std::min<std::size_t>(n - at, rng() % 100);
+            stream.update(std::span<const std::byte>(bytes).subspan(at, piece));
+            at += piece;
+        }
+        CAPTURE(n);
+        REQUIRE(stream.value() == remote_checksum(bytes));
+    }
 }
 
 TEST_CASE("remote values: the one-pass copy agrees with the checksum, each kind of bad value is refused",

@@ -317,10 +317,19 @@ TEST_CASE("remote tier: instances sharing a store hit each other's prefixes, iso
     REQUIRE(shared.remote_hits == 4);
     REQUIRE(shared.remote_failed_fetches == 0);
     REQUIRE(shared.misses == 12);
+    // Seconds saved, by hand: s1's 4 blocks at positions 0..3 not recomputed,
+    // each staged from the store (a network copy) and swapped in from the CPU (a PCIe copy).
+    const double pcie_s = cfg.kv_bytes_per_token * 16 / cfg.bandwidth_bytes_per_s;
+    const double network_s = cfg.kv_bytes_per_token * 16 / cfg.remote_bandwidth_bytes_per_s;
+    double expect = 0;
+    for (std::size_t i = 0; i < 4; ++i) expect += cfg.cost.cost(i * 16) - pcie_s - network_s;
+    REQUIRE(shared.prefill_seconds_saved == Approx(expect).epsilon(1e-12));
+    REQUIRE(shared.prefill_seconds_saved > 0);
     vector_request_source isolated_src(reqs);
     const replay_result isolated = replay_instances<lru, lru>(isolated_src, cfg, 2, 16, false);
     REQUIRE(isolated.hits == 0);
     REQUIRE(isolated.remote_hits == 0);
+    REQUIRE(isolated.prefill_seconds_saved == 0);
 }
 
 TEST_CASE("remote tier: one instance with an empty store replays exactly as the two-tier cache", "[sim][remote]") {
@@ -328,7 +337,7 @@ TEST_CASE("remote tier: one instance with an empty store replays exactly as the 
     // replaced) and every lookup stops at the CPU tier: the same hits.
     const std::vector<request_record> reqs = generate_chat_workload({.sessions = 60});
     for (const std::size_t cpu : {std::size_t{8}, std::size_t{64}}) {
-        request_replay_config cfg{.capacity = 48, .cpu_capacity = cpu, .block_size = 16, .trace_name = "built-in"};
+        request_replay_config cfg{.capacity = 512, .cpu_capacity = cpu, .block_size = 16, .trace_name = "built-in"};
         vector_request_source a(reqs), b(reqs);
         const replay_result tiered = replay_requests<lru, lru>(a, cfg, replay_mode::tiered);
         const replay_result remote = replay_instances<lru, lru>(b, cfg, 1, 0, true);
@@ -338,5 +347,8 @@ TEST_CASE("remote tier: one instance with an empty store replays exactly as the 
         REQUIRE(remote.cpu_hits == tiered.cpu_hits);
         REQUIRE(remote.bypassed_requests == tiered.bypassed_requests);
         REQUIRE(remote.remote_hits == 0);
+        REQUIRE(remote.prefill_seconds_saved == Approx(tiered.prefill_seconds_saved).epsilon(1e-9));
+        REQUIRE(remote.prefill_seconds_saved > 0);
+        REQUIRE(tiered.cpu_hits > 0);  // the swap-ins' cost is in both figures
     }
 }

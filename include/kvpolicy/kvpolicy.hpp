@@ -56,6 +56,7 @@
 #include "kvpolicy/sparse/lse_merge.hpp"
 #include "kvpolicy/sparse/lse_merge_math.hpp"
 #include "kvpolicy/sparse/minference.hpp"
+#include "kvpolicy/sparse/minference_estimate.hpp"
 #include "kvpolicy/sparse/quest.hpp"
 #include "kvpolicy/sparse/quest_math.hpp"
 #include "kvpolicy/sparse/reference_attention.hpp"
@@ -68,6 +69,8 @@
 #include "kvpolicy/cache/block_hasher.hpp"
 #include "kvpolicy/cache/metrics.hpp"
 #include "kvpolicy/cache/presets.hpp"
+#include "kvpolicy/cache/remote_tier.hpp"   // the remote tier's cache side (no hiredis: kvpolicy/redis.hpp is the client)
+#include "kvpolicy/cache/remote_value.hpp"
 #include "kvpolicy/cache/swap_plan.hpp"
 #include "kvpolicy/cache/tiered_cache.hpp"
 

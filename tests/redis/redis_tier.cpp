@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -147,6 +148,85 @@ TEST_CASE("redis engine: pipelined batches, binary-safe values, per-op status, b
     REQUIRE(server.call({"STRLEN", c.ns.key(1000)}) == std::to_string(item_bytes + remote_value_header::size));
 }
 
+TEST_CASE("redis engine: a write-back's slot overwritten later in its batch sends the bytes it had when queued",
+          "[redis]") {
+    redis_server server;
+    redis::store store(config_for(server.port()));
+    block_arena gpu(2, item_bytes), cpu(2, item_bytes);
+    redis::engine engine(gpu, cpu, store);
+    const std::vector<std::uint64_t> keys = {500, 501, 502, 503};
+    write_pattern(gpu.block(block_id{0}), keys[0]);
+    write_pattern(gpu.block(block_id{1}), keys[3]);
+    write_pattern(cpu.block(block_id{0}), 7777);  // moves to GPU slot 0 once gpu 0 is queued for the store
+    write_pattern(cpu.block(block_id{1}), keys[1]);
+    std::vector<transfer_status> status(3);
+    // keys[3] in the store first, for the fetch below.
+    REQUIRE(engine.execute(std::vector<block_transfer>{{tier::gpu, block_id{1}, tier::remote, block_id{3}}}, keys,
+                           std::span(status).first(1)) == 1);
+    const std::vector<block_transfer> plan = {
+        {tier::gpu, block_id{0}, tier::remote, block_id{0}},  // write back GPU 0 as keys[0]
+        {tier::cpu, block_id{0}, tier::gpu, block_id{0}},     // then GPU 0 is overwritten by a local copy
+        {tier::cpu, block_id{1}, tier::remote, block_id{1}},  // write back CPU 1 as keys[1]
+        {tier::remote, block_id{3}, tier::cpu, block_id{1}},  // then CPU 1 is filled by a fetch
+    };
+    status.assign(plan.size(), transfer_status::failed);
+    REQUIRE(engine.execute(plan, keys, status) == plan.size());
+    REQUIRE(engine.round_trips() == 2);  // one for keys[3], one for the whole plan
+    REQUIRE(engine.spilled_values() == 2);
+    REQUIRE(has_pattern(gpu.block(block_id{0}), 7777));
+    REQUIRE(has_pattern(cpu.block(block_id{1}), keys[3]));
+    // The store holds what the slots had when the write-backs were queued.
+    const std::vector<block_transfer> back = {{tier::remote, block_id{0}, tier::cpu, block_id{0}},
+                                              {tier::remote, block_id{1}, tier::cpu, block_id{1}}};
+    status.assign(back.size(), transfer_status::failed);
+    REQUIRE(engine.execute(back, keys, status) == back.size());
+    REQUIRE(has_pattern(cpu.block(block_id{0}), keys[0]));
+    REQUIRE(has_pattern(cpu.block(block_id{1}), keys[1]));
+}
+
+TEST_CASE("redis engine: values read in place in many pieces, amid missing and wrong-length values in one batch",
+          "[redis]") {
+    redis_server server;
+    // An item size past many socket reads and not a multiple of the checksum's 32-byte stripe.
+    const std::size_t big = (std::size_t{3} << 20) + 20;
+    redis::store_config c = config_for(server.port());
+    c.ns.item_bytes = static_cast<std::uint32_t>(big);
+    c.io_timeout = std::chrono::milliseconds(5000);
+    redis::store store(c);
+    const std::uint32_t n = 4;
+    block_arena gpu(n, big), cpu(2 * n, big);
+    redis::engine engine(gpu, cpu, store);
+    std::vector<std::uint64_t> keys;
+    std::vector<block_transfer> ops;
+    for (std::uint32_t i = 0; i < n; ++i) {
+        keys.push_back(2000 + i);
+        write_pattern(gpu.block(block_id{i}), keys.back());
+        ops.push_back({tier::gpu, block_id{i}, tier::remote, block_id{i}});
+    }
+    std::vector<transfer_status> status(n);
+    REQUIRE(engine.execute(ops, keys, status) == n);
+    // Behind the engine: key 2001 holds a short value, key 2002 a value one byte too long.
+    server.call({"SET", c.ns.key(2001), "short"});
+    server.call({"APPEND", c.ns.key(2002), "x"});
+    keys.push_back(2999);  // never written: nil
+    // Fetch: 2000 (ok), 2001 (refused), 2999 (missing), 2002 (refused), 2003 (ok), 2000 again (ok).
+    const std::vector<std::uint32_t> order = {0, 1, 4, 2, 3, 0};
+    ops.clear();
+    for (std::uint32_t j = 0; j < order.size(); ++j) ops.push_back({tier::remote, block_id{order[j]}, tier::cpu, block_id{j}});
+    status.assign(ops.size(), transfer_status::done);
+    const std::size_t rejected_before = engine.rejected_values();
+    REQUIRE(engine.execute(ops, keys, status) == 3);
+    REQUIRE(engine.rejected_values() - rejected_before == 2);
+    const std::vector<transfer_status> expect = {transfer_status::done,   transfer_status::failed, transfer_status::failed,
+                                                 transfer_status::failed, transfer_status::done,   transfer_status::done};
+    REQUIRE(status == expect);
+    for (std::uint32_t j = 0; j < order.size(); ++j) {
+        const auto slot = cpu.block(block_id{j});
+        if (status[j] == transfer_status::done) REQUIRE(has_pattern(slot, keys[order[j]]));
+        else REQUIRE(std::all_of(slot.begin(), slot.end(), [](std::byte b) { return b == std::byte{0xee}; }));
+    }
+}
+
 TEST_CASE("redis: two processes share one server: a prefix one computed is a remote hit for the other", "[redis]") {
     redis_server server;
     const std::vector<block_hash> doc = chain(1, 4);
@@ -192,6 +272,58 @@ TEST_CASE("redis: two processes share one server: a prefix one computed is a rem
     REQUIRE(r.clean());
     for (block_hash h : doc) REQUIRE(has_pattern(b.gpu.block(*b.cache.gpu().cached_block(h)), h));
     check_after(b, r);
+}
+
+TEST_CASE("redis: a step's lookups in one batch (present_prefixes) answer as one present_prefix per request",
+          "[redis]") {
+    redis_server server;
+    redis::store store(config_for(server.port()));
+    std::mt19937_64 rng(5);
+    std::vector<std::vector<std::uint64_t>> lists(40);
+    for (auto& keys : lists) {
+        keys.resize(rng() % 30);  // empty lists too
+        for (auto& k : keys) k = rng() % 200;
+    }
+    for (std::uint64_t k = 0; k < 200; ++k)
+        if (rng() % 4 != 0) server.call({"SET", store.config().ns.key(k), "v"});
+    std::vector<std::span<const std::uint64_t>> spans(lists.begin(), lists.end());
+    std::vector<std::size_t> together(lists.size(), 999);
+    int batches = 0;
+    store.after_send = [&] { ++batches; };
+    store.present_prefixes(spans, together);
+    REQUIRE(batches == 1);  // one round trip for all of them
+    for (std::size_t i = 0; i < lists.size(); ++i) {
+        CAPTURE(i);
+        REQUIRE(together[i] == store.present_prefix(lists[i]));
+    }
+    const auto asked = 1 + std::count_if(lists.begin(), lists.end(), [](const auto& k) { return !k.empty(); });
+    REQUIRE(batches == asked);  // one per non-empty list, one by one (an empty one sends nothing)
+    std::vector<std::size_t> too_short(lists.size() - 1);
+    REQUIRE_THROWS_WITH(store.present_prefixes(spans, too_short), Catch::Contains("give one per list"));
+    REQUIRE(batches == asked);  // nothing sent
+
+    // Through a cache: a step of two requests, one of a published document, asked together.
+    redis::store store_a(config_for(server.port()));
+    instance a(remote_config(4, 2), store_a);
+    const std::vector<block_hash> doc = chain(1, 4);
+    publish(a, store_a, doc, 2);
+    instance b(remote_config(8, 8), store);
+    const std::vector<block_hash> other = chain(77, 3);
+    const std::vector<step_request> step = {{session_id{9}, doc}, {session_id{10}, other}};
+    b.cache.begin_step();
+    batches = 0;
+    const std::vector<remote_admission> r = admit_all_through(b.cache, store, step);
+    REQUIRE(batches == 1);
+    REQUIRE(r[0].remote_blocks == 4);
+    REQUIRE(r[1].remote_blocks == 0);
+    REQUIRE(r[1].local.computed_blocks == 3);
+    const swap_plan& plan = b.cache.end_step();
+    std::vector<transfer_status> status;
+    REQUIRE(execute_plan(plan, b.engine, status) == 0);
+    const transfer_report report = b.cache.complete_transfers(plan, status);
+    REQUIRE(report.clean());
+    for (block_hash h : doc) REQUIRE(has_pattern(b.gpu.block(*b.cache.gpu().cached_block(h)), h));
+    store.after_send = nullptr;
 }
 
 TEST_CASE("redis faults: every affected op fails, every affected block is recomputed, no wrong bytes", "[redis][faults]") {

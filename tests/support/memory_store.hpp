@@ -32,6 +32,11 @@ public:
         while (n < keys.size() && values_.contains(keys[n])) ++n;
         return n;
     }
+    void present_prefixes(std::span<const std::span<const std::uint64_t>> lists, std::span<std::size_t> out) {
+        ++batched_lookups;
+        for (std::size_t i = 0; i < lists.size(); ++i) out[i] = present_prefix(lists[i]);
+    }
+    std::size_t batched_lookups = 0;  ///< present_prefixes calls: one per step's lookups
     void put(std::uint64_t key, std::vector<std::byte> value) {
         if (!values_.contains(key)) {
             order_.push_back(key);

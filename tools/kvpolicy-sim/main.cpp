@@ -7,6 +7,7 @@
 //
 // Other programs script this contract: keep it.
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -38,7 +39,7 @@ int main(int argc, char** argv) {
     CLI::App app{"kvpolicy-sim: compare KV-cache eviction policies on real or generated workloads"};
     options o;
     std::string format, mode, policy_list, capacity_list;
-    double alpha = -1, beta = -1, constant = -1, bandwidth_gbps = 25;
+    double alpha = -1, beta = -1, constant = -1, bandwidth_gbps = 25, remote_bandwidth_gbps = 12.5;
     app.add_option("--trace", o.trace, "Mooncake JSONL (.jsonl, .jsonl.gz) or block CSV; omit for the built-in workload");
     app.add_option("--format", format, "mooncake or csv (default: from the file name)")
         ->check(CLI::IsMember({"mooncake", "csv"}));
@@ -87,6 +88,7 @@ int main(int argc, char** argv) {
     cost->add_option("--beta", beta, "seconds per block, attention part (default 0)");
     cost->add_option("--const", constant, "seconds per block, non-attention part (default from Llama-3-8B)");
     cost->add_option("--bandwidth", bandwidth_gbps, "CPU -> GPU GB/s (default 25)");
+    cost->add_option("--remote-bandwidth", remote_bandwidth_gbps, "remote store -> CPU GB/s (default 12.5: 100 Gb/s)");
     cost->add_option("--kv-bytes-per-token", o.replay.kv_bytes_per_token, "KV bytes per token (default Llama-3-8B fp16)");
     CLI11_PARSE(app, argc, argv);
 
@@ -135,6 +137,13 @@ int main(int argc, char** argv) {
                                          .beta = beta >= 0 ? beta : 0.0,
                                          .const_non_attention = constant >= 0 ? constant : 4e-5 * o.block_size});
         o.replay.bandwidth_bytes_per_s = bandwidth_gbps * 1e9;
+        if (!(remote_bandwidth_gbps > 0)) {
+            char given[32];
+            std::snprintf(given, sizeof given, "%g", remote_bandwidth_gbps);
+            throw config_error(std::string("--remote-bandwidth ") + given +
+                               ": give the store -> CPU bandwidth in GB/s, a positive number (default 12.5)");
+        }
+        o.replay.remote_bandwidth_bytes_per_s = remote_bandwidth_gbps * 1e9;
         if (o.threads == 0) o.threads = std::max(1u, std::thread::hardware_concurrency());
 
         const shared_inputs in = load_inputs(o);

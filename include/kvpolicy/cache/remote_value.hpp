@@ -17,6 +17,7 @@
 // (Collet, xxHash), several GB/s, so it costs little next to the network.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cstddef>
@@ -31,38 +32,55 @@
 namespace kvpolicy {
 
 namespace detail {
-// xxHash64's rounds and avalanche over `n` bytes at `p`; with `out`, the
-// bytes are copied there in the same pass (a load feeds both).
-inline std::uint64_t checksum_pass(const std::byte* p, std::size_t n, std::byte* out) noexcept {
-    constexpr std::uint64_t p1 = 0x9E3779B185EBCA87ULL, p2 = 0xC2B2AE3D27D4EB4FULL, p3 = 0x165667B19E3779F9ULL;
-    auto round = [](std::uint64_t acc, std::uint64_t w) { return std::rotl(acc + w * p2, 31) * p1; };
-    auto load = [](const std::byte* q) {
-        std::uint64_t w;
-        std::memcpy(&w, q, 8);
-        return w;
-    };
-    const std::size_t total = n;
-    std::uint64_t v[4] = {p1 + p2, p2, 0, 0 - p1};
-    for (; n >= 32; n -= 32, p += 32) {
+inline constexpr std::uint64_t checksum_p1 = 0x9E3779B185EBCA87ULL, checksum_p2 = 0xC2B2AE3D27D4EB4FULL,
+                               checksum_p3 = 0x165667B19E3779F9ULL;
+inline constexpr std::uint64_t checksum_round(std::uint64_t acc, std::uint64_t w) noexcept {
+    return std::rotl(acc + w * checksum_p2, 31) * checksum_p1;
+}
+inline std::uint64_t checksum_load(const std::byte* q) noexcept {
+    std::uint64_t w;
+    std::memcpy(&w, q, 8);
+    return w;
+}
+// The four lanes over whole 32-byte stripes; returns the bytes consumed
+// (n rounded down to 32). With `out`, the stripes are copied there in the
+// same pass (a load feeds both).
+inline std::size_t checksum_stripes(std::uint64_t (&v)[4], const std::byte* p, std::size_t n, std::byte* out) noexcept {
+    const std::size_t whole = n & ~std::size_t{31};
+    for (std::size_t at = 0; at < whole; at += 32, p += 32) {
         std::uint64_t w[4];
-        for (int i = 0; i < 4; ++i) w[i] = load(p + 8 * i);
+        for (int i = 0; i < 4; ++i) w[i] = checksum_load(p + 8 * i);
         if (out != nullptr) {
             std::memcpy(out, w, 32);
             out += 32;
         }
-        for (int i = 0; i < 4; ++i) v[i] = round(v[i], w[i]);
+        for (int i = 0; i < 4; ++i) v[i] = checksum_round(v[i], w[i]);
     }
-    if (out != nullptr && n > 0) std::memcpy(out, p, n);
+    return whole;
+}
+// The lanes merged, the last n < 32 bytes at p, the length, the avalanche.
+inline std::uint64_t checksum_finish(const std::uint64_t (&v)[4], const std::byte* p, std::size_t n,
+                                     std::uint64_t total) noexcept {
     std::uint64_t h = std::rotl(v[0], 1) + std::rotl(v[1], 7) + std::rotl(v[2], 12) + std::rotl(v[3], 18);
     h += total;
-    for (; n >= 8; n -= 8, p += 8) h = std::rotl(h ^ round(0, load(p)), 27) * p1 + p3;
-    for (; n > 0; --n, ++p) h = std::rotl(h ^ (std::to_integer<std::uint64_t>(*p) * p3), 11) * p1;
+    for (; n >= 8; n -= 8, p += 8) h = std::rotl(h ^ checksum_round(0, checksum_load(p)), 27) * checksum_p1 + checksum_p3;
+    for (; n > 0; --n, ++p) h = std::rotl(h ^ (std::to_integer<std::uint64_t>(*p) * checksum_p3), 11) * checksum_p1;
     h ^= h >> 33;
-    h *= p2;
+    h *= checksum_p2;
     h ^= h >> 29;
-    h *= p3;
+    h *= checksum_p3;
     h ^= h >> 32;
     return h;
+}
+inline constexpr std::uint64_t checksum_seed[4] = {checksum_p1 + checksum_p2, checksum_p2, 0, 0 - checksum_p1};
+
+// xxHash64's rounds and avalanche over `n` bytes at `p`; with `out`, the
+// bytes are copied there in the same pass.
+inline std::uint64_t checksum_pass(const std::byte* p, std::size_t n, std::byte* out) noexcept {
+    std::uint64_t v[4] = {checksum_seed[0], checksum_seed[1], checksum_seed[2], checksum_seed[3]};
+    const std::size_t whole = checksum_stripes(v, p, n, out);
+    if (out != nullptr && n > whole) std::memcpy(out + whole, p + whole, n - whole);
+    return checksum_finish(v, p + whole, n - whole, n);
 }
 }  // namespace detail
 
@@ -76,6 +94,40 @@ inline std::uint64_t checksum_pass(const std::byte* p, std::size_t n, std::byte*
 inline std::uint64_t copy_with_checksum(std::span<std::byte> dst, std::span<const std::byte> src) noexcept {
     return detail::checksum_pass(src.data(), src.size(), dst.data());
 }
+
+/// remote_checksum of bytes that arrive in pieces (a value read from a
+/// socket straight into its slot): update() with each piece in order, then
+/// value() equals remote_checksum of the pieces back to back. Each piece is
+/// read once, while it is still in cache.
+class remote_checksum_stream {
+public:
+    void update(std::span<const std::byte> bytes) noexcept {
+        const std::byte* p = bytes.data();
+        std::size_t n = bytes.size();
+        total_ += n;
+        if (tail_len_ > 0) {  // complete the stripe the last piece began
+            const std::size_t take = std::min(n, sizeof tail_ - tail_len_);
+            std::memcpy(tail_ + tail_len_, p, take);
+            tail_len_ += take;
+            p += take;
+            n -= take;
+            if (tail_len_ < sizeof tail_) return;
+            detail::checksum_stripes(v_, tail_, sizeof tail_, nullptr);
+            tail_len_ = 0;
+        }
+        const std::size_t whole = detail::checksum_stripes(v_, p, n, nullptr);
+        tail_len_ = n - whole;
+        if (tail_len_ > 0) std::memcpy(tail_, p + whole, tail_len_);
+    }
+    [[nodiscard]] std::uint64_t value() const noexcept { return detail::checksum_finish(v_, tail_, tail_len_, total_); }
+
+private:
+    std::uint64_t v_[4] = {detail::checksum_seed[0], detail::checksum_seed[1], detail::checksum_seed[2],
+                           detail::checksum_seed[3]};
+    std::uint64_t total_ = 0;
+    std::byte tail_[32]{};
+    std::size_t tail_len_ = 0;
+};
 
 /// Where an instance's items live in the store: two instances share an
 /// item iff their namespaces are equal.
@@ -144,15 +196,37 @@ enum class remote_value_check : std::uint8_t { ok, missing, too_short, bad_magic
     return "?";
 }
 
-/// Writes the header of `payload` (item `key`) into `out` (size bytes).
-inline void encode_remote_header(std::span<std::byte, remote_value_header::size> out, const remote_namespace& ns,
-                                 std::uint64_t ns_hash, std::uint64_t key, std::span<const std::byte> payload) noexcept {
+/// The header of item `key` whose payload has `length` bytes and checksum `checksum`.
+[[nodiscard]] inline remote_value_header make_remote_header(const remote_namespace& ns, std::uint64_t ns_hash,
+                                                            std::uint64_t key, std::size_t length,
+                                                            std::uint64_t checksum) noexcept {
     remote_value_header h;
     h.layout_version = ns.layout_version;
     h.namespace_hash = ns_hash;
     h.key = key;
-    h.length = payload.size();
-    h.checksum = remote_checksum(payload);
+    h.length = length;
+    h.checksum = checksum;
+    return h;
+}
+
+/// The header's own checks (magic, format, namespace, layout, key, a
+/// declared length of `expected_length`); the payload's length and checksum
+/// are the caller's to compare with `h.length` and `h.checksum`.
+[[nodiscard]] inline remote_value_check check_remote_header(const remote_value_header& h, const remote_namespace& ns,
+                                                            std::uint64_t ns_hash, std::uint64_t key,
+                                                            std::size_t expected_length) noexcept {
+    if (h.magic != remote_value_header::magic_value || h.format != remote_value_header::format_version)
+        return remote_value_check::bad_magic;
+    if (h.namespace_hash != ns_hash || h.layout_version != ns.layout_version) return remote_value_check::wrong_namespace;
+    if (h.key != key) return remote_value_check::wrong_key;
+    if (h.length != expected_length) return remote_value_check::wrong_length;
+    return remote_value_check::ok;
+}
+
+/// Writes the header of `payload` (item `key`) into `out` (size bytes).
+inline void encode_remote_header(std::span<std::byte, remote_value_header::size> out, const remote_namespace& ns,
+                                 std::uint64_t ns_hash, std::uint64_t key, std::span<const std::byte> payload) noexcept {
+    const remote_value_header h = make_remote_header(ns, ns_hash, key, payload.size(), remote_checksum(payload));
     std::memcpy(out.data(), &h, sizeof h);
 }
 
@@ -160,14 +234,24 @@ inline void encode_remote_header(std::span<std::byte, remote_value_header::size>
 /// remote_value_header::size + payload.size() bytes), reading the payload once.
 inline void encode_remote_value(std::span<std::byte> out, const remote_namespace& ns, std::uint64_t ns_hash,
                                 std::uint64_t key, std::span<const std::byte> payload) noexcept {
-    remote_value_header h;
-    h.layout_version = ns.layout_version;
-    h.namespace_hash = ns_hash;
-    h.key = key;
-    h.length = payload.size();
-    h.checksum = copy_with_checksum(out.subspan(remote_value_header::size), payload);
+    const std::uint64_t sum = copy_with_checksum(out.subspan(remote_value_header::size), payload);
+    const remote_value_header h = make_remote_header(ns, ns_hash, key, payload.size(), sum);
     std::memcpy(out.data(), &h, sizeof h);
 }
+
+namespace detail {
+// The header checks of a whole value; on ok, `h` is its header.
+[[nodiscard]] inline remote_value_check check_value_header(std::span<const std::byte> value, remote_value_header& h,
+                                                           const remote_namespace& ns, std::uint64_t ns_hash,
+                                                           std::uint64_t key, std::size_t expected_length) noexcept {
+    if (value.size() < remote_value_header::size) return remote_value_check::too_short;
+    std::memcpy(&h, value.data(), sizeof h);
+    const remote_value_check c = check_remote_header(h, ns, ns_hash, key, expected_length);
+    if (c != remote_value_check::ok) return c;
+    if (value.size() - remote_value_header::size != expected_length) return remote_value_check::wrong_length;
+    return remote_value_check::ok;
+}
+}  // namespace detail
 
 /// verify_remote_value, copying the payload into `dst` (its length is the
 /// expected one) in the same pass as the checksum. On anything but `ok`,
@@ -175,16 +259,11 @@ inline void encode_remote_value(std::span<std::byte> out, const remote_namespace
 [[nodiscard]] inline remote_value_check verify_and_copy_remote_value(std::span<const std::byte> value,
                                                                      const remote_namespace& ns, std::uint64_t ns_hash,
                                                                      std::uint64_t key, std::span<std::byte> dst) noexcept {
-    if (value.size() < remote_value_header::size) return remote_value_check::too_short;
     remote_value_header h;
-    std::memcpy(&h, value.data(), sizeof h);
-    if (h.magic != remote_value_header::magic_value || h.format != remote_value_header::format_version)
-        return remote_value_check::bad_magic;
-    if (h.namespace_hash != ns_hash || h.layout_version != ns.layout_version) return remote_value_check::wrong_namespace;
-    if (h.key != key) return remote_value_check::wrong_key;
-    const std::span<const std::byte> payload = value.subspan(remote_value_header::size);
-    if (h.length != dst.size() || payload.size() != dst.size()) return remote_value_check::wrong_length;
-    if (copy_with_checksum(dst, payload) != h.checksum) return remote_value_check::bad_checksum;
+    if (const auto c = detail::check_value_header(value, h, ns, ns_hash, key, dst.size()); c != remote_value_check::ok)
+        return c;
+    if (copy_with_checksum(dst, value.subspan(remote_value_header::size)) != h.checksum)
+        return remote_value_check::bad_checksum;
     return remote_value_check::ok;
 }
 
@@ -193,16 +272,10 @@ inline void encode_remote_value(std::span<std::byte> out, const remote_namespace
 [[nodiscard]] inline remote_value_check verify_remote_value(std::span<const std::byte> value, const remote_namespace& ns,
                                                             std::uint64_t ns_hash, std::uint64_t key,
                                                             std::size_t expected_length) noexcept {
-    if (value.size() < remote_value_header::size) return remote_value_check::too_short;
     remote_value_header h;
-    std::memcpy(&h, value.data(), sizeof h);
-    if (h.magic != remote_value_header::magic_value || h.format != remote_value_header::format_version)
-        return remote_value_check::bad_magic;
-    if (h.namespace_hash != ns_hash || h.layout_version != ns.layout_version) return remote_value_check::wrong_namespace;
-    if (h.key != key) return remote_value_check::wrong_key;
-    const std::span<const std::byte> payload = value.subspan(remote_value_header::size);
-    if (h.length != expected_length || payload.size() != expected_length) return remote_value_check::wrong_length;
-    if (remote_checksum(payload) != h.checksum) return remote_value_check::bad_checksum;
+    if (const auto c = detail::check_value_header(value, h, ns, ns_hash, key, expected_length); c != remote_value_check::ok)
+        return c;
+    if (remote_checksum(value.subspan(remote_value_header::size)) != h.checksum) return remote_value_check::bad_checksum;
     return remote_value_check::ok;
 }
 

@@ -205,4 +205,13 @@ concept remote_directory = requires(T& t, std::span<const std::uint64_t> keys) {
     { t.present_prefix(keys) } -> std::same_as<std::size_t>;
 };
 
+/// A remote_directory that answers a step's lookups together:
+/// `present_prefixes(lists, out)` sets out[i] to present_prefix(lists[i])
+/// for every list, in one round trip to the store instead of one per list.
+template <class T>
+concept remote_batch_directory =
+    remote_directory<T> && requires(T& t, std::span<const std::span<const std::uint64_t>> lists, std::span<std::size_t> out) {
+        { t.present_prefixes(lists, out) } -> std::same_as<void>;
+    };
+
 }  // namespace kvpolicy

@@ -354,6 +354,7 @@ struct request_replay_config {
     std::uint32_t num_layers = 1;  ///< > 1: layer-chunk items (needs a per-layer cache type)
     pensieve_linear cost{};        ///< recompute seconds of one block from its context
     double bandwidth_bytes_per_s = 25e9;     ///< CPU -> GPU
+    double remote_bandwidth_bytes_per_s = 12.5e9;  ///< remote store -> CPU (100 Gb/s; replay_instances)
     double kv_bytes_per_token = 131072;      ///< Llama-3-8B, fp16: 2 x 32 layers x 8 heads x 128 x 2 B
     bool skip_bad_lines = false;
     std::string trace_name = "built-in";
@@ -584,6 +585,8 @@ replay_result replay_instances(RequestSource& source, const request_replay_confi
     r.mode = replay_mode::tiered;
     r.instances = instances;
     r.remote_capacity = remote_capacity;
+    const double transfer_s = cfg.kv_bytes_per_token * cfg.block_size / cfg.bandwidth_bytes_per_s;
+    const double remote_transfer_s = cfg.kv_bytes_per_token * cfg.block_size / cfg.remote_bandwidth_bytes_per_s;
     request_record req;
     timestamp now = 0;
     std::vector<transfer_status> status;
@@ -641,8 +644,20 @@ replay_result replay_instances(RequestSource& source, const request_replay_confi
         r.hits += served;
         r.misses += n - served;
         r.hit_tokens += std::min<std::uint64_t>(served * cfg.block_size, tokens);
-        r.remote_hits += a.remote_blocks - std::min(a.remote_blocks, recomputed_blocks);
+        const std::size_t remote_arrived = a.remote_blocks - std::min(a.remote_blocks, recomputed_blocks);
+        r.remote_hits += remote_arrived;
         r.remote_failed_fetches += failed_fetches / items;
+        // Seconds saved as replay_requests counts them: the recompute cost of
+        // each block served (a recomputed one saved nothing), less the swap-in
+        // of those that came from the CPU tier (staged ones included: only
+        // they fail here), less the store -> CPU copy of those that arrived.
+        for (std::size_t i = 0; i < a.local.match.run; ++i)
+            if (!std::binary_search(chunks.begin(), chunks.begin() + static_cast<std::ptrdiff_t>(recomputed_blocks),
+                                    static_cast<std::uint32_t>(i)))
+                r.prefill_seconds_saved += cfg.cost.cost(i * cfg.block_size);
+        const std::size_t cpu_served = a.local.match.cpu_blocks - std::min(a.local.match.cpu_blocks, recomputed_blocks);
+        r.prefill_seconds_saved -= static_cast<double>(cpu_served) * transfer_s +
+                                   static_cast<double>(remote_arrived) * remote_transfer_s;
     }
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (const auto& c : caches) {

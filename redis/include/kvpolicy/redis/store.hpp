@@ -11,8 +11,9 @@
 // reached fails its commands (a null reply): the caller's ops fail and are
 // recomputed; the map is read again at the next batch.
 //
-// The store is also the `remote_directory` a lookup asks: present_prefix
-// sends one EXISTS per key in one batch.
+// The store is also the `remote_batch_directory` a lookup asks:
+// present_prefix sends one EXISTS per key in one batch, present_prefixes
+// those of all of a step's requests in one batch.
 #pragma once
 
 #include <algorithm>
@@ -46,11 +47,19 @@ namespace kvpolicy::redis {
     return crc & 16383;
 }
 
-/// One command of a batch: up to three binary-safe arguments after the name.
+/// One command of a batch: the name, a key and, for SET, a value made of
+/// `value_head` then `value` (both sent from where they lie, not copied:
+/// they must stay alive and unchanged while the batch runs).
 struct command {
     std::string_view name;  ///< "SET", "GET", "EXISTS", ...
     std::string_view key;
-    std::span<const std::byte> value{};  ///< SET's value; empty for the others
+    std::span<const std::byte> value_head{};  ///< SET: the value's first bytes
+    std::span<const std::byte> value{};       ///< SET: the rest
+    /// GET: where a value of exactly the sink's length is read, straight
+    /// from the socket (see connection::next_reply_into); null for a reply object.
+    bulk_sink* into = nullptr;
+
+    [[nodiscard]] bool has_value() const noexcept { return name == "SET"; }
 };
 
 class store {
@@ -90,7 +99,8 @@ public:
     std::function<void()> after_send;
 
     /// Runs `cmds` as one pipelined batch; `replies[i]` is command i's reply,
-    /// null when its node could not be reached or did not answer in time.
+    /// null when its node could not be reached or did not answer in time, or
+    /// when its value was read into its sink (`cmds[i].into->filled`).
     /// Redirect replies (MOVED, ASK) are followed, not returned.
     void run(std::span<const command> cmds, std::vector<reply_ptr>& replies) {
         replies.clear();
@@ -127,10 +137,36 @@ public:
         }
         run(exists_, exists_replies_);
         std::size_t n = 0;
-        while (n < keys.size() && exists_replies_[n] && exists_replies_[n]->type == REDIS_REPLY_INTEGER &&
-               exists_replies_[n]->integer == 1)
-            ++n;
+        while (n < keys.size() && held(exists_replies_[n])) ++n;
         return n;
+    }
+
+    /// present_prefix of each of `lists` (out[i] for lists[i]), all asked in
+    /// one pipelined batch: one round trip for a step's lookups. Throws:
+    /// usage_error if `out` is shorter than `lists` (nothing sent).
+    void present_prefixes(std::span<const std::span<const std::uint64_t>> lists, std::span<std::size_t> out) {
+        if (out.size() < lists.size())
+            throw usage_error("redis store::present_prefixes: " + std::to_string(out.size()) + " results for " +
+                              std::to_string(lists.size()) + " key lists; give one per list");
+        std::size_t total = 0;
+        for (const auto& keys : lists) total += keys.size();
+        key_text_.resize(total);
+        exists_.resize(total);
+        std::size_t at = 0;
+        for (const auto& keys : lists)
+            for (const std::uint64_t k : keys) {
+                key_text_[at] = config_.ns.key(k);
+                exists_[at] = {"EXISTS", key_text_[at]};
+                ++at;
+            }
+        run(exists_, exists_replies_);
+        at = 0;
+        for (std::size_t i = 0; i < lists.size(); ++i) {
+            std::size_t n = 0;
+            while (n < lists[i].size() && held(exists_replies_[at + n])) ++n;
+            out[i] = n;
+            at += lists[i].size();
+        }
     }
 
     [[nodiscard]] std::size_t node_count() const noexcept { return nodes_.size(); }
@@ -143,6 +179,11 @@ public:
 
 private:
     static constexpr std::uint32_t no_node = ~std::uint32_t{0};
+
+    // EXISTS answered 1 (a node that did not answer holds nothing).
+    [[nodiscard]] static bool held(const reply_ptr& r) noexcept {
+        return r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    }
 
     // Sends each pending command to its node (all nodes first), then reads
     // the replies; leaves in pending_ the redirected ones, retargeted.
@@ -178,7 +219,15 @@ private:
                     continue;
                 }
             }
-            reply_ptr r = nodes_[n]->next_reply();
+            reply_ptr r;
+            if (cmds[i].into != nullptr) {
+                if (nodes_[n]->next_reply_into(*cmds[i].into, r) == connection::bulk_read::filled) {
+                    on_reply(i, nullptr);  // the value is in the sink
+                    continue;
+                }
+            } else {
+                r = nodes_[n]->next_reply();
+            }
             if (!r) {
                 stale_map_ = config_.cluster;
                 on_reply(i, nullptr);
@@ -211,10 +260,14 @@ private:
     }
 
     static void append(connection& c, const command& cmd) {
-        const char* argv[3] = {cmd.name.data(), cmd.key.data(), reinterpret_cast<const char*>(cmd.value.data())};
-        const std::size_t lens[3] = {cmd.name.size(), cmd.key.size(), cmd.value.size()};
-        c.append(std::span<const char* const>(argv, cmd.name == "SET" ? 3 : 2),
-                 std::span<const std::size_t>(lens, cmd.name == "SET" ? 3 : 2));
+        if (cmd.has_value()) {
+            const std::string_view args[2] = {cmd.name, cmd.key};
+            c.append_with_value(args, cmd.value_head, cmd.value);
+            return;
+        }
+        const char* argv[2] = {cmd.name.data(), cmd.key.data()};
+        const std::size_t lens[2] = {cmd.name.size(), cmd.key.size()};
+        c.append(argv, lens);
     }
 
     std::uint32_t node_index(const endpoint& e) {
@@ -282,6 +335,6 @@ private:
     std::vector<reply_ptr> exists_replies_;
 };
 
-static_assert(remote_directory<store>);
+static_assert(remote_batch_directory<store>);
 
 }  // namespace kvpolicy::redis
