@@ -15,6 +15,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include <kvpolicy/core/item_key.hpp>
 
@@ -63,10 +64,17 @@ inline bool plain_key_of(PyObject* h, std::uint64_t& k) noexcept {
 }
 
 /// The 64-bit key of any hash object: other objects by Python's hash().
-inline std::uint64_t key_of(PyObject* h) {
+/// Throws: usage_error naming `what` (the argument, or the list item) for
+/// an unhashable object; an exception its __hash__ raises passes through.
+inline std::uint64_t key_of(PyObject* h, const std::string& what) {
     if (std::uint64_t k = 0; plain_key_of(h, k)) return k;
     const Py_hash_t v = PyObject_Hash(h);
-    if (v == -1 && PyErr_Occurred()) throw nb::python_error();
+    if (v == -1 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_TypeError)) throw nb::python_error();
+        PyErr_Clear();
+        throw usage_error(what + ": type '" + Py_TYPE(h)->tp_name +
+                          "' is not hashable; a block hash is an int, bytes or another hashable object");
+    }
     return static_cast<std::uint64_t>(v);
 }
 
@@ -152,6 +160,9 @@ public:
     hash_list read(nb::handle obj, std::optional<int64_buffer>& buffer) {
         hash_list h;
         if (!PyList_CheckExact(obj.ptr())) {
+            if (PyBytes_Check(obj.ptr()) || PyUnicode_Check(obj.ptr()))  // iterable, but one hash
+                throw usage_error(std::string("block_hashes: one ") + Py_TYPE(obj.ptr())->tp_name +
+                                  " object is one block hash, not a list of them; pass [block_hash]");
             buffer.emplace(obj.ptr());
             if (buffer->held) {
                 h.keys = buffer->keys();
@@ -172,7 +183,15 @@ public:
                 h.is_array = true;
                 return h;
             }
-            h.source = nb::steal(PySequence_List(obj.ptr()));
+            nb::object items = nb::steal(PyObject_GetIter(obj.ptr()));
+            if (!items.is_valid()) {
+                if (!PyErr_ExceptionMatches(PyExc_TypeError)) throw nb::python_error();
+                PyErr_Clear();
+                throw usage_error(std::string("block_hashes: type '") + Py_TYPE(obj.ptr())->tp_name +
+                                  "' is not iterable; pass a list (or any iterable) of ints, bytes or "
+                                  "hashable objects, or a uint64 array");
+            }
+            h.source = nb::steal(PySequence_List(items.ptr()));
             if (!h.source.is_valid()) throw nb::python_error();
         } else {
             h.source = nb::borrow(obj);
@@ -187,7 +206,9 @@ public:
         if (!h.source.is_valid()) throw nb::python_error();
         const std::size_t n = static_cast<std::size_t>(PyList_GET_SIZE(h.source.ptr()));
         keys_.resize(n);
-        for (std::size_t i = 0; i < n; ++i) keys_[i] = key_of(PyList_GET_ITEM(h.source.ptr(), static_cast<Py_ssize_t>(i)));
+        for (std::size_t i = 0; i < n; ++i)
+            keys_[i] = key_of(PyList_GET_ITEM(h.source.ptr(), static_cast<Py_ssize_t>(i)),
+                              "block_hashes[" + std::to_string(i) + "]");
         h.keys = keys_;
         return h;
     }
@@ -207,10 +228,20 @@ private:
         }
         forget();
         keys_.resize(n);
-        for (std::size_t i = 0; i < n; ++i)
-            if (!plain_key_of(items[i], keys_[i])) return std::nullopt;
-        objects_.assign(items, items + n);
-        for (PyObject* o : objects_) Py_INCREF(o);
+        objects_.resize(n);
+        // One pass: the objects are read from memory once (each a likely
+        // cache miss, hence the prefetch some items ahead) and kept.
+        constexpr std::size_t ahead = 8;
+        for (std::size_t i = 0; i < n; ++i) {
+            if (i + ahead < n) __builtin_prefetch(items[i + ahead]);
+            if (!plain_key_of(items[i], keys_[i])) {
+                objects_.resize(i);
+                forget();
+                return std::nullopt;
+            }
+            Py_INCREF(items[i]);
+            objects_[i] = items[i];
+        }
         return std::span<const std::uint64_t>(keys_);
     }
     void forget() noexcept {
@@ -302,7 +333,7 @@ public:
 
     /// (state, loads in flight) of one block: state 'ready', 'storing' or None.
     nb::tuple block_state(nb::handle hash) const {
-        const std::uint64_t k = key_of(hash.ptr());
+        const std::uint64_t k = key_of(hash.ptr(), "block_hash");
         const std::uint32_t s = m_->find(k);
         if (s == no_index) return nb::make_tuple(nb::none(), 0);
         return nb::make_tuple(m_->state(s) == slot_state::ready ? "ready" : "storing", m_->loads(s));
