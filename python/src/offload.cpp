@@ -233,7 +233,10 @@ private:
         // cache miss, hence the prefetch some items ahead) and kept.
         constexpr std::size_t ahead = 8;
         for (std::size_t i = 0; i < n; ++i) {
-            if (i + ahead < n) __builtin_prefetch(items[i + ahead]);
+            if (i + ahead < n) {  // a bytes hash spans two cache lines
+                __builtin_prefetch(items[i + ahead]);
+                __builtin_prefetch(reinterpret_cast<const char*>(items[i + ahead]) + 64);
+            }
             if (!plain_key_of(items[i], keys_[i])) {
                 objects_.resize(i);
                 forget();
@@ -345,7 +348,14 @@ private:
     nb::object answer(const std::vector<std::uint64_t>& keys, const std::vector<std::uint32_t>& slots, bool as_array) {
         if (as_array) return nb::cast(to_numpy(std::vector<std::uint64_t>(keys)));
         nb::object l = new_list(keys.size());
-        for (std::size_t j = 0; j < keys.size(); ++j) {
+        const std::size_t n = keys.size();
+        constexpr std::size_t ahead = 8;  // evicted blocks' objects are cold: their entries, then themselves
+        for (std::size_t j = 0; j < n; ++j) {
+            if (!objects_.empty()) {
+                if (j + 2 * ahead < n) __builtin_prefetch(&objects_[slots[j + 2 * ahead]]);
+                if (j + ahead < n)
+                    if (PyObject* p = objects_[slots[j + ahead]].ptr()) __builtin_prefetch(p);
+            }
             nb::object o = !objects_.empty() && objects_[slots[j]].is_valid() ? objects_[slots[j]] : nb::int_(keys[j]);
             PyList_SET_ITEM(l.ptr(), static_cast<Py_ssize_t>(j), o.release().ptr());
         }
