@@ -265,6 +265,24 @@ def test_bytes_hashes_from_fresh_objects_agree_with_the_naive_model(seed):
     assert len(m) == len(ref.state)
 
 
+def test_distinct_bytes_hashes_are_distinct_blocks():
+    # Structured bytes (zero runs of every length, counters at either end,
+    # repeated words, a byte flipped anywhere) must not fold to one key: a
+    # collision would make prepare_store see a block twice, or one stored.
+    hashes = {bytes(n) for n in range(70)}
+    hashes |= {i.to_bytes(32, "little") for i in range(3000)} | {i.to_bytes(32, "big") for i in range(3000)}
+    hashes |= {i.to_bytes(8, "little") * 4 for i in range(3000)} | {i.to_bytes(40, "little") for i in range(3000)}
+    base = hashlib.sha256(b"kvpolicy").digest()
+    hashes |= {base[:k] + bytes([base[k] ^ (1 << b)]) + base[k + 1:] for k in range(32) for b in range(8)}
+    hashes = sorted(hashes)
+    m = OffloadingManager(len(hashes))
+    out = m.prepare_store(hashes)
+    assert out.block_hashes_to_store == hashes and out.block_hashes_evicted == []
+    m.complete_store(hashes)
+    assert len(m) == len(hashes) and m.lookup(hashes) == len(hashes)
+    assert m.lookup([b"\x00" * 70]) == 0 and m.lookup([base[:31]]) == 0
+
+
 def test_bad_items_raise_usage_error_naming_the_item_and_change_nothing():
     m = OffloadingManager(4)
     m.complete_store(m.prepare_store([1, 2]).block_hashes_to_store)
