@@ -13,29 +13,39 @@ through (a) `OrderedDictManager` below, written the way engines write it
 (vLLM's LRU offloading manager keeps an OrderedDict of block statuses with
 reference counts), and (b) kvpolicy.vllm.OffloadingManager(policy="lru"),
 called with Python lists of int hashes and then with NumPy uint64 arrays
-(the batch path: read in place). Every lookup result, every list of blocks
-to store and every list of evicted blocks is asserted equal between (a) and
-(b), so the timings compare the same decisions. Figures: ns per block (the
-replay's process CPU time over the blocks of all requests), best of --runs.
+(the batch path: read in place). Then both again with vLLM's own hash type:
+each block hash a 32-byte bytes object (a sha256 digest of the trace's id,
+as vLLM V1's BlockHash is), every request holding its own objects, as each
+vLLM request hashes its own blocks. Every lookup result, every list of
+blocks to store and every list of evicted blocks is asserted equal between
+(a) and (b), so the timings compare the same decisions. Figures: ns per
+block (the replay's process CPU time over the blocks of all requests), best
+of --runs; NumPy's BLAS threads are kept to one, so that none spins in the
+process's CPU time.
 
 With --cache-step-bench PATH it also runs the C++ cache's own bench
 (bench/cache_step_bench.cpp) and prints the ratio of our batch ns/block to
 its kvpolicy ns/block.
 
     python3 bench/python/offload_bench.py [--requests N] [--blocks B] [--runs R]
-        [--trace FILE] [--cache-step-bench build/release/bench/cache_step_bench]
+        [--trace FILE] [--cache-step-bench build/release/bench/cache_step_bench] [--breakdown]
 """
 
 import argparse
 import gzip
+import hashlib
 import json
+import os
 import re
 import subprocess
 import time
 from collections import OrderedDict
 from pathlib import Path
 
-import numpy as np
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")  # before NumPy loads its BLAS
+
+import numpy as np  # noqa: E402
 
 from kvpolicy.vllm import OffloadingManager
 
@@ -140,8 +150,64 @@ def replay(manager, requests, record):
         record.append((hit, to_store, evicted))
 
 
-def decisions(record):
-    return [(h, None if s is None else list(map(int, s)), None if e is None else list(map(int, e))) for h, s, e in record]
+PRIMITIVES = ("lookup", "touch", "slices", "prepare_load", "complete_load", "prepare_store", "complete_store")
+
+
+def replay_breakdown(manager, requests):
+    """replay() with each primitive timed apart (thread CPU time), in ns."""
+    t = dict.fromkeys(PRIMITIVES, 0)
+    clock = time.thread_time_ns
+    for hashes in requests:
+        t0 = clock()
+        hit = manager.lookup(hashes)
+        t1 = clock()
+        manager.touch(hashes)
+        t2 = clock()
+        t["lookup"] += t1 - t0
+        t["touch"] += t2 - t1
+        if hit:
+            t0 = clock()
+            prefix = hashes[:hit]
+            t1 = clock()
+            manager.prepare_load(prefix)
+            t2 = clock()
+            manager.complete_load(prefix)
+            t3 = clock()
+            t["slices"] += t1 - t0
+            t["prepare_load"] += t2 - t1
+            t["complete_load"] += t3 - t2
+        t0 = clock()
+        tail = hashes[hit:]
+        t1 = clock()
+        out = manager.prepare_store(tail)
+        t2 = clock()
+        t["slices"] += t1 - t0
+        t["prepare_store"] += t2 - t1
+        if out is not None:
+            to_store = out[0] if isinstance(out, tuple) else out.block_hashes_to_store
+            t0 = clock()
+            manager.complete_store(to_store)
+            t["complete_store"] += clock() - t0
+    return t
+
+
+def decisions(record, key=int):
+    return [(h, None if s is None else list(map(key, s)), None if e is None else list(map(key, e))) for h, s, e in record]
+
+
+def as_bytes_hashes(requests):
+    """Each request's hashes as 32-byte sha256 digests, its own objects."""
+    digest = {}
+    out = []
+    for r in requests:
+        hashes = []
+        for h in r:
+            d = digest.get(h)
+            if d is None:
+                d = digest[h] = hashlib.sha256(h.to_bytes(8, "little")).digest()
+            hashes.append(d[:16] + d[16:])  # a new object with the same value
+        out.append(hashes)
+    return out
 
 
 def timed(make, requests, runs):
@@ -165,6 +231,7 @@ def main():
     ap.add_argument("--blocks", type=int, default=100_000, help="offloaded tier size in blocks")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--cache-step-bench", default=None, help="path of build/release/bench/cache_step_bench")
+    ap.add_argument("--breakdown", action="store_true", help="also time each primitive apart")
     args = ap.parse_args()
 
     requests = []
@@ -186,14 +253,43 @@ def main():
     print(f"  decisions: {stores} stores, {evictions} evictions, identical in all three: {same}")
     assert same, "the managers made different decisions: the comparison is void"
 
-    print(f"  {'manager':48} {'ns/block':>10} {'us/request':>11} {'speed-up':>9}")
+    # vLLM's hash type; the digests of the trace's ids collide nowhere, so
+    # the decisions are those above, which is asserted too.
+    byte_requests = as_bytes_hashes(requests)
+    digest_to_id = {d: h for r, b in zip(requests, byte_requests) for h, d in zip(r, b)}
+    t_pyb, rec_pyb = timed(lambda: OrderedDictManager(args.blocks), byte_requests, args.runs)
+    t_bytes, rec_bytes = timed(lambda: OffloadingManager(args.blocks, "lru"), byte_requests, args.runs)
+    same_bytes = decisions(rec_pyb, digest_to_id.__getitem__) == decisions(rec_bytes, digest_to_id.__getitem__)
+    same_bytes = same_bytes and decisions(rec_pyb, digest_to_id.__getitem__) == decisions(rec_py)
+    print(f"  bytes hashes (32-byte sha256 digests): decisions identical to the int replay's: {same_bytes}")
+    assert same_bytes, "the managers made different decisions over bytes hashes: the comparison is void"
+
+    print(f"  {'manager':52} {'ns/block':>10} {'us/request':>11} {'speed-up':>9}")
     rows = [
-        ("OrderedDict manager (pure Python)", t_py),
-        ("kvpolicy.vllm.OffloadingManager, int lists", t_list),
-        ("kvpolicy.vllm.OffloadingManager, uint64 arrays", t_arr),
+        ("OrderedDict manager (pure Python), int hashes", t_py, t_py),
+        ("kvpolicy.vllm.OffloadingManager, lists of ints", t_list, t_py),
+        ("kvpolicy.vllm.OffloadingManager, uint64 arrays", t_arr, t_py),
+        ("OrderedDict manager (pure Python), bytes hashes", t_pyb, t_pyb),
+        ("kvpolicy.vllm.OffloadingManager, lists of bytes", t_bytes, t_pyb),
     ]
-    for name, t in rows:
-        print(f"  {name:48} {t / blocks:10.1f} {t / 1e3 / len(requests):11.2f} {t_py / t:8.1f}x")
+    for name, t, base in rows:
+        print(f"  {name:52} {t / blocks:10.1f} {t / 1e3 / len(requests):11.2f} {base / t:8.1f}x")
+
+    if args.breakdown:
+        # Where the time goes, per primitive (one run each; the clock calls
+        # add a little to every figure).
+        print(f"  per primitive, ns/block: {'':26}" + "".join(f"{p:>15}" for p in PRIMITIVES))
+        cases = [
+            ("OrderedDict manager, int hashes", OrderedDictManager, requests),
+            ("OffloadingManager, lists of ints", None, requests),
+            ("OffloadingManager, uint64 arrays", None, arrays),
+            ("OrderedDict manager, bytes hashes", OrderedDictManager, byte_requests),
+            ("OffloadingManager, lists of bytes", None, byte_requests),
+        ]
+        for name, make, reqs in cases:
+            m = make(args.blocks) if make else OffloadingManager(args.blocks, "lru")
+            t = replay_breakdown(m, reqs)
+            print(f"  {name:50}" + "".join(f"{t[p] / blocks:15.1f}" for p in PRIMITIVES))
 
     if args.cache_step_bench:
         out = subprocess.run([args.cache_step_bench, "20", "3"], check=True, capture_output=True, text=True).stdout

@@ -7,10 +7,13 @@ C++ bookkeeping and any registered eviction policy (``policy="arc"`` is one
 argument away). It imports nothing from vLLM; where vLLM is installed,
 ``VllmOffloadingManager`` is the same manager as a subclass of vLLM's ABC.
 
-Semantics (each method takes block hashes: ints, bytes, any hashable, or a
-NumPy uint64 or int64 array, which is read in place; a list holding the same
-objects as the previous call's list, or a prefix or suffix of them, as
-vLLM's connector passes one request's hashes, reuses their keys):
+Semantics (each method takes block hashes: ints, bytes, any hashable, in a
+list or any iterable such as the ``islice`` views vLLM's connector passes, or
+a NumPy uint64 or int64 array, which is read in place; a list holding the
+same objects as the previous call's list, or a prefix or suffix of them, as
+vLLM's connector passes one request's hashes, reuses their keys; an
+unhashable item, an argument that is not iterable, or one bytes hash passed
+for the list raises ``kvpolicy.UsageError`` naming it, changing nothing):
 
 - A block is *storing* from ``prepare_store`` until ``complete_store``, then
   *ready*. Only ready blocks count in ``lookup`` and may be loaded.

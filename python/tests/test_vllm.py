@@ -1,7 +1,9 @@
 """kvpolicy.vllm.OffloadingManager: every primitive, against a naive model too."""
 
 import array
+import hashlib
 import importlib
+import itertools
 import random
 import sys
 import types
@@ -220,6 +222,95 @@ def test_other_hash_objects_are_read_from_a_copy_of_the_list():
     assert m.lookup(victim) == 3
     assert victim == []
     assert m.lookup([_Hashed(11), 12]) == 2  # other objects' keys are their hash()
+
+
+def _digest(i):
+    """A vLLM-style block hash: 32 bytes, a new object on every call."""
+    d = hashlib.sha256(i.to_bytes(8, "little")).digest()
+    return d[:16] + d[16:]
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_bytes_hashes_from_fresh_objects_agree_with_the_naive_model(seed):
+    # vLLM V1's BlockHash is bytes, each request holding its own objects and
+    # its connector passing islice views of them: equal values from new
+    # objects (and from iterators over the same ones) name the same blocks.
+    rng = random.Random(seed)
+    m, ref = OffloadingManager(48), NaiveManager(48)
+    for _ in range(3000):
+        conv = rng.randrange(25)
+        ids = [conv * 100 + i for i in range(rng.randint(1, 10))]
+        hashes = [_digest(i) for i in ids]
+        hit = m.lookup(itertools.islice(hashes, 0, None))
+        assert hit == ref.lookup(ids)
+        m.touch(iter(hashes))
+        ref.touch(ids)
+        if hit:
+            prefix = [_digest(i) for i in ids[:hit]]  # new objects, same blocks
+            assert m.prepare_load(prefix).block_ids.size == hit
+            ref.prepare_load(ids[:hit])
+        out, expect = m.prepare_store(hashes[hit:]), ref.prepare_store(ids[hit:])
+        if hit:
+            m.complete_load(hashes[:hit])
+            ref.complete_load(ids[:hit])
+        if expect is None:
+            assert out is None
+            continue
+        assert out.block_hashes_to_store == [_digest(i) for i in expect[0]]
+        position = {i: k for k, i in enumerate(ids)}  # the caller's own objects come back
+        assert all(o is hashes[position[i]] for o, i in zip(out.block_hashes_to_store, expect[0]))
+        assert out.block_hashes_evicted == [_digest(i) for i in expect[1]]
+        m.complete_store(out.block_hashes_to_store)
+        ref.complete_store(expect[0], True)
+    assert len(m) == len(ref.state)
+
+
+def test_distinct_bytes_hashes_are_distinct_blocks():
+    # Structured bytes (zero runs of every length, counters at either end,
+    # repeated words, a byte flipped anywhere) must not fold to one key: a
+    # collision would make prepare_store see a block twice, or one stored.
+    hashes = {bytes(n) for n in range(70)}
+    hashes |= {i.to_bytes(32, "little") for i in range(3000)} | {i.to_bytes(32, "big") for i in range(3000)}
+    hashes |= {i.to_bytes(8, "little") * 4 for i in range(3000)} | {i.to_bytes(40, "little") for i in range(3000)}
+    base = hashlib.sha256(b"kvpolicy").digest()
+    hashes |= {base[:k] + bytes([base[k] ^ (1 << b)]) + base[k + 1:] for k in range(32) for b in range(8)}
+    hashes = sorted(hashes)
+    m = OffloadingManager(len(hashes))
+    out = m.prepare_store(hashes)
+    assert out.block_hashes_to_store == hashes and out.block_hashes_evicted == []
+    m.complete_store(hashes)
+    assert len(m) == len(hashes) and m.lookup(hashes) == len(hashes)
+    assert m.lookup([b"\x00" * 70]) == 0 and m.lookup([base[:31]]) == 0
+
+
+def test_bad_items_raise_usage_error_naming_the_item_and_change_nothing():
+    m = OffloadingManager(4)
+    m.complete_store(m.prepare_store([1, 2]).block_hashes_to_store)
+    for call in (m.lookup, m.touch, m.prepare_load, m.complete_load, m.prepare_store, m.complete_store):
+        with pytest.raises(kvpolicy.UsageError,
+                           match=r"^block_hashes\[2\]: type 'list' is not hashable; a block hash is an int, "
+                                 r"bytes or another hashable object$"):
+            call([1, 2, [3], 4])
+        with pytest.raises(kvpolicy.UsageError, match=r"^block_hashes: type 'int' is not iterable; pass a list"):
+            call(7)
+        with pytest.raises(kvpolicy.UsageError, match=r"^block_hashes: one bytes object is one block hash, not a "
+                                                      r"list of them; pass \[block_hash\]$"):
+            call(b"\x01" * 32)
+    assert m.num_free == 2 and m.block_state(1) == ("ready", 0) and m.block_state(2) == ("ready", 0)
+    assert m.lookup([1, 2]) == 2  # the reader kept nothing of the bad lists
+    with pytest.raises(kvpolicy.UsageError, match=r"^block_hash: type 'dict' is not hashable"):
+        m.block_state({})
+
+    class Boom(Exception):
+        pass
+
+    class Raises:
+        def __hash__(self):
+            raise Boom("from __hash__")
+
+    with pytest.raises(Boom):  # the object's own exception, not ours
+        m.prepare_store([3, Raises()])
+    assert m.num_free == 2
 
 
 class NaiveManager:
