@@ -362,17 +362,33 @@ TEST_CASE("remote values: the checksum of bytes given in pieces equals the one-s
     }
 }
 
+TEST_CASE("remote values: the vector accumulation equals the word-at-a-time one", "[cache][remote][values]") {
+    std::mt19937_64 rng(5);
+    for (int trial = 0; trial < 200; ++trial) {
+        const std::size_t n = rng() % 4096;
+        std::vector<std::byte> bytes(n), copy(n);
+        for (auto& b : bytes) b = std::byte(rng() & 0xff);
+        std::uint64_t fast[8], slow[8];
+        for (int i = 0; i < 8; ++i) fast[i] = slow[i] = rng();
+        const std::size_t whole = detail::checksum_stripes(fast, bytes.data(), n, copy.data());
+        detail::checksum_stripes_scalar(slow, bytes.data(), n);
+        REQUIRE(whole == n / 64 * 64);
+        REQUIRE(std::equal(fast, fast + 8, slow));
+        REQUIRE(std::equal(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(whole), copy.begin()));
+    }
+}
+
 TEST_CASE("remote values: the one-pass copy agrees with the checksum, each kind of bad value is refused",
           "[cache][remote][values]") {
     std::mt19937_64 rng(7);
-    for (std::size_t n = 0; n < 300; ++n) {
+    for (std::size_t n = 0; n < 600; ++n) {
         std::vector<std::byte> src(n), dst(n);
         for (auto& b : src) b = std::byte(rng() & 0xff);
         REQUIRE(copy_with_checksum(dst, src) == remote_checksum(src));
         REQUIRE(dst == src);
-        if (n > 0) {  // any one flipped byte changes it
+        if (n > 0) {  // any one flipped bit changes it
             std::vector<std::byte> other = src;
-            other[rng() % n] ^= std::byte{1};
+            other[rng() % n] ^= std::byte{static_cast<unsigned char>(1u << (rng() % 8))};
             REQUIRE(remote_checksum(other) != remote_checksum(src));
         }
     }
