@@ -73,6 +73,15 @@ inline std::vector<config_field<slru::config_type>> fields_of(std::type_identity
     using C = slru::config_type;
     return {{"segments", [](C& c, std::string_view p, double v) { c.segments = detail::whole<std::size_t>(p, "segments", v); }}};
 }
+inline std::vector<config_field<session_aware_lru::config_type>> fields_of(std::type_identity<session_aware_lru>) {
+    using C = session_aware_lru::config_type;
+    return {{"far_factor", [](C& c, std::string_view, double v) { c.far_factor = v; }},
+            {"gap_weight", [](C& c, std::string_view, double v) { c.gap_weight = v; }},
+            {"max_sessions",
+             [](C& c, std::string_view p, double v) { c.max_sessions = detail::whole<std::size_t>(p, "max_sessions", v); }},
+            // 0 keeps far_factor fixed; otherwise the margin is learned from it.
+            {"tune_margin", [](C& c, std::string_view, double v) { c.tuner.enabled = v != 0; }}};
+}
 inline std::vector<config_field<two_q::config_type>> fields_of(std::type_identity<two_q>) {
     using C = two_q::config_type;
     return {{"kin", [](C& c, std::string_view, double v) { c.kin = v; }},

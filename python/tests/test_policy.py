@@ -18,6 +18,7 @@ def test_policies_lists_the_registry():
         assert name in ALL
     assert kvpolicy.policy_options("lru") == []
     assert "small_fraction" in kvpolicy.policy_options("s3fifo")
+    assert kvpolicy.policy_options("session_aware_lru") == ["far_factor", "gap_weight", "max_sessions", "tune_margin"]
 
 
 class NaiveLRU:
@@ -221,6 +222,13 @@ def test_options_reach_the_policy():
     p = kvpolicy.EvictionPolicy("s3fifo", 20, small_fraction=0.5)
     p.insert(list(range(20)), keys=list(range(20)))
     assert sorted(p.pop_victims(20).tolist()) == list(range(20))
+    with pytest.raises(kvpolicy.ConfigError, match=r"^session_aware_lru: far_factor -1"):
+        kvpolicy.EvictionPolicy("session_aware_lru", 20, far_factor=-1)
+    with pytest.raises(kvpolicy.ConfigError, match=r"^session_aware_lru: option max_sessions = 1.500000 is not a whole"):
+        kvpolicy.EvictionPolicy("session_aware_lru", 20, max_sessions=1.5)
+    fixed = kvpolicy.EvictionPolicy("session_aware_lru", 20, far_factor=4, tune_margin=0)
+    fixed.insert(list(range(20)), keys=list(range(20)))
+    assert sorted(fixed.pop_victims(20).tolist()) == list(range(20))
 
 
 def test_uint32_arrays_are_read_in_place_and_other_inputs_converted():
