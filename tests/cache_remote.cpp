@@ -366,15 +366,16 @@ TEST_CASE("remote values: the vector accumulation equals the word-at-a-time one"
     std::mt19937_64 rng(5);
     for (int trial = 0; trial < 200; ++trial) {
         const std::size_t n = rng() % 4096;
-        std::vector<std::byte> bytes(n), copy(n);
+        std::vector<std::byte> bytes(n), copy(n), slow_copy(n);
         for (auto& b : bytes) b = std::byte(rng() & 0xff);
         std::uint64_t fast[8], slow[8];
         for (int i = 0; i < 8; ++i) fast[i] = slow[i] = rng();
         const std::size_t whole = detail::checksum_stripes(fast, bytes.data(), n, copy.data());
-        detail::checksum_stripes_scalar(slow, bytes.data(), n);
+        REQUIRE(detail::checksum_stripes_scalar(slow, bytes.data(), n, slow_copy.data()) == whole);
         REQUIRE(whole == n / 64 * 64);
         REQUIRE(std::equal(fast, fast + 8, slow));
         REQUIRE(std::equal(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(whole), copy.begin()));
+        REQUIRE(copy == slow_copy);
     }
 }
 

@@ -17,6 +17,7 @@
 #include <kvpolicy/sparse/reference_attention.hpp>
 #include <kvpolicy/sparse/ring_gather_math.hpp>
 
+#include "support/kv_element_vectors.hpp"
 #include "support/warp_decode.hpp"
 
 #include <algorithm>
@@ -78,19 +79,8 @@ std::uint16_t nearest(const std::vector<std::pair<double, std::uint16_t>>& value
     return (lo->second & 1u) == 0 ? lo->second : hi->second;
 }
 
-template <class T>
-std::vector<T> narrow(const std::vector<float>& v) {
-    std::vector<T> out(v.size());
-    for (std::size_t i = 0; i < v.size(); ++i) out[i] = from_float<T>(v[i]);
-    return out;
-}
-
-template <class T>
-std::vector<float> widen(const std::vector<T>& v) {
-    std::vector<float> out(v.size());
-    for (std::size_t i = 0; i < v.size(); ++i) out[i] = to_float(v[i]);
-    return out;
-}
+using testing::narrow;
+using testing::widen;
 
 }  // namespace
 

@@ -36,6 +36,7 @@
 
 #include "cuda_test.cuh"
 #include "cuda_test_data.cuh"
+#include "support/kv_element_vectors.hpp"
 
 // A named namespace, not `using namespace kvpolicy` at global scope: nvcc's
 // generated stubs name ::cuda::std unqualified, and kvpolicy::cuda would
@@ -49,19 +50,8 @@ namespace {
 
 constexpr float neg_inf = -std::numeric_limits<float>::infinity();
 
-template <class T>
-std::vector<T> narrow(const std::vector<float>& v) {
-    std::vector<T> out(v.size());
-    for (std::size_t i = 0; i < v.size(); ++i) out[i] = from_float<T>(v[i]);
-    return out;
-}
-
-template <class T>
-std::vector<float> widen(const std::vector<T>& v) {
-    std::vector<float> out(v.size());
-    for (std::size_t i = 0; i < v.size(); ++i) out[i] = to_float(v[i]);
-    return out;
-}
+using kvpolicy::testing::narrow;
+using kvpolicy::testing::widen;
 
 template <class T>
 double unit_roundoff() {

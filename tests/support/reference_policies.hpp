@@ -1183,13 +1183,54 @@ template <> struct reference_for<predictive> { using type = ref_predictive; };
 
 namespace kvpolicy::testing {
 
-/// tail_aware_lru: each item remembers its class (tail = last block of its
-/// request) while it has not been reused, and whether it sits in the demoted
-/// group. Victim: the demoted evictable item with the smallest stamp if any,
-/// else the evictable item with the smallest stamp. Ghosts are plain deques
-/// of keys per class, oldest first, at most `capacity` long; the rates are
-/// compared with the same cross-multiplication (the rule itself, not a
+/// tail_reuse_learner, restated for ref_tail_aware_lru and
+/// ref_session_aware_lru: an item's class is 1 (tail: the last block of its
+/// request) or 0 (inner) until its first reuse (-1 after); ghosts are plain
+/// deques of keys per class, oldest first, at most `capacity` long; the rates
+/// are compared with the same cross-multiplication (the rule itself, not a
 /// different formula, is what the reference restates).
+struct ref_tail_rule {
+    std::size_t capacity;
+    double ratio;
+    std::uint64_t min_samples, window;
+    std::deque<std::uint64_t> ghosts[2];
+    std::uint64_t inserted[2] = {0, 0}, reused[2] = {0, 0};
+
+    explicit ref_tail_rule(std::size_t c, double demote_ratio = 0.5, std::uint64_t min_s = 64, std::uint64_t w = 4096)
+        : capacity(c), ratio(demote_ratio), min_samples(min_s), window(w) {}
+
+    bool demoting() const {
+        if (inserted[0] < min_samples || inserted[1] < min_samples) return false;
+        return static_cast<double>(reused[1]) * static_cast<double>(inserted[0]) <
+               ratio * static_cast<double>(reused[0]) * static_cast<double>(inserted[1]);
+    }
+    // A new item: ghost hits count as reuses of their class; returns its class.
+    int inserted_class(const access_context& ctx) {
+        const int c = ctx.chunk.value + 1ULL >= ctx.session_total_chunks ? 1 : 0;
+        for (int g = 0; g < 2; ++g)
+            if (ref_erase_key(ghosts[g], ctx.key)) ++reused[g];
+        if (++inserted[c] >= window) {
+            inserted[c] /= 2;
+            reused[c] /= 2;
+        }
+        return c;
+    }
+    void hit(int& fresh) {
+        if (fresh >= 0) ++reused[fresh];
+        fresh = -1;
+    }
+    void evicted(int fresh, std::uint64_t key) {
+        if (fresh < 0) return;
+        auto& g = ghosts[fresh];
+        ref_erase_key(g, key);
+        g.push_back(key);
+        if (g.size() > capacity) g.pop_front();
+    }
+};
+
+/// tail_aware_lru: each item remembers its class (ref_tail_rule) and whether
+/// it sits in the demoted group. Victim: the demoted evictable item with the
+/// smallest stamp if any, else the evictable item with the smallest stamp.
 struct ref_tail_aware_lru {
     struct entry {
         std::uint32_t id;
@@ -1200,40 +1241,23 @@ struct ref_tail_aware_lru {
         std::uint64_t stamp;
     };
     ref_records<entry> r;
-    std::size_t capacity;
-    double ratio;
-    std::uint64_t min_samples, window;
-    std::deque<std::uint64_t> ghosts[2];
-    std::uint64_t inserted[2] = {0, 0}, reused[2] = {0, 0};
+    ref_tail_rule tails;
 
     explicit ref_tail_aware_lru(std::size_t c, double demote_ratio = 0.5, std::uint64_t min_s = 64, std::uint64_t w = 4096)
-        : capacity(c), ratio(demote_ratio), min_samples(min_s), window(w) {}
+        : tails(c, demote_ratio, min_s, w) {}
 
-    bool demoting() const {
-        if (inserted[0] < min_samples || inserted[1] < min_samples) return false;
-        return static_cast<double>(reused[1]) * static_cast<double>(inserted[0]) <
-               ratio * static_cast<double>(reused[0]) * static_cast<double>(inserted[1]);
-    }
     void make_evictable(entry& e) {
         e.held = false;
-        e.demoted = e.fresh == 1 && demoting();
+        e.demoted = e.fresh == 1 && tails.demoting();
         e.stamp = r.clock++;
     }
     void on_insert(item_id id, const access_context& ctx) {
-        const int c = ctx.chunk.value + 1ULL >= ctx.session_total_chunks ? 1 : 0;
-        for (int g = 0; g < 2; ++g)
-            if (ref_erase_key(ghosts[g], ctx.key)) ++reused[g];
-        if (++inserted[c] >= window) {
-            inserted[c] /= 2;
-            reused[c] /= 2;
-        }
-        r.items.push_back({id.value, ctx.key, c, false, false, 0});
+        r.items.push_back({id.value, ctx.key, tails.inserted_class(ctx), false, false, 0});
         make_evictable(r.items.back());
     }
     void on_access(item_id id, const access_context&) {
         entry* e = r.find(id);
-        if (e->fresh >= 0) ++reused[e->fresh];
-        e->fresh = -1;
+        tails.hit(e->fresh);
         if (!e->held) make_evictable(*e);
     }
     void on_hold(item_id id) { r.find(id)->held = true; }
@@ -1243,12 +1267,7 @@ struct ref_tail_aware_lru {
         entry* v = r.oldest_evictable([](const entry& e) { return e.demoted; });
         if (v == nullptr) v = r.oldest_evictable([](const entry&) { return true; });
         if (v == nullptr) return std::nullopt;
-        if (v->fresh >= 0) {
-            auto& g = ghosts[v->fresh];
-            ref_erase_key(g, v->key);
-            g.push_back(v->key);
-            if (g.size() > capacity) g.pop_front();
-        }
+        tails.evicted(v->fresh, v->key);
         const item_id victim{v->id};
         r.erase(victim);
         return victim;
@@ -1325,12 +1344,12 @@ struct ref_margin_tuner {
 
 /// session_aware_lru: every entry keeps its placement time, its prediction
 /// (placement + its session's mean gap, while that is ahead, unless a second
-/// session has used it) and, until its
-/// first reuse, its class for the tail rule. Victim: the demoted entry
-/// placed first; else LRU's victim (earliest placement, then placement
-/// order), unless the entry predicted back last is predicted back more than
-/// far_factor x LRU's victim's idle time from now. Sessions are a vector
-/// scanned linearly; the tail rule restates tail_reuse_learner with deques.
+/// session has used it) and, until its first reuse, its class for the tail
+/// rule (ref_tail_rule). Victim: the demoted entry placed first; else LRU's
+/// victim (earliest placement, then placement order), unless the entry
+/// predicted back last is predicted back more than the margin
+/// (ref_margin_tuner's, from far_factor) x LRU's victim's idle time from
+/// now. Sessions are a vector scanned linearly.
 struct ref_session_aware_lru {
     struct entry {
         std::uint32_t id;
@@ -1352,29 +1371,19 @@ struct ref_session_aware_lru {
         bool has_gap;
     };
     ref_records<entry> r;
-    std::size_t capacity;
-    double far_factor, gap_weight;
+    double gap_weight;
     std::size_t max_sessions;
     std::vector<session> sessions;
-    // tail rule
-    double ratio = 0.5;
-    std::uint64_t min_samples = 64, window = 4096;
-    std::deque<std::uint64_t> ghosts[2];
-    std::uint64_t inserted[2] = {0, 0}, reused[2] = {0, 0};
-    ref_margin_tuner tuner;
+    ref_tail_rule tails;
+    ref_margin_tuner tuner;  // its margin starts at far_factor
 
-    explicit ref_session_aware_lru(std::size_t c, double k = 16.0, double w = 0.25, std::size_t max_s = 0, bool tune = true)
-        : capacity(c), far_factor(k), gap_weight(w), max_sessions(max_s != 0 ? max_s : std::max<std::size_t>(c, 1024)),
-          tuner{} {
-        tuner.margin = k;
+    explicit ref_session_aware_lru(std::size_t c, double far_factor = 16.0, double w = 0.25, std::size_t max_s = 0,
+                                   bool tune = true)
+        : gap_weight(w), max_sessions(max_s != 0 ? max_s : std::max<std::size_t>(c, 1024)), tails(c), tuner{} {
+        tuner.margin = far_factor;
         tuner.enabled = tune;
     }
 
-    bool demoting() const {
-        if (inserted[0] < min_samples || inserted[1] < min_samples) return false;
-        return static_cast<double>(reused[1]) * static_cast<double>(inserted[0]) <
-               ratio * static_cast<double>(reused[0]) * static_cast<double>(inserted[1]);
-    }
     session* find_session(std::uint64_t id) {
         for (auto& s : sessions)
             if (s.id == id) return &s;
@@ -1406,7 +1415,7 @@ struct ref_session_aware_lru {
     void make_evictable(entry& e, timestamp now) {
         e.held = false;
         e.stamp = r.clock++;
-        e.demoted = e.fresh == 1 && demoting();
+        e.demoted = e.fresh == 1 && tails.demoting();
         e.predicted = false;
         if (e.demoted) return;
         e.placed = now;
@@ -1418,13 +1427,7 @@ struct ref_session_aware_lru {
         }
     }
     void on_insert(item_id id, const access_context& ctx) {
-        const int c = ctx.chunk.value + 1ULL >= ctx.session_total_chunks ? 1 : 0;
-        for (int g = 0; g < 2; ++g)
-            if (ref_erase_key(ghosts[g], ctx.key)) ++reused[g];
-        if (++inserted[c] >= window) {
-            inserted[c] /= 2;
-            reused[c] /= 2;
-        }
+        const int c = tails.inserted_class(ctx);
         tuner.requested(ctx.key);
         arrival(ctx);
         r.items.push_back({id.value, ctx.key, ctx.session.value, false, c, false, false, 0, false, 0, 0});
@@ -1432,8 +1435,7 @@ struct ref_session_aware_lru {
     }
     void on_access(item_id id, const access_context& ctx) {
         entry* e = r.find(id);
-        if (e->fresh >= 0) ++reused[e->fresh];
-        e->fresh = -1;
+        tails.hit(e->fresh);
         tuner.requested(ctx.key);
         arrival(ctx);
         if (e->session != ctx.session.value) e->shared = true;
@@ -1465,12 +1467,7 @@ struct ref_session_aware_lru {
                 if (wait > tuner.margin * idle) v = far;
             }
         }
-        if (v->fresh >= 0) {
-            auto& g = ghosts[v->fresh];
-            ref_erase_key(g, v->key);
-            g.push_back(v->key);
-            if (g.size() > capacity) g.pop_front();
-        }
+        tails.evicted(v->fresh, v->key);
         const item_id victim{v->id};
         r.erase(victim);
         return victim;

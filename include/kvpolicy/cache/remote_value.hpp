@@ -61,13 +61,31 @@ inline std::uint64_t checksum_load(const std::byte* q) noexcept {
 }
 // Eight lanes over whole 64-byte stripes (XXH3's accumulation: word i adds
 // itself to lane i ^ 1 and the product of its keyed halves to lane i, one
-// 32 x 32 -> 64 multiply per word, so a word never vanishes from the sum);
-// returns the bytes consumed (n rounded down to 64). With `out`, the stripes
-// are copied there in the same pass (a load feeds both). SSE2 (every x86-64)
-// does two lanes per instruction; the scalar loop computes the same values.
-inline std::size_t checksum_stripes(std::uint64_t (&v)[8], const std::byte* p, std::size_t n, std::byte* out) noexcept {
+// 32 x 32 -> 64 multiply per word, so a word never vanishes from the sum),
+// one word at a time; returns the bytes consumed (n rounded down to 64). With
+// `out`, the stripes are copied there in the same pass. The definition of the
+// lanes: checksum_stripes's SSE2 path must equal it (tested).
+inline std::size_t checksum_stripes_scalar(std::uint64_t (&v)[8], const std::byte* p, std::size_t n,
+                                           std::byte* out) noexcept {
     const std::size_t whole = n & ~(checksum_stripe - 1);
+    for (std::size_t at = 0; at < whole; at += checksum_stripe, p += checksum_stripe) {
+        if (out != nullptr) {
+            std::memcpy(out, p, checksum_stripe);
+            out += checksum_stripe;
+        }
+        for (int i = 0; i < 8; ++i) {
+            const std::uint64_t d = checksum_load(p + 8 * i), k = d ^ checksum_key[i];
+            v[i ^ 1] += d;
+            v[i] += (k & 0xffffffffULL) * (k >> 32);
+        }
+    }
+    return whole;
+}
+// The same lanes, two per SSE2 instruction where there is SSE2 (every
+// x86-64): a load feeds the copy, the sum and the product.
+inline std::size_t checksum_stripes(std::uint64_t (&v)[8], const std::byte* p, std::size_t n, std::byte* out) noexcept {
 #if defined(__SSE2__)
+    const std::size_t whole = n & ~(checksum_stripe - 1);
     __m128i acc[4], key[4];
     for (int j = 0; j < 4; ++j) {
         acc[j] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v + 2 * j));
@@ -84,30 +102,10 @@ inline std::size_t checksum_stripes(std::uint64_t (&v)[8], const std::byte* p, s
         if (out != nullptr) out += checksum_stripe;
     }
     for (int j = 0; j < 4; ++j) _mm_storeu_si128(reinterpret_cast<__m128i*>(v + 2 * j), acc[j]);
-#else
-    for (std::size_t at = 0; at < whole; at += checksum_stripe, p += checksum_stripe) {
-        if (out != nullptr) {
-            std::memcpy(out, p, checksum_stripe);
-            out += checksum_stripe;
-        }
-        for (int i = 0; i < 8; ++i) {
-            const std::uint64_t d = checksum_load(p + 8 * i), k = d ^ checksum_key[i];
-            v[i ^ 1] += d;
-            v[i] += (k & 0xffffffffULL) * (k >> 32);
-        }
-    }
-#endif
     return whole;
-}
-// The same accumulation, one word at a time, for tests: the reference the
-// SSE2 path is checked against.
-inline void checksum_stripes_scalar(std::uint64_t (&v)[8], const std::byte* p, std::size_t n) noexcept {
-    for (std::size_t at = 0; at + checksum_stripe <= n; at += checksum_stripe, p += checksum_stripe)
-        for (int i = 0; i < 8; ++i) {
-            const std::uint64_t d = checksum_load(p + 8 * i), k = d ^ checksum_key[i];
-            v[i ^ 1] += d;
-            v[i] += (k & 0xffffffffULL) * (k >> 32);
-        }
+#else
+    return checksum_stripes_scalar(v, p, n, out);
+#endif
 }
 // The lanes merged (each through xxHash64's round, chained), the last
 // n < 64 bytes at p, the length, xxHash64's avalanche.
