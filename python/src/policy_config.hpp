@@ -82,6 +82,19 @@ inline std::vector<config_field<session_aware_lru::config_type>> fields_of(std::
             // 0 keeps far_factor fixed; otherwise the margin is learned from it.
             {"tune_margin", [](C& c, std::string_view, double v) { c.tuner.enabled = v != 0; }}};
 }
+inline std::vector<config_field<lrfu::config_type>> fields_of(std::type_identity<lrfu>) {
+    using C = lrfu::config_type;
+    return {{"half_life", [](C& c, std::string_view, double v) { c.half_life = v; }},
+            {"ghost_factor", [](C& c, std::string_view, double v) { c.ghost_factor = v; }}};
+}
+// The experts keep their preset half-lives; the options tune the choice.
+inline std::vector<config_field<adaptive_lrfu::config_type>> fields_of(std::type_identity<adaptive_lrfu>) {
+    using C = adaptive_lrfu::config_type;
+    return {{"shadow_items",
+             [](C& c, std::string_view p, double v) { c.shadow_items = detail::whole<std::size_t>(p, "shadow_items", v); }},
+            {"window", [](C& c, std::string_view, double v) { c.window = v; }},
+            {"switch_margin", [](C& c, std::string_view, double v) { c.switch_margin = v; }}};
+}
 inline std::vector<config_field<two_q::config_type>> fields_of(std::type_identity<two_q>) {
     using C = two_q::config_type;
     return {{"kin", [](C& c, std::string_view, double v) { c.kin = v; }},

@@ -12,13 +12,15 @@ ALL = kvpolicy.policies()
 
 
 def test_policies_lists_the_registry():
-    assert len(ALL) == len(set(ALL)) == 21
+    assert len(ALL) == len(set(ALL)) == 23
     for name in ("lru", "fifo", "arc", "s3fifo", "sieve", "belady", "retention_value", "w_tinylfu",
-                 "tail_aware_lru", "session_aware_lru", "reuse_oracle_lru"):
+                 "tail_aware_lru", "session_aware_lru", "reuse_oracle_lru", "lrfu", "adaptive_lrfu"):
         assert name in ALL
     assert kvpolicy.policy_options("lru") == []
     assert "small_fraction" in kvpolicy.policy_options("s3fifo")
     assert kvpolicy.policy_options("session_aware_lru") == ["far_factor", "gap_weight", "max_sessions", "tune_margin"]
+    assert kvpolicy.policy_options("lrfu") == ["half_life", "ghost_factor"]
+    assert kvpolicy.policy_options("adaptive_lrfu") == ["shadow_items", "window", "switch_margin"]
 
 
 class NaiveLRU:
@@ -229,6 +231,27 @@ def test_options_reach_the_policy():
     fixed = kvpolicy.EvictionPolicy("session_aware_lru", 20, far_factor=4, tune_margin=0)
     fixed.insert(list(range(20)), keys=list(range(20)))
     assert sorted(fixed.pop_victims(20).tolist()) == list(range(20))
+    with pytest.raises(kvpolicy.ConfigError, match=r"^lrfu: half_life -1"):
+        kvpolicy.EvictionPolicy("lrfu", 20, half_life=-1)
+    with pytest.raises(kvpolicy.ConfigError, match=r"^best_of_shadows: window 0"):
+        kvpolicy.EvictionPolicy("adaptive_lrfu", 20, window=0)
+    with pytest.raises(kvpolicy.ConfigError, match=r"^adaptive_lrfu: option shadow_items = 0.500000 is not a whole"):
+        kvpolicy.EvictionPolicy("adaptive_lrfu", 20, shadow_items=0.5)
+
+
+def test_lrfu_half_life_runs_from_recency_to_frequency():
+    # Key 0 is used three times, then keys 1..3 once each, in four calls (one
+    # time each). A half-life of 32 capacities keeps the frequent key 0 past
+    # the newer ones; 0.25 capacities forgets its uses, as LRU would.
+    def first_victim(half_life):
+        p = kvpolicy.EvictionPolicy("lrfu", 4, half_life=half_life)
+        p.insert([0], keys=[100])
+        p.access([0])
+        p.access([0])
+        p.insert([1, 2, 3], keys=[101, 102, 103])
+        return p.pop_victims(1).tolist()[0]
+    assert first_victim(32) != 0
+    assert first_victim(0.25) == 0
 
 
 def test_uint32_arrays_are_read_in_place_and_other_inputs_converted():

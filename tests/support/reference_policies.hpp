@@ -16,11 +16,13 @@
 #include <functional>
 #include <limits>
 #include <optional>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include <kvpolicy/core/access_context.hpp>
 #include <kvpolicy/core/ids.hpp>
+#include <kvpolicy/core/item_key.hpp>
 #include <kvpolicy/eviction/w_tinylfu.hpp>
 
 namespace kvpolicy::testing {
@@ -1514,6 +1516,257 @@ struct ref_reuse_oracle_lru {
         const item_id victim{v->id};
         r.erase(victim);
         return victim;
+    }
+};
+
+}  // namespace kvpolicy::testing
+
+namespace kvpolicy::testing {
+
+/// lrfu, restated: each item keeps the T of every one of its references (an
+/// evicted item's list survives in a deque of at most `ghost_capacity` keys,
+/// newest at the back); a victim is the evictable item with the lowest
+/// log2(sum over references of 2^(-(last - t) / (half_life x capacity))) +
+/// last / (half_life x capacity), the value summed at its last reference and
+/// scaled to one time; equal values (within 1e-9) go to the earliest placed.
+/// T counts references; references at one `now` share the T of the first.
+/// Victims and erased items leave their lists to the ghosts.
+struct ref_lrfu {
+    struct entry {
+        std::uint32_t id;
+        std::uint64_t key;
+        std::vector<std::uint64_t> refs;
+        bool held;
+        std::uint64_t stamp;
+    };
+    ref_records<entry> r;
+    std::deque<std::pair<std::uint64_t, std::vector<std::uint64_t>>> ghosts;
+    std::size_t ghost_capacity;
+    double per_reference;
+    std::uint64_t references = 0, step_start = 0;
+    timestamp step_now = 0;
+    bool started = false;
+
+    ref_lrfu(std::size_t capacity, double half_life, double ghost_factor)
+        : ghost_capacity(static_cast<std::size_t>(ghost_factor * static_cast<double>(capacity))),
+          per_reference(1.0 / (half_life * static_cast<double>(capacity))) {}
+
+    std::uint64_t reference(const access_context& ctx) {
+        if (!started || ctx.now != step_now) {
+            started = true;
+            step_now = ctx.now;
+            step_start = references;
+        }
+        ++references;
+        return step_start;
+    }
+    double score(const entry& e) const {
+        const std::uint64_t last = e.refs.back();
+        double sum = 0.0;
+        for (std::uint64_t t : e.refs) sum += std::exp2(-per_reference * static_cast<double>(last - t));
+        return std::log2(sum) + per_reference * static_cast<double>(last);
+    }
+    void on_insert(item_id id, const access_context& ctx) {
+        std::vector<std::uint64_t> refs;
+        for (auto it = ghosts.begin(); it != ghosts.end(); ++it)
+            if (it->first == ctx.key) {
+                refs = it->second;
+                ghosts.erase(it);
+                break;
+            }
+        refs.push_back(reference(ctx));
+        r.items.push_back({id.value, ctx.key, std::move(refs), false, r.clock++});
+    }
+    void on_access(item_id id, const access_context& ctx) {
+        entry* e = r.find(id);
+        e->refs.push_back(reference(ctx));
+        if (!e->held) e->stamp = r.clock++;
+    }
+    void on_hold(item_id id) { r.find(id)->held = true; }
+    void on_release(item_id id, const access_context&) {
+        entry* e = r.find(id);
+        e->held = false;
+        e->stamp = r.clock++;
+    }
+    void remember(const entry& e) {
+        if (ghost_capacity == 0) return;
+        std::erase_if(ghosts, [&](const auto& g) { return g.first == e.key; });
+        ghosts.emplace_back(e.key, e.refs);
+        if (ghosts.size() > ghost_capacity) ghosts.pop_front();
+    }
+    void on_erase(item_id id) {
+        remember(*r.find(id));
+        r.erase(id);
+    }
+    std::optional<item_id> pop_victim(timestamp) {
+        entry* v = nullptr;
+        double best = 0.0;
+        for (auto& e : r.items) {
+            if (e.held) continue;
+            const double s = score(e);
+            if (v == nullptr || s < best - 1e-9 || (s <= best + 1e-9 && e.stamp < v->stamp)) {
+                v = &e;
+                best = s;
+            }
+        }
+        if (v == nullptr) return std::nullopt;
+        remember(*v);
+        const item_id victim{v->id};
+        r.erase(victim);
+        return victim;
+    }
+};
+
+/// best_of_shadows<E...>, restated over reference experts: every expert
+/// sees every call on the cached items; victims come from the followed one
+/// and are erased from the rest. Each shadow is a vector of (key, held)
+/// slots under its own reference expert, fed with the references of sampled
+/// keys (all when shadow_items >= capacity, else mix64(key) < rate x 2^64),
+/// holding, releasing and forgetting them with the real cache. A shadow hit
+/// is a reference to a key it holds. Every choose_every sampled references
+/// the expert whose shadow hits exceed the followed one's by the margin is
+/// followed (the first of the highest); every halve_every, the hits halve.
+template <class... RefExperts>
+struct ref_best_of_shadows {
+    struct shadow_slot {
+        bool used = false;
+        std::uint64_t key = 0;
+        bool held = false;
+    };
+    template <class R>
+    struct ref_shadow {
+        R policy;
+        std::vector<shadow_slot> slots;
+        std::vector<std::uint32_t> freed;  // erased slots, reused last first
+        std::uint32_t next_unused = 0;
+        double hits = 0.0;
+
+        std::optional<std::uint32_t> slot_of(std::uint64_t key) const {
+            for (std::uint32_t i = 0; i < slots.size(); ++i)
+                if (slots[i].used && slots[i].key == key) return i;
+            return std::nullopt;
+        }
+        void reference(const access_context& ctx) {
+            if (auto s = slot_of(ctx.key)) {
+                hits += 1.0;
+                policy.on_access(item_id{*s}, ctx);
+                return;
+            }
+            std::uint32_t s;
+            if (!freed.empty()) {
+                s = freed.back();
+                freed.pop_back();
+            } else if (next_unused < slots.size()) {
+                s = next_unused++;
+            } else {
+                const auto v = policy.pop_victim(ctx.now);
+                if (!v) return;
+                s = v->value;
+            }
+            slots[s] = {true, ctx.key, false};
+            policy.on_insert(item_id{s}, ctx);
+        }
+        void hold(std::uint64_t key) {
+            if (auto s = slot_of(key); s && !slots[*s].held) {
+                slots[*s].held = true;
+                policy.on_hold(item_id{*s});
+            }
+        }
+        void release(const access_context& ctx) {
+            if (auto s = slot_of(ctx.key); s && slots[*s].held) {
+                slots[*s].held = false;
+                policy.on_release(item_id{*s}, ctx);
+            }
+        }
+        void forget(std::uint64_t key) {
+            if (auto s = slot_of(key)) {
+                slots[*s] = {};
+                policy.on_erase(item_id{*s});
+                freed.push_back(*s);
+            }
+        }
+    };
+
+    std::tuple<RefExperts...> real;
+    std::tuple<ref_shadow<RefExperts>...> shadows;
+    std::vector<std::uint64_t> key_of;  // [capacity]
+    double rate;
+    std::uint64_t halve_every, choose_every, references = 0;
+    double margin;
+    std::size_t followed = 0;
+
+    /// `make(capacity)` builds one of each reference expert, in order.
+    template <class Make>
+    ref_best_of_shadows(std::size_t capacity, std::size_t shadow_items, double window, double switch_margin, Make make)
+        : real(make(capacity)), shadows(shadows_of(make, capacity, shadow_items)), key_of(capacity, 0),
+          rate(std::min(1.0, static_cast<double>(shadow_items) / static_cast<double>(capacity))), margin(switch_margin) {
+            const std::size_t shadow_capacity = std::get<0>(shadows).slots.size();
+            halve_every = std::max<std::uint64_t>(16, static_cast<std::uint64_t>(window * static_cast<double>(shadow_capacity)));
+            choose_every = std::max<std::uint64_t>(16, halve_every / 16);
+        }
+    template <class Make>
+    static std::tuple<ref_shadow<RefExperts>...> shadows_of(Make make, std::size_t capacity, std::size_t shadow_items) {
+        const double rate = std::min(1.0, static_cast<double>(shadow_items) / static_cast<double>(capacity));
+        const std::size_t n = std::max<std::size_t>(1, static_cast<std::size_t>(std::llround(rate * static_cast<double>(capacity))));
+        return std::apply([&](auto&&... e) { return std::tuple<ref_shadow<RefExperts>...>{
+                              ref_shadow<RefExperts>{std::move(e), std::vector<shadow_slot>(n), {}, 0, 0.0}...}; },
+                          make(n));
+    }
+    bool sampled(std::uint64_t key) const {
+        return rate >= 1.0 || mix64(key) < static_cast<std::uint64_t>(std::ldexp(rate, 64));
+    }
+    template <class F>
+    void each_real(F f) { std::apply([&](auto&... e) { (f(e), ...); }, real); }
+    template <class F>
+    void each_shadow(F f) { std::apply([&](auto&... s) { (f(s), ...); }, shadows); }
+
+    void shadow_reference(const access_context& ctx) {
+        each_shadow([&](auto& s) { s.reference(ctx); });
+        ++references;
+        if (references % choose_every == 0) {
+            std::vector<double> hits;
+            each_shadow([&](auto& s) { hits.push_back(s.hits); });
+            std::size_t best = followed;
+            for (std::size_t i = 0; i < hits.size(); ++i)
+                if (hits[i] > hits[best]) best = i;
+            if (hits[best] > hits[followed] * (1.0 + margin)) followed = best;
+        }
+        if (references % halve_every == 0) each_shadow([](auto& s) { s.hits *= 0.5; });
+    }
+    void on_insert(item_id id, const access_context& ctx) {
+        each_real([&](auto& e) { e.on_insert(id, ctx); });
+        key_of[id.index()] = ctx.key;
+        if (sampled(ctx.key)) shadow_reference(ctx);
+    }
+    void on_access(item_id id, const access_context& ctx) {
+        each_real([&](auto& e) { e.on_access(id, ctx); });
+        if (sampled(ctx.key)) shadow_reference(ctx);
+    }
+    void on_hold(item_id id) {
+        each_real([&](auto& e) { e.on_hold(id); });
+        if (sampled(key_of[id.index()])) each_shadow([&](auto& s) { s.hold(key_of[id.index()]); });
+    }
+    void on_release(item_id id, const access_context& ctx) {
+        each_real([&](auto& e) { e.on_release(id, ctx); });
+        if (sampled(ctx.key)) each_shadow([&](auto& s) { s.release(ctx); });
+    }
+    void on_erase(item_id id) {
+        each_real([&](auto& e) { e.on_erase(id); });
+        if (sampled(key_of[id.index()])) each_shadow([&](auto& s) { s.forget(key_of[id.index()]); });
+    }
+    std::optional<item_id> pop_victim(timestamp now) {
+        std::optional<item_id> v;
+        std::size_t i = 0;
+        each_real([&](auto& e) {
+            if (i++ == followed) v = e.pop_victim(now);
+        });
+        if (v) {
+            i = 0;
+            each_real([&](auto& e) {
+                if (i++ != followed) e.on_erase(*v);
+            });
+        }
+        return v;
     }
 };
 

@@ -35,6 +35,17 @@ public:
 
     [[nodiscard]] bool contains(std::uint64_t key) const noexcept { return index_.find(key) != no_index; }
 
+    /// The slot (0 .. capacity-1) holding `key`, or `no_index`: an owner keeps
+    /// what it remembers of each ghost (lrfu's decayed count) in an array
+    /// indexed by it.
+    [[nodiscard]] std::uint32_t slot_of(std::uint64_t key) const noexcept { return index_.find(key); }
+
+    /// The slot of the newest key. Precondition: not empty.
+    [[nodiscard]] std::uint32_t back_slot() const noexcept {
+        KVPOLICY_ASSERT(!empty());
+        return order_.back;
+    }
+
     /// The oldest key. Precondition: not empty.
     [[nodiscard]] std::uint64_t front() const noexcept {
         KVPOLICY_ASSERT(!empty());

@@ -5,12 +5,14 @@
 #include "kvpolicy/core/type_list.hpp"
 #include "kvpolicy/eviction/arc.hpp"
 #include "kvpolicy/eviction/belady.hpp"
+#include "kvpolicy/eviction/best_of_shadows.hpp"
 #include "kvpolicy/eviction/checkerboard.hpp"
 #include "kvpolicy/eviction/clock.hpp"
 #include "kvpolicy/eviction/fifo.hpp"
 #include "kvpolicy/eviction/gdsf.hpp"
 #include "kvpolicy/eviction/lfu.hpp"
 #include "kvpolicy/eviction/lirs.hpp"
+#include "kvpolicy/eviction/lrfu.hpp"
 #include "kvpolicy/eviction/lru.hpp"
 #include "kvpolicy/eviction/predictive.hpp"
 #include "kvpolicy/eviction/qos_aware.hpp"
@@ -27,6 +29,6 @@
 
 namespace kvpolicy {
 
-using eviction_policies = type_list<fifo, lru, round_robin, lfu, clock, sieve, slru, two_q, qos_aware, predictive, retention_value<>, lexicographic_checkerboard, arc, s3fifo, lirs, w_tinylfu, gdsf<>, tail_aware_lru, session_aware_lru, reuse_oracle_lru, belady>;
+using eviction_policies = type_list<fifo, lru, round_robin, lfu, clock, sieve, slru, two_q, qos_aware, predictive, retention_value<>, lexicographic_checkerboard, arc, s3fifo, lirs, w_tinylfu, gdsf<>, tail_aware_lru, session_aware_lru, lrfu, adaptive_lrfu, reuse_oracle_lru, belady>;
 
 }  // namespace kvpolicy

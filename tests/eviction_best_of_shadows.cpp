@@ -1,0 +1,181 @@
+// best_of_shadows against its naive reference model (reference experts, a
+// vector per shadow) on long random operation sequences, with every key in
+// the shadows and with a sample; on hand-made workloads it follows LRFU
+// where a scan flushes LRU's hot set and LRU where the working set moves on;
+// the key sample's rate and size; the configuration errors.
+#include <catch2/catch.hpp>
+
+#include <kvpolicy/eviction/best_of_shadows.hpp>
+#include <kvpolicy/eviction/lrfu.hpp>
+#include <kvpolicy/eviction/lru.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "support/policy_driver.hpp"
+#include "support/reference_policies.hpp"
+
+using namespace kvpolicy;
+using namespace kvpolicy::testing;
+
+namespace {
+
+using lru_or_lrfu = best_of_shadows<lru, lrfu>;
+
+auto shadows_reference(std::size_t capacity, const lru_or_lrfu::config_type& c) {
+    auto make = [](std::size_t n) { return std::tuple<ref_lru, ref_lrfu>{ref_lru{}, ref_lrfu(n, 2.0, 4.0)}; };
+    return ref_best_of_shadows<ref_lru, ref_lrfu>(capacity, c.shadow_items, c.window, c.switch_margin, make);
+}
+
+}  // namespace
+
+TEST_CASE("best_of_shadows chooses the same victims as its reference model", "[eviction][differential]") {
+    const std::uint64_t seed = GENERATE(1u, 2u, 3u);
+    // Every key in the shadows (4096 >= capacity), and a quarter of them.
+    const std::size_t shadow_items = GENERATE(4096u, 24u);
+    const std::size_t capacity = 97;
+    // Short windows and no margin make the choice move often.
+    const lru_or_lrfu::config_type config{.shadow_items = shadow_items, .window = 1.0, .switch_margin = 0.0};
+    lru_or_lrfu policy(capacity, config);
+    auto reference = shadows_reference(capacity, config);
+    const auto victims = drive(policy, {.capacity = capacity, .operations = 60'000, .seed = seed,
+                                        .key_universe = 4 * capacity + 8}, &reference);
+    REQUIRE(policy.counters().evictions == victims.size());
+    REQUIRE(victims.size() > 1000);
+    REQUIRE(policy.switches() > 2);
+    REQUIRE(policy.followed() == reference.followed);
+}
+
+namespace {
+
+// A flat cache in front of `Policy`: a reference hits if the key is cached,
+// else evicts one victim when full and inserts. Returns the hits.
+template <class Policy>
+std::uint64_t replay_flat(Policy& p, const std::vector<std::uint64_t>& keys) {
+    std::unordered_map<std::uint64_t, std::uint32_t> where;
+    std::vector<std::uint64_t> key_of(p.capacity());
+    std::uint32_t used = 0;
+    std::uint64_t hits = 0;
+    timestamp now = 0;
+    for (std::uint64_t k : keys) {
+        access_context ctx;
+        ctx.now = ++now;
+        ctx.key = k;
+        if (auto it = where.find(k); it != where.end()) {
+            ++hits;
+            p.on_access(item_id{it->second}, ctx);
+            continue;
+        }
+        p.on_miss(ctx);
+        std::uint32_t slot;
+        if (used < p.capacity()) {
+            slot = used++;
+        } else {
+            slot = p.pop_victim(now)->value;
+            where.erase(key_of[slot]);
+        }
+        where[k] = slot;
+        key_of[slot] = k;
+        p.on_insert(item_id{slot}, ctx);
+    }
+    return hits;
+}
+
+// 50 hot keys in turn, each followed by two keys never seen again: a hot
+// key comes back after 150 distinct keys, beyond LRU's 100.
+std::vector<std::uint64_t> hot_set_with_scan(std::size_t references) {
+    std::vector<std::uint64_t> keys;
+    std::uint64_t fresh = 1'000'000;
+    for (std::size_t i = 0; keys.size() < references; ++i) {
+        keys.push_back(i % 50);
+        keys.push_back(fresh++);
+        keys.push_back(fresh++);
+    }
+    return keys;
+}
+
+// 80 keys used over and over, then another 80, then another: each phase's
+// keys are frequent while they last.
+std::vector<std::uint64_t> moving_working_set(std::size_t phases, std::size_t per_phase) {
+    std::vector<std::uint64_t> keys;
+    for (std::size_t ph = 0; ph < phases; ++ph)
+        for (std::size_t i = 0; i < per_phase; ++i) keys.push_back(ph * 1000 + i % 80);
+    return keys;
+}
+
+}  // namespace
+
+TEST_CASE("best_of_shadows follows LRFU where a scan flushes LRU's hot set", "[eviction][best_of_shadows]") {
+    using lru_or_lfu = best_of_shadows<lru, basic_lrfu<32.0>>;
+    const auto keys = hot_set_with_scan(30'000);
+    lru alone_lru(100);
+    basic_lrfu<32.0> alone_lrfu(100);
+    lru_or_lfu both(100);
+    const std::uint64_t lru_hits = replay_flat(alone_lru, keys);
+    const std::uint64_t lrfu_hits = replay_flat(alone_lrfu, keys);
+    const std::uint64_t hits = replay_flat(both, keys);
+    REQUIRE(lru_hits == 0);
+    REQUIRE(lrfu_hits > keys.size() / 4);  // the hot third, after warming up
+    REQUIRE(both.followed() == 1);
+    REQUIRE(static_cast<double>(hits) > 0.9 * static_cast<double>(lrfu_hits));
+}
+
+TEST_CASE("best_of_shadows follows LRU where frequent keys go out of use", "[eviction][best_of_shadows]") {
+    using lru_or_lfu = best_of_shadows<lru, basic_lrfu<32.0>>;
+    // Each phase's 80 keys fit in 100 items; LRFU's long memory keeps the
+    // last phase's keys, frequent until just now, and thrashes on the rest.
+    const auto keys = moving_working_set(6, 8000);
+    lru alone_lru(100);
+    basic_lrfu<32.0> alone_lrfu(100);
+    lru_or_lfu both(100);
+    const std::uint64_t lru_hits = replay_flat(alone_lru, keys);
+    const std::uint64_t lrfu_hits = replay_flat(alone_lrfu, keys);
+    const std::uint64_t hits = replay_flat(both, keys);
+    REQUIRE(lru_hits > lrfu_hits);
+    REQUIRE(both.followed() == 0);
+    REQUIRE(hits >= lrfu_hits);
+    REQUIRE(static_cast<double>(hits) > 0.98 * static_cast<double>(lru_hits));
+}
+
+TEST_CASE("best_of_shadows samples keys at shadow_items / capacity", "[eviction][best_of_shadows]") {
+    const lru_or_lrfu small(1000);
+    REQUIRE(small.sample_rate() == 1.0);
+    REQUIRE(small.shadow_capacity() == 1000);
+    const lru_or_lrfu large(100'000);
+    REQUIRE(large.sample_rate() == Approx(0.04096));
+    REQUIRE(large.shadow_capacity() == 4096);
+    // The sample is a fixed share of any key set: dense trace ids included.
+    std::uint64_t in = 0;
+    for (std::uint64_t k = 0; k < 200'000; ++k) in += mix64(k) < static_cast<std::uint64_t>(std::ldexp(0.04096, 64));
+    REQUIRE(static_cast<double>(in) / 200'000.0 == Approx(0.04096).epsilon(0.05));
+}
+
+TEST_CASE("adaptive_lrfu is best_of_shadows over lru and lrfu at 2, 8 and 32 capacities",
+          "[eviction][best_of_shadows]") {
+    const adaptive_lrfu p(64);
+    STATIC_REQUIRE(adaptive_lrfu::expert_count == 4);
+    REQUIRE(p.expert<1>().config().half_life == 2.0);
+    REQUIRE(p.expert<2>().config().half_life == 8.0);
+    REQUIRE(p.expert<3>().config().half_life == 32.0);
+    REQUIRE(p.followed() == 0);  // LRU until a shadow leads
+}
+
+TEST_CASE("best_of_shadows refuses bad configurations, naming the setting and the fix",
+          "[eviction][best_of_shadows][errors]") {
+    using Catch::Matchers::Contains;
+    REQUIRE_THROWS_AS(lru_or_lrfu(0), config_error);
+    REQUIRE_THROWS_WITH(lru_or_lrfu(8, {.shadow_items = 0}), Contains("best_of_shadows: shadow_items 0 leaves"));
+    REQUIRE_THROWS_WITH(lru_or_lrfu(8, {.window = 0.0}), Contains("best_of_shadows: window 0.000000 must be finite and > 0"));
+    REQUIRE_THROWS_WITH(lru_or_lrfu(8, {.window = std::nan("")}), Contains("window"));
+    REQUIRE_THROWS_WITH(lru_or_lrfu(8, {.switch_margin = -0.1}), Contains("switch_margin -0.100000 must be finite and >= 0"));
+    REQUIRE_THROWS_WITH(lru_or_lrfu(8, {.switch_margin = std::numeric_limits<double>::infinity()}),
+                        Contains("switch_margin"));
+    // An expert's own configuration is checked by the expert.
+    lru_or_lrfu::config_type bad;
+    std::get<1>(bad.experts).half_life = -2.0;
+    REQUIRE_THROWS_WITH(lru_or_lrfu(8, bad), Contains("lrfu: half_life -2.000000"));
+}

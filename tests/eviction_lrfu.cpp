@@ -1,0 +1,163 @@
+// lrfu against its naive reference model on long random operation sequences
+// (half-lives from near-LRU to near-LFU, with and without ghosts), the step
+// rule and the recency-frequency spectrum on hand-worked sequences, cached
+// sets that stay prefixes through the cache on random prefix forests (for
+// lru, lrfu and adaptive_lrfu), and the configuration errors.
+#include <catch2/catch.hpp>
+
+#include <kvpolicy/cache/tiered_cache.hpp>
+#include <kvpolicy/eviction/best_of_shadows.hpp>
+#include <kvpolicy/eviction/lrfu.hpp>
+#include <kvpolicy/eviction/lru.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "support/policy_driver.hpp"
+#include "support/reference_policies.hpp"
+
+using namespace kvpolicy;
+using namespace kvpolicy::testing;
+
+TEST_CASE("lrfu chooses the same victims as its reference model", "[eviction][differential]") {
+    const std::uint64_t seed = GENERATE(1u, 2u);
+    const std::size_t capacity = GENERATE(1u, 16u, 97u);
+    const double half_life = GENERATE(0.25, 2.0, 32.0);
+    const double ghost_factor = GENERATE(0.0, 4.0);
+    lrfu policy(capacity, {.half_life = half_life, .ghost_factor = ghost_factor});
+    ref_lrfu reference(capacity, half_life, ghost_factor);
+    // A key universe of 4x the capacity brings victims back while their
+    // ghosts remember them; the reference sums every reference anew, so the
+    // one-item cache (thousands of references per key) runs fewer operations.
+    const auto victims = drive(policy, {.capacity = capacity, .operations = capacity == 1 ? 20'000u : 60'000u,
+                                        .seed = seed, .key_universe = 4 * capacity + 8}, &reference);
+    REQUIRE(policy.counters().evictions == victims.size());
+    REQUIRE(victims.size() > 100);
+}
+
+namespace {
+
+access_context at(timestamp now, std::uint64_t key) {
+    access_context c;
+    c.now = now;
+    c.key = key;
+    return c;
+}
+
+}  // namespace
+
+TEST_CASE("lrfu: a long half-life keeps the frequent item, a short one the recent", "[eviction][lrfu]") {
+    // A is referenced at steps 1, 2, 3; B once at step 4. With a half-life
+    // of 32 capacities (128 references) A's value at step 4 is
+    // 2^-(3/128) + 2^-(2/128) + 2^-(1/128) ~ 2.95 against B's 1: B goes.
+    // With 0.25 capacities (one reference) A's weights have decayed to
+    // 2^-3 + 2^-2 + 2^-1 = 0.875 < 1: A goes, as under LRU.
+    auto victim = [](double half_life) {
+        lrfu p(4, {.half_life = half_life});
+        p.on_insert(item_id{0}, at(1, 100));
+        p.on_access(item_id{0}, at(2, 100));
+        p.on_access(item_id{0}, at(3, 100));
+        p.on_insert(item_id{1}, at(4, 200));
+        return p.pop_victim(5)->value;
+    };
+    REQUIRE(victim(32.0) == 1u);
+    REQUIRE(victim(0.25) == 0u);
+}
+
+TEST_CASE("lrfu: references at one now share a time, and equal values go to the first placed",
+          "[eviction][lrfu]") {
+    // One request of three blocks at now = 7: each is referenced at the same
+    // T, so their values are equal whatever the half-life; released tail
+    // first (as the cache releases a finished request), the tail goes first.
+    lrfu p(8, {.half_life = 0.25});
+    for (std::uint32_t b = 0; b < 3; ++b) {
+        p.on_insert(item_id{b}, at(7, 10 + b));
+        p.on_hold(item_id{b});
+    }
+    REQUIRE(p.value(item_id{0}) == p.value(item_id{2}));
+    for (std::uint32_t b = 3; b-- > 0;) p.on_release(item_id{b}, at(7, 10 + b));
+    REQUIRE(p.pop_victim(8)->value == 2u);
+    REQUIRE(p.pop_victim(8)->value == 1u);
+    REQUIRE(p.pop_victim(8)->value == 0u);
+}
+
+TEST_CASE("lrfu: a victim that comes back keeps its history through the ghosts", "[eviction][lrfu]") {
+    // Key 100 is referenced four times and evicted; when it comes back its
+    // value is 1 plus the decayed history, above a fresh key's 1. Without
+    // ghosts it starts again at 1.
+    auto value_back = [](double ghost_factor) {
+        lrfu p(2, {.half_life = 32.0, .ghost_factor = ghost_factor});
+        p.on_insert(item_id{0}, at(1, 100));
+        for (timestamp t = 2; t <= 4; ++t) p.on_access(item_id{0}, at(t, 100));
+        REQUIRE(p.pop_victim(5)->value == 0u);
+        p.on_insert(item_id{1}, at(6, 100));
+        return p.value(item_id{1});
+    };
+    REQUIRE(value_back(4.0) > 4.5);
+    REQUIRE(value_back(0.0) == 1.0);
+}
+
+namespace {
+
+// Random prefix forests served through the cache in prefix mode, as
+// kvpolicy-sim does: after every request every cached block's parent is
+// cached, so no cached block is stranded behind an evicted ancestor.
+template <class Policy>
+void check_cached_sets_stay_prefixes(std::uint64_t seed, std::size_t capacity) {
+    std::mt19937_64 rng(seed);
+    constexpr int nodes = 400;
+    std::vector<int> parent(nodes);
+    for (int v = 0; v < nodes; ++v) parent[v] = v == 0 || rng() % 8 == 0 ? -1 : static_cast<int>(rng() % static_cast<std::uint64_t>(v));
+    auto hash = [](int v) { return block_hash{5000 + static_cast<std::uint64_t>(v)}; };
+    tiered_cache<Policy, lru> cache({.gpu_capacity = capacity, .block_size = 16});
+    std::size_t evictions_seen = 0;
+    for (int r = 0; r < 3000; ++r) {
+        // Popular nodes more often: low ids are shared prefixes.
+        const int end = static_cast<int>(rng() % static_cast<std::uint64_t>(rng() % 2 ? 40 : nodes));
+        std::vector<block_hash> chain;
+        for (int v = end; v >= 0; v = parent[v]) chain.insert(chain.begin(), hash(v));
+        if (chain.size() > capacity) continue;
+        cache.clock().set(static_cast<timestamp>(r + 1) * 1000);
+        cache.begin_step();
+        const admission a = cache.admit(session_id{static_cast<std::uint64_t>(r)}, chain);
+        (void)cache.end_step();
+        cache.release(session_id{static_cast<std::uint64_t>(r)});
+        evictions_seen += a.gpu_evictions;
+        for (int v = 0; v < nodes; ++v)
+            if (cache.where(hash(v)) == item_state::in_gpu && parent[v] >= 0) {
+                INFO(std::string(Policy::name) << " request " << r << ": block " << v << " cached, its parent "
+                                               << parent[v] << " not");
+                REQUIRE(cache.where(hash(parent[v])) == item_state::in_gpu);
+            }
+    }
+    REQUIRE(evictions_seen > 1000);
+}
+
+}  // namespace
+
+TEST_CASE("lru, lrfu and adaptive_lrfu keep cached sets prefix-closed on random prefix forests",
+          "[eviction][lrfu][prefix]") {
+    const std::uint64_t seed = GENERATE(1u, 2u, 3u);
+    const std::size_t capacity = GENERATE(24u, 96u);
+    check_cached_sets_stay_prefixes<lru>(seed, capacity);
+    check_cached_sets_stay_prefixes<lrfu>(seed, capacity);
+    check_cached_sets_stay_prefixes<basic_lrfu<32.0>>(seed, capacity);
+    check_cached_sets_stay_prefixes<adaptive_lrfu>(seed, capacity);
+}
+
+TEST_CASE("lrfu refuses bad configurations, naming the setting and the fix", "[eviction][lrfu][errors]") {
+    using Catch::Matchers::Contains;
+    REQUIRE_THROWS_AS(lrfu(0), config_error);
+    REQUIRE_THROWS_WITH(lrfu(8, {.half_life = 0.0}), Contains("lrfu: half_life 0.000000 must be finite and > 0"));
+    REQUIRE_THROWS_WITH(lrfu(8, {.half_life = -1.0}), Contains("half_life -1.000000 must be finite and > 0"));
+    REQUIRE_THROWS_WITH(lrfu(8, {.half_life = std::numeric_limits<double>::infinity()}), Contains("half_life inf"));
+    REQUIRE_THROWS_WITH(lrfu(8, {.half_life = std::nan("")}), Contains("0.25 is close to LRU"));
+    REQUIRE_THROWS_WITH(lrfu(8, {.ghost_factor = -0.5}), Contains("lrfu: ghost_factor -0.500000 must be finite, >= 0"));
+    REQUIRE_THROWS_WITH(lrfu(8, {.ghost_factor = std::nan("")}), Contains("ghost_factor"));
+    REQUIRE_THROWS_WITH(lrfu(1u << 20, {.ghost_factor = 2048.0}), Contains("below 2^30 / capacity"));
+    REQUIRE_THROWS_AS(lrfu(1u << 20, {.ghost_factor = 2048.0}), config_error);
+}
