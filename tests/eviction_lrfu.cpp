@@ -1,20 +1,16 @@
 // lrfu against its naive reference model on long random operation sequences
 // (half-lives from near-LRU to near-LFU, with and without ghosts), the step
-// rule and the recency-frequency spectrum on hand-worked sequences, cached
-// sets that stay prefixes through the cache on random prefix forests (for
-// lru, lrfu and adaptive_lrfu), and the configuration errors.
+// rule, the recency-frequency spectrum and the ghosts on hand-worked
+// sequences, and the configuration errors (prefix closure through the cache:
+// eviction_prefix_closure.cpp).
 #include <catch2/catch.hpp>
 
-#include <kvpolicy/cache/tiered_cache.hpp>
-#include <kvpolicy/eviction/best_of_shadows.hpp>
 #include <kvpolicy/eviction/lrfu.hpp>
 #include <kvpolicy/eviction/lru.hpp>
 
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <random>
-#include <string>
 #include <vector>
 
 #include "support/policy_driver.hpp"
@@ -99,54 +95,6 @@ TEST_CASE("lrfu: a victim that comes back keeps its history through the ghosts",
     };
     REQUIRE(value_back(4.0) > 4.5);
     REQUIRE(value_back(0.0) == 1.0);
-}
-
-namespace {
-
-// Random prefix forests served through the cache in prefix mode, as
-// kvpolicy-sim does: after every request every cached block's parent is
-// cached, so no cached block is stranded behind an evicted ancestor.
-template <class Policy>
-void check_cached_sets_stay_prefixes(std::uint64_t seed, std::size_t capacity) {
-    std::mt19937_64 rng(seed);
-    constexpr int nodes = 400;
-    std::vector<int> parent(nodes);
-    for (int v = 0; v < nodes; ++v) parent[v] = v == 0 || rng() % 8 == 0 ? -1 : static_cast<int>(rng() % static_cast<std::uint64_t>(v));
-    auto hash = [](int v) { return block_hash{5000 + static_cast<std::uint64_t>(v)}; };
-    tiered_cache<Policy, lru> cache({.gpu_capacity = capacity, .block_size = 16});
-    std::size_t evictions_seen = 0;
-    for (int r = 0; r < 3000; ++r) {
-        // Popular nodes more often: low ids are shared prefixes.
-        const int end = static_cast<int>(rng() % static_cast<std::uint64_t>(rng() % 2 ? 40 : nodes));
-        std::vector<block_hash> chain;
-        for (int v = end; v >= 0; v = parent[v]) chain.insert(chain.begin(), hash(v));
-        if (chain.size() > capacity) continue;
-        cache.clock().set(static_cast<timestamp>(r + 1) * 1000);
-        cache.begin_step();
-        const admission a = cache.admit(session_id{static_cast<std::uint64_t>(r)}, chain);
-        (void)cache.end_step();
-        cache.release(session_id{static_cast<std::uint64_t>(r)});
-        evictions_seen += a.gpu_evictions;
-        for (int v = 0; v < nodes; ++v)
-            if (cache.where(hash(v)) == item_state::in_gpu && parent[v] >= 0) {
-                INFO(std::string(Policy::name) << " request " << r << ": block " << v << " cached, its parent "
-                                               << parent[v] << " not");
-                REQUIRE(cache.where(hash(parent[v])) == item_state::in_gpu);
-            }
-    }
-    REQUIRE(evictions_seen > 1000);
-}
-
-}  // namespace
-
-TEST_CASE("lru, lrfu and adaptive_lrfu keep cached sets prefix-closed on random prefix forests",
-          "[eviction][lrfu][prefix]") {
-    const std::uint64_t seed = GENERATE(1u, 2u, 3u);
-    const std::size_t capacity = GENERATE(24u, 96u);
-    check_cached_sets_stay_prefixes<lru>(seed, capacity);
-    check_cached_sets_stay_prefixes<lrfu>(seed, capacity);
-    check_cached_sets_stay_prefixes<basic_lrfu<32.0>>(seed, capacity);
-    check_cached_sets_stay_prefixes<adaptive_lrfu>(seed, capacity);
 }
 
 TEST_CASE("lrfu refuses bad configurations, naming the setting and the fix", "[eviction][lrfu][errors]") {

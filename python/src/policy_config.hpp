@@ -88,12 +88,12 @@ inline std::vector<config_field<lrfu::config_type>> fields_of(std::type_identity
             {"ghost_factor", [](C& c, std::string_view, double v) { c.ghost_factor = v; }}};
 }
 // The experts keep their preset half-lives; the options tune the choice.
-inline std::vector<config_field<adaptive_lrfu::config_type>> fields_of(std::type_identity<adaptive_lrfu>) {
-    using C = adaptive_lrfu::config_type;
+inline std::vector<config_field<adaptive_kv::config_type>> fields_of(std::type_identity<adaptive_kv>) {
+    using C = adaptive_kv::config_type;
     return {{"shadow_items",
              [](C& c, std::string_view p, double v) { c.shadow_items = detail::whole<std::size_t>(p, "shadow_items", v); }},
             {"window", [](C& c, std::string_view, double v) { c.window = v; }},
-            {"switch_margin", [](C& c, std::string_view, double v) { c.switch_margin = v; }}};
+            {"switch_sigmas", [](C& c, std::string_view, double v) { c.switch_sigmas = v; }}};
 }
 inline std::vector<config_field<two_q::config_type>> fields_of(std::type_identity<two_q>) {
     using C = two_q::config_type;

@@ -14,13 +14,13 @@ ALL = kvpolicy.policies()
 def test_policies_lists_the_registry():
     assert len(ALL) == len(set(ALL)) == 23
     for name in ("lru", "fifo", "arc", "s3fifo", "sieve", "belady", "retention_value", "w_tinylfu",
-                 "tail_aware_lru", "session_aware_lru", "reuse_oracle_lru", "lrfu", "adaptive_lrfu"):
+                 "tail_aware_lru", "session_aware_lru", "reuse_oracle_lru", "lrfu", "adaptive_kv"):
         assert name in ALL
     assert kvpolicy.policy_options("lru") == []
     assert "small_fraction" in kvpolicy.policy_options("s3fifo")
     assert kvpolicy.policy_options("session_aware_lru") == ["far_factor", "gap_weight", "max_sessions", "tune_margin"]
     assert kvpolicy.policy_options("lrfu") == ["half_life", "ghost_factor"]
-    assert kvpolicy.policy_options("adaptive_lrfu") == ["shadow_items", "window", "switch_margin"]
+    assert kvpolicy.policy_options("adaptive_kv") == ["shadow_items", "window", "switch_sigmas"]
 
 
 class NaiveLRU:
@@ -234,9 +234,9 @@ def test_options_reach_the_policy():
     with pytest.raises(kvpolicy.ConfigError, match=r"^lrfu: half_life -1"):
         kvpolicy.EvictionPolicy("lrfu", 20, half_life=-1)
     with pytest.raises(kvpolicy.ConfigError, match=r"^best_of_shadows: window 0"):
-        kvpolicy.EvictionPolicy("adaptive_lrfu", 20, window=0)
-    with pytest.raises(kvpolicy.ConfigError, match=r"^adaptive_lrfu: option shadow_items = 0.500000 is not a whole"):
-        kvpolicy.EvictionPolicy("adaptive_lrfu", 20, shadow_items=0.5)
+        kvpolicy.EvictionPolicy("adaptive_kv", 20, window=0)
+    with pytest.raises(kvpolicy.ConfigError, match=r"^adaptive_kv: option shadow_items = 0.500000 is not a whole"):
+        kvpolicy.EvictionPolicy("adaptive_kv", 20, shadow_items=0.5)
 
 
 def test_lrfu_half_life_runs_from_recency_to_frequency():

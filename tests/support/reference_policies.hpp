@@ -1624,8 +1624,9 @@ struct ref_lrfu {
 /// keys (all when shadow_items >= capacity, else mix64(key) < rate x 2^64),
 /// holding, releasing and forgetting them with the real cache. A shadow hit
 /// is a reference to a key it holds. Every choose_every sampled references
-/// the expert whose shadow hits exceed the followed one's by the margin is
-/// followed (the first of the highest); every halve_every, the hits halve.
+/// the expert with the most shadow hits (the first of them) is followed if
+/// its hits less the followed one's exceed `sigmas` x the square root of the
+/// references exactly one of the two hit; every halve_every, all counts halve.
 template <class... RefExperts>
 struct ref_best_of_shadows {
     struct shadow_slot {
@@ -1692,14 +1693,16 @@ struct ref_best_of_shadows {
     std::vector<std::uint64_t> key_of;  // [capacity]
     double rate;
     std::uint64_t halve_every, choose_every, references = 0;
-    double margin;
+    std::vector<std::vector<double>> only;  // [x][y] references shadow x hit and y missed, halved with the hits
+    double sigmas;
     std::size_t followed = 0;
 
     /// `make(capacity)` builds one of each reference expert, in order.
     template <class Make>
-    ref_best_of_shadows(std::size_t capacity, std::size_t shadow_items, double window, double switch_margin, Make make)
+    ref_best_of_shadows(std::size_t capacity, std::size_t shadow_items, double window, double switch_sigmas, Make make)
         : real(make(capacity)), shadows(shadows_of(make, capacity, shadow_items)), key_of(capacity, 0),
-          rate(std::min(1.0, static_cast<double>(shadow_items) / static_cast<double>(capacity))), margin(switch_margin) {
+          rate(std::min(1.0, static_cast<double>(shadow_items) / static_cast<double>(capacity))),
+          only(sizeof...(RefExperts), std::vector<double>(sizeof...(RefExperts), 0.0)), sigmas(switch_sigmas) {
             const std::size_t shadow_capacity = std::get<0>(shadows).slots.size();
             halve_every = std::max<std::uint64_t>(16, static_cast<std::uint64_t>(window * static_cast<double>(shadow_capacity)));
             choose_every = std::max<std::uint64_t>(16, halve_every / 16);
@@ -1721,7 +1724,14 @@ struct ref_best_of_shadows {
     void each_shadow(F f) { std::apply([&](auto&... s) { (f(s), ...); }, shadows); }
 
     void shadow_reference(const access_context& ctx) {
-        each_shadow([&](auto& s) { s.reference(ctx); });
+        std::vector<bool> hit;
+        each_shadow([&](auto& s) {
+            const double before = s.hits;
+            s.reference(ctx);
+            hit.push_back(s.hits != before);
+        });
+        for (std::size_t x = 0; x < hit.size(); ++x)
+            for (std::size_t y = 0; y < hit.size(); ++y) only[x][y] += hit[x] && !hit[y] ? 1.0 : 0.0;
         ++references;
         if (references % choose_every == 0) {
             std::vector<double> hits;
@@ -1729,9 +1739,14 @@ struct ref_best_of_shadows {
             std::size_t best = followed;
             for (std::size_t i = 0; i < hits.size(); ++i)
                 if (hits[i] > hits[best]) best = i;
-            if (hits[best] > hits[followed] * (1.0 + margin)) followed = best;
+            const double lead = only[best][followed] - only[followed][best];
+            if (best != followed && lead > sigmas * std::sqrt(only[best][followed] + only[followed][best])) followed = best;
         }
-        if (references % halve_every == 0) each_shadow([](auto& s) { s.hits *= 0.5; });
+        if (references % halve_every == 0) {
+            each_shadow([](auto& s) { s.hits *= 0.5; });
+            for (auto& row : only)
+                for (double& n : row) n *= 0.5;
+        }
     }
     void on_insert(item_id id, const access_context& ctx) {
         each_real([&](auto& e) { e.on_insert(id, ctx); });
@@ -1767,6 +1782,79 @@ struct ref_best_of_shadows {
             });
         }
         return v;
+    }
+};
+
+}  // namespace kvpolicy::testing
+
+namespace kvpolicy::testing {
+
+/// superseded_lru, restated: each item records the session that used it
+/// last, whether two sessions used it, the `now` it became evictable at and
+/// a stamp. A reference by a session at `now` supersedes, in stamp order,
+/// each of that session's evictable, unshared, not yet superseded items
+/// placed at an earlier `now`, numbering them as it goes; a victim is the
+/// superseded evictable item with the lowest number, else the not
+/// superseded evictable item with the lowest stamp (LRU).
+struct ref_superseded_lru {
+    struct entry {
+        std::uint32_t id;
+        std::uint64_t owner;
+        bool shared;
+        timestamp placed;
+        std::uint64_t stamp;
+        bool held;
+        bool superseded;
+        std::uint64_t number;
+    };
+    ref_records<entry> r;
+    std::uint64_t numbers = 0;
+
+    void reference(const access_context& ctx) {
+        std::vector<entry*> moved_on;
+        for (auto& e : r.items)
+            if (!e.held && !e.shared && !e.superseded && e.owner == ctx.session.value && e.placed < ctx.now)
+                moved_on.push_back(&e);
+        std::sort(moved_on.begin(), moved_on.end(), [](const entry* a, const entry* b) { return a->stamp < b->stamp; });
+        for (entry* e : moved_on) {
+            e->superseded = true;
+            e->number = numbers++;
+        }
+    }
+    void make_evictable(entry& e, timestamp now) {
+        e.held = false;
+        e.superseded = false;
+        e.placed = now;
+        e.stamp = r.clock++;
+    }
+    void on_insert(item_id id, const access_context& ctx) {
+        reference(ctx);
+        r.items.push_back({id.value, ctx.session.value, false, 0, 0, false, false, 0});
+        make_evictable(r.items.back(), ctx.now);
+    }
+    void on_access(item_id id, const access_context& ctx) {
+        reference(ctx);
+        entry* e = r.find(id);
+        if (e->owner != ctx.session.value) e->shared = true;
+        e->owner = ctx.session.value;
+        if (!e->held) make_evictable(*e, ctx.now);
+    }
+    void on_hold(item_id id) {
+        entry* e = r.find(id);
+        e->held = true;
+        e->superseded = false;
+    }
+    void on_release(item_id id, const access_context& ctx) { make_evictable(*r.find(id), ctx.now); }
+    void on_erase(item_id id) { r.erase(id); }
+    std::optional<item_id> pop_victim(timestamp) {
+        entry* v = nullptr;
+        for (auto& e : r.items)
+            if (!e.held && e.superseded && (v == nullptr || e.number < v->number)) v = &e;
+        if (v == nullptr) v = r.oldest_evictable([](const entry& e) { return !e.superseded; });
+        if (v == nullptr) return std::nullopt;
+        const item_id victim{v->id};
+        r.erase(victim);
+        return victim;
     }
 };
 

@@ -10,10 +10,15 @@
 // expert runs a *shadow*: the same policy over a spatial sample of the keys
 // (those whose hash falls below rate R = min(1, shadow_items / capacity)), at
 // R x capacity items, fed with the sampled keys' references, holds and
-// releases as the real cache makes them. A shadow counts its hits; counts
-// halve every `window` x its capacity sampled references, and the expert
-// whose shadow leads the followed one's by more than `switch_margin` is
-// followed from then on. Sampling keys uniformly keeps each shadow a scaled
+// releases as the real cache makes them. The shadows count, for every two
+// experts, the sampled references one of them hit and the other missed;
+// counts halve every `window` x shadow capacity sampled references. The
+// expert whose shadow hits most is followed once its lead over the followed
+// one's is significant: more than `switch_sigmas` standard deviations of the
+// difference, whose variance, were the two equally good, is the number of
+// references exactly one of them hit (McNemar's test for paired outcomes).
+// So noise does not make it switch back and forth, and no margin has to
+// suit every hit ratio. Sampling keys uniformly keeps each shadow a scaled
 // replica of a full-size cache (SHARDS), so which expert leads in the
 // shadows is which would lead at full size.
 //
@@ -26,11 +31,11 @@
 // where nothing beats it. The shadows count a hit whenever the sampled key is
 // cached, not the prefix rule (a hit counts only up to a request's first
 // miss); for experts that keep cached sets prefix-closed (lru, lrfu,
-// session_aware_lru) the two agree.
+// superseded_lru) the two agree.
 //
 // When to use it: when the workload is not known in advance, or changes. The
-// preset `adaptive_lrfu` follows LRU or LRFU at half-lives of 2, 8 and 32
-// capacities.
+// preset `adaptive_kv` follows LRU, LRFU at half-lives of 2, 8 and 32
+// capacities, or superseded_lru.
 //
 // Departures: the paper runs miniature simulations to tune a parameter
 // offline or periodically; here they run continuously and the real cache
@@ -62,6 +67,7 @@
 #include "kvpolicy/eviction/item_tracking.hpp"
 #include "kvpolicy/eviction/lrfu.hpp"
 #include "kvpolicy/eviction/lru.hpp"
+#include "kvpolicy/eviction/superseded_lru.hpp"
 
 namespace kvpolicy {
 
@@ -85,10 +91,11 @@ public:
         std::size_t shadow_items = 4096;
         /// Shadow hits halve every `window` x shadow capacity sampled
         /// references: how far back "lately" reaches; > 0 and finite.
-        double window = 8.0;
-        /// Follow another expert when its shadow's hits exceed the followed
-        /// one's by this share; >= 0 and finite.
-        double switch_margin = 0.02;
+        double window = 4.0;
+        /// Follow the expert whose shadow hits most when its lead over the
+        /// followed one's exceeds this many standard deviations (McNemar);
+        /// >= 0 and finite.
+        double switch_sigmas = 2.0;
     };
 
     static constexpr std::string_view name = "best_of_shadows";
@@ -98,7 +105,7 @@ public:
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids,
     /// `shadow_items` is 0, `window` is not positive and finite or
-    /// `switch_margin` is negative or not finite; whatever an expert's
+    /// `switch_sigmas` is negative or not finite; whatever an expert's
     /// constructor throws for its configuration.
     best_of_shadows(std::size_t capacity, const config_type& config)
         : tracking_(capacity, "best_of_shadows"), config_(validated(config)),
@@ -193,12 +200,13 @@ private:
         shadow(std::size_t capacity, const typename P::config_type& config)
             : policy(capacity, config), where(capacity), key_of(capacity, 0), held(capacity, 0) {}
 
-        void reference(const access_context& ctx) {
+        // Returns whether the key was cached.
+        bool reference(const access_context& ctx) {
             std::uint32_t slot = where.find(ctx.key);
             if (slot != no_index) {
                 hits += 1.0;
                 policy.on_access(item_id{slot}, ctx);
-                return;
+                return true;
             }
             policy.on_miss(ctx);
             if (!freed.empty()) {
@@ -208,13 +216,14 @@ private:
                 slot = used++;
             } else {
                 const std::optional<item_id> v = policy.pop_victim(ctx.now);
-                if (!v) return;  // every slot held: served, not cached
+                if (!v) return false;  // every slot held: served, not cached
                 slot = v->value;
                 where.erase(key_of[slot]);
             }
             where.insert(ctx.key, slot);
             key_of[slot] = ctx.key;
             policy.on_insert(item_id{slot}, ctx);
+            return false;
         }
         void hold(std::uint64_t key) {
             const std::uint32_t slot = where.find(key);
@@ -246,9 +255,10 @@ private:
         if (!(c.window > 0.0) || !std::isfinite(c.window))
             throw config_error("best_of_shadows: window " + std::to_string(c.window) +
                                " must be finite and > 0 (shadow hits halve every window x shadow capacity references)");
-        if (!(c.switch_margin >= 0.0) || !std::isfinite(c.switch_margin))
-            throw config_error("best_of_shadows: switch_margin " + std::to_string(c.switch_margin) +
-                               " must be finite and >= 0 (0.02: follow an expert whose shadow hits 2% more)");
+        if (!(c.switch_sigmas >= 0.0) || !std::isfinite(c.switch_sigmas))
+            throw config_error("best_of_shadows: switch_sigmas " + std::to_string(c.switch_sigmas) +
+                               " must be finite and >= 0 (2: follow an expert whose shadow leads by two standard "
+                               "deviations)");
         return c;
     }
     template <std::size_t... I>
@@ -264,17 +274,27 @@ private:
         return rate_ >= 1.0 || mix64(key) < sample_below_;
     }
     void shadow_reference(const access_context& ctx) {
-        std::apply([&](auto&... s) { (s.reference(ctx), ...); }, shadows_);
+        std::array<bool, expert_count> hit{};
+        std::size_t i = 0;
+        std::apply([&](auto&... s) { ((hit[i++] = s.reference(ctx)), ...); }, shadows_);
+        for (std::size_t x = 0; x < expert_count; ++x)
+            for (std::size_t y = 0; y < expert_count; ++y)
+                if (hit[x] && !hit[y]) only_[x][y] += 1.0;
         if (++references_ % choose_every_ == 0) choose();
-        if (references_ % halve_every_ == 0)
+        if (references_ % halve_every_ == 0) {
             std::apply([](auto&... s) { ((s.hits *= 0.5), ...); }, shadows_);
+            for (auto& row : only_)
+                for (double& n : row) n *= 0.5;
+        }
     }
     void choose() {
         const std::array<double, expert_count> hits = shadow_hits();
         std::size_t best = followed_;
         for (std::size_t i = 0; i < expert_count; ++i)
             if (hits[i] > hits[best]) best = i;
-        if (hits[best] > hits[followed_] * (1.0 + config_.switch_margin)) {
+        const double lead = only_[best][followed_] - only_[followed_][best];
+        const double discordant = only_[best][followed_] + only_[followed_][best];
+        if (best != followed_ && lead > config_.switch_sigmas * std::sqrt(discordant)) {
             followed_ = best;
             ++switches_;
         }
@@ -298,19 +318,23 @@ private:
     std::uint64_t halve_every_;          // sampled references between halvings of the hit counts
     std::uint64_t choose_every_;         // sampled references between choices
     std::uint64_t references_ = 0;       // sampled references so far
+    // [x][y] sampled references shadow x hit and shadow y missed, halved with the hits
+    std::array<std::array<double, expert_count>, expert_count> only_{};
     std::size_t followed_ = 0;
     std::uint64_t switches_ = 0;
 };
 
-/// LRU or LRFU at half-lives of 2, 8 and 32 capacities, whichever hits most
-/// in the shadows lately: the policy to pick when the workload is unknown
-/// (README "Which policy").
-class adaptive_lrfu : public best_of_shadows<lru, basic_lrfu<2.0>, basic_lrfu<8.0>, basic_lrfu<32.0>> {
+/// The policy to pick when the workload is not known (README "Which
+/// policy"): whichever of LRU, LRFU at half-lives of 2, 8 and 32 capacities
+/// (recency, then more and more frequency) and superseded_lru (what sessions
+/// moved on from first) hits most in the shadows lately.
+class adaptive_kv
+    : public best_of_shadows<lru, basic_lrfu<2.0>, basic_lrfu<8.0>, basic_lrfu<32.0>, superseded_lru> {
 public:
-    static constexpr std::string_view name = "adaptive_lrfu";
+    static constexpr std::string_view name = "adaptive_kv";
     using best_of_shadows::best_of_shadows;
 };
-static_assert(eviction_policy<adaptive_lrfu>);
+static_assert(eviction_policy<adaptive_kv>);
 static_assert(eviction_policy<best_of_shadows<lru, lrfu>>);
 
 }  // namespace kvpolicy

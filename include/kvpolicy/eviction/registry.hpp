@@ -24,11 +24,12 @@
 #include "kvpolicy/eviction/sieve.hpp"
 #include "kvpolicy/eviction/tail_aware_lru.hpp"
 #include "kvpolicy/eviction/slru.hpp"
+#include "kvpolicy/eviction/superseded_lru.hpp"
 #include "kvpolicy/eviction/two_q.hpp"
 #include "kvpolicy/eviction/w_tinylfu.hpp"
 
 namespace kvpolicy {
 
-using eviction_policies = type_list<fifo, lru, round_robin, lfu, clock, sieve, slru, two_q, qos_aware, predictive, retention_value<>, lexicographic_checkerboard, arc, s3fifo, lirs, w_tinylfu, gdsf<>, tail_aware_lru, session_aware_lru, lrfu, adaptive_lrfu, reuse_oracle_lru, belady>;
+using eviction_policies = type_list<fifo, lru, round_robin, lfu, clock, sieve, slru, two_q, qos_aware, predictive, retention_value<>, lexicographic_checkerboard, arc, s3fifo, lirs, w_tinylfu, gdsf<>, tail_aware_lru, session_aware_lru, lrfu, superseded_lru, adaptive_kv, reuse_oracle_lru, belady>;
 
 }  // namespace kvpolicy

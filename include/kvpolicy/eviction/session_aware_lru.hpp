@@ -17,10 +17,17 @@
 //      by that margin, than the time LRU's victim has already sat unused;
 //   3. else LRU's victim (the item that became evictable first). Ties among
 //      equal times go to the item placed first: a finished request releases
-//      its blocks tail first, so a session loses its deepest blocks first
-//      and cached sets stay prefixes (SGLang's radix tree evicts leaves).
+//      its blocks tail first, so a session loses its deepest blocks first.
 // A prediction whose time has passed is dropped (the session is late: it
 // may have paused or ended); the item stays in LRU order.
+//
+// Prefixes: rule 3 keeps cached sets prefix-closed, rule 2 does not always.
+// A prediction is made when an item is placed, so when a session's later
+// request reads an inner block but not an older branch below it, the inner
+// block is predicted back later than the branch and rule 2 can evict it
+// first, leaving the branch cached but unreachable until LRU reaches it
+// (tests/eviction_prefix_closure.cpp finds such cases on random forests;
+// lru, lrfu, superseded_lru and adaptive_kv keep every cached set a prefix).
 //
 // Why. Rule 2 is Belady's rule (evict the farthest next use) with next uses
 // predicted by each session's rhythm, as Continuum keeps an agent's KV for
