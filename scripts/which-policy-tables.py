@@ -1,7 +1,9 @@
 # Formats scripts/which-policy.sh's CSVs as the README's "Which policy" tables: one
 # markdown table per trace, a row per policy (lru first, then the online policies by
 # mean hit ratio, then the two bounds that read the future: reuse_oracle_lru, belady), a column per capacity. Columns the simulator did not write
-# (capacity saved without --match-lru) are left out.
+# (capacity saved without --match-lru) are left out. An index line may name a
+# second CSV after the distinct blocks: capacity saved for some policies, from
+# a --match-lru run of those alone ("-" for the rest).
 import csv, sys
 def num(r, k):
     v = r.get(k, "")
@@ -10,8 +12,13 @@ def num(r, k):
     except (TypeError, ValueError):
         return None
 for line in open(sys.argv[1]):
-    name, path, distinct = line.rstrip("\n").split("|")
+    name, path, distinct, *saved_path = line.rstrip("\n").split("|")
     rows = [r for r in csv.DictReader(open(path)) if r["policy"] != "policy"]  # repeated headers
+    if saved_path:
+        saved = {(r["policy"], r["capacity"]): r.get("capacity_saved", "")
+                 for r in csv.DictReader(open(saved_path[0])) if r["policy"] != "policy"}
+        for r in rows:
+            r["capacity_saved"] = saved.get((r["policy"], r["capacity"]), "")
     caps = sorted({int(r["capacity"]) for r in rows})
     has_saved = any(num(r, "capacity_saved") is not None for r in rows)
     has_fair = any(num(r, "fairness") is not None for r in rows)
@@ -46,5 +53,5 @@ for line in open(sys.argv[1]):
                 f.append(f"{j:.2f}" if j is not None else "-")
                 f.append(f"{100 * rp:.0f}%" if rp is not None else "-")
             cells.append(" / ".join(f))
-        label = f"**{p}**" if p in ("lru", "tail_aware_lru", "session_aware_lru") + bounds else p
+        label = f"**{p}**" if p in ("lru", "adaptive_kv", "session_aware_lru") + bounds else p
         print(f"| {label} | " + " | ".join(cells) + " |")

@@ -172,8 +172,9 @@ TEST_CASE("best_of_shadows refuses bad configurations, naming the setting and th
     using Catch::Matchers::Contains;
     REQUIRE_THROWS_AS(lru_or_lrfu(0), config_error);
     REQUIRE_THROWS_WITH(lru_or_lrfu(8, {.shadow_items = 0}), Contains("best_of_shadows: shadow_items 0 leaves"));
-    REQUIRE_THROWS_WITH(lru_or_lrfu(8, {.window = 0.0}), Contains("best_of_shadows: window 0.000000 must be finite and > 0"));
+    REQUIRE_THROWS_WITH(lru_or_lrfu(8, {.window = 0.0}), Contains("best_of_shadows: window 0.000000 must be in (0, 1e9]"));
     REQUIRE_THROWS_WITH(lru_or_lrfu(8, {.window = std::nan("")}), Contains("window"));
+    REQUIRE_THROWS_WITH(lru_or_lrfu(8, {.window = 1e300}), Contains("must be in (0, 1e9]"));
     REQUIRE_THROWS_WITH(lru_or_lrfu(8, {.switch_sigmas = -0.1}), Contains("switch_sigmas -0.100000 must be finite and >= 0"));
     REQUIRE_THROWS_WITH(lru_or_lrfu(8, {.switch_sigmas = std::numeric_limits<double>::infinity()}),
                         Contains("switch_sigmas"));

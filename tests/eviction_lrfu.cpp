@@ -23,7 +23,8 @@ TEST_CASE("lrfu chooses the same victims as its reference model", "[eviction][di
     const std::uint64_t seed = GENERATE(1u, 2u);
     const std::size_t capacity = GENERATE(1u, 16u, 97u);
     const double half_life = GENERATE(0.25, 2.0, 32.0);
-    const double ghost_factor = GENERATE(0.0, 4.0);
+    // Without ghosts once per capacity: the rest of the rule is the same.
+    const double ghost_factor = seed == 1 && half_life == 2.0 ? 0.0 : 4.0;
     lrfu policy(capacity, {.half_life = half_life, .ghost_factor = ghost_factor});
     ref_lrfu reference(capacity, half_life, ghost_factor);
     // A key universe of 4x the capacity brings victims back while their

@@ -29,12 +29,14 @@
 
 #include "kvpolicy/eviction/arc.hpp"
 #include "kvpolicy/eviction/belady.hpp"
+#include "kvpolicy/eviction/best_of_shadows.hpp"
 #include "kvpolicy/eviction/checkerboard.hpp"
 #include "kvpolicy/eviction/clock.hpp"
 #include "kvpolicy/eviction/gdsf.hpp"
 #include "kvpolicy/eviction/item_tracking.hpp"
 #include "kvpolicy/eviction/lfu.hpp"
 #include "kvpolicy/eviction/lirs.hpp"
+#include "kvpolicy/eviction/lrfu.hpp"
 #include "kvpolicy/eviction/predictive.hpp"
 #include "kvpolicy/eviction/qos_aware.hpp"
 #include "kvpolicy/eviction/registry.hpp"
@@ -44,6 +46,7 @@
 #include "kvpolicy/eviction/select_victims.hpp"
 #include "kvpolicy/eviction/sieve.hpp"
 #include "kvpolicy/eviction/slru.hpp"
+#include "kvpolicy/eviction/superseded_lru.hpp"
 #include "kvpolicy/eviction/two_q.hpp"
 #include "kvpolicy/eviction/w_tinylfu.hpp"
 

@@ -46,9 +46,11 @@
 // chose the victim.
 //
 // Cost: the experts' costs added (each does every operation) plus R times
-// the same for the shadows, a key hash per reference and 8 bytes per item.
+// the same for the shadows, a key hash and k^2 counter updates per sampled
+// reference (k experts), and 8 bytes per item.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -90,7 +92,7 @@ public:
         /// min(1, shadow_items / capacity); >= 1.
         std::size_t shadow_items = 4096;
         /// Shadow hits halve every `window` x shadow capacity sampled
-        /// references: how far back "lately" reaches; > 0 and finite.
+        /// references: how far back "lately" reaches; in (0, 1e9].
         double window = 4.0;
         /// Follow the expert whose shadow hits most when its lead over the
         /// followed one's exceeds this many standard deviations (McNemar);
@@ -104,7 +106,7 @@ public:
     explicit best_of_shadows(std::size_t capacity) : best_of_shadows(capacity, config_type{}) {}
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids,
-    /// `shadow_items` is 0, `window` is not positive and finite or
+    /// `shadow_items` is 0, `window` is outside (0, 1e9] or
     /// `switch_sigmas` is negative or not finite; whatever an expert's
     /// constructor throws for its configuration.
     best_of_shadows(std::size_t capacity, const config_type& config)
@@ -252,9 +254,9 @@ private:
         if (c.shadow_items == 0)
             throw config_error("best_of_shadows: shadow_items 0 leaves the shadows nothing to measure; give at least 1 "
                                "(4096 samples keys at 4096 / capacity)");
-        if (!(c.window > 0.0) || !std::isfinite(c.window))
+        if (!(c.window > 0.0) || !(c.window <= 1e9))
             throw config_error("best_of_shadows: window " + std::to_string(c.window) +
-                               " must be finite and > 0 (shadow hits halve every window x shadow capacity references)");
+                               " must be in (0, 1e9] (shadow hits halve every window x shadow capacity references)");
         if (!(c.switch_sigmas >= 0.0) || !std::isfinite(c.switch_sigmas))
             throw config_error("best_of_shadows: switch_sigmas " + std::to_string(c.switch_sigmas) +
                                " must be finite and >= 0 (2: follow an expert whose shadow leads by two standard "

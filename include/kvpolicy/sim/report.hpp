@@ -228,17 +228,18 @@ inline void write_plot(const std::string& png, const std::vector<replay_result>&
     for (auto it = capacities.begin(); it != capacities.end(); ++it)
         script << (it == capacities.begin() ? "" : ", ") << *it;
     script << ")\n";
-    // LRU (the baseline) and Belady (the bound) thick and dark; every other
-    // policy thin and light, in colours that repeat only after 10, with a
-    // point type of its own: with 18+ policies the two references must stand
+    // LRU (the baseline) and Belady (the bound) thick and dark, the policy
+    // README "Which policy" recommends (adaptive_kv) thick in blue; every
+    // other policy thin and light, in colours that repeat only after 10, with
+    // a point type of its own: with 20+ policies the references must stand
     // out and the rest stay tellable apart.
     static constexpr const char* light[] = {"#8fb8de", "#f2b880", "#9ed39e", "#e7a3a3", "#c5b0d5",
                                             "#c49c94", "#f7b6d2", "#bcbd22", "#9edae5", "#b0b0b0"};
     // References drawn last, on top of the rest.
     std::vector<std::string> order;
     for (const auto& [policy, pts] : series)
-        if (policy != "lru" && policy != "belady") order.push_back(policy);
-    for (const char* ref : {"lru", "belady"})
+        if (policy != "lru" && policy != "belady" && policy != "adaptive_kv") order.push_back(policy);
+    for (const char* ref : {"adaptive_kv", "lru", "belady"})
         if (series.contains(ref)) order.emplace_back(ref);
     script << "plot ";
     std::size_t index = 0, others = 0;
@@ -246,6 +247,7 @@ inline void write_plot(const std::string& png, const std::vector<replay_result>&
         script << (index == 0 ? "" : ", ") << "'-' using 1:2 with linespoints ";
         if (policy == "belady") script << "lw 4 lc rgb '#000000' pt 7 ps 1.2";
         else if (policy == "lru") script << "lw 4 lc rgb '#d62728' pt 5 ps 1.2";
+        else if (policy == "adaptive_kv") script << "lw 3 lc rgb '#1f77b4' pt 9 ps 1.1";
         else {
             script << "lw 1.5 lc rgb '" << light[others % 10] << "' pt " << 1 + others % 12 << " ps 0.8";
             ++others;
