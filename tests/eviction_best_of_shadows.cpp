@@ -109,38 +109,41 @@ std::vector<std::uint64_t> moving_working_set(std::size_t phases, std::size_t pe
     return keys;
 }
 
+// The same keys through LRU alone, LRFU (32 capacities) alone and the two
+// under best_of_shadows, 100 items each.
+struct three_replays {
+    std::uint64_t lru_hits, lrfu_hits, hits;
+    std::size_t followed;
+};
+three_replays replay_three(const std::vector<std::uint64_t>& keys) {
+    lru alone_lru(100);
+    basic_lrfu<32.0> alone_lrfu(100);
+    best_of_shadows<lru, basic_lrfu<32.0>> both(100);
+    const std::uint64_t lru_hits = replay_flat(alone_lru, keys);
+    const std::uint64_t lrfu_hits = replay_flat(alone_lrfu, keys);
+    const std::uint64_t hits = replay_flat(both, keys);
+    return {lru_hits, lrfu_hits, hits, both.followed()};
+}
+
 }  // namespace
 
 TEST_CASE("best_of_shadows follows LRFU where a scan flushes LRU's hot set", "[eviction][best_of_shadows]") {
-    using lru_or_lfu = best_of_shadows<lru, basic_lrfu<32.0>>;
     const auto keys = hot_set_with_scan(30'000);
-    lru alone_lru(100);
-    basic_lrfu<32.0> alone_lrfu(100);
-    lru_or_lfu both(100);
-    const std::uint64_t lru_hits = replay_flat(alone_lru, keys);
-    const std::uint64_t lrfu_hits = replay_flat(alone_lrfu, keys);
-    const std::uint64_t hits = replay_flat(both, keys);
-    REQUIRE(lru_hits == 0);
-    REQUIRE(lrfu_hits > keys.size() / 4);  // the hot third, after warming up
-    REQUIRE(both.followed() == 1);
-    REQUIRE(static_cast<double>(hits) > 0.9 * static_cast<double>(lrfu_hits));
+    const three_replays r = replay_three(keys);
+    REQUIRE(r.lru_hits == 0);
+    REQUIRE(r.lrfu_hits > keys.size() / 4);  // the hot third, after warming up
+    REQUIRE(r.followed == 1);
+    REQUIRE(static_cast<double>(r.hits) > 0.9 * static_cast<double>(r.lrfu_hits));
 }
 
 TEST_CASE("best_of_shadows follows LRU where frequent keys go out of use", "[eviction][best_of_shadows]") {
-    using lru_or_lfu = best_of_shadows<lru, basic_lrfu<32.0>>;
     // Each phase's 80 keys fit in 100 items; LRFU's long memory keeps the
     // last phase's keys, frequent until just now, and thrashes on the rest.
-    const auto keys = moving_working_set(6, 8000);
-    lru alone_lru(100);
-    basic_lrfu<32.0> alone_lrfu(100);
-    lru_or_lfu both(100);
-    const std::uint64_t lru_hits = replay_flat(alone_lru, keys);
-    const std::uint64_t lrfu_hits = replay_flat(alone_lrfu, keys);
-    const std::uint64_t hits = replay_flat(both, keys);
-    REQUIRE(lru_hits > lrfu_hits);
-    REQUIRE(both.followed() == 0);
-    REQUIRE(hits >= lrfu_hits);
-    REQUIRE(static_cast<double>(hits) > 0.98 * static_cast<double>(lru_hits));
+    const three_replays r = replay_three(moving_working_set(6, 8000));
+    REQUIRE(r.lru_hits > r.lrfu_hits);
+    REQUIRE(r.followed == 0);
+    REQUIRE(r.hits >= r.lrfu_hits);
+    REQUIRE(static_cast<double>(r.hits) > 0.98 * static_cast<double>(r.lru_hits));
 }
 
 TEST_CASE("best_of_shadows samples keys at shadow_items / capacity", "[eviction][best_of_shadows]") {
