@@ -117,8 +117,8 @@ struct three_replays {
 };
 three_replays replay_three(const std::vector<std::uint64_t>& keys) {
     lru alone_lru(100);
-    basic_lrfu<32.0> alone_lrfu(100);
-    best_of_shadows<lru, basic_lrfu<32.0>> both(100);
+    basic_lrfu<32> alone_lrfu(100);
+    best_of_shadows<lru, basic_lrfu<32>> both(100);
     const std::uint64_t lru_hits = replay_flat(alone_lru, keys);
     const std::uint64_t lrfu_hits = replay_flat(alone_lrfu, keys);
     const std::uint64_t hits = replay_flat(both, keys);

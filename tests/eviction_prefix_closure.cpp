@@ -60,7 +60,7 @@ TEST_CASE("prefix-aware policies keep cached sets prefix-closed on random prefix
     const std::size_t capacity = GENERATE(24u, 96u);
     check_cached_sets_stay_prefixes<lru>(seed, capacity);
     check_cached_sets_stay_prefixes<lrfu>(seed, capacity);
-    check_cached_sets_stay_prefixes<basic_lrfu<32.0>>(seed, capacity);
+    check_cached_sets_stay_prefixes<basic_lrfu<32>>(seed, capacity);
     check_cached_sets_stay_prefixes<superseded_lru>(seed, capacity);
     check_cached_sets_stay_prefixes<adaptive_kv>(seed, capacity);
     check_cached_sets_stay_prefixes<tail_aware_lru>(seed, capacity);

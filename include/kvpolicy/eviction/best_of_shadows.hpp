@@ -331,7 +331,7 @@ private:
 /// (recency, then more and more frequency) and superseded_lru (what sessions
 /// moved on from first) hits most in the shadows lately.
 class adaptive_kv
-    : public best_of_shadows<lru, basic_lrfu<2.0>, basic_lrfu<8.0>, basic_lrfu<32.0>, superseded_lru> {
+    : public best_of_shadows<lru, basic_lrfu<2>, basic_lrfu<8>, basic_lrfu<32>, superseded_lru> {
 public:
     static constexpr std::string_view name = "adaptive_kv";
     using best_of_shadows::best_of_shadows;

@@ -62,13 +62,16 @@
 
 namespace kvpolicy {
 
-template <double DefaultHalfLife = 2.0>
+/// `DefaultHalfLife`: the half-life a default configuration starts from, in
+/// whole capacities (an integer: clang 14 takes no floating-point template
+/// arguments); any positive value can be configured.
+template <std::uint32_t DefaultHalfLife = 2>
 class basic_lrfu {
 public:
     struct config_type {
         /// Half-life of a reference's weight, in multiples of the capacity
         /// counted in block references: > 0 and finite. Small: LRU; large: LFU.
-        double half_life = DefaultHalfLife;
+        double half_life = static_cast<double>(DefaultHalfLife);
         /// Victims whose history is remembered, in multiples of the capacity; >= 0.
         double ghost_factor = 4.0;
     };
