@@ -12,9 +12,9 @@ ALL = kvpolicy.policies()
 
 
 def test_policies_lists_the_registry():
-    assert len(ALL) == len(set(ALL)) == 23
+    assert len(ALL) == len(set(ALL)) == 24
     for name in ("lru", "fifo", "arc", "s3fifo", "sieve", "belady", "retention_value", "w_tinylfu",
-                 "tail_aware_lru", "session_aware_lru", "reuse_oracle_lru", "lrfu", "adaptive_kv"):
+                 "tail_aware_lru", "session_aware_lru", "reuse_oracle_lru", "lrfu", "superseded_lru", "adaptive_kv"):
         assert name in ALL
     assert kvpolicy.policy_options("lru") == []
     assert "small_fraction" in kvpolicy.policy_options("s3fifo")
