@@ -44,7 +44,7 @@ TEST_CASE("best_of_shadows chooses the same victims as its reference model", "[e
     const lru_or_lrfu::config_type config{.shadow_items = shadow_items, .window = 1.0, .switch_sigmas = sigmas};
     lru_or_lrfu policy(capacity, config);
     auto reference = shadows_reference(capacity, config);
-    const auto victims = drive(policy, {.capacity = capacity, .operations = 60'000, .seed = seed,
+    const auto victims = drive(policy, {.capacity = capacity, .operations = 100'000, .seed = seed,
                                         .key_universe = 4 * capacity + 8}, &reference);
     REQUIRE(policy.counters().evictions == victims.size());
     REQUIRE(victims.size() > 1000);
