@@ -15,19 +15,36 @@ upper bound for a family of online policies:
 - remaining-uses oracle: evicts the block with the fewest uses still to come
   (ties: LRU), i.e. a perfect popularity estimate that also knows when a
   block's popularity ends.
+- session-return oracle (traces whose requests name a session): evicts the
+  blocks of the session whose next request comes last (never: first), those
+  placed first first, ties LRU. A block belongs to the session of the last
+  request that read it. It knows exactly when each session comes back, the
+  signal Continuum (an agent's tool-call time) and KVFlow (an agent's steps
+  to its next turn) predict, but not which blocks that request reads:
+  session_aware_lru with a perfect predictor and no margin.
 
 It also replays LRU and Belady and checks them against kvpolicy-sim's, so
 the bounds are measured by the same rules as the README's tables.
 
-    scripts/popularity-bounds.py [--sim build/release/tools/kvpolicy-sim] TRACE BLOCK_SIZE [TRACE BLOCK_SIZE ...]
+    scripts/popularity-bounds.py [--sim build/release/tools/kvpolicy-sim] [--oracles popularity,remaining,session]
+                                 TRACE BLOCK_SIZE [TRACE BLOCK_SIZE ...]
+
+Belady's figure is kvpolicy-sim's; LRU's is replayed here and must equal
+kvpolicy-sim's to the fourth digit, so the oracles follow the same rules.
 """
 import argparse, gzip, heapq, json, re, subprocess, sys
 from collections import Counter
 
 
 def load(path):
+    """The requests' block lists, and their sessions (None where the trace names none)."""
+    requests, sessions = [], []
     with (gzip.open if path.endswith(".gz") else open)(path, "rt") as f:
-        return [json.loads(line)["hash_ids"] for line in f]
+        for line in f:
+            r = json.loads(line)
+            requests.append(r["hash_ids"])
+            sessions.append(r.get("session"))
+    return requests, (sessions if all(s is not None for s in sessions) else None)
 
 
 def replay(requests, capacity, priority):
@@ -62,27 +79,27 @@ def replay(requests, capacity, priority):
     return hits / accesses
 
 
-def bounds(requests, capacity):
-    total = Counter(b for h in requests for b in h)
-    later, seen, left = [], {}, Counter(total)
-    for i in range(len(requests) - 1, -1, -1):  # next use of each access (uncached requests are no use)
-        h = requests[i]
-        later.append([seen.get(b, float("inf")) for b in h])
-        if len(h) <= capacity:
+def bounds(requests, sessions, capacity, oracles):
+    out = {"lru": replay(requests, capacity, lambda i, pos, b: i)}
+    if "popularity" in oracles:
+        total = Counter(b for h in requests for b in h)
+        out["popularity"] = replay(requests, capacity, lambda i, pos, b: (total[b], i))
+    if "remaining" in oracles:
+        left, remaining = Counter(b for h in requests for b in h), []
+        for h in requests:  # uses still to come after each request
             for b in h:
-                seen[b] = i
-    later.reverse()
-    remaining = []
-    for h in requests:  # uses still to come after each request
-        for b in h:
-            left[b] -= 1
-        remaining.append([left[b] for b in h])
-    return {
-        "lru": replay(requests, capacity, lambda i, pos, b: i),
-        "belady": replay(requests, capacity, lambda i, pos, b: -later[i][pos]),
-        "popularity": replay(requests, capacity, lambda i, pos, b: (total[b], i)),
-        "remaining": replay(requests, capacity, lambda i, pos, b: (remaining[i][pos], i)),
-    }
+                left[b] -= 1
+            remaining.append([left[b] for b in h])
+        out["remaining"] = replay(requests, capacity, lambda i, pos, b: (remaining[i][pos], i))
+    if "session" in oracles and sessions is not None:
+        back, seen = [0] * len(requests), {}
+        for i in range(len(requests) - 1, -1, -1):  # each request's session's next request
+            back[i] = seen.get(sessions[i], float("inf"))
+            seen[sessions[i]] = i
+        # Lowest first: the session back last; a block takes the key of the
+        # latest request that read it, so ties go to release order.
+        out["session"] = replay(requests, capacity, lambda i, pos, b: -back[i])
+    return out
 
 
 def sim_ratios(sim, trace, block_size, capacities):
@@ -101,26 +118,32 @@ def sim_ratios(sim, trace, block_size, capacities):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sim", default="build/release/tools/kvpolicy-sim")
+    ap.add_argument("--oracles", default="popularity,remaining,session",
+                    help="comma-separated: popularity, remaining, session")
     ap.add_argument("args", nargs="+", help="TRACE BLOCK_SIZE pairs")
     a = ap.parse_args()
     if len(a.args) % 2:
         sys.exit("popularity-bounds.py: give TRACE BLOCK_SIZE pairs")
-    print("| trace | capacity | LRU | Belady | popularity oracle | remaining-uses oracle |")
-    print("|---|---:|---:|---:|---:|---:|")
+    oracles = [o for o in a.oracles.split(",") if o]
+    names = {"popularity": "popularity oracle", "remaining": "remaining-uses oracle", "session": "session-return oracle"}
+    if not oracles or any(o not in names for o in oracles):
+        sys.exit(f"popularity-bounds.py: --oracles {a.oracles!r}: name some of {', '.join(names)}")
+    print("| trace | capacity | LRU | Belady | " + " | ".join(names[o] for o in oracles) + " |")
+    print("|---|---:|---:|---:|" + "---:|" * len(oracles))
     for trace, block_size in zip(a.args[::2], a.args[1::2]):
-        requests = load(trace)
+        requests, sessions = load(trace)
         distinct = len({b for h in requests for b in h})
         capacities = [distinct // 100, distinct // 20, distinct // 10]
-        check = sim_ratios(a.sim, trace, int(block_size), capacities)
+        sim = sim_ratios(a.sim, trace, int(block_size), capacities)
         for c in capacities:
-            r = bounds(requests, c)
-            for p in ("lru", "belady"):  # the same rules as kvpolicy-sim, to the table's 4 digits
-                if abs(r[p] - check[(p, c)]) > 5e-5:
-                    sys.exit(f"popularity-bounds.py: {p} at {c}: {r[p]:.4f} here, {check[(p, c)]:.4f} in kvpolicy-sim")
+            r = bounds(requests, sessions, c, oracles)
+            if abs(r["lru"] - sim[("lru", c)]) > 5e-5:  # the same rules as kvpolicy-sim, to the table's 4 digits
+                sys.exit(f"popularity-bounds.py: lru at {c}: {r['lru']:.4f} here, {sim[('lru', c)]:.4f} in kvpolicy-sim")
+            r["belady"] = sim[("belady", c)]
             gap = r["belady"] - r["lru"]
-            share = lambda p: f"{r[p]:.4f} ({100 * (r[p] - r['lru']) / gap:+.0f}%)"
-            print(f"| {trace.split('/')[-1]} | {c} | {r['lru']:.4f} | {r['belady']:.4f} | {share('popularity')} | "
-                  f"{share('remaining')} |", flush=True)
+            share = lambda p: f"{r[p]:.4f} ({100 * (r[p] - r['lru']) / gap:+.0f}%)" if p in r else "-"
+            print(f"| {trace.split('/')[-1]} | {c} | {r['lru']:.4f} | {r['belady']:.4f} | " +
+                  " | ".join(share(o) for o in oracles) + " |", flush=True)
 
 
 if __name__ == "__main__":

@@ -2,13 +2,15 @@
 // after every request of random prefix forests served in prefix mode (as
 // kvpolicy-sim serves traces), every cached block's parent is cached, so no
 // cached block is stranded behind an evicted ancestor. Requests come from a
-// dozen sessions, so that sessions move on (superseded_lru) and share blocks.
+// dozen sessions, so that sessions move on (superseded_lru), return with a rhythm
+// (session_aware_lru) and share blocks.
 #include <catch2/catch.hpp>
 
 #include <kvpolicy/cache/tiered_cache.hpp>
 #include <kvpolicy/eviction/best_of_shadows.hpp>
 #include <kvpolicy/eviction/lrfu.hpp>
 #include <kvpolicy/eviction/lru.hpp>
+#include <kvpolicy/eviction/session_aware_lru.hpp>
 #include <kvpolicy/eviction/superseded_lru.hpp>
 #include <kvpolicy/eviction/tail_aware_lru.hpp>
 
@@ -22,14 +24,15 @@ using namespace kvpolicy;
 namespace {
 
 template <class Policy>
-void check_cached_sets_stay_prefixes(std::uint64_t seed, std::size_t capacity) {
+void check_cached_sets_stay_prefixes(std::uint64_t seed, std::size_t capacity,
+                                     const typename Policy::config_type& config = {}) {
     std::mt19937_64 rng(seed);
     constexpr int nodes = 400;
     std::vector<int> parent(nodes);
     for (int v = 0; v < nodes; ++v)
         parent[v] = v == 0 || rng() % 8 == 0 ? -1 : static_cast<int>(rng() % static_cast<std::uint64_t>(v));
     auto hash = [](int v) { return block_hash{5000 + static_cast<std::uint64_t>(v)}; };
-    tiered_cache<Policy, lru> cache({.gpu_capacity = capacity, .block_size = 16});
+    tiered_cache<Policy, lru> cache({.gpu_capacity = capacity, .block_size = 16}, config);
     std::size_t evictions = 0;
     for (int r = 0; r < 3000; ++r) {
         // Low ids more often: they are the shared prefixes.
@@ -64,7 +67,8 @@ TEST_CASE("prefix-aware policies keep cached sets prefix-closed on random prefix
     check_cached_sets_stay_prefixes<superseded_lru>(seed, capacity);
     check_cached_sets_stay_prefixes<adaptive_kv>(seed, capacity);
     check_cached_sets_stay_prefixes<tail_aware_lru>(seed, capacity);
-    // Not session_aware_lru: its rule 2 predicts at placement, so an inner
-    // block a session read again is predicted back later than the branch it
-    // left below it, and can go first (its header says so).
+    check_cached_sets_stay_prefixes<session_aware_lru>(seed, capacity);
+    // Its session rule on every pop where a session is expected back (margin
+    // 0, not learned): the rule itself must keep prefixes, not only LRU.
+    check_cached_sets_stay_prefixes<session_aware_lru>(seed, capacity, {.far_factor = 0.0, .tuner = {.enabled = false}});
 }

@@ -28,6 +28,11 @@ struct driver_options {
     /// Keys are drawn from this many distinct values, so evicted keys come
     /// back and ghost lists get hits.
     std::uint64_t key_universe = 256;
+    /// A key's session is key % sessions, ...
+    std::uint64_t sessions = 7;
+    /// ... except for one access in this many (0: none), which comes from a
+    /// random session, as a shared prefix is read by several.
+    std::uint64_t foreign_every = 0;
 };
 
 /// What the driver knows independently of the policy: which slot holds which
@@ -41,11 +46,13 @@ struct driver_state {
 
 /// Fills an access_context for an operation at logical time `now` on `key`;
 /// every field a policy may read varies, so each policy's rule is exercised.
-inline access_context make_context(std::mt19937_64& rng, std::uint64_t now, std::uint64_t key) {
+inline access_context make_context(std::mt19937_64& rng, std::uint64_t now, std::uint64_t key,
+                                   std::uint64_t sessions = 7, std::uint64_t foreign_every = 0) {
     access_context ctx;
     ctx.now = now;
     ctx.key = key;
-    ctx.session = session_id{key % 7};
+    ctx.session = session_id{key % sessions};
+    if (foreign_every != 0 && rng() % foreign_every == 0) ctx.session = session_id{rng() % sessions};
     ctx.chunk = chunk_index{static_cast<std::uint32_t>(key % 13)};
     ctx.layer = layer_index{static_cast<std::uint32_t>(key % 5)};
     ctx.num_layers = 5;
@@ -108,7 +115,7 @@ std::vector<std::uint32_t> drive(Policy& policy, const driver_options& opt, Refe
             std::optional<std::uint32_t> hit;
             for (std::uint32_t s = 0; s < opt.capacity && !hit; ++s)
                 if (st.slots[s] != driver_state::slot::free && st.key_of_slot[s] == key) hit = s;
-            const access_context ctx = make_context(rng, now, key);
+            const access_context ctx = make_context(rng, now, key, opt.sessions, opt.foreign_every);
             if (hit) {
                 policy.on_access(item_id{*hit}, ctx);
                 if constexpr (checked) reference->on_access(item_id{*hit}, ctx);
@@ -130,7 +137,7 @@ std::vector<std::uint32_t> drive(Policy& policy, const driver_options& opt, Refe
             }
         } else if (dice < 75) {  // a request finishes with it
             if (auto s = pick_slot(driver_state::slot::held)) {
-                const access_context ctx = make_context(rng, now, st.key_of_slot[*s]);
+                const access_context ctx = make_context(rng, now, st.key_of_slot[*s], opt.sessions, opt.foreign_every);
                 policy.on_release(item_id{*s}, ctx);
                 if constexpr (checked) reference->on_release(item_id{*s}, ctx);
                 st.slots[*s] = driver_state::slot::evictable;
@@ -154,7 +161,7 @@ std::vector<std::uint32_t> drive(Policy& policy, const driver_options& opt, Refe
             if (got < want) REQUIRE(!accept_victim(std::nullopt, now));
         } else {  // a hit on a held block (another request shares the prefix)
             if (auto s = pick_slot(driver_state::slot::held)) {
-                const access_context ctx = make_context(rng, now, st.key_of_slot[*s]);
+                const access_context ctx = make_context(rng, now, st.key_of_slot[*s], opt.sessions, opt.foreign_every);
                 policy.on_access(item_id{*s}, ctx);
                 if constexpr (checked) reference->on_access(item_id{*s}, ctx);
             }

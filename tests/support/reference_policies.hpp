@@ -1344,26 +1344,27 @@ struct ref_margin_tuner {
     }
 };
 
-/// session_aware_lru: every entry keeps its placement time, its prediction
-/// (placement + its session's mean gap, while that is ahead, unless a second
-/// session has used it) and, until its first reuse, its class for the tail
-/// rule (ref_tail_rule). Victim: the demoted entry placed first; else LRU's
-/// victim (earliest placement, then placement order), unless the entry
-/// predicted back last is predicted back more than the margin
-/// (ref_margin_tuner's, from far_factor) x LRU's victim's idle time from
-/// now. Sessions are a vector scanned linearly.
+/// session_aware_lru: every entry keeps its placement time, whether it is
+/// its session's own (placed while no second session had used it and its
+/// session was in the table) and, until its first reuse, its class for the
+/// tail rule (ref_tail_rule). Each session is expected back at its latest
+/// request + its mean gap. Victim: the demoted entry placed first; else LRU's
+/// victim (earliest placement, then placement order), unless the session
+/// expected back last (then the smaller id) among those with a gap and own
+/// evictable entries is expected back more than the margin (ref_margin_tuner's,
+/// from far_factor) x LRU's victim's idle time from now: then that session's
+/// own entry placed first. Sessions are a vector scanned linearly.
 struct ref_session_aware_lru {
     struct entry {
         std::uint32_t id;
         std::uint64_t key;
         std::uint64_t session;
-        bool shared;  // another session used it since its insert: never predicted
+        bool shared;  // another session used it since its insert
         int fresh;  // 0 inner, 1 tail, -1 reused
         bool demoted;
         bool held;
+        bool own;  // in its session's list since its latest placement
         timestamp placed;
-        bool predicted;
-        timestamp back;
         std::uint64_t stamp;
     };
     struct session {
@@ -1375,13 +1376,16 @@ struct ref_session_aware_lru {
     ref_records<entry> r;
     double gap_weight;
     std::size_t max_sessions;
+    std::size_t forget_at;
     std::vector<session> sessions;
+    std::size_t forgotten = 0;  // sessions dropped from the table so far
     ref_tail_rule tails;
     ref_margin_tuner tuner;  // its margin starts at far_factor
 
     explicit ref_session_aware_lru(std::size_t c, double far_factor = 16.0, double w = 0.25, std::size_t max_s = 0,
                                    bool tune = true)
-        : gap_weight(w), max_sessions(max_s != 0 ? max_s : std::max<std::size_t>(c, 1024)), tails(c), tuner{} {
+        : gap_weight(w), max_sessions(max_s != 0 ? max_s : std::max<std::size_t>(c, 1024)),
+          forget_at(2 * max_sessions), tails(c), tuner{} {
         tuner.margin = far_factor;
         tuner.enabled = tune;
     }
@@ -1395,16 +1399,23 @@ struct ref_session_aware_lru {
         const session* s = find_session(id);
         return s == nullptr || !s->has_gap ? 0.0 : s->mean_gap;
     }
+    bool owns_blocks(std::uint64_t id) const {
+        for (const auto& e : r.items)
+            if (!e.held && !e.demoted && e.own && e.session == id) return true;
+        return false;
+    }
     void arrival(const access_context& ctx) {
         session* s = find_session(ctx.session.value);
         if (s == nullptr) {
             sessions.push_back({ctx.session.value, ctx.now, 0.0, false});
-            if (sessions.size() >= 2 * max_sessions) {
+            if (sessions.size() >= forget_at) {
                 std::vector<timestamp> lasts;
                 for (const auto& x : sessions) lasts.push_back(x.last);
                 std::sort(lasts.begin(), lasts.end(), std::greater<>());
                 const timestamp keep_from = lasts[max_sessions - 1];
-                std::erase_if(sessions, [&](const session& x) { return x.last < keep_from; });
+                forgotten +=
+                    std::erase_if(sessions, [&](const session& x) { return x.last < keep_from && !owns_blocks(x.id); });
+                forget_at = std::max(2 * max_sessions, sessions.size() + max_sessions);
             }
             return;
         }
@@ -1418,21 +1429,16 @@ struct ref_session_aware_lru {
         e.held = false;
         e.stamp = r.clock++;
         e.demoted = e.fresh == 1 && tails.demoting();
-        e.predicted = false;
+        e.own = false;
         if (e.demoted) return;
         e.placed = now;
-        const double gap = e.shared ? 0.0 : mean_gap(e.session);
-        if (gap > 0.0) {
-            const double back = static_cast<double>(now) + gap;
-            e.back = back >= 1.8e19 ? never - 1 : static_cast<timestamp>(back);
-            e.predicted = e.back > now;
-        }
+        e.own = !e.shared && find_session(e.session) != nullptr;
     }
     void on_insert(item_id id, const access_context& ctx) {
         const int c = tails.inserted_class(ctx);
         tuner.requested(ctx.key);
         arrival(ctx);
-        r.items.push_back({id.value, ctx.key, ctx.session.value, false, c, false, false, 0, false, 0, 0});
+        r.items.push_back({id.value, ctx.key, ctx.session.value, false, c, false, false, false, 0, 0});
         make_evictable(r.items.back(), ctx.now);
     }
     void on_access(item_id id, const access_context& ctx) {
@@ -1451,22 +1457,30 @@ struct ref_session_aware_lru {
         entry* v = r.oldest_evictable([](const entry& e) { return e.demoted; });
         if (v == nullptr) {
             for (auto& e : r.items)
-                if (e.predicted && e.back <= now) e.predicted = false;  // a prediction that passed is dropped
-            for (auto& e : r.items)
                 if (!e.held && !e.demoted &&
                     (v == nullptr || e.placed < v->placed || (e.placed == v->placed && e.stamp < v->stamp)))
                     v = &e;
             if (v == nullptr) return std::nullopt;
-            entry* far = nullptr;
-            for (auto& e : r.items)
-                if (!e.held && !e.demoted && e.predicted &&
-                    (far == nullptr || e.back > far->back || (e.back == far->back && e.stamp < far->stamp)))
-                    far = &e;
-            if (far != nullptr) {
+            const session* far = nullptr;
+            timestamp far_back = 0;
+            for (const auto& s : sessions) {
+                if (!s.has_gap || !owns_blocks(s.id)) continue;
+                const double b = static_cast<double>(s.last) + s.mean_gap;
+                const timestamp back = b >= 1.8e19 ? never - 1 : static_cast<timestamp>(b);
+                if (far == nullptr || back > far_back || (back == far_back && s.id < far->id)) {
+                    far = &s;
+                    far_back = back;
+                }
+            }
+            if (far != nullptr && far_back > now) {
+                entry* f = nullptr;
+                for (auto& e : r.items)
+                    if (!e.held && !e.demoted && e.own && e.session == far->id && (f == nullptr || e.stamp < f->stamp))
+                        f = &e;
                 const double idle = static_cast<double>(now - std::min(now, v->placed));
-                const double wait = static_cast<double>(far->back - now);
-                if (far->session != v->session) tuner.decision(far->key, v->key, wait / idle);
-                if (wait > tuner.margin * idle) v = far;
+                const double wait = static_cast<double>(far_back - now);
+                if (f->session != v->session) tuner.decision(f->key, v->key, wait / idle);
+                if (wait > tuner.margin * idle) v = f;
             }
         }
         tails.evicted(v->fresh, v->key);

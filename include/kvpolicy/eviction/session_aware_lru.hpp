@@ -4,30 +4,30 @@
 // never reused before anything (the tail rule of tail_aware_lru).
 //
 // What it does. Each session's gap between consecutive requests is tracked
-// as a running mean (weight `gap_weight` on the newest gap). When an item
-// becomes evictable (released, or hit or inserted while unheld) at time r it
-// is predicted back at r + its session's mean gap, if the session has shown a
-// gap and no other session has used the item since it was inserted (a shared
-// prefix, a system prompt, comes back with anyone, so it gets no prediction).
-// A victim is
+// as a running mean (weight `gap_weight` on the newest gap), and the session
+// is expected back at its latest request + that mean. The evictable blocks
+// only one session has used (a shared prefix, a system prompt, comes back
+// with anyone, so it is nobody's) are kept per session in the order they
+// became evictable. A victim is
 //   1. an unreused request tail, oldest first, while tails are learned to be
 //      dead (tail_reuse_learner, tail_reuse.hpp);
-//   2. else the item predicted back last, if it is predicted back more than
-//      a margin x (now - r of LRU's victim) from now: its wait is longer,
-//      by that margin, than the time LRU's victim has already sat unused;
+//   2. else the first placed block of the session expected back last, if
+//      that session is expected back more than a margin x (now - r of LRU's
+//      victim) from now: its wait is longer, by that margin, than the time
+//      LRU's victim has already sat unused;
 //   3. else LRU's victim (the item that became evictable first). Ties among
 //      equal times go to the item placed first: a finished request releases
 //      its blocks tail first, so a session loses its deepest blocks first.
-// A prediction whose time has passed is dropped (the session is late: it
-// may have paused or ended); the item stays in LRU order.
+// A session whose expected time has passed (it is late: it may have paused
+// or ended) is not taken by rule 2 until it comes back; its blocks stay in
+// LRU order.
 //
-// Prefixes: rule 3 keeps cached sets prefix-closed, rule 2 does not always.
-// A prediction is made when an item is placed, so when a session's later
-// request reads an inner block but not an older branch below it, the inner
-// block is predicted back later than the branch and rule 2 can evict it
-// first, leaving the branch cached but unreachable until LRU reaches it
-// (tests/eviction_prefix_closure.cpp finds such cases on random forests;
-// lru, lrfu, superseded_lru and adaptive_kv keep every cached set a prefix).
+// Prefixes: every rule keeps cached sets prefix-closed. The expectation
+// belongs to the session, not to its blocks, so when a later request re-reads
+// an inner block but not an older branch below it, the branch (placed
+// earlier) goes before the inner block; and a block another session has
+// used, whose descendants may be either session's, is left to LRU order
+// (tests/eviction_prefix_closure.cpp checks it on random forests).
 //
 // Why. Rule 2 is Belady's rule (evict the farthest next use) with next uses
 // predicted by each session's rhythm, as Continuum keeps an agent's KV for
@@ -48,18 +48,20 @@
 //
 // When to use it: requests that carry a stable session id (agents, chats).
 // Without session ids (every request its own session) no session shows a gap
-// and it is exactly tail_aware_lru. Pop times must not decrease (the cache's
-// clock), since predictions that passed are dropped for good.
+// and it is exactly tail_aware_lru.
 //
 // Departures: no pinning (Continuum pins for a TTL; here a full cache still
-// evicts). The session table keeps at most `max_sessions` sessions (0:
-// max(capacity, 1024)); when it holds twice that many, those that arrived
-// least recently are forgotten (they show no gap until they return twice),
-// O(1) amortized.
+// evicts). The session table keeps `max_sessions` sessions (0:
+// max(capacity, 1024)) plus those that own evictable blocks; when it holds
+// twice that many, the sessions that arrived least recently and own no
+// evictable block are forgotten (they show no gap until they return twice),
+// O(1) amortized. A block placed while its session is not in the table stays
+// in LRU order only.
 //
-// Cost: O(log n) per operation (three indexed heaps over times, a FIFO, the
-// learner's ghosts, a hash map of sessions, the tuner's fixed table of
-// pairs); about 240 bytes per item.
+// Cost: O(log n) per operation (an indexed heap over placement times, one
+// over the sessions' expected times keyed by each session's first block, a
+// FIFO, per-session lists, the learner's ghosts, a hash map of sessions, the
+// tuner's fixed table of pairs).
 #pragma once
 
 #include <algorithm>
@@ -111,9 +113,11 @@ public:
     /// (0, 1], or the tail rule's settings are refused (tail_reuse.hpp).
     session_aware_lru(std::size_t capacity, const config_type& config)
         : tracking_(capacity, "session_aware_lru"), config_(validated(config)),
-          learner_(capacity, config.tails, "session_aware_lru"), oldest_(capacity), soonest_(capacity),
-          farthest_(capacity), links_(capacity), session_(capacity, 0), shared_(capacity, 0),
+          learner_(capacity, config.tails, "session_aware_lru"), oldest_(capacity), farthest_(capacity),
+          links_(capacity), own_links_(capacity), where_(capacity, in_none), session_(capacity, 0),
+          shared_(capacity, 0),
           max_sessions_(config.max_sessions != 0 ? config.max_sessions : std::max<std::size_t>(capacity, 1024)),
+          forget_at_(2 * max_sessions_),
           tuner_(config.far_factor, config.tuner, "session_aware_lru"), key_(capacity, 0) {}
 
     void on_miss(const access_context&) noexcept {}  // the insert that follows says all
@@ -133,16 +137,15 @@ public:
         learner_.hit(id.value);
         tuner_.requested(ctx.key);
         note_arrival(ctx);
+        const bool evictable = tracking_.is_evictable(id);
+        if (evictable) unlink(id.value);  // from the list of the session it had
         // A block another session uses is a shared prefix: its next use is
-        // anyone's, not one session's rhythm, so it is never predicted.
+        // anyone's, not one session's rhythm, so it belongs to no session.
         if (session_[id.index()] != ctx.session.value) shared_[id.index()] = 1;
         session_[id.index()] = ctx.session.value;
-        if (tracking_.is_evictable(id)) {
-            unlink(id.value);
-            place(id.value, ctx.now);
-        }
+        if (evictable) place(id.value, ctx.now);
     }
-    void on_hold(item_id id) noexcept {
+    void on_hold(item_id id) {
         tracking_.mark_held(id);
         unlink(id.value);
     }
@@ -150,34 +153,30 @@ public:
         tracking_.mark_released(id);
         place(id.value, ctx.now);
     }
-    void on_erase(item_id id) noexcept {
+    void on_erase(item_id id) {
         if (tracking_.mark_erased(id)) unlink(id.value);
         learner_.erased(id.value);
     }
     std::optional<item_id> pop_victim(timestamp now) {
         std::uint32_t v;
         if (!demoted_.empty()) {
-            v = links_.pop_front(demoted_);
+            v = demoted_.front;
         } else if (!oldest_.empty()) {
-            // Predictions whose time has passed are dropped.
-            while (!soonest_.empty() && soonest_.key(soonest_.top()).time <= now) {
-                const std::uint32_t x = soonest_.top();
-                soonest_.erase(x);
-                farthest_.erase(x);
-            }
             v = oldest_.top();
-            if (!farthest_.empty()) {
+            // The top session is expected back last; if its time has passed,
+            // every session's has.
+            if (!farthest_.empty() && farthest_.key(farthest_.top()).back > now) {
                 const std::uint32_t f = farthest_.top();
                 const double idle = static_cast<double>(now - std::min(now, oldest_.key(v).time));
-                const double wait = static_cast<double>(farthest_.key(f).time - now);
+                const double wait = static_cast<double>(farthest_.key(f).back - now);
                 // Blocks of one session come back together: no lesson there.
                 if (session_[f] != session_[v]) tuner_.decision(key_[f], key_[v], wait / idle);
                 if (wait > tuner_.margin() * idle) v = f;
             }
-            unlink(v);
         } else {
             return std::nullopt;
         }
+        unlink(v);
         tracking_.mark_evicted(item_id{v});
         learner_.evicted(v);
         return item_id{v};
@@ -212,16 +211,24 @@ private:
             return a.time < b.time || (a.time == b.time && a.stamp < b.stamp);
         }
     };
+    // A session in `farthest_`, filed under its first placed block.
+    struct session_rank {
+        timestamp back;         // expected back: latest request + mean gap
+        std::uint64_t session;  // among equal times, the smaller id first
+    };
     struct latest_first {
-        bool operator()(const time_rank& a, std::uint32_t, const time_rank& b, std::uint32_t) const noexcept {
-            return a.time > b.time || (a.time == b.time && a.stamp < b.stamp);
+        bool operator()(const session_rank& a, std::uint32_t, const session_rank& b, std::uint32_t) const noexcept {
+            return a.back > b.back || (a.back == b.back && a.session < b.session);
         }
     };
     struct session_state {
         timestamp last = 0;     // latest request's time
         double mean_gap = 0.0;  // running mean of the gaps between requests
         bool has_gap = false;
+        index_list own;  // its evictable unshared blocks, placed first first
     };
+    // Where an item is.
+    static constexpr std::uint8_t in_none = 0, in_demoted = 1, in_oldest = 2, in_oldest_and_own = 3;
 
     static config_type validated(const config_type& c) {
         if (!(c.far_factor >= 0.0) || !std::isfinite(c.far_factor))
@@ -234,76 +241,101 @@ private:
         return c;
     }
 
+    [[nodiscard]] static session_rank rank_of(std::uint64_t session, const session_state& s) noexcept {
+        const double back = static_cast<double>(s.last) + s.mean_gap;
+        return {back >= 1.8e19 ? never - 1 : static_cast<timestamp>(back), session};
+    }
+    // Files the session under its first block (if it has one and a gap), or
+    // refiles it after its expected time or first block changed.
+    void refile(std::uint64_t session, const session_state& s) {
+        if (s.own.empty() || !s.has_gap) return;
+        if (farthest_.contains(s.own.front))
+            farthest_.update(s.own.front, rank_of(session, s));
+        else
+            farthest_.push(s.own.front, rank_of(session, s));
+    }
+
     // A request of ctx.session at ctx.now: every block of one request shares
     // its time, so only the first that is later than the session's last
     // request is a new arrival.
     void note_arrival(const access_context& ctx) {
-        auto [it, fresh] = sessions_.try_emplace(ctx.session.value, session_state{ctx.now, 0.0, false});
+        auto [it, fresh] = sessions_.try_emplace(ctx.session.value);
+        session_state& s = it->second;
         if (fresh) {
-            if (sessions_.size() >= 2 * max_sessions_) forget_sessions();
+            s.last = ctx.now;
+            if (sessions_.size() >= forget_at_) forget_sessions();
             return;
         }
-        session_state& s = it->second;
         if (ctx.now <= s.last) return;
         const double gap = static_cast<double>(ctx.now - s.last);
         s.mean_gap = s.has_gap ? s.mean_gap + config_.gap_weight * (gap - s.mean_gap) : gap;
         s.has_gap = true;
         s.last = ctx.now;
+        refile(ctx.session.value, s);
     }
-    // Keeps the sessions that arrived most recently: those at or after the
-    // max_sessions_-th latest arrival time.
+    // Keeps the sessions that arrived most recently (those at or after the
+    // max_sessions_-th latest arrival time) and those that own blocks. The
+    // next pass comes max_sessions_ arrivals later at the soonest.
     void forget_sessions() {
         scratch_.clear();
         for (const auto& kv : sessions_) scratch_.push_back(kv.second.last);
         const auto cut = scratch_.begin() + static_cast<std::ptrdiff_t>(max_sessions_ - 1);
         std::nth_element(scratch_.begin(), cut, scratch_.end(), [](timestamp a, timestamp b) { return a > b; });
         const timestamp keep_from = *cut;
-        std::erase_if(sessions_, [&](const auto& kv) { return kv.second.last < keep_from; });
+        std::erase_if(sessions_, [&](const auto& kv) { return kv.second.last < keep_from && kv.second.own.empty(); });
+        forget_at_ = std::max(2 * max_sessions_, sessions_.size() + max_sessions_);
     }
     // An item becoming evictable at `now`.
     void place(std::uint32_t x, timestamp now) {
         if (learner_.fresh_tail(x) && learner_.demoting()) {
             links_.push_back(demoted_, x);
+            where_[x] = in_demoted;
             return;
         }
-        const std::uint64_t stamp = stamp_++;
-        oldest_.push(x, {now, stamp});
-        const double gap = shared_[x] ? 0.0 : mean_gap(session_id{session_[x]});
-        if (gap > 0.0) {
-            const double back = static_cast<double>(now) + gap;
-            const time_rank r{back >= 1.8e19 ? never - 1 : static_cast<timestamp>(back), stamp};
-            if (r.time > now) {
-                soonest_.push(x, r);
-                farthest_.push(x, r);
+        oldest_.push(x, {now, stamp_++});
+        where_[x] = in_oldest;
+        if (shared_[x]) return;
+        const auto it = sessions_.find(session_[x]);
+        if (it == sessions_.end()) return;
+        session_state& s = it->second;
+        own_links_.push_back(s.own, x);
+        where_[x] = in_oldest_and_own;
+        if (s.own.size == 1) refile(it->first, s);
+    }
+    void unlink(std::uint32_t x) {
+        switch (where_[x]) {
+            case in_demoted: links_.remove(demoted_, x); break;
+            case in_oldest_and_own: {
+                session_state& s = sessions_.find(session_[x])->second;  // kept while it owns blocks
+                const bool first = s.own.front == x;
+                own_links_.remove(s.own, x);
+                if (first) {
+                    if (farthest_.contains(x)) farthest_.erase(x);
+                    refile(session_[x], s);
+                }
+                oldest_.erase(x);
+                break;
             }
+            case in_oldest: oldest_.erase(x); break;
+            default: break;
         }
+        where_[x] = in_none;
     }
-    void unlink(std::uint32_t x) noexcept {
-        if (in_demoted(x)) {
-            links_.remove(demoted_, x);
-            return;
-        }
-        oldest_.erase(x);
-        if (soonest_.contains(x)) {
-            soonest_.erase(x);
-            farthest_.erase(x);
-        }
-    }
-    // links_ threads only the demoted FIFO, so being linked is membership.
-    [[nodiscard]] bool in_demoted(std::uint32_t x) const noexcept { return links_.is_linked(x); }
 
     item_tracking tracking_;
     config_type config_;
     tail_reuse_learner learner_;
-    indexed_heap<time_rank, earliest_first> oldest_;    // evictable, not demoted: by placement time
-    indexed_heap<time_rank, earliest_first> soonest_;   // those with a prediction still ahead
-    indexed_heap<time_rank, latest_first> farthest_;    // the same, farthest first
-    index_links links_;                                 // [capacity] the demoted FIFO's links
-    index_list demoted_;                                // evictable unreused tails, oldest first
-    std::vector<std::uint64_t> session_;                // [capacity] session of the last touch
-    std::vector<std::uint8_t> shared_;                  // [capacity] 1 once two sessions used it
+    indexed_heap<time_rank, earliest_first> oldest_;      // evictable, not demoted: by placement time
+    indexed_heap<session_rank, latest_first> farthest_;  // sessions with a gap and own blocks, by first block
+    index_links links_;                                   // [capacity] the demoted FIFO's links
+    index_list demoted_;                                  // evictable unreused tails, oldest first
+    index_links own_links_;                               // [capacity] the sessions' own lists
+    std::vector<std::uint8_t> where_;                     // [capacity] in_none, in_demoted, ...
+    std::vector<std::uint64_t> session_;                  // [capacity] session of the last touch
+    std::vector<std::uint8_t> shared_;                    // [capacity] 1 once two sessions used it
     std::unordered_map<std::uint64_t, session_state> sessions_;
     std::size_t max_sessions_;
+    std::size_t forget_at_;
     std::vector<timestamp> scratch_;
     std::uint64_t stamp_ = 0;
     pairwise_margin_tuner tuner_;
