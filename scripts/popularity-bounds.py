@@ -15,13 +15,14 @@ upper bound for a family of online policies:
 - remaining-uses oracle: evicts the block with the fewest uses still to come
   (ties: LRU), i.e. a perfect popularity estimate that also knows when a
   block's popularity ends.
-- session-return oracle (traces whose requests name a session): evicts the
-  blocks of the session whose next request comes last (never: first), those
-  placed first first, ties LRU. A block belongs to the session of the last
-  request that read it. It knows exactly when each session comes back, the
-  signal Continuum (an agent's tool-call time) and KVFlow (an agent's steps
-  to its next turn) predict, but not which blocks that request reads:
-  session_aware_lru with a perfect predictor and no margin.
+- session-return oracle (traces whose requests name a session): a block only
+  one session has read is next used when that session makes its next
+  request (the oracle knows exactly when each session comes back, the signal
+  Continuum, an agent's tool-call time, and KVFlow, an agent's steps to its
+  next turn, predict, but not which blocks that request reads); a block two
+  sessions have read is next used when it is (Belady's knowledge: shared
+  prefixes are not what this bound is about). Evicts the farthest next use
+  first, ties LRU: session_aware_lru with a perfect predictor and no margin.
 
 It also replays LRU and Belady and checks them against kvpolicy-sim's, so
 the bounds are measured by the same rules as the README's tables.
@@ -33,7 +34,7 @@ Belady's figure is kvpolicy-sim's; LRU's is replayed here and must equal
 kvpolicy-sim's to the fourth digit, so the oracles follow the same rules.
 """
 import argparse, gzip, heapq, json, re, subprocess, sys
-from collections import Counter
+from collections import Counter, OrderedDict
 
 
 def load(path):
@@ -79,6 +80,69 @@ def replay(requests, capacity, priority):
     return hits / accesses
 
 
+def replay_by_session(requests, sessions, capacity, back, later):
+    """Prefix-mode hit ratio when a session's own blocks (read by no other session) are all next used at the
+    session's next request (back[i] after its latest request i; inf: never) and other blocks at their own
+    next use (later[i][pos]). Evicts the farthest next use first: a session's own blocks, released first
+    first; ties by release order. Unlike replay(), a session's blocks change key at each of its requests."""
+    cached = {}  # block -> None (held), ("own", session) or ("shared", key, seq)
+    own, due, owner, shared = {}, {}, {}, set()  # session -> OrderedDict(block -> release seq); session -> next request
+    heap, seq, hits, accesses = [], 0, 0, 0  # heap: (key, seq, 0, session) for a session's first block, (key, seq, 1, block)
+
+    def file_session(x):  # a fresh entry for the session's current key and first block
+        if own.get(x):
+            heapq.heappush(heap, (-due[x], next(iter(own[x].values())), 0, x))
+
+    for i, h in enumerate(requests):
+        accesses += len(h)
+        if len(h) > capacity:
+            continue
+        s = sessions[i]
+        run = 0
+        while run < len(h) and h[run] in cached:
+            run += 1
+        hits += run
+        need = sum(1 for b in h if b not in cached)
+        touched = {s}
+        for b in h:
+            if b in cached:
+                st = cached[b]
+                if st is not None and st[0] == "own":
+                    del own[st[1]][b]
+                    touched.add(st[1])
+                cached[b] = None  # held
+        due[s] = back[i]
+        for x in touched:
+            file_session(x)
+        while capacity - len(cached) < need:
+            key, fs, kind, x = heapq.heappop(heap)
+            if kind == 0:
+                o = own.get(x)
+                if not o or -due[x] != key or next(iter(o.values())) != fs:
+                    continue  # stale: the session's key or first block changed since
+                del cached[o.popitem(last=False)[0]]
+                file_session(x)
+            elif cached.get(x, 0) == ("shared", key, fs):
+                del cached[x]
+        for pos in range(len(h) - 1, -1, -1):  # released tail first
+            b = h[pos]
+            if owner.setdefault(b, s) != s:
+                shared.add(b)
+            if b in shared:
+                cached[b] = ("shared", -later[i][pos], seq)
+                heapq.heappush(heap, (-later[i][pos], seq, 1, b))
+            else:
+                cached[b] = ("own", s)
+                own.setdefault(s, OrderedDict())[b] = seq
+            seq += 1
+        file_session(s)
+        if len(heap) > 4 * capacity + 1024:  # drop stale entries
+            heap = [(v[1], v[2], 1, b) for b, v in cached.items() if v is not None and v[0] == "shared"]
+            heap += [(-due[x], next(iter(o.values())), 0, x) for x, o in own.items() if o]
+            heapq.heapify(heap)
+    return hits / accesses
+
+
 def bounds(requests, sessions, capacity, oracles):
     out = {"lru": replay(requests, capacity, lambda i, pos, b: i)}
     if "popularity" in oracles:
@@ -93,12 +157,18 @@ def bounds(requests, sessions, capacity, oracles):
         out["remaining"] = replay(requests, capacity, lambda i, pos, b: (remaining[i][pos], i))
     if "session" in oracles and sessions is not None:
         back, seen = [0] * len(requests), {}
-        for i in range(len(requests) - 1, -1, -1):  # each request's session's next request
+        for i in range(len(requests) - 1, -1, -1):  # each request's session's next request served cached
             back[i] = seen.get(sessions[i], float("inf"))
-            seen[sessions[i]] = i
-        # Lowest first: the session back last; a block takes the key of the
-        # latest request that read it, so ties go to release order.
-        out["session"] = replay(requests, capacity, lambda i, pos, b: -back[i])
+            if len(requests[i]) <= capacity:
+                seen[sessions[i]] = i
+        later, seen = [None] * len(requests), {}
+        for i in range(len(requests) - 1, -1, -1):  # each access's next use (requests served uncached are none)
+            h = requests[i]
+            later[i] = [seen.get(b, float("inf")) for b in h]
+            if len(h) <= capacity:
+                for b in h:
+                    seen[b] = i
+        out["session"] = replay_by_session(requests, sessions, capacity, back, later)
     return out
 
 
