@@ -24,9 +24,6 @@ upper bound for a family of online policies:
   prefixes are not what this bound is about). Evicts the farthest next use
   first, ties LRU: session_aware_lru with a perfect predictor and no margin.
 
-It also replays LRU and Belady and checks them against kvpolicy-sim's, so
-the bounds are measured by the same rules as the README's tables.
-
     scripts/popularity-bounds.py [--sim build/release/tools/kvpolicy-sim] [--oracles popularity,remaining,session]
                                  TRACE BLOCK_SIZE [TRACE BLOCK_SIZE ...]
 
