@@ -35,10 +35,14 @@ TEST_CASE("session_aware_lru chooses the same victims as its reference model", "
     // The tuner on (scoring pairs and moving the margin; small samples so
     // that it does within the run) and off (the margin stays far_factor).
     const bool tune = GENERATE(true, false);
+    // Releases name their requests' output (one in four does not): the gap
+    // fit learns from the first 8 samples on and moves within the run.
+    const return_gap_model::config_type gaps{.window = 64.0, .min_samples = 8};
     session_aware_lru policy(capacity, {.far_factor = far_factor, .max_sessions = max_sessions,
                                         .tuner = {.enabled = tune, .sample_every = 2, .pending = 64,
-                                                  .min_samples = 4, .window = 64}});
-    ref_session_aware_lru reference(capacity, far_factor, 0.25, max_sessions, tune);
+                                                  .min_samples = 4, .window = 64},
+                                        .gaps = gaps});
+    ref_session_aware_lru reference(capacity, far_factor, 0.25, max_sessions, tune, gaps);
     reference.tuner.sample_every = 2;
     reference.tuner.pending = 64;
     reference.tuner.min_samples = 4;
@@ -55,6 +59,8 @@ TEST_CASE("session_aware_lru chooses the same victims as its reference model", "
     REQUIRE(policy.far_factor() == reference.tuner.margin);
     // The tuner scored pairs and re-derived the margin, so the comparison covered it.
     if (tune && capacity > 1) REQUIRE(reference.tuner.scored > 0.0);
+    // Predictions from output lengths were made, so the comparison covered them.
+    REQUIRE(reference.gaps.ready());
 }
 
 TEST_CASE("session_aware_lru: the session rule changes the driver's victims, so the test above checks it",
@@ -65,6 +71,15 @@ TEST_CASE("session_aware_lru: the session rule changes the driver's victims, so 
     tail_aware_lru without_rule(16);
     const auto a = drive(with_rule, {.capacity = 16, .operations = 20'000, .seed = 1});
     const auto b = drive(without_rule, {.capacity = 16, .operations = 20'000, .seed = 1});
+    REQUIRE(a != b);
+}
+
+TEST_CASE("session_aware_lru: output lengths change the driver's victims, so the test above checks them",
+          "[eviction][session_aware_lru]") {
+    session_aware_lru with_fit(16, {.far_factor = 0.0, .gaps = {.window = 64.0, .min_samples = 8}});
+    session_aware_lru without_fit(16, {.far_factor = 0.0, .gaps = {.enabled = false}});
+    const auto a = drive(with_fit, {.capacity = 16, .operations = 20'000, .seed = 1});
+    const auto b = drive(without_fit, {.capacity = 16, .operations = 20'000, .seed = 1});
     REQUIRE(a != b);
 }
 
@@ -284,4 +299,92 @@ TEST_CASE("pairwise_margin_tuner: pairs that never come back are dropped unscore
     off.requested(2);
     REQUIRE(off.wins()[pairwise_margin_tuner::bin_of(100.0)] == 0.0);
     REQUIRE(off.margin() == 3.0);
+}
+
+TEST_CASE("session_aware_lru: a session whose request wrote a long answer is expected back later",
+          "[eviction][session_aware_lru][return_gap]") {
+    // Session 9 teaches the fit that gaps follow output lengths (each gap is
+    // the previous request's output, in ticks: 10, 100, 1000 or 5000).
+    // Then, with margin 0 (the session expected back last goes first):
+    //   s2: B inserted at T+10, read again at T+1010 (gap 1000), wrote 10 tokens
+    //   s1: A inserted at T+920, read again at T+1020 (gap 100), wrote 5000
+    // By mean gaps s2 is back last (T+2010 against T+1120): B goes first.
+    // By output, s1 is back last (about T+1020+5000): A goes first.
+    auto run = [](bool fit) {
+        session_aware_lru p(4, {.far_factor = 0.0, .tuner = {.enabled = false},
+                                .gaps = {.enabled = fit, .min_samples = 16}});
+        const item_id S{0}, A{1}, B{2};
+        const std::uint64_t outputs[] = {10, 100, 1000, 5000, 100, 5000, 10, 1000};
+        timestamp t = 0;
+        p.on_insert(S, at(t, 9, 'S'));
+        for (int i = 0; i < 200; ++i) {
+            if (i > 0) p.on_access(S, at(t, 9, 'S'));
+            p.on_hold(S);
+            access_context done = at(t, 9, 0);
+            done.output_tokens = outputs[i % 8];
+            p.on_release(S, done);
+            t += outputs[i % 8];
+        }
+        const timestamp T = t;
+        p.on_insert(B, at(T + 10, 2, 'B'));
+        p.on_insert(A, at(T + 920, 1, 'A'));
+        p.on_access(B, at(T + 1010, 2, 'B'));
+        p.on_hold(B);
+        access_context b_done = at(T + 1010, 2, 0);
+        b_done.output_tokens = 10;
+        p.on_release(B, b_done);
+        p.on_access(A, at(T + 1020, 1, 'A'));
+        p.on_hold(A);
+        access_context a_done = at(T + 1020, 1, 0);
+        a_done.output_tokens = 5000;
+        p.on_release(A, a_done);
+        if (fit) {
+            REQUIRE(*p.expected_back(session_id{1}) > T + 1020 + 2500);
+            REQUIRE(*p.expected_back(session_id{2}) < T + 1010 + 100);
+        } else {
+            REQUIRE(*p.expected_back(session_id{1}) == T + 1120);
+            REQUIRE(*p.expected_back(session_id{2}) == T + 2010);
+        }
+        return p.pop_victim(T + 1030);
+    };
+    REQUIRE(run(true) == item_id{1});
+    REQUIRE(run(false) == item_id{2});
+}
+
+TEST_CASE("tiered_cache::release tells the policy the releasing session and its output tokens",
+          "[cache][session_aware_lru][return_gap]") {
+    // Through the cache: the same story as above, with the fit learning
+    // from session 9's requests and the cache's release carrying the counts.
+    // Deferred releases (blocks filled in the open step) carry them too.
+    using cache_type = tiered_cache<session_aware_lru, lru>;
+    cache_type cache(cache_config{.gpu_capacity = 8, .cpu_capacity = 0, .block_size = 16});
+    const std::uint64_t outputs[] = {10, 100, 1000, 5000, 100, 5000, 10, 1000};
+    timestamp t = 1;
+    const std::vector<block_hash> s_chain{0x51};
+    for (int i = 0; i < 200; ++i) {
+        cache.clock().set(t);
+        cache.begin_step();
+        (void)cache.admit(session_id{9}, s_chain);
+        if (i % 2 == 0) REQUIRE(cache.release(session_id{9}, outputs[i % 8]) == 1);  // deferred: filled this step
+        (void)cache.end_step();
+        if (i % 2 == 1) REQUIRE(cache.release(session_id{9}, outputs[i % 8]) == 1);
+        t += outputs[i % 8];
+    }
+    const timestamp T = t;
+    const auto request = [&](timestamp at_time, std::uint64_t session, block_hash h, std::uint64_t output) {
+        cache.clock().set(at_time);
+        cache.begin_step();
+        (void)cache.admit(session_id{session}, std::vector<block_hash>{h});
+        (void)cache.end_step();
+        if (output != 0) (void)cache.release(session_id{session}, output);
+    };
+    request(T + 10, 2, 0xB, 0);
+    (void)cache.release(session_id{2});  // unknown output: the mean gap only
+    request(T + 920, 1, 0xA, 0);
+    (void)cache.release(session_id{1});
+    request(T + 1010, 2, 0xB, 10);
+    request(T + 1020, 1, 0xA, 5000);
+    const session_aware_lru& policy = cache.gpu().policy();
+    REQUIRE(*policy.expected_back(session_id{1}) > T + 1020 + 2500);
+    REQUIRE(*policy.expected_back(session_id{2}) < T + 1010 + 100);
 }

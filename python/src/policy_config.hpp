@@ -80,7 +80,12 @@ inline std::vector<config_field<session_aware_lru::config_type>> fields_of(std::
             {"max_sessions",
              [](C& c, std::string_view p, double v) { c.max_sessions = detail::whole<std::size_t>(p, "max_sessions", v); }},
             // 0 keeps far_factor fixed; otherwise the margin is learned from it.
-            {"tune_margin", [](C& c, std::string_view, double v) { c.tuner.enabled = v != 0; }}};
+            {"tune_margin", [](C& c, std::string_view, double v) { c.tuner.enabled = v != 0; }},
+            // 0 ignores the output tokens releases carry (mean gaps only).
+            {"predict_gaps", [](C& c, std::string_view, double v) { c.gaps.enabled = v != 0; }},
+            {"gap_min_samples", [](C& c, std::string_view p, double v) {
+                 c.gaps.min_samples = detail::whole<std::uint64_t>(p, "gap_min_samples", v);
+             }}};
 }
 inline std::vector<config_field<lrfu::config_type>> fields_of(std::type_identity<lrfu>) {
     using C = lrfu::config_type;

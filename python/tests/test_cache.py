@@ -102,3 +102,40 @@ def test_bad_input_raises_with_the_cpp_message_and_changes_nothing():
     with pytest.raises(kvpolicy.UsageError, match=r"^release: session 3 holds no blocks"):
         c.release(3)
     assert c.check_invariants() == ""
+
+
+def _session_story(output_tokens_known):
+    """Session 9 teaches session_aware_lru that a session stays away as many
+    ticks as its last answer had tokens; then session 2 (mean gap 1000, last
+    answer 10 tokens) and session 1 (mean gap 100, last answer 5000 tokens)
+    finish a request each, 1 apart. Margin 0: the session expected back last
+    loses its block first when a new block needs room."""
+    c = kvpolicy.TieredCache(
+        3, gpu_policy="session_aware_lru",
+        gpu_policy_options={"far_factor": 0, "tune_margin": 0, "gap_min_samples": 16})
+    t = 1
+    for i in range(200):
+        out = (10, 100, 1000, 5000)[i % 4]
+        c.admit(9, [0x51], now=t)
+        c.release(9, output_tokens=out if output_tokens_known else 0)
+        t += out
+    for when, session, block, out in ((10, 2, 0xB, 0), (920, 1, 0xA, 0), (1010, 2, 0xB, 10), (1020, 1, 0xA, 5000)):
+        c.admit(session, [block], now=t + when)
+        c.release(session, output_tokens=out if output_tokens_known else 0)
+    c.admit(3, [0xC], now=t + 1030)  # the tier is full: one victim
+    return c.where(0xA), c.where(0xB)
+
+
+def test_release_output_tokens_reach_session_aware_lru():
+    # Told the outputs, the long answer's session (1) is expected back last.
+    assert _session_story(True) == ("free", "gpu")
+    # Not told, session 2's mean gap (1000) puts it back last.
+    assert _session_story(False) == ("gpu", "free")
+
+
+def test_release_output_tokens_must_be_a_count():
+    c = kvpolicy.TieredCache(4)
+    c.admit(1, [1, 2])
+    with pytest.raises(TypeError):
+        c.release(1, output_tokens=-3)
+    assert c.release(1, output_tokens=12) == 2

@@ -18,7 +18,14 @@ def test_policies_lists_the_registry():
         assert name in ALL
     assert kvpolicy.policy_options("lru") == []
     assert "small_fraction" in kvpolicy.policy_options("s3fifo")
-    assert kvpolicy.policy_options("session_aware_lru") == ["far_factor", "gap_weight", "max_sessions", "tune_margin"]
+    assert kvpolicy.policy_options("session_aware_lru") == [
+        "far_factor",
+        "gap_weight",
+        "max_sessions",
+        "tune_margin",
+        "predict_gaps",
+        "gap_min_samples",
+    ]
     assert kvpolicy.policy_options("lrfu") == ["half_life", "ghost_factor"]
     assert kvpolicy.policy_options("adaptive_kv") == ["shadow_items", "window", "switch_sigmas"]
 

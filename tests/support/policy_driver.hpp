@@ -69,6 +69,16 @@ inline access_context make_context(std::mt19937_64& rng, std::uint64_t now, std:
     return ctx;
 }
 
+/// What a release says the finished request generated: 0 (unknown) one time
+/// in four, else 1-2000 tokens; a hash of the time and key, not a draw, so
+/// the operation sequence is the one it was before releases said it.
+inline std::uint64_t release_output_tokens(std::uint64_t now, std::uint64_t key) noexcept {
+    std::uint64_t h = (now + 0x9e3779b97f4a7c15ULL) ^ (key * 0xbf58476d1ce4e5b9ULL);
+    h = (h ^ (h >> 31)) * 0x94d049bb133111ebULL;
+    h ^= h >> 29;
+    return h % 4 == 0 ? 0 : 1 + (h >> 2) % 2000;
+}
+
 /// Runs `policy` (and `reference`, when given) through `opt.operations`
 /// random operations. Returns the victims in order.
 template <eviction_policy Policy, class Reference = std::nullptr_t>
@@ -138,7 +148,8 @@ std::vector<std::uint32_t> drive(Policy& policy, const driver_options& opt, Refe
             }
         } else if (dice < 75) {  // a request finishes with it
             if (auto s = pick_slot(driver_state::slot::held)) {
-                const access_context ctx = make_context(rng, now, st.key_of_slot[*s], opt.sessions, opt.foreign_every);
+                access_context ctx = make_context(rng, now, st.key_of_slot[*s], opt.sessions, opt.foreign_every);
+                ctx.output_tokens = release_output_tokens(now, ctx.key);
                 policy.on_release(item_id{*s}, ctx);
                 if constexpr (checked) reference->on_release(item_id{*s}, ctx);
                 st.slots[*s] = driver_state::slot::evictable;

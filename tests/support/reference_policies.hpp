@@ -23,6 +23,7 @@
 #include <kvpolicy/core/access_context.hpp>
 #include <kvpolicy/core/ids.hpp>
 #include <kvpolicy/core/item_key.hpp>
+#include <kvpolicy/eviction/return_gap_model.hpp>
 #include <kvpolicy/eviction/w_tinylfu.hpp>
 
 namespace kvpolicy::testing {
@@ -1372,6 +1373,9 @@ struct ref_session_aware_lru {
         timestamp last;
         double mean_gap;
         bool has_gap;
+        double latest_gap = 0.0;
+        std::uint64_t output_tokens = 0;  // the latest request's, once released
+        double expected_gap = 0.0;        // 0: not taken by the session rule
     };
     ref_records<entry> r;
     double gap_weight;
@@ -1381,11 +1385,15 @@ struct ref_session_aware_lru {
     std::size_t forgotten = 0;  // sessions dropped from the table so far
     ref_tail_rule tails;
     ref_margin_tuner tuner;  // its margin starts at far_factor
+    // The gap fit is the component itself, checked on its own against a
+    // naive batch fit (tests/eviction_return_gap_model.cpp): what this model
+    // restates is when it learns and when its prediction is used.
+    return_gap_model gaps;
 
     explicit ref_session_aware_lru(std::size_t c, double far_factor = 16.0, double w = 0.25, std::size_t max_s = 0,
-                                   bool tune = true)
+                                   bool tune = true, const return_gap_model::config_type& gap_fit = {})
         : gap_weight(w), max_sessions(max_s != 0 ? max_s : std::max<std::size_t>(c, 1024)),
-          forget_at(2 * max_sessions), tails(c), tuner{} {
+          forget_at(2 * max_sessions), tails(c), tuner{}, gaps(gap_fit, "ref_session_aware_lru") {
         tuner.margin = far_factor;
         tuner.enabled = tune;
     }
@@ -1421,9 +1429,26 @@ struct ref_session_aware_lru {
         }
         if (ctx.now <= s->last) return;
         const double gap = static_cast<double>(ctx.now - s->last);
+        // The gap after a request whose output is known is a sample.
+        if (s->output_tokens != 0)
+            gaps.observe(return_gap_model::features_of(s->output_tokens, s->has_gap, s->latest_gap, s->mean_gap),
+                         gap);
         s->mean_gap = s->has_gap ? s->mean_gap + gap_weight * (gap - s->mean_gap) : gap;
         s->has_gap = true;
+        s->latest_gap = gap;
         s->last = ctx.now;
+        s->output_tokens = 0;
+        s->expected_gap = s->mean_gap;
+    }
+    // A release naming the finished request's output: the first of its
+    // blocks to say so sets the session's prediction, once the fit is ready.
+    void output_known(const access_context& ctx) {
+        session* s = find_session(ctx.session.value);
+        if (s == nullptr || s->output_tokens == ctx.output_tokens) return;
+        s->output_tokens = ctx.output_tokens;
+        if (gaps.ready())
+            s->expected_gap = gaps.predict(
+                    return_gap_model::features_of(s->output_tokens, s->has_gap, s->latest_gap, s->mean_gap));
     }
     void make_evictable(entry& e, timestamp now) {
         e.held = false;
@@ -1451,7 +1476,10 @@ struct ref_session_aware_lru {
         if (!e->held) make_evictable(*e, ctx.now);
     }
     void on_hold(item_id id) { r.find(id)->held = true; }
-    void on_release(item_id id, const access_context& ctx) { make_evictable(*r.find(id), ctx.now); }
+    void on_release(item_id id, const access_context& ctx) {
+        if (ctx.output_tokens != 0) output_known(ctx);
+        make_evictable(*r.find(id), ctx.now);
+    }
     void on_erase(item_id id) { r.erase(id); }
     std::optional<item_id> pop_victim(timestamp now) {
         entry* v = r.oldest_evictable([](const entry& e) { return e.demoted; });
@@ -1464,8 +1492,8 @@ struct ref_session_aware_lru {
             const session* far = nullptr;
             timestamp far_back = 0;
             for (const auto& s : sessions) {
-                if (!s.has_gap || !owns_blocks(s.id)) continue;
-                const double b = static_cast<double>(s.last) + s.mean_gap;
+                if (s.expected_gap <= 0.0 || !owns_blocks(s.id)) continue;
+                const double b = static_cast<double>(s.last) + s.expected_gap;
                 const timestamp back = b >= 1.8e19 ? never - 1 : static_cast<timestamp>(b);
                 if (far == nullptr || back > far_back || (back == far_back && s.id < far->id)) {
                     far = &s;

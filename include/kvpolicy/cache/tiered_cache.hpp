@@ -318,9 +318,12 @@ public:
 
     /// Releases every hold `session` has (its request finished). A released
     /// item stays cached and becomes a candidate when nobody else holds it.
-    /// Returns how many holds were released. Throws: usage_error if the
-    /// session holds nothing (a double release, or an unknown session).
-    std::size_t release(session_id session);
+    /// `output_tokens`: how many tokens the request generated (0 = unknown);
+    /// policies that predict a session's return from it see it in the
+    /// release context. Returns how many holds were released. Throws:
+    /// usage_error if the session holds nothing (a double release, or an
+    /// unknown session).
+    std::size_t release(session_id session, std::uint64_t output_tokens = 0);
 
     /// Releases one hold of `session` on GPU item `block`. Throws:
     /// usage_error if the session does not hold it (double release, unknown block).
@@ -390,8 +393,8 @@ private:
     void drop_or_write_back(tier from, block_id slot, std::uint64_t key, const block_meta& meta);
 
     // Holds, drops and recovery ranges (tiered_cache_step.hpp).
-    void release_holds(const std::vector<std::uint32_t>& held);
-    void release_one(std::uint32_t b, timestamp now);
+    void release_holds(session_id by, const std::vector<std::uint32_t>& held, std::uint64_t output_tokens);
+    void release_one(std::uint32_t b, timestamp now, session_id by, std::uint64_t output_tokens);
     void drop(std::uint64_t key, const block_meta& meta);
     void drop_into(std::vector<dropped_item>& out, std::uint64_t key, const block_meta& meta);
     void build_recovery();
@@ -455,7 +458,12 @@ private:
     std::vector<std::uint32_t> fate_index_[2];   // [gpu, cpu][slot] -> slot_fates_ index or no_index (scratch)
     std::vector<std::uint8_t> filled_;           // [gpu capacity] filled in the open step
     std::vector<std::uint32_t> filled_this_step_;
-    std::vector<std::uint32_t> deferred_releases_;  // releases of filled items, done at end_step
+    struct deferred_release {
+        std::uint32_t block;
+        session_id by;
+        std::uint64_t output_tokens;
+    };
+    std::vector<deferred_release> deferred_releases_;  // releases of filled items, done at end_step
     std::unordered_map<session_id, session_state> sessions_;
     ghost_list dropped_keys_;                    // blocks dropped, to count recomputation
     cache_metrics metrics_;

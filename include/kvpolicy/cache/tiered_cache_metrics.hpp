@@ -45,7 +45,7 @@ std::string tiered_cache<GpuPolicy, CpuPolicy, Traits>::check_invariants() const
     std::vector<std::uint32_t> holds(gpu_.capacity(), 0);
     for (const auto& [id, s] : sessions_)
         for (std::uint32_t b : s.held) ++holds[b];
-    for (std::uint32_t b : deferred_releases_) ++holds[b];
+    for (const deferred_release& d : deferred_releases_) ++holds[d.block];
     std::size_t evictable = 0;
     for (std::uint32_t i = 0; i < gpu_.capacity(); ++i) {
         const block_id b{i};

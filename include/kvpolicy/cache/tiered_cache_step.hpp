@@ -34,7 +34,7 @@ const swap_plan& tiered_cache<GpuPolicy, CpuPolicy, Traits>::end_step() {
     if (!in_step_) throw usage_error("end_step: no step is open; call begin_step() first");
     in_step_ = false;
     const timestamp now = clock_.now();
-    for (std::uint32_t b : deferred_releases_) gpu_.release(block_id{b}, now);
+    for (const deferred_release& d : deferred_releases_) gpu_.release(block_id{d.block}, now, d.by, d.output_tokens);
     deferred_releases_.clear();
     for (std::uint32_t b : filled_this_step_) filled_[b] = 0;
     filled_this_step_.clear();
@@ -168,13 +168,13 @@ transfer_report tiered_cache<GpuPolicy, CpuPolicy, Traits>::complete_transfers(
 }
 
 template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
-std::size_t tiered_cache<GpuPolicy, CpuPolicy, Traits>::release(session_id session) {
+std::size_t tiered_cache<GpuPolicy, CpuPolicy, Traits>::release(session_id session, std::uint64_t output_tokens) {
     std::scoped_lock lock(mutex_);
     auto it = sessions_.find(session);
     if (it == sessions_.end() || it->second.held.empty())
         throw usage_error("release: session " + std::to_string(session.value) +
                           " holds no blocks (released twice, or never admitted)");
-    release_holds(it->second.held);
+    release_holds(session, it->second.held, output_tokens);
     const std::size_t n = it->second.held.size();
     it->second.held.clear();
     return n;
@@ -190,7 +190,7 @@ void tiered_cache<GpuPolicy, CpuPolicy, Traits>::release(session_id session, blo
         throw usage_error("release: session " + std::to_string(session.value) + " does not hold gpu block " +
                           std::to_string(block.value) + " (released twice, or never acquired)");
     it->second.held.erase(pos);
-    release_one(block.value, clock_.now());
+    release_one(block.value, clock_.now(), session, 0);
 }
 
 template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
@@ -198,7 +198,7 @@ std::size_t tiered_cache<GpuPolicy, CpuPolicy, Traits>::free_session(session_id 
     std::scoped_lock lock(mutex_);
     auto it = sessions_.find(session);
     if (it == sessions_.end()) return 0;
-    release_holds(it->second.held);
+    release_holds(session, it->second.held, 0);
     it->second.held.clear();
     std::size_t freed = 0;
     if (forget_blocks) {
@@ -240,15 +240,17 @@ void tiered_cache<GpuPolicy, CpuPolicy, Traits>::unpin(block_hash hash) {
 // Releases in reverse hold order (tail first); an item filled in the
 // open step has no data yet, so its release waits for end_step.
 template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
-void tiered_cache<GpuPolicy, CpuPolicy, Traits>::release_holds(const std::vector<std::uint32_t>& held) {
+void tiered_cache<GpuPolicy, CpuPolicy, Traits>::release_holds(session_id by, const std::vector<std::uint32_t>& held,
+                                                                 std::uint64_t output_tokens) {
     const timestamp now = clock_.now();
-    for (auto b = held.rbegin(); b != held.rend(); ++b) release_one(*b, now);
+    for (auto b = held.rbegin(); b != held.rend(); ++b) release_one(*b, now, by, output_tokens);
 }
 
 template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
-void tiered_cache<GpuPolicy, CpuPolicy, Traits>::release_one(std::uint32_t b, timestamp now) {
-    if (in_step_ && filled_[b]) deferred_releases_.push_back(b);
-    else gpu_.release(block_id{b}, now);
+void tiered_cache<GpuPolicy, CpuPolicy, Traits>::release_one(std::uint32_t b, timestamp now, session_id by,
+                                                               std::uint64_t output_tokens) {
+    if (in_step_ && filled_[b]) deferred_releases_.push_back({b, by, output_tokens});
+    else gpu_.release(block_id{b}, now, by, output_tokens);
 }
 
 template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>

@@ -55,6 +55,13 @@ struct access_context {
 
     /// Belady's oracle: time of the item's next use; `never` = not used again.
     timestamp next_use = never;
+
+    /// On a release only: tokens the finished request generated (what an
+    /// engine knows when a request ends; session_aware_lru predicts the
+    /// session's return from it: a longer answer is read, or its tool call
+    /// runs, longer). `session` is then the releasing session. 0 = unknown,
+    /// and on every other call.
+    std::uint64_t output_tokens = 0;
 };
 
 /// Counters every policy keeps.

@@ -185,8 +185,16 @@ public:
     /// a use at `now` with the context of its last access.
     /// Precondition: ref_count(b) > 0 (the cache checks and throws first).
     void release(block_id b, timestamp now) noexcept {
-        KVPOLICY_ASSERT(state_[b.index()] == slot_state::cached && refs_[b.index()] > 0);
-        if (--refs_[b.index()] == 0 && pinned_[b.index()] == 0) policy_.on_release(item_id{b.value}, last_context(b, now));
+        if (last_hold_dropped(b)) policy_.on_release(item_id{b.value}, last_context(b, now));
+    }
+    /// The same at the end of a request of `by` that generated
+    /// `output_tokens` (0 = unknown): the policy's context says both.
+    void release(block_id b, timestamp now, session_id by, std::uint64_t output_tokens) noexcept {
+        if (!last_hold_dropped(b)) return;
+        access_context c = last_context(b, now);
+        c.session = by;
+        c.output_tokens = output_tokens;
+        policy_.on_release(item_id{b.value}, c);
     }
     /// Names the session that now computes cached item `b` (its data was
     /// lost and is recomputed by `owner`).
@@ -206,6 +214,11 @@ public:
     }
 
 private:
+    // One holder fewer; whether the item is a candidate now.
+    bool last_hold_dropped(block_id b) noexcept {
+        KVPOLICY_ASSERT(state_[b.index()] == slot_state::cached && refs_[b.index()] > 0);
+        return --refs_[b.index()] == 0 && pinned_[b.index()] == 0;
+    }
     static std::size_t checked_capacity(tier which, std::size_t capacity) {
         if (capacity == 0 || capacity >= (std::size_t{1} << 30))
             throw config_error(std::string(to_string(which)) + " tier: capacity " + std::to_string(capacity) +

@@ -484,7 +484,7 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
         }
         (void)cache.end_step();
         if (n > 0) {
-            cache.release(session);
+            cache.release(session, req.output_length);
             seen_sessions.insert(session.value);
         }
         r.hits += a.match.run;
@@ -634,7 +634,7 @@ replay_result replay_instances(RequestSource& source, const request_replay_confi
             }
         }
         const transfer_report report = cache.complete_transfers(plan, status);
-        if (n > 0) cache.release(session);
+        if (n > 0) cache.release(session, req.output_length);
         chunks.clear();
         for (const recompute_item& x : report.recompute) chunks.push_back(x.chunk.value);
         std::sort(chunks.begin(), chunks.end());
