@@ -388,3 +388,80 @@ TEST_CASE("tiered_cache::release tells the policy the releasing session and its 
     REQUIRE(*policy.expected_back(session_id{1}) > T + 1020 + 2500);
     REQUIRE(*policy.expected_back(session_id{2}) < T + 1010 + 100);
 }
+
+TEST_CASE("session_aware_lru: the engine's expected return overrides the session's own prediction",
+          "[eviction][session_aware_lru][return_hint]") {
+    // s1 and s2 each make two requests 100 ticks apart (mean gap 100), so
+    // both are expected back 100 ticks after their latest request. The
+    // release of s1's second request says it is back at t = 5000 (an agent's
+    // long tool call), s2's says t = 400: s1 is back last and goes first with
+    // margin 0. A `never` hint (a closed conversation) ranks a session past
+    // every other; the next request of a session drops its hint.
+    auto story = [](timestamp s1_back, timestamp s2_back) {
+        session_aware_lru p(4, {.far_factor = 0.0, .tuner = {.enabled = false}, .gaps = {.enabled = false}});
+        const item_id A{0}, B{1};
+        p.on_insert(A, at(10, 1, 'A'));
+        p.on_insert(B, at(20, 2, 'B'));
+        p.on_access(A, at(110, 1, 'A'));
+        p.on_hold(A);
+        access_context a_done = at(110, 1, 0);
+        a_done.expected_return = s1_back;
+        p.on_release(A, a_done);
+        p.on_access(B, at(120, 2, 'B'));
+        p.on_hold(B);
+        access_context b_done = at(120, 2, 0);
+        b_done.expected_return = s2_back;
+        p.on_release(B, b_done);
+        return p;
+    };
+    {
+        session_aware_lru p = story(0, 0);  // no hints: mean gaps, s2 back last (220 against 210)
+        REQUIRE(*p.expected_back(session_id{1}) == 210);
+        REQUIRE(*p.expected_back(session_id{2}) == 220);
+        REQUIRE(p.pop_victim(130) == item_id{1});
+    }
+    {
+        session_aware_lru p = story(5000, 400);
+        REQUIRE(*p.expected_back(session_id{1}) == 5000);
+        REQUIRE(*p.expected_back(session_id{2}) == 400);
+        REQUIRE(p.pop_victim(130) == item_id{0});
+    }
+    {
+        session_aware_lru p = story(0, never);
+        REQUIRE(*p.expected_back(session_id{2}) == never - 1);
+        REQUIRE(p.pop_victim(130) == item_id{1});
+    }
+    {
+        // A hint at or before the session's latest request: back at once.
+        session_aware_lru p = story(50, 0);
+        REQUIRE(*p.expected_back(session_id{1}) == 111);
+    }
+    {
+        // s1's next request ends its hint: the mean gap again.
+        session_aware_lru p = story(5000, 400);
+        p.on_access(item_id{0}, at(300, 1, 'A'));
+        REQUIRE(*p.expected_back(session_id{1}) == 422);  // 300 + the mean gap, 100 + 0.25 x (190 - 100)
+    }
+}
+
+TEST_CASE("tiered_cache::release carries the engine's expected return, and refuses one in the past",
+          "[cache][session_aware_lru][return_hint]") {
+    using cache_type = tiered_cache<session_aware_lru, lru>;
+    cache_type cache(cache_config{.gpu_capacity = 8, .cpu_capacity = 0, .block_size = 16});
+    const auto request = [&](timestamp at_time, std::uint64_t session, block_hash h) {
+        cache.clock().set(at_time);
+        cache.begin_step();
+        (void)cache.admit(session_id{session}, std::vector<block_hash>{h});
+    };
+    request(100, 1, 0xA);
+    REQUIRE(cache.release(session_id{1}, 0, 900) == 1);  // deferred: filled in the open step
+    (void)cache.end_step();
+    request(110, 2, 0xB);
+    (void)cache.end_step();
+    REQUIRE_THROWS_WITH(cache.release(session_id{2}, 7, 110), Catch::Contains("not after now"));
+    REQUIRE_THROWS_WITH(cache.release(session_id{2}, 7, 50), Catch::Contains("expected back at 50"));
+    REQUIRE(cache.release(session_id{2}, 7, never) == 1);  // the refused calls released nothing
+    const session_aware_lru& policy = cache.gpu().policy();
+    REQUIRE(*policy.expected_back(session_id{1}) == 900);
+    REQUIRE(*policy.expected_back(session_id{2}) == never - 1);
+}

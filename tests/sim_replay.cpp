@@ -352,3 +352,117 @@ TEST_CASE("remote tier: one instance with an empty store replays exactly as the 
         REQUIRE(tiered.cpu_hits > 0);  // the swap-ins' cost is in both figures
     }
 }
+
+namespace {
+
+// LRU that writes down what each release says (the cache constructs its
+// policy itself, so the record is a global the test reads back).
+struct release_log_entry {
+    std::uint64_t session;
+    timestamp now;
+    timestamp expected_return;
+};
+std::vector<release_log_entry> release_log;
+
+class release_logging_lru : public lru {
+public:
+    static constexpr std::string_view name = "release_logging_lru";
+    using lru::lru;
+    void on_release(item_id id, const access_context& ctx) {
+        release_log.push_back({ctx.session.value, ctx.now, ctx.expected_return});
+        lru::on_release(id, ctx);
+    }
+};
+
+}  // namespace
+
+TEST_CASE("return hints: each session's next request time, checked against a forward scan", "[sim][return_hint]") {
+    std::vector<request_record> reqs = generate_chat_workload({.sessions = 80, .block_size = 16, .seed = 5});
+    REQUIRE(reqs.size() > 200);
+    const std::vector<timestamp> back = compute_expected_returns(reqs, 16);
+    REQUIRE(back.size() == reqs.size());
+    // The naive model: the replay's clock, then for each request the first
+    // later request of the same session.
+    std::vector<timestamp> now(reqs.size());
+    for (std::size_t i = 0; i < reqs.size(); ++i)
+        now[i] = std::max<timestamp>(i == 0 ? 1 : now[i - 1] + 1, reqs[i].timestamp_ms * 1000);
+    std::size_t returning = 0;
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+        REQUIRE(reqs[i].has_session);
+        timestamp want = never;
+        for (std::size_t j = i + 1; j < reqs.size(); ++j)
+            if (reqs[j].session == reqs[i].session) {
+                want = now[j];
+                break;
+            }
+        REQUIRE(back[i] == want);
+        returning += want != never;
+    }
+    REQUIRE(returning > reqs.size() / 2);
+
+    // Off by e^(sigma z): the log ratios to the truth have mean ~0 and sd ~sigma;
+    // the same seed gives the same hints, another seed others.
+    const std::vector<timestamp> off = compute_expected_returns(reqs, 16, 0.8, 3);
+    REQUIRE(off == compute_expected_returns(reqs, 16, 0.8, 3));
+    REQUIRE(off != compute_expected_returns(reqs, 16, 0.8, 4));
+    double sum = 0, sum2 = 0;
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+        if (back[i] == never) {
+            REQUIRE(off[i] == never);
+            continue;
+        }
+        REQUIRE(off[i] > now[i]);
+        const double r = std::log(static_cast<double>(off[i] - now[i]) / static_cast<double>(back[i] - now[i]));
+        sum += r;
+        sum2 += r * r;
+        ++n;
+    }
+    const double count = static_cast<double>(n);
+    const double mean = sum / count, sd = std::sqrt(sum2 / count - mean * mean);
+    REQUIRE(std::abs(mean) < 4 * 0.8 / std::sqrt(static_cast<double>(n)));
+    REQUIRE(sd == Approx(0.8).epsilon(0.12));
+
+    REQUIRE_THROWS_WITH(compute_expected_returns(reqs, 16, -1.0), Catch::Contains("must be finite and >= 0"));
+    REQUIRE_THROWS_AS(compute_expected_returns(reqs, 16, std::nan("")), config_error);
+}
+
+TEST_CASE("return hints: sessions derived from prefixes, and the replay's releases carry them", "[sim][return_hint]") {
+    // No session ids: r2 extends r1's prefix (r1's session), r3 is another
+    // conversation, r4 extends r2.
+    std::vector<request_record> reqs;
+    auto add = [&](std::uint64_t ts, std::vector<std::uint64_t> ids) {
+        request_record r;
+        r.timestamp_ms = ts;
+        r.input_length = ids.size() * 16;
+        r.hash_ids = std::move(ids);
+        r.line = reqs.size() + 1;
+        reqs.push_back(r);
+    };
+    add(1, {1, 2});
+    add(5, {1, 2, 3});
+    add(6, {7, 8});
+    add(9, {1, 2, 3, 4});
+    const std::vector<timestamp> back = compute_expected_returns(reqs, 16);
+    REQUIRE(back == std::vector<timestamp>{5000, 9000, never, never});
+    REQUIRE(compute_session_ends(reqs, 16) == std::vector<timestamp>{0, 0, never, never});
+
+    release_log.clear();
+    vector_request_source src(reqs);
+    request_replay_config cfg{.capacity = 16, .block_size = 16, .trace_name = "hand-made", .expected_returns = &back};
+    (void)replay_requests<release_logging_lru, lru>(src, cfg, replay_mode::prefix);
+    // Every block of a request is released with its request's hint.
+    REQUIRE(release_log.size() == 2 + 3 + 2 + 4);
+    for (const release_log_entry& e : release_log) {
+        const std::size_t i = e.now == 1000 ? 0 : e.now == 5000 ? 1 : e.now == 6000 ? 2 : 3;
+        REQUIRE(e.expected_return == back[i]);
+    }
+    REQUIRE(release_log[0].session == release_log[2].session);  // r1 and r2: one session
+    REQUIRE(release_log[5].session != release_log[0].session);  // r3: another
+
+    release_log.clear();
+    vector_request_source plain(reqs);
+    cfg.expected_returns = nullptr;
+    (void)replay_requests<release_logging_lru, lru>(plain, cfg, replay_mode::prefix);
+    for (const release_log_entry& e : release_log) REQUIRE(e.expected_return == 0);
+}

@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 from ._kvpolicy import (
     CapacityError,
     ConfigError,
+    NEVER,
     Error,
     EvictionPolicy,
     ParseError,
@@ -37,6 +38,7 @@ __all__ = [
     "ConfigError",
     "Error",
     "EvictionPolicy",
+    "NEVER",
     "ParseError",
     "TieredCache",
     "UnknownNameError",
@@ -65,6 +67,7 @@ def simulate(
     seed: int = 1,
     threads: int = 0,
     skip_bad_lines: bool = False,
+    return_hints: Optional[str] = None,
     as_frame: bool = False,
     **options: Any,
 ) -> Union[List[Dict[str, Any]], "pandas.DataFrame"]:  # noqa: F821
@@ -82,6 +85,10 @@ def simulate(
     ``kv_bytes_per_token``) and the built-in workload's ``sessions``,
     ``session_rate``, ``turns``, ``prompt_tokens``, ``answer_tokens``,
     ``think_time``, ``system_prompt_tokens``, ``system_prompts``.
+    return_hints: ``kvpolicy-sim --return-hints``: ``"ends"``, ``"oracle"`` or
+    ``"oracle:SIGMA"``, releases that say when each session comes back, read
+    from the trace's future (what an engine's ``TieredCache.release(...,
+    expected_return=...)`` hints are worth); None: no hints.
     The GIL is released while the runs go, in ``threads`` threads (0: all cores).
     """
     if isinstance(policies, str):
@@ -91,7 +98,7 @@ def simulate(
     cost = {k: float(options.pop(k)) for k in _COST_OPTIONS if k in options}
     text = _simulate_json(
         None if trace is None else str(trace), format, mode, list(policies), [int(c) for c in capacities],
-        cpu_capacity, cpu_policy, block_size, layers, seed, threads, skip_bad_lines, cost, options,
+        cpu_capacity, cpu_policy, block_size, layers, seed, threads, skip_bad_lines, cost, options, return_hints,
     )
     rows = [json.loads(line) for line in text.splitlines() if line]
     if as_frame:

@@ -104,7 +104,7 @@ struct any_cache {
     virtual admission admit(session_id, std::span<const block_hash>) = 0;
     virtual const swap_plan& end_step() = 0;
     virtual std::vector<block_id> held_by(session_id) const = 0;
-    virtual std::size_t release(session_id, std::uint64_t output_tokens) = 0;
+    virtual std::size_t release(session_id, std::uint64_t output_tokens, timestamp expected_return) = 0;
     virtual std::size_t free_session(session_id, bool) = 0;
     virtual transfer_report complete_transfers(const swap_plan&, std::span<const transfer_status>) = 0;
     virtual cache_metrics metrics() const = 0;
@@ -127,7 +127,9 @@ struct cache_model final : any_cache {
     admission admit(session_id s, std::span<const block_hash> h) override { return c.admit(s, h); }
     const swap_plan& end_step() override { return c.end_step(); }
     std::vector<block_id> held_by(session_id s) const override { return c.held_by(s); }
-    std::size_t release(session_id s, std::uint64_t output_tokens) override { return c.release(s, output_tokens); }
+    std::size_t release(session_id s, std::uint64_t output_tokens, timestamp expected_return) override {
+        return c.release(s, output_tokens, expected_return);
+    }
     std::size_t free_session(session_id s, bool f) override { return c.free_session(s, f); }
     transfer_report complete_transfers(const swap_plan& p, std::span<const transfer_status> st) override {
         return c.complete_transfers(p, st);
@@ -217,8 +219,8 @@ public:
         return plan_dict(p);
     }
 
-    std::size_t release(std::uint64_t s, std::uint64_t output_tokens) {
-        return unlocked([&] { return impl_->release(session_id{s}, output_tokens); });
+    std::size_t release(std::uint64_t s, std::uint64_t output_tokens, timestamp expected_return) {
+        return unlocked([&] { return impl_->release(session_id{s}, output_tokens, expected_return); });
     }
     std::size_t free_session(std::uint64_t s, bool forget) {
         return unlocked([&] { return impl_->free_session(session_id{s}, forget); });
@@ -320,8 +322,12 @@ void bind_cache(nb::module_& m) {
              "The step's plan: transfers in order (transfer_from/src/to/dst/exchange arrays; tier 0 gpu,\n"
              "1 cpu), dropped_keys/sessions, recovery_session/token_begin/token_end, counts.")
         .def("release", &c::release, nb::arg("session"), nb::arg("output_tokens") = 0,
+             nb::arg("expected_return") = 0,
              "Releases the session's holds (its request finished, having generated output_tokens tokens;\n"
-             "0 = unknown: session_aware_lru predicts the session's return from it); returns how many.")
+             "0 = unknown: session_aware_lru predicts the session's return from it); returns how many.\n"
+             "expected_return: when the engine expects the session's next request, on the cache's clock\n"
+             "(after now; 0 = no hint; kvpolicy.NEVER: it will not return): session_aware_lru takes it\n"
+             "over its own prediction. Raises UsageError for a hint not after now, releasing nothing.")
         .def("free_session", &c::free_session, nb::arg("session"), nb::arg("forget_blocks") = false)
         .def("complete_transfers", &c::complete_transfers, nb::arg("statuses"),
              "Reports the last plan's copies (0 done, 1 failed, one per transfer, in order).")

@@ -131,6 +131,8 @@ NB_MODULE(_kvpolicy, m) {
                                         "A request that cannot be met: more blocks than are free or evictable.");
     parse_error_type = new_exception(m, "ParseError", bases({error_type, PyExc_ValueError}),
                                      "A malformed trace line: 'file:line: reason'.");
+    // TieredCache.release(expected_return=NEVER): the session will not return.
+    m.attr("NEVER") = never;
 
     nb::register_exception_translator([](const std::exception_ptr& p, void*) {
         try {

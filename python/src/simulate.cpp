@@ -35,7 +35,8 @@ void bind_simulate(nb::module_& m) {
         [](std::optional<std::string> trace, std::optional<std::string> format, std::optional<std::string> mode,
            std::vector<std::string> policies, std::vector<std::size_t> capacities, std::size_t cpu_capacity,
            const std::string& cpu_policy, std::uint32_t block_size, std::uint32_t layers, std::uint64_t seed,
-           unsigned threads, bool skip_bad_lines, const nb::dict& cost, const nb::dict& workload) {
+           unsigned threads, bool skip_bad_lines, const nb::dict& cost, const nb::dict& workload,
+           std::optional<std::string> return_hints) {
             options o;
             o.trace = trace.value_or("");
             o.format = format ? (*format == "csv" ? trace_format::csv : trace_format::mooncake)
@@ -82,6 +83,7 @@ void bind_simulate(nb::module_& m) {
             o.layers = layers;
             o.seed = seed;
             o.skip_bad_lines = skip_bad_lines;
+            if (return_hints) set_return_hints(o, *return_hints);
             o.threads = threads == 0 ? std::max(1u, std::thread::hardware_concurrency()) : threads;
             // The tool's defaults: Llama-3-8B on an H100 (see kvpolicy-sim's main.cpp).
             o.replay.cost = pensieve_linear({.alpha = number(cost, "alpha", 1.31e-9 * block_size),
@@ -119,7 +121,8 @@ void bind_simulate(nb::module_& m) {
         nb::arg("trace").none(), nb::arg("format").none(), nb::arg("mode").none(), nb::arg("policies"),
         nb::arg("capacities"), nb::arg("cpu_capacity"), nb::arg("cpu_policy"), nb::arg("block_size"),
         nb::arg("layers"), nb::arg("seed"), nb::arg("threads"), nb::arg("skip_bad_lines"), nb::arg("cost"),
-        nb::arg("workload"), "kvpolicy-sim --output json, as text (kvpolicy.simulate parses it).");
+        nb::arg("workload"), nb::arg("return_hints").none(),
+        "kvpolicy-sim --output json, as text (kvpolicy.simulate parses it).");
 }
 
 }  // namespace kvpolicy::python

@@ -133,6 +133,34 @@ def test_release_output_tokens_reach_session_aware_lru():
     assert _session_story(False) == ("gpu", "free")
 
 
+def test_release_expected_return_ranks_the_session():
+    # Sessions 1 and 2 each make two requests 100 ticks apart; margin 0 evicts
+    # the session expected back last first. Without hints session 2 is (its
+    # latest request is later); hinted, session 1 (back at 5000) is.
+    def story(hint1, hint2):
+        c = kvpolicy.TieredCache(
+            2, gpu_policy="session_aware_lru",
+            gpu_policy_options={"far_factor": 0, "tune_margin": 0, "predict_gaps": 0})
+        for when, session, block, hint in ((10, 1, 0xA, 0), (20, 2, 0xB, 0), (110, 1, 0xA, hint1), (120, 2, 0xB, hint2)):
+            c.admit(session, [block], now=when)
+            c.release(session, expected_return=hint)
+        c.admit(3, [0xC], now=130)  # the tier is full: one victim
+        return c.where(0xA), c.where(0xB)
+
+    assert story(0, 0) == ("gpu", "free")
+    assert story(5000, 400) == ("free", "gpu")
+    assert story(0, kvpolicy.NEVER) == ("gpu", "free")
+    assert story(kvpolicy.NEVER, 0) == ("free", "gpu")
+
+
+def test_release_expected_return_must_be_after_now():
+    c = kvpolicy.TieredCache(4, gpu_policy="session_aware_lru")
+    c.admit(1, [1, 2], now=50)
+    with pytest.raises(kvpolicy.UsageError, match=r"expected back at 40, not after now \(50\)"):
+        c.release(1, expected_return=40)
+    assert c.release(1, expected_return=51) == 2
+
+
 def test_release_output_tokens_must_be_a_count():
     c = kvpolicy.TieredCache(4)
     c.admit(1, [1, 2])

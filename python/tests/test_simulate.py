@@ -51,6 +51,10 @@ def test_flat_misses_equal_libcachesim_on_the_mooncake_block_csvs(traces):
           "--capacity", "1000", "--cpu-capacity", "5000"],
          dict(trace="{m}/synthetic_trace.jsonl", block_size=512, mode="tiered", policies="lru,s3fifo", capacities=1000,
               cpu_capacity=5000)),
+        (["--trace", "{m}/conversation_trace.jsonl", "--block-size", "512", "--policy", "lru,session_aware_lru,belady",
+          "--capacity", "1827", "--return-hints", "oracle:0.5"],
+         dict(trace="{m}/conversation_trace.jsonl", block_size=512, policies="lru,session_aware_lru,belady",
+              capacities=1827, return_hints="oracle:0.5")),
         (["--policy", "lru,gdsf", "--capacity", "800", "--sessions", "50"],
          dict(policies=["lru", "gdsf"], capacities=[800], sessions=50)),
     ],
@@ -97,3 +101,18 @@ def test_simulate_errors():
         kvpolicy.simulate("/nonexistent.jsonl")
     with pytest.raises(kvpolicy.ConfigError, match="unknown option 'sesions'"):
         kvpolicy.simulate(sesions=3)
+
+
+def test_return_hints_reach_session_aware_lru(traces):
+    """The conversation trace at 1%: told when each conversation comes back (or that it ends),
+    session_aware_lru keeps what returns; LRU ignores the hints."""
+    trace = str(traces / "mooncake" / "conversation_trace.jsonl")
+    run = lambda hints: {r["policy"]: r["hit_ratio"] for r in kvpolicy.simulate(
+        trace, policies="lru,session_aware_lru", capacities=1827, block_size=512, return_hints=hints)}
+    plain, ends, oracle = run(None), run("ends"), run("oracle")
+    assert plain["lru"] == ends["lru"] == oracle["lru"]
+    assert plain["session_aware_lru"] + 0.05 < ends["session_aware_lru"] < oracle["session_aware_lru"]
+    with pytest.raises(kvpolicy.ConfigError, match=r"--return-hints oracle:x: give ends"):
+        kvpolicy.simulate(trace, return_hints="oracle:x")
+    with pytest.raises(kvpolicy.ConfigError, match="applies to prefix and tiered modes"):
+        kvpolicy.simulate(trace, mode="flat", return_hints="ends")

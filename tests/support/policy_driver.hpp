@@ -79,6 +79,18 @@ inline std::uint64_t release_output_tokens(std::uint64_t now, std::uint64_t key)
     return h % 4 == 0 ? 0 : 1 + (h >> 2) % 2000;
 }
 
+/// When a release says the engine expects the session back: no hint half
+/// the time, `never` one time in 16, else 1-600 ticks after `now`; a hash
+/// like release_output_tokens', with other constants.
+inline timestamp release_expected_return(std::uint64_t now, std::uint64_t key) noexcept {
+    std::uint64_t h = (now * 0xd6e8feb86659fd93ULL) ^ (key + 0x2545f4914f6cdd1dULL);
+    h = (h ^ (h >> 32)) * 0x9e3779b97f4a7c15ULL;
+    h ^= h >> 29;
+    if (h % 2 == 0) return 0;
+    if ((h >> 1) % 8 == 0) return never;
+    return now + 1 + (h >> 4) % 600;
+}
+
 /// Runs `policy` (and `reference`, when given) through `opt.operations`
 /// random operations. Returns the victims in order.
 template <eviction_policy Policy, class Reference = std::nullptr_t>
@@ -150,6 +162,7 @@ std::vector<std::uint32_t> drive(Policy& policy, const driver_options& opt, Refe
             if (auto s = pick_slot(driver_state::slot::held)) {
                 access_context ctx = make_context(rng, now, st.key_of_slot[*s], opt.sessions, opt.foreign_every);
                 ctx.output_tokens = release_output_tokens(now, ctx.key);
+                ctx.expected_return = release_expected_return(now, ctx.key);
                 policy.on_release(item_id{*s}, ctx);
                 if constexpr (checked) reference->on_release(item_id{*s}, ctx);
                 st.slots[*s] = driver_state::slot::evictable;

@@ -1376,6 +1376,7 @@ struct ref_session_aware_lru {
         double latest_gap = 0.0;
         std::uint64_t output_tokens = 0;  // the latest request's, once released
         double expected_gap = 0.0;        // 0: not taken by the session rule
+        timestamp hint = 0;               // the engine's expected return for the latest request
     };
     ref_records<entry> r;
     double gap_weight;
@@ -1438,6 +1439,7 @@ struct ref_session_aware_lru {
         s->latest_gap = gap;
         s->last = ctx.now;
         s->output_tokens = 0;
+        s->hint = 0;
         s->expected_gap = s->mean_gap;
     }
     // A release naming the finished request's output: the first of its
@@ -1446,9 +1448,18 @@ struct ref_session_aware_lru {
         session* s = find_session(ctx.session.value);
         if (s == nullptr || s->output_tokens == ctx.output_tokens) return;
         s->output_tokens = ctx.output_tokens;
-        if (gaps.ready())
+        if (gaps.ready() && s->hint == 0)
             s->expected_gap = gaps.predict(
                     return_gap_model::features_of(s->output_tokens, s->has_gap, s->latest_gap, s->mean_gap));
+    }
+    // A release naming when the engine expects the session back: that time
+    // is its expectation until its next request, over any fitted one.
+    void hint_known(const access_context& ctx) {
+        session* s = find_session(ctx.session.value);
+        if (s == nullptr || s->hint == ctx.expected_return) return;
+        s->hint = ctx.expected_return;
+        if (s->hint == never) s->expected_gap = 1e300;  // past any time: ranked never - 1
+        else s->expected_gap = s->hint > s->last ? static_cast<double>(s->hint - s->last) : 1.0;
     }
     void make_evictable(entry& e, timestamp now) {
         e.held = false;
@@ -1478,6 +1489,7 @@ struct ref_session_aware_lru {
     void on_hold(item_id id) { r.find(id)->held = true; }
     void on_release(item_id id, const access_context& ctx) {
         if (ctx.output_tokens != 0) output_known(ctx);
+        if (ctx.expected_return != 0) hint_known(ctx);
         make_evictable(*r.find(id), ctx.now);
     }
     void on_erase(item_id id) { r.erase(id); }

@@ -3,7 +3,7 @@
 //   kvpolicy-sim [--trace FILE] [--format mooncake|csv] [--mode flat|prefix|tiered]
 //                --policy NAME[,NAME...] --capacity N|P%[,...] [--cpu-capacity N] [--match-lru]
 //                [--block-size T] [--layers L] [--output table|csv|json]
-//                [--plot FILE.png] [--seed S] [--threads K]
+//                [--plot FILE.png] [--seed S] [--threads K] [--return-hints ends|oracle[:SIGMA]]
 //
 // Other programs script this contract: keep it.
 #include <algorithm>
@@ -74,6 +74,12 @@ int main(int argc, char** argv) {
     app.add_option("--seed", o.seed, "seed of the built-in workload");
     app.add_option("--threads", o.threads, "parallel runs (default: all cores)");
     app.add_flag("--skip-bad-lines", o.skip_bad_lines, "count malformed trace lines, report them, and go on");
+    std::string return_hints;
+    app.add_option("--return-hints", return_hints,
+                   "what an engine's hints (tiered_cache::release's expected_return) are worth to "
+                   "session_aware_lru, read from the trace's future: ends (a session's last request says it "
+                   "will not return), oracle (each release says when its session comes back) or oracle:SIGMA "
+                   "(that gap off by a factor e^(SIGMA x N(0,1))); prefix and tiered modes, one instance");
     auto* wl = app.add_option_group("built-in workload");
     wl->add_option("--sessions", o.workload.sessions, "chat sessions");
     wl->add_option("--session-rate", o.workload.session_rate_per_s, "session arrivals per second (Poisson)");
@@ -109,6 +115,7 @@ int main(int argc, char** argv) {
         if ((o.remote_capacity > 0 || o.instances > 1) && o.mode != sim::replay_mode::tiered)
             throw config_error("--remote-capacity and --instances need --mode tiered (remote hits are staged "
                                "through the CPU tier) and --cpu-capacity N");
+        if (!return_hints.empty()) set_return_hints(o, return_hints);
         if (o.layers > 1 && o.mode == sim::replay_mode::flat)
             throw config_error("--layers applies to prefix and tiered modes; flat mode replays blocks");
         for (const auto& p : CLI::detail::split(policy_list, ',')) {
@@ -165,6 +172,13 @@ int main(int argc, char** argv) {
             if (relative) title += " (" + std::to_string(distinct) + " distinct blocks)";
             for (std::size_t i = 0; i < added.size(); ++i)
                 title += (i == 0 ? "; added for the gap column: " : ", ") + added[i];
+            if (o.return_hint_ends_only)
+                title += "; each session's last release says it ends (--return-hints reads the future)";
+            else if (o.return_hint_error >= 0.0)
+                title += "; releases carry each session's true return" +
+                         (o.return_hint_error > 0.0 ? " off by e^(" + o.return_hints.substr(7) + " x N(0,1))"
+                                                    : std::string{}) +
+                         " (--return-hints reads the future)";
             sim::write_table(std::cout, results, title);
         }
         for (const auto& [file, json] : {std::pair{csv_file, false}, std::pair{json_file, true}}) {

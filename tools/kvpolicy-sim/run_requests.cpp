@@ -19,6 +19,7 @@ sim::replay_result replay(const options& o, std::size_t capacity, const shared_i
     cfg.num_layers = o.layers;
     cfg.skip_bad_lines = o.skip_bad_lines;
     cfg.trace_name = o.trace.empty() ? "built-in" : o.trace;
+    cfg.expected_returns = in.returns.get();
     const sim::request_times* times = uses_future<Gpu> ? in.times.get() : nullptr;
     sim::request_times own;  // a request longer than this capacity is no use of its blocks
     if (times && !sim::times_fit(*times, capacity)) {

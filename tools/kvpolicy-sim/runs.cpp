@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <map>
@@ -60,6 +62,28 @@ void run_parallel(std::size_t n, unsigned threads, const char* what, const std::
 }  // namespace
 
 
+void set_return_hints(options& o, const std::string& spec) {
+    double sigma = 0.0;
+    bool ok = spec == "oracle" || spec == "ends";
+    if (!ok && spec.starts_with("oracle:")) {
+        const std::string number = spec.substr(7);
+        char* end = nullptr;
+        sigma = std::strtod(number.c_str(), &end);
+        ok = !number.empty() && end == number.c_str() + number.size() && sigma >= 0.0 && std::isfinite(sigma);
+    }
+    if (!ok)
+        throw config_error("--return-hints " + spec +
+                           ": give ends (each session's last request says it will not return), oracle "
+                           "(each session's true next request) or oracle:SIGMA with SIGMA a number >= 0 "
+                           "(its gap off by e^(SIGMA x N(0,1)), e.g. oracle:1.2)");
+    if (o.mode == sim::replay_mode::flat || o.instances > 1 || o.remote_capacity > 0)
+        throw config_error("--return-hints applies to prefix and tiered modes with one instance "
+                           "(releases are per request there)");
+    o.return_hints = spec;
+    o.return_hint_error = sigma;
+    o.return_hint_ends_only = spec == "ends";
+}
+
 shared_inputs load_inputs(const options& o) {
     shared_inputs in;
     // Belady and reuse_oracle_lru read each access's next use: the trace is
@@ -72,7 +96,7 @@ shared_inputs load_inputs(const options& o) {
         w.block_size = o.block_size;
         w.seed = o.seed;
         in.requests = std::make_shared<const std::vector<sim::request_record>>(sim::generate_chat_workload(w));
-    } else if (needs_future && o.mode != sim::replay_mode::flat) {
+    } else if ((needs_future || o.return_hint_error >= 0.0) && o.mode != sim::replay_mode::flat) {
         if (o.format == trace_format::csv)
             throw config_error("--mode " + std::string(sim::to_string(o.mode)) +
                                " needs requests (mooncake JSONL or the built-in workload); a CSV holds only block accesses");
@@ -82,6 +106,11 @@ shared_inputs load_inputs(const options& o) {
         while (reader.next(r)) reqs->push_back(r);
         in.requests = std::move(reqs);
     }
+    if (o.return_hint_error >= 0.0)
+        in.returns = std::make_shared<const std::vector<timestamp>>(
+                o.return_hint_ends_only
+                        ? sim::compute_session_ends(*in.requests, o.block_size)
+                        : sim::compute_expected_returns(*in.requests, o.block_size, o.return_hint_error, o.seed));
     if (needs_future) {
         if (o.mode == sim::replay_mode::flat) {
             auto oracle = std::make_shared<sim::oracle_accesses>();

@@ -33,6 +33,12 @@ struct options {
     std::uint64_t seed = 1;
     unsigned threads = 0;
     bool skip_bad_lines = false;
+    /// --return-hints as given (set_return_hints); empty: releases carry no hint.
+    std::string return_hints;
+    /// < 0: no hints; else each release says when its session truly comes
+    /// back, off by e^(this x N(0,1)) (compute_expected_returns).
+    double return_hint_error = -1.0;
+    bool return_hint_ends_only = false;  ///< `ends`: `never` on each session's last request only
     sim::chat_workload_config workload;
     sim::request_replay_config replay;
 };
@@ -42,8 +48,14 @@ struct shared_inputs {
     std::shared_ptr<const std::vector<sim::request_record>> requests;  // built-in, or a trace Belady needs
     std::shared_ptr<const sim::request_times> times;                   // for Belady, request modes
     std::shared_ptr<const sim::oracle_accesses> oracle;                // for Belady, flat mode
+    std::shared_ptr<const std::vector<timestamp>> returns;             // --return-hints, per request
 };
 
+/// Parses a --return-hints spec into `o` (its mode, instances and remote
+/// store already set): `ends`, `oracle` or `oracle:SIGMA`. Throws:
+/// config_error naming the spec and the accepted forms, or the modes it
+/// applies to.
+void set_return_hints(options& o, const std::string& spec);
 /// Reads what the runs share: the built-in workload's requests, or a
 /// trace's requests and next uses where Belady needs them. Throws:
 /// config_error, parse_error.

@@ -320,10 +320,14 @@ public:
     /// item stays cached and becomes a candidate when nobody else holds it.
     /// `output_tokens`: how many tokens the request generated (0 = unknown);
     /// policies that predict a session's return from it see it in the
-    /// release context. Returns how many holds were released. Throws:
-    /// usage_error if the session holds nothing (a double release, or an
-    /// unknown session).
-    std::size_t release(session_id session, std::uint64_t output_tokens = 0);
+    /// release context. `expected_return`: when the engine expects the
+    /// session's next request, on this cache's clock (0 = no hint; `never`:
+    /// it will not return, e.g. its conversation closed); session_aware_lru
+    /// ranks the session by it. Returns how many holds were released.
+    /// Throws: usage_error if the session holds nothing (a double release,
+    /// or an unknown session) or `expected_return` is not after now (a hint
+    /// in the past is a clock mix-up). Nothing changes then.
+    std::size_t release(session_id session, std::uint64_t output_tokens = 0, timestamp expected_return = 0);
 
     /// Releases one hold of `session` on GPU item `block`. Throws:
     /// usage_error if the session does not hold it (double release, unknown block).
@@ -393,8 +397,10 @@ private:
     void drop_or_write_back(tier from, block_id slot, std::uint64_t key, const block_meta& meta);
 
     // Holds, drops and recovery ranges (tiered_cache_step.hpp).
-    void release_holds(session_id by, const std::vector<std::uint32_t>& held, std::uint64_t output_tokens);
-    void release_one(std::uint32_t b, timestamp now, session_id by, std::uint64_t output_tokens);
+    void release_holds(session_id by, const std::vector<std::uint32_t>& held, std::uint64_t output_tokens,
+                       timestamp expected_return);
+    void release_one(std::uint32_t b, timestamp now, session_id by, std::uint64_t output_tokens,
+                     timestamp expected_return);
     void drop(std::uint64_t key, const block_meta& meta);
     void drop_into(std::vector<dropped_item>& out, std::uint64_t key, const block_meta& meta);
     void build_recovery();
@@ -462,6 +468,7 @@ private:
         std::uint32_t block;
         session_id by;
         std::uint64_t output_tokens;
+        timestamp expected_return;
     };
     std::vector<deferred_release> deferred_releases_;  // releases of filled items, done at end_step
     std::unordered_map<session_id, session_state> sessions_;

@@ -34,7 +34,7 @@ const swap_plan& tiered_cache<GpuPolicy, CpuPolicy, Traits>::end_step() {
     if (!in_step_) throw usage_error("end_step: no step is open; call begin_step() first");
     in_step_ = false;
     const timestamp now = clock_.now();
-    for (const deferred_release& d : deferred_releases_) gpu_.release(block_id{d.block}, now, d.by, d.output_tokens);
+    for (const deferred_release& d : deferred_releases_) gpu_.release(block_id{d.block}, now, d.by, d.output_tokens, d.expected_return);
     deferred_releases_.clear();
     for (std::uint32_t b : filled_this_step_) filled_[b] = 0;
     filled_this_step_.clear();
@@ -168,13 +168,18 @@ transfer_report tiered_cache<GpuPolicy, CpuPolicy, Traits>::complete_transfers(
 }
 
 template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
-std::size_t tiered_cache<GpuPolicy, CpuPolicy, Traits>::release(session_id session, std::uint64_t output_tokens) {
+std::size_t tiered_cache<GpuPolicy, CpuPolicy, Traits>::release(session_id session, std::uint64_t output_tokens,
+                                                         timestamp expected_return) {
     std::scoped_lock lock(mutex_);
     auto it = sessions_.find(session);
     if (it == sessions_.end() || it->second.held.empty())
         throw usage_error("release: session " + std::to_string(session.value) +
                           " holds no blocks (released twice, or never admitted)");
-    release_holds(session, it->second.held, output_tokens);
+    if (expected_return != 0 && expected_return <= clock_.now())
+        throw usage_error("release: session " + std::to_string(session.value) + " expected back at " +
+                          std::to_string(expected_return) + ", not after now (" + std::to_string(clock_.now()) +
+                          "); give a time on this cache's clock, or 0 for no hint");
+    release_holds(session, it->second.held, output_tokens, expected_return);
     const std::size_t n = it->second.held.size();
     it->second.held.clear();
     return n;
@@ -190,7 +195,7 @@ void tiered_cache<GpuPolicy, CpuPolicy, Traits>::release(session_id session, blo
         throw usage_error("release: session " + std::to_string(session.value) + " does not hold gpu block " +
                           std::to_string(block.value) + " (released twice, or never acquired)");
     it->second.held.erase(pos);
-    release_one(block.value, clock_.now(), session, 0);
+    release_one(block.value, clock_.now(), session, 0, 0);
 }
 
 template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
@@ -198,7 +203,7 @@ std::size_t tiered_cache<GpuPolicy, CpuPolicy, Traits>::free_session(session_id 
     std::scoped_lock lock(mutex_);
     auto it = sessions_.find(session);
     if (it == sessions_.end()) return 0;
-    release_holds(session, it->second.held, 0);
+    release_holds(session, it->second.held, 0, 0);
     it->second.held.clear();
     std::size_t freed = 0;
     if (forget_blocks) {
@@ -241,16 +246,18 @@ void tiered_cache<GpuPolicy, CpuPolicy, Traits>::unpin(block_hash hash) {
 // open step has no data yet, so its release waits for end_step.
 template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
 void tiered_cache<GpuPolicy, CpuPolicy, Traits>::release_holds(session_id by, const std::vector<std::uint32_t>& held,
-                                                                 std::uint64_t output_tokens) {
+                                                                 std::uint64_t output_tokens,
+                                                                 timestamp expected_return) {
     const timestamp now = clock_.now();
-    for (auto b = held.rbegin(); b != held.rend(); ++b) release_one(*b, now, by, output_tokens);
+    for (auto b = held.rbegin(); b != held.rend(); ++b) release_one(*b, now, by, output_tokens, expected_return);
 }
 
 template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
 void tiered_cache<GpuPolicy, CpuPolicy, Traits>::release_one(std::uint32_t b, timestamp now, session_id by,
-                                                               std::uint64_t output_tokens) {
-    if (in_step_ && filled_[b]) deferred_releases_.push_back({b, by, output_tokens});
-    else gpu_.release(block_id{b}, now, by, output_tokens);
+                                                               std::uint64_t output_tokens,
+                                                               timestamp expected_return) {
+    if (in_step_ && filled_[b]) deferred_releases_.push_back({b, by, output_tokens, expected_return});
+    else gpu_.release(block_id{b}, now, by, output_tokens, expected_return);
 }
 
 template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>

@@ -62,6 +62,13 @@ struct access_context {
     /// runs, longer). `session` is then the releasing session. 0 = unknown,
     /// and on every other call.
     std::uint64_t output_tokens = 0;
+    /// On a release only: when the engine expects the releasing session's
+    /// next request, in the caller's clock ticks (an agent framework knows
+    /// its tool call's timeout or its workflow's next step, KVFlow's and
+    /// Continuum's signal; a closed conversation will not return: `never`).
+    /// session_aware_lru takes it over any prediction of its own.
+    /// 0 = no hint, and on every other call.
+    timestamp expected_return = 0;
 };
 
 /// Counters every policy keeps.

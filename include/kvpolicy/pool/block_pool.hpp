@@ -188,12 +188,15 @@ public:
         if (last_hold_dropped(b)) policy_.on_release(item_id{b.value}, last_context(b, now));
     }
     /// The same at the end of a request of `by` that generated
-    /// `output_tokens` (0 = unknown): the policy's context says both.
-    void release(block_id b, timestamp now, session_id by, std::uint64_t output_tokens) noexcept {
+    /// `output_tokens` (0 = unknown), whose session the engine expects back
+    /// at `expected_return` (0 = no hint): the policy's context says all three.
+    void release(block_id b, timestamp now, session_id by, std::uint64_t output_tokens,
+                 timestamp expected_return = 0) noexcept {
         if (!last_hold_dropped(b)) return;
         access_context c = last_context(b, now);
         c.session = by;
         c.output_tokens = output_tokens;
+        c.expected_return = expected_return;
         policy_.on_release(item_id{b.value}, c);
     }
     /// Names the session that now computes cached item `b` (its data was

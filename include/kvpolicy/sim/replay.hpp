@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <concepts>
 #include <functional>
@@ -37,6 +38,7 @@
 #include "kvpolicy/cache/tiered_cache.hpp"
 #include "kvpolicy/core/access_context.hpp"
 #include "kvpolicy/core/concepts.hpp"
+#include "kvpolicy/core/error.hpp"
 #include "kvpolicy/core/key_index.hpp"
 #include "kvpolicy/cost/pensieve_linear.hpp"
 #include "kvpolicy/sim/trace.hpp"
@@ -358,6 +360,10 @@ struct request_replay_config {
     double kv_bytes_per_token = 131072;      ///< Llama-3-8B, fp16: 2 x 32 layers x 8 heads x 128 x 2 B
     bool skip_bad_lines = false;
     std::string trace_name = "built-in";
+    /// [request]: when each request's release says its session is expected
+    /// back (compute_expected_returns); null: releases carry no hint.
+    /// replay_requests only.
+    const std::vector<timestamp>* expected_returns = nullptr;
 };
 
 /// The "now" of each request, and each block's next use in those units
@@ -373,6 +379,68 @@ struct request_times {
 /// requests in the same microsecond spread by one tick so time always moves.
 inline timestamp request_time(timestamp previous, std::uint64_t timestamp_ms) noexcept {
     return std::max(previous + 1, timestamp_ms * 1000);
+}
+
+/// When each request's session makes its next request, on the replay's
+/// clock (`never`: it makes none): the hint an engine that knew its
+/// sessions' future would pass at each release
+/// (tiered_cache::release(session, output_tokens, expected_return)), to
+/// measure what such hints are worth. `log_error` > 0 makes each hint's gap
+/// (from the request to the next) off by a factor e^(log_error x z), z
+/// standard normal from `seed` and the request's index: 1.2 is the residual
+/// of session_aware_lru's own online fit on the agentic trace. Sessions are
+/// the trace's, or derived from prefixes as replay_requests derives them.
+/// Throws: config_error if `log_error` is negative or not finite.
+inline std::vector<timestamp> compute_expected_returns(const std::vector<request_record>& requests,
+                                                       std::uint32_t block_size, double log_error = 0.0,
+                                                       std::uint64_t seed = 1) {
+    if (!(log_error >= 0.0) || !std::isfinite(log_error))
+        throw config_error("return hints: log error " + std::to_string(log_error) +
+                           " must be finite and >= 0 (0: exact; 1.2: a factor e^1.2 = 3.3 off, one sigma)");
+    std::vector<timestamp> now(requests.size());
+    std::vector<std::uint64_t> session(requests.size());
+    session_deriver sessions;
+    timestamp prev = 0;
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+        now[i] = prev = request_time(prev, requests[i].timestamp_ms);
+        session[i] = requests[i].has_session ? requests[i].session : sessions.session_of(requests[i], block_size);
+    }
+    // A standard normal per request by Box-Muller over two hashed uniforms:
+    // the same on every platform, whatever order the runs take.
+    auto normal = [seed](std::uint64_t i) {
+        auto mix = [](std::uint64_t x) {
+            x += 0x9e3779b97f4a7c15ULL;
+            x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+            x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+            return x ^ (x >> 31);
+        };
+        const std::uint64_t a = mix(seed * 0x632be59bd9b4e019ULL + 2 * i), b = mix(a ^ (2 * i + 1));
+        const double u1 = (static_cast<double>(a >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
+        const double u2 = static_cast<double>(b >> 11) * 0x1.0p-53;
+        return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+    };
+    std::vector<timestamp> back(requests.size(), never);
+    std::unordered_map<std::uint64_t, timestamp> next;  // session -> its next request's time
+    for (std::size_t i = requests.size(); i-- > 0;) {
+        const auto it = next.find(session[i]);
+        if (it != next.end()) {
+            double gap = static_cast<double>(it->second - now[i]);
+            if (log_error > 0.0) gap *= std::exp(log_error * normal(i));
+            back[i] = now[i] + static_cast<timestamp>(std::clamp(gap, 1.0, 1e18));
+        }
+        next[session[i]] = now[i];
+    }
+    return back;
+}
+
+/// The hints of an engine that knows only when a session ends (its client
+/// closed the conversation, its agent finished the task): `never` on each
+/// session's last request, 0 (no hint) on the others.
+inline std::vector<timestamp> compute_session_ends(const std::vector<request_record>& requests,
+                                                   std::uint32_t block_size) {
+    std::vector<timestamp> back = compute_expected_returns(requests, block_size);
+    for (timestamp& t : back) t = t == never ? never : 0;
+    return back;
 }
 
 /// Next uses for a replay at `capacity` blocks (0: any capacity that holds
@@ -484,7 +552,9 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
         }
         (void)cache.end_step();
         if (n > 0) {
-            cache.release(session, req.output_length);
+            const timestamp back =
+                    cfg.expected_returns && index < cfg.expected_returns->size() ? (*cfg.expected_returns)[index] : 0;
+            cache.release(session, req.output_length, back);
             seen_sessions.insert(session.value);
         }
         r.hits += a.match.run;
