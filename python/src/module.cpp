@@ -132,7 +132,7 @@ NB_MODULE(_kvpolicy, m) {
     parse_error_type = new_exception(m, "ParseError", bases({error_type, PyExc_ValueError}),
                                      "A malformed trace line: 'file:line: reason'.");
     // TieredCache.release(expected_return=NEVER): the session will not return.
-    m.attr("NEVER") = never;
+    m.attr("NEVER") = kvpolicy::never;
 
     nb::register_exception_translator([](const std::exception_ptr& p, void*) {
         try {
