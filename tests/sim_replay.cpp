@@ -466,3 +466,29 @@ TEST_CASE("return hints: sessions derived from prefixes, and the replay's releas
     (void)replay_requests<release_logging_lru, lru>(plain, cfg, replay_mode::prefix);
     for (const release_log_entry& e : release_log) REQUIRE(e.expected_return == 0);
 }
+
+TEST_CASE("return hints from a file: milliseconds to the next request, never, or none", "[sim][return_hint]") {
+    std::vector<request_record> reqs;
+    for (std::uint64_t ts : {1, 5, 6, 9}) {
+        request_record r;
+        r.timestamp_ms = ts;
+        r.input_length = 16;
+        r.hash_ids = {ts};
+        reqs.push_back(r);
+    }
+    std::istringstream good("4\n\nnever\n 0.5 \r\n");
+    REQUIRE(parse_expected_returns(good, "hints.txt", reqs) == std::vector<timestamp>{5000, 0, never, 9500});
+    std::istringstream zero("0\n0\n0\n0.0001\n");  // the least hint is one tick ahead
+    REQUIRE(parse_expected_returns(zero, "hints.txt", reqs) == std::vector<timestamp>{0, 0, 0, 9001});
+    for (const char* bad : {"4\nabc\n\n\n", "4\n-1\n\n\n", "4\n3ms\n\n\n", "4\nnan\n\n\n"}) {
+        std::istringstream in(bad);
+        REQUIRE_THROWS_WITH(parse_expected_returns(in, "hints.txt", reqs),
+                            Catch::StartsWith("hints.txt:2: '") && Catch::Contains("is not a hint"));
+    }
+    std::istringstream short_file("4\n\n\n");
+    REQUIRE_THROWS_WITH(parse_expected_returns(short_file, "hints.txt", reqs),
+                        Catch::Contains("3 lines for the trace's 4 requests"));
+    std::istringstream long_file("4\n\n\n\n7\n");
+    REQUIRE_THROWS_WITH(parse_expected_returns(long_file, "hints.txt", reqs),
+                        Catch::Contains("more lines than the trace's 4 requests"));
+}

@@ -116,3 +116,40 @@ def test_return_hints_reach_session_aware_lru(traces):
         kvpolicy.simulate(trace, return_hints="oracle:x")
     with pytest.raises(kvpolicy.ConfigError, match="applies to prefix and tiered modes"):
         kvpolicy.simulate(trace, mode="flat", return_hints="ends")
+
+
+def test_return_hints_from_a_file_equal_the_oracle_when_they_are_the_truth(tmp_path):
+    """A hints file of each session's true gaps (ms) replays exactly as --return-hints oracle;
+    a malformed line is a ParseError naming file:line."""
+    import random
+
+    rng = random.Random(7)
+    requests, chains, t = [], {}, 0
+    for _ in range(600):
+        t += rng.randint(1, 40)
+        s = rng.randrange(30)
+        chain = chains.setdefault(s, [])
+        chain.extend([1000 * s + len(chain) + k for k in range(rng.randint(1, 3))])
+        requests.append({"timestamp": t, "input_length": 16 * len(chain), "output_length": rng.randint(1, 500),
+                         "hash_ids": list(chain), "session": s})
+    trace = tmp_path / "sessions.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in requests))
+    nxt, gaps = {}, [None] * len(requests)
+    for i in range(len(requests) - 1, -1, -1):
+        s = requests[i]["session"]
+        gaps[i] = "never" if s not in nxt else str(nxt[s] - requests[i]["timestamp"])
+        nxt[s] = requests[i]["timestamp"]
+    hints = tmp_path / "hints.txt"
+    hints.write_text("\n".join(gaps) + "\n")
+    run = lambda h: kvpolicy.simulate(str(trace), policies="session_aware_lru", capacities=[40, 120], block_size=16,
+                                      return_hints=h)
+    timing = {"seconds", "accesses_per_second"}
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in timing} for r in rows]
+    assert strip(run(f"file:{hints}")) == strip(run("oracle"))
+    assert strip(run(f"file:{hints}")) != strip(run(None))
+    gaps[3] = "soon"
+    hints.write_text("\n".join(gaps) + "\n")
+    with pytest.raises(kvpolicy.ParseError, match=r"hints.txt:4: 'soon' is not a hint"):
+        run(f"file:{hints}")
+    with pytest.raises(kvpolicy.ConfigError, match=r"cannot open it"):
+        run(f"file:{tmp_path}/missing.txt")

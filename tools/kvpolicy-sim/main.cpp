@@ -3,7 +3,7 @@
 //   kvpolicy-sim [--trace FILE] [--format mooncake|csv] [--mode flat|prefix|tiered]
 //                --policy NAME[,NAME...] --capacity N|P%[,...] [--cpu-capacity N] [--match-lru]
 //                [--block-size T] [--layers L] [--output table|csv|json]
-//                [--plot FILE.png] [--seed S] [--threads K] [--return-hints ends|oracle[:SIGMA]]
+//                [--plot FILE.png] [--seed S] [--threads K] [--return-hints ends|oracle[:SIGMA]|file:PATH]
 //
 // Other programs script this contract: keep it.
 #include <algorithm>
@@ -78,8 +78,10 @@ int main(int argc, char** argv) {
     app.add_option("--return-hints", return_hints,
                    "what an engine's hints (tiered_cache::release's expected_return) are worth to "
                    "session_aware_lru, read from the trace's future: ends (a session's last request says it "
-                   "will not return), oracle (each release says when its session comes back) or oracle:SIGMA "
-                   "(that gap off by a factor e^(SIGMA x N(0,1))); prefix and tiered modes, one instance");
+                   "will not return), oracle (each release says when its session comes back), oracle:SIGMA "
+                   "(that gap off by a factor e^(SIGMA x N(0,1))), or your predictor's, file:PATH (a line per "
+                   "request: milliseconds until its session's next request, never, or empty for none); prefix "
+                   "and tiered modes, one instance");
     auto* wl = app.add_option_group("built-in workload");
     wl->add_option("--sessions", o.workload.sessions, "chat sessions");
     wl->add_option("--session-rate", o.workload.session_rate_per_s, "session arrivals per second (Poisson)");
@@ -172,9 +174,11 @@ int main(int argc, char** argv) {
             if (relative) title += " (" + std::to_string(distinct) + " distinct blocks)";
             for (std::size_t i = 0; i < added.size(); ++i)
                 title += (i == 0 ? "; added for the gap column: " : ", ") + added[i];
-            if (o.return_hint_ends_only)
+            if (o.hints == hint_source::ends)
                 title += "; each session's last release says it ends (--return-hints reads the future)";
-            else if (o.return_hint_error >= 0.0)
+            else if (o.hints == hint_source::file)
+                title += "; releases carry the return hints of " + o.return_hint_file;
+            else if (o.hints == hint_source::oracle)
                 title += "; releases carry each session's true return" +
                          (o.return_hint_error > 0.0 ? " off by e^(" + o.return_hints.substr(7) + " x N(0,1))"
                                                     : std::string{}) +

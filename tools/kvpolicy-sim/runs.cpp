@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -64,7 +65,7 @@ void run_parallel(std::size_t n, unsigned threads, const char* what, const std::
 
 void set_return_hints(options& o, const std::string& spec) {
     double sigma = 0.0;
-    bool ok = spec == "oracle" || spec == "ends";
+    bool ok = spec == "oracle" || spec == "ends" || (spec.starts_with("file:") && spec.size() > 5);
     if (!ok && spec.starts_with("oracle:")) {
         const std::string number = spec.substr(7);
         char* end = nullptr;
@@ -74,14 +75,18 @@ void set_return_hints(options& o, const std::string& spec) {
     if (!ok)
         throw config_error("--return-hints " + spec +
                            ": give ends (each session's last request says it will not return), oracle "
-                           "(each session's true next request) or oracle:SIGMA with SIGMA a number >= 0 "
-                           "(its gap off by e^(SIGMA x N(0,1)), e.g. oracle:1.2)");
+                           "(each session's true next request), oracle:SIGMA with SIGMA a number >= 0 "
+                           "(its gap off by e^(SIGMA x N(0,1)), e.g. oracle:1.2) or file:PATH (one hint per "
+                           "request: milliseconds until its session's next request, never, or empty)");
     if (o.mode == sim::replay_mode::flat || o.instances > 1 || o.remote_capacity > 0)
         throw config_error("--return-hints applies to prefix and tiered modes with one instance "
                            "(releases are per request there)");
     o.return_hints = spec;
     o.return_hint_error = sigma;
-    o.return_hint_ends_only = spec == "ends";
+    o.hints = spec == "ends"                ? hint_source::ends
+              : spec.starts_with("file:") ? hint_source::file
+                                          : hint_source::oracle;
+    if (o.hints == hint_source::file) o.return_hint_file = spec.substr(5);
 }
 
 shared_inputs load_inputs(const options& o) {
@@ -96,7 +101,7 @@ shared_inputs load_inputs(const options& o) {
         w.block_size = o.block_size;
         w.seed = o.seed;
         in.requests = std::make_shared<const std::vector<sim::request_record>>(sim::generate_chat_workload(w));
-    } else if ((needs_future || o.return_hint_error >= 0.0) && o.mode != sim::replay_mode::flat) {
+    } else if ((needs_future || o.hints != hint_source::none) && o.mode != sim::replay_mode::flat) {
         if (o.format == trace_format::csv)
             throw config_error("--mode " + std::string(sim::to_string(o.mode)) +
                                " needs requests (mooncake JSONL or the built-in workload); a CSV holds only block accesses");
@@ -106,11 +111,18 @@ shared_inputs load_inputs(const options& o) {
         while (reader.next(r)) reqs->push_back(r);
         in.requests = std::move(reqs);
     }
-    if (o.return_hint_error >= 0.0)
+    if (o.hints == hint_source::ends)
+        in.returns = std::make_shared<const std::vector<timestamp>>(sim::compute_session_ends(*in.requests, o.block_size));
+    else if (o.hints == hint_source::oracle)
         in.returns = std::make_shared<const std::vector<timestamp>>(
-                o.return_hint_ends_only
-                        ? sim::compute_session_ends(*in.requests, o.block_size)
-                        : sim::compute_expected_returns(*in.requests, o.block_size, o.return_hint_error, o.seed));
+                sim::compute_expected_returns(*in.requests, o.block_size, o.return_hint_error, o.seed));
+    else if (o.hints == hint_source::file) {
+        std::ifstream f(o.return_hint_file);
+        if (!f)
+            throw config_error("--return-hints file:" + o.return_hint_file + ": cannot open it; check the path");
+        in.returns = std::make_shared<const std::vector<timestamp>>(
+                sim::parse_expected_returns(f, o.return_hint_file, *in.requests));
+    }
     if (needs_future) {
         if (o.mode == sim::replay_mode::flat) {
             auto oracle = std::make_shared<sim::oracle_accesses>();

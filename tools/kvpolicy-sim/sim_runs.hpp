@@ -16,6 +16,11 @@ namespace kvpolicy::sim_tool {
 
 enum class trace_format { mooncake, csv };
 
+/// Where --return-hints come from: none; the trace's future (`ends`: a
+/// session's last request says it ends; `oracle[:SIGMA]`: every return); a
+/// file of the engine's own predictions.
+enum class hint_source { none, ends, oracle, file };
+
 struct options {
     std::string trace;  // empty: the built-in workload
     trace_format format = trace_format::mooncake;
@@ -35,10 +40,10 @@ struct options {
     bool skip_bad_lines = false;
     /// --return-hints as given (set_return_hints); empty: releases carry no hint.
     std::string return_hints;
-    /// < 0: no hints; else each release says when its session truly comes
-    /// back, off by e^(this x N(0,1)) (compute_expected_returns).
-    double return_hint_error = -1.0;
-    bool return_hint_ends_only = false;  ///< `ends`: `never` on each session's last request only
+    hint_source hints = hint_source::none;
+    /// oracle:SIGMA: each true return off by e^(SIGMA x N(0,1)) (compute_expected_returns).
+    double return_hint_error = 0.0;
+    std::string return_hint_file;  ///< file:PATH (parse_expected_returns)
     sim::chat_workload_config workload;
     sim::request_replay_config replay;
 };
@@ -52,7 +57,7 @@ struct shared_inputs {
 };
 
 /// Parses a --return-hints spec into `o` (its mode, instances and remote
-/// store already set): `ends`, `oracle` or `oracle:SIGMA`. Throws:
+/// store already set): `ends`, `oracle`, `oracle:SIGMA` or `file:PATH`. Throws:
 /// config_error naming the spec and the accepted forms, or the modes it
 /// applies to.
 void set_return_hints(options& o, const std::string& spec);

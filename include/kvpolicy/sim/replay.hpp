@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <concepts>
 #include <functional>
+#include <istream>
 #include <list>
 #include <memory>
 #include <limits>
@@ -440,6 +441,48 @@ inline std::vector<timestamp> compute_session_ends(const std::vector<request_rec
                                                    std::uint32_t block_size) {
     std::vector<timestamp> back = compute_expected_returns(requests, block_size);
     for (timestamp& t : back) t = t == never ? never : 0;
+    return back;
+}
+
+/// Hints an engine's own predictor made, to replay what they are worth: one
+/// line per request of `requests`, in order: empty or 0 (no hint), `never`
+/// (the session ends), or the milliseconds from the request's timestamp to
+/// when its session is expected back (a non-negative number; rounded to the
+/// replay's clock, at least one tick ahead). Throws: parse_error naming
+/// `name`:line for a line that is none of these, config_error if the line
+/// count is not the request count.
+inline std::vector<timestamp> parse_expected_returns(std::istream& in, const std::string& name,
+                                                     const std::vector<request_record>& requests) {
+    std::vector<timestamp> back;
+    back.reserve(requests.size());
+    timestamp now = 0;
+    std::string line;
+    while (std::getline(in, line)) {
+        const std::size_t n = back.size() + 1;
+        const auto first = line.find_first_not_of(" \t\r"), last = line.find_last_not_of(" \t\r");
+        const std::string v = first == std::string::npos ? std::string{} : line.substr(first, last - first + 1);
+        if (back.size() == requests.size())
+            throw config_error("return hints " + name + ": more lines than the trace's " +
+                               std::to_string(requests.size()) + " requests; give one line per request");
+        now = request_time(now, requests[back.size()].timestamp_ms);
+        if (v.empty() || v == "0") {
+            back.push_back(0);
+            continue;
+        }
+        if (v == "never") {
+            back.push_back(never);
+            continue;
+        }
+        char* end = nullptr;
+        const double ms = std::strtod(v.c_str(), &end);
+        if (end != v.c_str() + v.size() || !(ms >= 0.0) || !std::isfinite(ms))
+            throw parse_error(name, n, "'" + v + "' is not a hint: give milliseconds until the session's next "
+                                       "request (a number >= 0), never, or 0 / an empty line for none");
+        back.push_back(now + static_cast<timestamp>(std::clamp(std::round(ms * 1000.0), 1.0, 1e18)));
+    }
+    if (back.size() != requests.size())
+        throw config_error("return hints " + name + ": " + std::to_string(back.size()) + " lines for the trace's " +
+                           std::to_string(requests.size()) + " requests; give one line per request");
     return back;
 }
 
