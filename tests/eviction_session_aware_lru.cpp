@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -464,4 +465,63 @@ TEST_CASE("tiered_cache::release carries the engine's expected return, and refus
     const session_aware_lru& policy = cache.gpu().policy();
     REQUIRE(*policy.expected_back(session_id{1}) == 900);
     REQUIRE(*policy.expected_back(session_id{2}) == never - 1);
+}
+
+TEST_CASE("session_aware_lru hears a session end through tiered_cache::free_session",
+          "[cache][session_aware_lru][return_hint]") {
+    // s1 and s2 each make two requests 100 ticks apart, s2 10 ticks after s1:
+    // by mean gaps s2 is back last. The engine then closes s1, long after its
+    // last release: s1 is expected back never and its block goes first (margin
+    // 0). When s1 makes another request, its end is forgotten.
+    using cache_type = tiered_cache<session_aware_lru, lru>;
+    STATIC_REQUIRE(hears_session_ends<session_aware_lru>);
+    STATIC_REQUIRE(!hears_session_ends<lru>);
+    auto story = [](bool close_s1) {
+        auto cache = std::make_unique<cache_type>(
+                cache_config{.gpu_capacity = 2, .cpu_capacity = 0, .block_size = 16},
+                session_aware_lru::config_type{.far_factor = 0.0, .tuner = {.enabled = false}, .gaps = {.enabled = false}});
+        const auto request = [&](timestamp at_time, std::uint64_t session, block_hash h) {
+            cache->clock().set(at_time);
+            cache->begin_step();
+            (void)cache->admit(session_id{session}, std::vector<block_hash>{h});
+            (void)cache->end_step();
+            (void)cache->release(session_id{session});
+        };
+        request(10, 1, 0xA);
+        request(20, 2, 0xB);
+        request(110, 1, 0xA);
+        request(120, 2, 0xB);
+        cache->clock().set(125);
+        if (close_s1) REQUIRE(cache->free_session(session_id{1}) == 0);  // nothing forgotten: blocks stay
+        return cache;
+    };
+    {
+        auto cache = story(false);
+        REQUIRE(*cache->gpu().policy().expected_back(session_id{1}) == 210);
+        cache->clock().set(130);
+        cache->begin_step();
+        (void)cache->admit(session_id{3}, std::vector<block_hash>{0xC});  // one victim: s2's block
+        (void)cache->end_step();
+        REQUIRE(cache->where(0xA) == item_state::in_gpu);
+        REQUIRE(cache->where(0xB) != item_state::in_gpu);
+    }
+    {
+        auto cache = story(true);
+        REQUIRE(*cache->gpu().policy().expected_back(session_id{1}) == never - 1);
+        cache->clock().set(130);
+        cache->begin_step();
+        (void)cache->admit(session_id{3}, std::vector<block_hash>{0xC});
+        (void)cache->end_step();
+        REQUIRE(cache->where(0xA) != item_state::in_gpu);
+        REQUIRE(cache->where(0xB) == item_state::in_gpu);
+    }
+    {
+        // Back after all: its next request drops the end.
+        auto cache = story(true);
+        cache->clock().set(300);
+        cache->begin_step();
+        (void)cache->admit(session_id{1}, std::vector<block_hash>{0xA});
+        (void)cache->end_step();
+        REQUIRE(*cache->gpu().policy().expected_back(session_id{1}) == 300 + 122);
+    }
 }

@@ -73,6 +73,8 @@ public:
     void on_hold(item_id id) { impl_->on_hold(id); }
     void on_release(item_id id, const access_context& c) { impl_->on_release(id, c); }
     void on_erase(item_id id) { impl_->on_erase(id); }
+    /// Heard by the concrete policies that hear session ends; a no-op for the rest.
+    void on_session_end(session_id s, timestamp now) { impl_->on_session_end(s, now); }
     std::optional<item_id> pop_victim(timestamp now) { return impl_->pop_victim(now); }
     std::size_t pop_victims(std::span<item_id> out, timestamp now) { return impl_->pop_victims(out, now); }
     [[nodiscard]] std::size_t capacity() const { return impl_->capacity(); }
@@ -102,6 +104,7 @@ private:
         virtual void on_hold(item_id) = 0;
         virtual void on_release(item_id, const access_context&) = 0;
         virtual void on_erase(item_id) = 0;
+        virtual void on_session_end(session_id, timestamp) = 0;
         virtual std::optional<item_id> pop_victim(timestamp) = 0;
         virtual std::size_t pop_victims(std::span<item_id>, timestamp) = 0;
         [[nodiscard]] virtual std::size_t capacity() const = 0;
@@ -128,6 +131,9 @@ private:
         void on_hold(item_id id) override { p.on_hold(id); }
         void on_release(item_id id, const access_context& c) override { p.on_release(id, c); }
         void on_erase(item_id id) override { p.on_erase(id); }
+        void on_session_end(session_id s, timestamp now) override {
+            if constexpr (hears_session_ends<P>) p.on_session_end(s, now);
+        }
         std::optional<item_id> pop_victim(timestamp now) override { return p.pop_victim(now); }
         std::size_t pop_victims(std::span<item_id> out, timestamp now) override { return p.pop_victims(out, now); }
         [[nodiscard]] std::size_t capacity() const override { return p.capacity(); }

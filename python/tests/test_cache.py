@@ -153,6 +153,25 @@ def test_release_expected_return_ranks_the_session():
     assert story(kvpolicy.NEVER, 0) == ("free", "gpu")
 
 
+def test_free_session_tells_session_aware_lru_the_session_ended():
+    # As above without hints, then the engine closes session 1 long after its last release:
+    # session_aware_lru expects it back never, so its block goes first.
+    def story(close):
+        c = kvpolicy.TieredCache(
+            2, gpu_policy="session_aware_lru",
+            gpu_policy_options={"far_factor": 0, "tune_margin": 0, "predict_gaps": 0})
+        for when, session, block in ((10, 1, 0xA), (20, 2, 0xB), (110, 1, 0xA), (120, 2, 0xB)):
+            c.admit(session, [block], now=when)
+            c.release(session)
+        if close:
+            assert c.free_session(1) == 0
+        c.admit(3, [0xC], now=130)
+        return c.where(0xA), c.where(0xB)
+
+    assert story(False) == ("gpu", "free")
+    assert story(True) == ("free", "gpu")
+
+
 def test_release_expected_return_must_be_after_now():
     c = kvpolicy.TieredCache(4, gpu_policy="session_aware_lru")
     c.admit(1, [1, 2], now=50)

@@ -169,6 +169,13 @@ std::vector<std::uint32_t> drive(Policy& policy, const driver_options& opt, Refe
                 --st.held;
             }
         } else if (dice < 80) {  // a session is freed
+            // Policies that hear it are told a session ended: a hash of the
+            // time picks it, not a draw, so other policies' sequences stay.
+            if constexpr (hears_session_ends<Policy>) {
+                const session_id ended{(now * 0x9e3779b97f4a7c15ULL >> 17) % opt.sessions};
+                policy.on_session_end(ended, now);
+                if constexpr (checked) reference->on_session_end(ended, now);
+            }
             const auto want = (rng() % 2) ? driver_state::slot::held : driver_state::slot::evictable;
             if (auto s = pick_slot(want)) {
                 policy.on_erase(item_id{*s});

@@ -1492,6 +1492,14 @@ struct ref_session_aware_lru {
         if (ctx.expected_return != 0) hint_known(ctx);
         make_evictable(*r.find(id), ctx.now);
     }
+    // The engine closed the session: as a `never` hint.
+    void on_session_end(session_id s, timestamp now) {
+        access_context ctx;
+        ctx.session = s;
+        ctx.now = now;
+        ctx.expected_return = never;
+        hint_known(ctx);
+    }
     void on_erase(item_id id) { r.erase(id); }
     std::optional<item_id> pop_victim(timestamp now) {
         entry* v = r.oldest_evictable([](const entry& e) { return e.demoted; });

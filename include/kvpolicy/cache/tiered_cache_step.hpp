@@ -205,6 +205,8 @@ std::size_t tiered_cache<GpuPolicy, CpuPolicy, Traits>::free_session(session_id 
     if (it == sessions_.end()) return 0;
     release_holds(session, it->second.held, 0, 0);
     it->second.held.clear();
+    gpu_.session_ended(session, clock_.now());
+    if (cpu_) cpu_->session_ended(session, clock_.now());
     std::size_t freed = 0;
     if (forget_blocks) {
         freed += forget_owned(gpu_, session);

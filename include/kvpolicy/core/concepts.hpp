@@ -86,6 +86,17 @@ concept eviction_policy =
         { cp.counters() } -> std::same_as<const policy_counters&>;
     };
 
+/// Whether policy `P` hears that a session has ended (an optional hook, not
+/// part of eviction_policy: only a policy that ranks sessions has use for
+/// it): `on_session_end(session, now)`, called by tiered_cache::free_session
+/// when the engine closes a conversation or its agent finishes, usually long
+/// after the session's last release. session_aware_lru then expects the
+/// session back never, until it makes another request.
+template <class P>
+inline constexpr bool hears_session_ends = requires(P& p, session_id s, timestamp now) {
+    { p.on_session_end(s, now) } -> std::same_as<void>;
+};
+
 /// Whether policy `P` reads `ctx.next_use` (belady, reuse_oracle_lru): a
 /// simulator must compute the trace's next uses for it; nothing live can.
 template <class P>

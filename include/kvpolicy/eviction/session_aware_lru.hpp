@@ -173,6 +173,16 @@ public:
         if (ctx.expected_return != 0) note_hint(ctx);
         place(id.value, ctx.now);
     }
+    /// The engine closed `session` (tiered_cache::free_session): it is
+    /// expected back never, as a `never` hint at its release would say, until
+    /// it makes another request.
+    void on_session_end(session_id session, timestamp) {
+        const auto it = sessions_.find(session.value);
+        if (it == sessions_.end() || it->second.hint == never) return;
+        it->second.hint = never;
+        it->second.expected_gap = expected_gap_of_hint(never, it->second.last);
+        refile(it->first, it->second);
+    }
     void on_erase(item_id id) {
         if (tracking_.mark_erased(id)) unlink(id.value);
         learner_.erased(id.value);
@@ -413,5 +423,6 @@ private:
 };
 
 static_assert(eviction_policy<session_aware_lru>);
+static_assert(hears_session_ends<session_aware_lru>);
 
 }  // namespace kvpolicy

@@ -199,6 +199,11 @@ public:
         c.expected_return = expected_return;
         policy_.on_release(item_id{b.value}, c);
     }
+    /// Tells the policy, if it hears such news (hears_session_ends), that
+    /// `session` has ended.
+    void session_ended(session_id session, timestamp now) {
+        if constexpr (hears_session_ends<Policy>) policy_.on_session_end(session, now);
+    }
     /// Names the session that now computes cached item `b` (its data was
     /// lost and is recomputed by `owner`).
     void set_owner(block_id b, session_id owner) noexcept {
