@@ -195,6 +195,20 @@ TEST_CASE("flat mode reproduces libCacheSim's miss counts on the Mooncake traces
     REQUIRE(rows >= 14);
 }
 
+namespace {
+
+/// Appends a hand-made request of 16-token blocks at `ts` ms (its line: its place).
+void add_request(std::vector<request_record>& reqs, std::uint64_t ts, std::vector<std::uint64_t> ids) {
+    request_record r;
+    r.timestamp_ms = ts;
+    r.input_length = ids.size() * 16;
+    r.hash_ids = std::move(ids);
+    r.line = reqs.size() + 1;
+    reqs.push_back(std::move(r));
+}
+
+}  // namespace
+
 TEST_CASE("prefix mode on a hand-made trace", "[sim][prefix]") {
     // Capacity 4 blocks, LRU; each request is held while served and then
     // released tail first, so its tail becomes the least recent.
@@ -203,14 +217,7 @@ TEST_CASE("prefix mode on a hand-made trace", "[sim][prefix]") {
     //  r3 [5 6]    victims 3, 4: 0 hits.               after: 2 1 6 5
     //  r4 [1 2 3]  1 2 hit (held), 3 needs a slot: victim 6: 2 hits.
     std::vector<request_record> reqs;
-    auto add = [&](std::uint64_t ts, std::vector<std::uint64_t> ids) {
-        request_record r;
-        r.timestamp_ms = ts;
-        r.input_length = ids.size() * 16;
-        r.hash_ids = std::move(ids);
-        r.line = reqs.size() + 1;
-        reqs.push_back(r);
-    };
+    auto add = [&](std::uint64_t ts, std::vector<std::uint64_t> ids) { add_request(reqs, ts, std::move(ids)); };
     add(0, {1, 2, 3});
     add(1, {1, 2, 4});
     add(2, {5, 6});
@@ -267,13 +274,7 @@ TEST_CASE("tiered mode on a hand-made trace", "[sim][tiered]") {
     //  r5 [3 9]  3 is a CPU hit, exchanged with victim 1; 9 needs victim 5,
     //            sheltered, the CPU dropping 2: 1 CPU hit.
     std::vector<request_record> reqs;
-    auto add = [&](std::uint64_t ts, std::vector<std::uint64_t> ids) {
-        request_record r;
-        r.timestamp_ms = ts;
-        r.input_length = ids.size() * 16;
-        r.hash_ids = std::move(ids);
-        reqs.push_back(r);
-    };
+    auto add = [&](std::uint64_t ts, std::vector<std::uint64_t> ids) { add_request(reqs, ts, std::move(ids)); };
     add(0, {1, 2});
     add(1, {3, 4});
     add(2, {1, 2});
@@ -431,14 +432,7 @@ TEST_CASE("return hints: sessions derived from prefixes, and the replay's releas
     // No session ids: r2 extends r1's prefix (r1's session), r3 is another
     // conversation, r4 extends r2.
     std::vector<request_record> reqs;
-    auto add = [&](std::uint64_t ts, std::vector<std::uint64_t> ids) {
-        request_record r;
-        r.timestamp_ms = ts;
-        r.input_length = ids.size() * 16;
-        r.hash_ids = std::move(ids);
-        r.line = reqs.size() + 1;
-        reqs.push_back(r);
-    };
+    auto add = [&](std::uint64_t ts, std::vector<std::uint64_t> ids) { add_request(reqs, ts, std::move(ids)); };
     add(1, {1, 2});
     add(5, {1, 2, 3});
     add(6, {7, 8});
