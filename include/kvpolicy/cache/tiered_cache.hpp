@@ -336,8 +336,8 @@ public:
     /// Ends a session: releases its holds and tells each tier's policy that
     /// hears session ends (hears_session_ends: session_aware_lru expects the
     /// session back never, until its next request); with `forget_blocks`,
-    /// also frees the items it owns that nobody holds (both tiers). Unknown sessions
-    /// are a no-op (freeing is idempotent). Returns the items freed.
+    /// also frees the items it owns that nobody holds (both tiers). Unknown
+    /// sessions are a no-op (freeing is idempotent). Returns the items freed.
     std::size_t free_session(session_id session, bool forget_blocks = false);
 
     /// Pins every item of block `hash` on the GPU: never evicted until

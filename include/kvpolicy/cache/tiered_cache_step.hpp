@@ -34,7 +34,8 @@ const swap_plan& tiered_cache<GpuPolicy, CpuPolicy, Traits>::end_step() {
     if (!in_step_) throw usage_error("end_step: no step is open; call begin_step() first");
     in_step_ = false;
     const timestamp now = clock_.now();
-    for (const deferred_release& d : deferred_releases_) gpu_.release(block_id{d.block}, now, d.by, d.output_tokens, d.expected_return);
+    for (const deferred_release& d : deferred_releases_)
+        gpu_.release(block_id{d.block}, now, d.by, d.output_tokens, d.expected_return);
     deferred_releases_.clear();
     for (std::uint32_t b : filled_this_step_) filled_[b] = 0;
     filled_this_step_.clear();
