@@ -96,8 +96,10 @@ measurement run(const std::vector<request>& requests, std::size_t capacity, says
         for (std::uint32_t i = 0; i < q.length; ++i) {
             ctx.key = q.session << 8 | i;
             ++blocks;
+            std::uint32_t s;
             if (const auto it = slot_of.find(ctx.key); it != slot_of.end()) {
-                policy.on_access(item_id{it->second}, ctx);
+                s = it->second;
+                policy.on_access(item_id{s}, ctx);
             } else {
                 ++misses;
                 if (free_slots.empty()) {
@@ -105,13 +107,12 @@ measurement run(const std::vector<request>& requests, std::size_t capacity, says
                     slot_of.erase(key_of[v]);
                     free_slots.push_back(v);
                 }
-                const std::uint32_t s = free_slots.back();
+                s = free_slots.back();
                 free_slots.pop_back();
                 policy.on_insert(item_id{s}, ctx);
                 slot_of.emplace(ctx.key, s);
                 key_of[s] = ctx.key;
             }
-            const std::uint32_t s = slot_of.find(ctx.key)->second;
             policy.on_hold(item_id{s});
             held.push_back(s);
         }

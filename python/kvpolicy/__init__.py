@@ -87,7 +87,8 @@ def simulate(
     ``think_time``, ``system_prompt_tokens``, ``system_prompts``.
     return_hints: ``kvpolicy-sim --return-hints``: ``"ends"``, ``"oracle"`` or
     ``"oracle:SIGMA"``, releases that say when each session comes back, read
-    from the trace's future (what an engine's ``TieredCache.release(...,
+    from the trace's future, or ``"file:PATH"``, your own predictor's, one line
+    per request (what an engine's ``TieredCache.release(...,
     expected_return=...)`` hints are worth); None: no hints.
     The GIL is released while the runs go, in ``threads`` threads (0: all cores).
     """

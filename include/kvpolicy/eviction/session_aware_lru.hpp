@@ -170,19 +170,13 @@ public:
     void on_release(item_id id, const access_context& ctx) {
         tracking_.mark_released(id);
         if (ctx.output_tokens != 0) note_output(ctx);
-        if (ctx.expected_return != 0) note_hint(ctx);
+        if (ctx.expected_return != 0) take_hint(ctx.session, ctx.expected_return);
         place(id.value, ctx.now);
     }
     /// The engine closed `session` (tiered_cache::free_session): it is
     /// expected back never, as a `never` hint at its release would say, until
     /// it makes another request.
-    void on_session_end(session_id session, timestamp) {
-        const auto it = sessions_.find(session.value);
-        if (it == sessions_.end() || it->second.hint == never) return;
-        it->second.hint = never;
-        it->second.expected_gap = expected_gap_of_hint(never, it->second.last);
-        refile(it->first, it->second);
-    }
+    void on_session_end(session_id session, timestamp) { take_hint(session, never); }
     void on_erase(item_id id) {
         if (tracking_.mark_erased(id)) unlink(id.value);
         learner_.erased(id.value);
@@ -337,20 +331,17 @@ private:
                 return_gap_model::features_of(s.output_tokens, s.has_gap, s.latest_gap, s.mean_gap));
         refile(it->first, s);
     }
-    // The engine expects ctx.session back at ctx.expected_return: that is
-    // its expected time, whatever the fit says (a hint at or before its
-    // latest request means at once; `never` ranks it past every other).
-    void note_hint(const access_context& ctx) {
-        const auto it = sessions_.find(ctx.session.value);
-        if (it == sessions_.end() || it->second.hint == ctx.expected_return) return;
+    // The engine expects `session` back at `hint`: that is its expected
+    // time until its next request, whatever the fit says (a hint at or
+    // before its latest request means at once; `never`, rank_of's never - 1,
+    // ranks it past every other).
+    void take_hint(session_id session, timestamp hint) {
+        const auto it = sessions_.find(session.value);
+        if (it == sessions_.end() || it->second.hint == hint) return;
         session_state& s = it->second;
-        s.hint = ctx.expected_return;
-        s.expected_gap = expected_gap_of_hint(s.hint, s.last);
+        s.hint = hint;
+        s.expected_gap = hint == never ? 2e19 : hint > s.last ? static_cast<double>(hint - s.last) : 1.0;
         refile(it->first, s);
-    }
-    [[nodiscard]] static double expected_gap_of_hint(timestamp hint, timestamp last) noexcept {
-        if (hint == never) return 2e19;  // rank_of files it at never - 1
-        return hint > last ? static_cast<double>(hint - last) : 1.0;
     }
     // Keeps the sessions that arrived most recently (those at or after the
     // max_sessions_-th latest arrival time) and those that own blocks. The

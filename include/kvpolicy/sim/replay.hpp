@@ -382,14 +382,24 @@ inline timestamp request_time(timestamp previous, std::uint64_t timestamp_ms) no
     return std::max(previous + 1, timestamp_ms * 1000);
 }
 
+/// Each request's time on the replay's clock (request_time over the trace).
+inline std::vector<timestamp> request_clock(const std::vector<request_record>& requests) {
+    std::vector<timestamp> now(requests.size());
+    timestamp prev = 0;
+    for (std::size_t i = 0; i < requests.size(); ++i) now[i] = prev = request_time(prev, requests[i].timestamp_ms);
+    return now;
+}
+
 /// When each request's session makes its next request, on the replay's
 /// clock (`never`: it makes none): the hint an engine that knew its
 /// sessions' future would pass at each release
 /// (tiered_cache::release(session, output_tokens, expected_return)), to
 /// measure what such hints are worth. `log_error` > 0 makes each hint's gap
 /// (from the request to the next) off by a factor e^(log_error x z), z
-/// standard normal from `seed` and the request's index: 1.2 is the residual
-/// of session_aware_lru's own online fit on the agentic trace. Sessions are
+/// standard normal from `seed` and the request's index: such a hint explains
+/// v / (v + log_error^2) of the variance of the log gap, v its variance (on
+/// the agentic trace v = 1.49^2, so 1 explains 69%, 3 explains 20%, about
+/// what session_aware_lru's own fit does). Sessions are
 /// the trace's, or derived from prefixes as replay_requests derives them.
 /// Throws: config_error if `log_error` is negative or not finite.
 inline std::vector<timestamp> compute_expected_returns(const std::vector<request_record>& requests,
@@ -398,14 +408,11 @@ inline std::vector<timestamp> compute_expected_returns(const std::vector<request
     if (!(log_error >= 0.0) || !std::isfinite(log_error))
         throw config_error("return hints: log error " + std::to_string(log_error) +
                            " must be finite and >= 0 (0: exact; 1.2: a factor e^1.2 = 3.3 off, one sigma)");
-    std::vector<timestamp> now(requests.size());
+    const std::vector<timestamp> now = request_clock(requests);
     std::vector<std::uint64_t> session(requests.size());
     session_deriver sessions;
-    timestamp prev = 0;
-    for (std::size_t i = 0; i < requests.size(); ++i) {
-        now[i] = prev = request_time(prev, requests[i].timestamp_ms);
+    for (std::size_t i = 0; i < requests.size(); ++i)
         session[i] = requests[i].has_session ? requests[i].session : sessions.session_of(requests[i], block_size);
-    }
     // A standard normal per request by Box-Muller over two hashed uniforms:
     // the same on every platform, whatever order the runs take.
     auto normal = [seed](std::uint64_t i) {
@@ -494,12 +501,8 @@ inline std::vector<timestamp> parse_expected_returns(std::istream& in, const std
 inline request_times compute_request_times(const std::vector<request_record>& requests, std::size_t capacity = 0) {
     request_times t;
     t.uncached_above = capacity;
-    t.now.resize(requests.size());
-    timestamp prev = 0;
-    for (std::size_t i = 0; i < requests.size(); ++i) {
-        t.now[i] = prev = request_time(prev, requests[i].timestamp_ms);
-        t.longest_request = std::max(t.longest_request, requests[i].hash_ids.size());
-    }
+    t.now = request_clock(requests);
+    for (const request_record& r : requests) t.longest_request = std::max(t.longest_request, r.hash_ids.size());
     t.next_use.resize(requests.size());
     std::unordered_map<std::uint64_t, timestamp> seen;
     for (std::size_t i = requests.size(); i-- > 0;) {
