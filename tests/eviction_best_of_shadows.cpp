@@ -8,6 +8,7 @@
 #include <kvpolicy/eviction/best_of_shadows.hpp>
 #include <kvpolicy/eviction/lrfu.hpp>
 #include <kvpolicy/eviction/lru.hpp>
+#include <kvpolicy/eviction/session_aware_lru.hpp>
 
 #include <cmath>
 #include <cstdint>
@@ -50,6 +51,63 @@ TEST_CASE("best_of_shadows chooses the same victims as its reference model", "[e
     REQUIRE(victims.size() > 1000);
     REQUIRE(policy.switches() > 0);
     REQUIRE(policy.followed() == reference.followed);
+}
+
+TEST_CASE("best_of_shadows over lru and session_aware_lru: same victims as the reference, session ends heard by "
+          "the expert and its shadow",
+          "[eviction][differential]") {
+    // The session rule on whenever a session is expected back (margin 0),
+    // the gap fit learning within the run; releases carry output tokens and
+    // return hints, and the driver ends sessions (policy_driver.hpp).
+    using lru_or_sessions = best_of_shadows<lru, session_aware_lru>;
+    const std::uint64_t seed = GENERATE(1u, 2u);
+    const std::size_t shadow_items = GENERATE(4096u, 24u);
+    // Random sessions make the two about equally good: low thresholds so
+    // that the choice moves.
+    const double sigmas = GENERATE(0.0, 0.5);
+    const std::size_t capacity = 97;
+    const return_gap_model::config_type gaps{.window = 64.0, .min_samples = 8};
+    lru_or_sessions::config_type config{.shadow_items = shadow_items, .window = 1.0, .switch_sigmas = sigmas};
+    std::get<1>(config.experts) = {.far_factor = 0.0, .tuner = {.enabled = false}, .gaps = gaps};
+    lru_or_sessions policy(capacity, config);
+    auto make = [&](std::size_t n) {
+        return std::tuple<ref_lru, ref_session_aware_lru>{ref_lru{}, ref_session_aware_lru(n, 0.0, 0.25, 0, false, gaps)};
+    };
+    ref_best_of_shadows<ref_lru, ref_session_aware_lru> reference(capacity, shadow_items, 1.0, sigmas, make);
+    const auto victims = drive(policy, {.capacity = capacity, .operations = 100'000, .seed = seed,
+                                        .key_universe = 4 * capacity + 8, .sessions = 7, .foreign_every = 8},
+                               &reference);
+    REQUIRE(policy.counters().evictions == victims.size());
+    REQUIRE(victims.size() > 1000);
+    INFO("seed " << seed << " shadow_items " << shadow_items << " sigmas " << sigmas);
+    REQUIRE(policy.switches() > 0);
+    REQUIRE(policy.followed() == reference.followed);
+}
+
+TEST_CASE("best_of_shadows: a session end reaches the session expert while LRU is followed",
+          "[eviction][best_of_shadows]") {
+    STATIC_REQUIRE(hears_session_ends<best_of_shadows<lru, session_aware_lru>>);
+    STATIC_REQUIRE(!hears_session_ends<best_of_shadows<lru, lrfu>>);
+    best_of_shadows<lru, session_aware_lru>::config_type config;
+    std::get<1>(config.experts) = {.far_factor = 0.0, .tuner = {.enabled = false}, .gaps = {.enabled = false}};
+    best_of_shadows<lru, session_aware_lru> p(4, config);
+    auto at = [](timestamp now, std::uint64_t session, std::uint64_t key) {
+        access_context c;
+        c.now = now;
+        c.session = session_id{session};
+        c.key = key;
+        return c;
+    };
+    // Session 1 makes requests at 10 and 110: a mean gap of 100.
+    p.on_insert(item_id{0}, at(10, 1, 'A'));
+    p.on_access(item_id{0}, at(110, 1, 'A'));
+    REQUIRE(p.expert<1>().expected_back(session_id{1}) == timestamp{210});
+    p.on_session_end(session_id{1}, 120);
+    REQUIRE(p.followed() == 0);
+    REQUIRE(p.expert<1>().expected_back(session_id{1}) == never - 1);
+    // Its next request makes it a live session again.
+    p.on_access(item_id{0}, at(300, 1, 'A'));
+    REQUIRE(p.expert<1>().expected_back(session_id{1}) == timestamp{300 + 122});
 }
 
 namespace {
@@ -159,10 +217,13 @@ TEST_CASE("best_of_shadows samples keys at shadow_items / capacity", "[eviction]
     REQUIRE(static_cast<double>(in) / 200'000.0 == Approx(0.04096).epsilon(0.05));
 }
 
-TEST_CASE("adaptive_kv is best_of_shadows over lru, lrfu at 2, 8 and 32 capacities and superseded_lru",
+TEST_CASE("adaptive_kv is best_of_shadows over lru, lrfu at 2, 8 and 32 capacities, superseded_lru and "
+          "session_aware_lru",
           "[eviction][best_of_shadows]") {
     const adaptive_kv p(64);
-    STATIC_REQUIRE(adaptive_kv::expert_count == 5);
+    STATIC_REQUIRE(adaptive_kv::expert_count == 6);
+    STATIC_REQUIRE(hears_session_ends<adaptive_kv>);
+    STATIC_REQUIRE(std::is_same_v<std::remove_cvref_t<decltype(p.expert<5>())>, session_aware_lru>);
     REQUIRE(p.expert<1>().config().half_life == 2.0);
     REQUIRE(p.expert<2>().config().half_life == 8.0);
     REQUIRE(p.expert<3>().config().half_life == 32.0);

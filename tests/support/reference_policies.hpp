@@ -1831,6 +1831,14 @@ struct ref_best_of_shadows {
         each_real([&](auto& e) { e.on_erase(id); });
         if (sampled(key_of[id.index()])) each_shadow([&](auto& s) { s.forget(key_of[id.index()]); });
     }
+    // Every expert that hears session ends hears it, real and shadow alike.
+    void on_session_end(session_id session, timestamp now) {
+        const auto tell = [&](auto& p) {
+            if constexpr (requires { p.on_session_end(session, now); }) p.on_session_end(session, now);
+        };
+        each_real(tell);
+        each_shadow([&](auto& s) { tell(s.policy); });
+    }
     std::optional<item_id> pop_victim(timestamp now) {
         std::optional<item_id> v;
         std::size_t i = 0;

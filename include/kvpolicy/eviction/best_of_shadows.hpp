@@ -31,11 +31,13 @@
 // where nothing beats it. The shadows count a hit whenever the sampled key is
 // cached, not the prefix rule (a hit counts only up to a request's first
 // miss); for experts that keep cached sets prefix-closed (lru, lrfu,
-// superseded_lru) the two agree.
+// superseded_lru, session_aware_lru) the two agree. (Scoring each shadow by
+// the prefix rule over a request's sampled keys changed no decision on the
+// three traces of README "Which policy".)
 //
 // When to use it: when the workload is not known in advance, or changes. The
 // preset `adaptive_kv` follows LRU, LRFU at half-lives of 2, 8 and 32
-// capacities, or superseded_lru.
+// capacities, superseded_lru or session_aware_lru.
 //
 // Departures: the paper runs miniature simulations to tune a parameter
 // offline or periodically; here they run continuously and the real cache
@@ -59,6 +61,7 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -69,6 +72,7 @@
 #include "kvpolicy/eviction/item_tracking.hpp"
 #include "kvpolicy/eviction/lrfu.hpp"
 #include "kvpolicy/eviction/lru.hpp"
+#include "kvpolicy/eviction/session_aware_lru.hpp"
 #include "kvpolicy/eviction/superseded_lru.hpp"
 
 namespace kvpolicy {
@@ -153,6 +157,18 @@ public:
         const std::uint64_t key = key_[id.index()];
         if (sampled(key))
             std::apply([&](auto&... s) { (s.forget(key), ...); }, shadows_);
+    }
+    /// Present when an expert hears session ends (session_aware_lru): that
+    /// expert and its shadow learn the session will not return, whichever
+    /// expert is followed now, so a switch finds its order up to date.
+    void on_session_end(session_id session, timestamp now)
+        requires(hears_session_ends<Experts> || ...)
+    {
+        const auto tell = [&](auto& policy) {
+            if constexpr (hears_session_ends<std::remove_cvref_t<decltype(policy)>>) policy.on_session_end(session, now);
+        };
+        std::apply([&](auto&... p) { (tell(p), ...); }, real_);
+        std::apply([&](auto&... s) { (tell(s.policy), ...); }, shadows_);
     }
     std::optional<item_id> pop_victim(timestamp now) {
         const std::optional<item_id> v = pop_followed(now, std::index_sequence_for<Experts...>{});
@@ -328,15 +344,21 @@ private:
 
 /// The policy to pick when the workload is not known (README "Which
 /// policy"): whichever of LRU, LRFU at half-lives of 2, 8 and 32 capacities
-/// (recency, then more and more frequency) and superseded_lru (what sessions
-/// moved on from first) hits most in the shadows lately.
+/// (recency, then more and more frequency), superseded_lru (what sessions
+/// moved on from first) and session_aware_lru (the session expected back
+/// last) hits most in the shadows lately. With session_aware_lru among the
+/// experts, what a release says (output tokens, an engine's return hint) and
+/// session ends reach the choice: given exact return hints, adaptive_kv
+/// follows session_aware_lru wherever they make it lead.
 class adaptive_kv
-    : public best_of_shadows<lru, basic_lrfu<2>, basic_lrfu<8>, basic_lrfu<32>, superseded_lru> {
+    : public best_of_shadows<lru, basic_lrfu<2>, basic_lrfu<8>, basic_lrfu<32>, superseded_lru, session_aware_lru> {
 public:
     static constexpr std::string_view name = "adaptive_kv";
     using best_of_shadows::best_of_shadows;
 };
 static_assert(eviction_policy<adaptive_kv>);
+static_assert(hears_session_ends<adaptive_kv>);
 static_assert(eviction_policy<best_of_shadows<lru, lrfu>>);
+static_assert(!hears_session_ends<best_of_shadows<lru, lrfu>>);
 
 }  // namespace kvpolicy
