@@ -105,13 +105,16 @@ def test_simulate_errors():
 
 def test_return_hints_reach_session_aware_lru(traces):
     """The conversation trace at 1%: told when each conversation comes back (or that it ends),
-    session_aware_lru keeps what returns; LRU ignores the hints."""
+    session_aware_lru keeps what returns, and adaptive_kv, whose session expert hears the hints,
+    follows it; LRU ignores the hints."""
     trace = str(traces / "mooncake" / "conversation_trace.jsonl")
     run = lambda hints: {r["policy"]: r["hit_ratio"] for r in kvpolicy.simulate(
-        trace, policies="lru,session_aware_lru", capacities=1827, block_size=512, return_hints=hints)}
+        trace, policies="lru,session_aware_lru,adaptive_kv", capacities=1827, block_size=512, return_hints=hints)}
     plain, ends, oracle = run(None), run("ends"), run("oracle")
     assert plain["lru"] == ends["lru"] == oracle["lru"]
     assert plain["session_aware_lru"] + 0.05 < ends["session_aware_lru"] < oracle["session_aware_lru"]
+    assert plain["adaptive_kv"] + 0.03 < oracle["adaptive_kv"]
+    assert oracle["adaptive_kv"] > plain["session_aware_lru"] + 0.05
     with pytest.raises(kvpolicy.ConfigError, match=r"--return-hints oracle:x: give ends"):
         kvpolicy.simulate(trace, return_hints="oracle:x")
     with pytest.raises(kvpolicy.ConfigError, match="applies to prefix and tiered modes"):
