@@ -29,8 +29,8 @@ HINTS = [(None, "none (output tokens only)"),
          ("oracle", "`oracle`: every return exact")]
 
 
-def run(sim, trace, block_size, hints, policies):
-    """{policy: [(hit ratio, gap closed)] at 1%, 5%, 10%}."""
+def start(sim, trace, block_size, hints, policies):
+    """A kvpolicy-sim run of lru and `policies` at 1%, 5%, 10%, for collect()."""
     cmd = [sim, "--trace", trace, "--mode", "prefix", "--block-size", str(block_size), "--policy",
            ",".join(["lru"] + policies), "--capacity", "1%,5%,10%", "--output", "csv"]
     if hints:
@@ -39,6 +39,7 @@ def run(sim, trace, block_size, hints, policies):
 
 
 def collect(job):
+    """{policy: [(hit ratio, gap closed)] at 1%, 5%, 10%} of a started run."""
     proc, policies = job
     out, _ = proc.communicate()
     if proc.returncode != 0:
@@ -58,7 +59,7 @@ def main():
     # One hint level at a time, its three traces side by side.
     results = {}
     for hints, _ in HINTS:
-        jobs = [run(a.sim, f"{a.traces}/{path}", block_size, hints, policies) for _, path, block_size in TRACES]
+        jobs = [start(a.sim, f"{a.traces}/{path}", block_size, hints, policies) for _, path, block_size in TRACES]
         results[hints] = [collect(job) for job in jobs]
     for policy in policies:
         print(f"\n{policy}:\n")

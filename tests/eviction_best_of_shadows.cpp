@@ -105,7 +105,8 @@ TEST_CASE("best_of_shadows: a session end reaches the session expert while LRU i
     p.on_session_end(session_id{1}, 120);
     REQUIRE(p.followed() == 0);
     REQUIRE(p.expert<1>().expected_back(session_id{1}) == never - 1);
-    // Its next request makes it a live session again.
+    // Its next request makes it a live session again: gap 190, running mean
+    // 0.75 x 100 + 0.25 x 190 = 122.5, back at 300 + 122.
     p.on_access(item_id{0}, at(300, 1, 'A'));
     REQUIRE(p.expert<1>().expected_back(session_id{1}) == timestamp{300 + 122});
 }

@@ -32,8 +32,8 @@
 // cached, not the prefix rule (a hit counts only up to a request's first
 // miss); for experts that keep cached sets prefix-closed (lru, lrfu,
 // superseded_lru, session_aware_lru) the two agree. (Scoring each shadow by
-// the prefix rule over a request's sampled keys changed no decision on the
-// three traces of README "Which policy".)
+// the prefix rule over a request's sampled keys left every hit ratio of
+// README "Which policy" unchanged to the sixth digit.)
 //
 // When to use it: when the workload is not known in advance, or changes. The
 // preset `adaptive_kv` follows LRU, LRFU at half-lives of 2, 8 and 32
@@ -349,7 +349,8 @@ private:
 /// last) hits most in the shadows lately. With session_aware_lru among the
 /// experts, what a release says (output tokens, an engine's return hint) and
 /// session ends reach the choice: given exact return hints, adaptive_kv
-/// follows session_aware_lru wherever they make it lead.
+/// comes within 0.005 of session_aware_lru's hit ratio in 7 of README
+/// "Which policy"'s 9 cells.
 class adaptive_kv
     : public best_of_shadows<lru, basic_lrfu<2>, basic_lrfu<8>, basic_lrfu<32>, superseded_lru, session_aware_lru> {
 public:
