@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses (fuzz/; the `fuzz` preset: clang-14, ASan +
-# UBSan) and runs each for a bounded time, one after the other:
+# UBSan) and runs each for a bounded time, as many at once as there are cores:
 #
 #   scripts/fuzz.sh [SECONDS]     # or FUZZ_SECONDS=SECONDS; default 60 each
 #
@@ -27,18 +27,44 @@ built=$(date +%s)
 
 out=build/fuzz
 mkdir -p "$out/logs"
-failed=0
-summary=()
-for h in "${harnesses[@]}"; do
+
+# One harness for $seconds from its corpora; exits with the harness's status.
+run_harness() {
+    local h=$1
     mkdir -p "$out/corpus/$h" "$out/artifacts/$h"
-    log="$out/logs/$h.log"
-    rc=0
     # -timeout: one input may take this long (the slowest take well under a
     # second); -rss_limit_mb: far above the ~500 MB they use.
     "$out/fuzz/fuzz_$h" \
         -max_total_time="$seconds" -print_final_stats=1 -timeout=30 -rss_limit_mb=4096 \
         -artifact_prefix="$out/artifacts/$h/" \
-        "$out/corpus/$h" "fuzz/corpus/$h" "fuzz/regressions/$h" >"$log" 2>&1 || rc=$?
+        "$out/corpus/$h" "fuzz/corpus/$h" "fuzz/regressions/$h" >"$out/logs/$h.log" 2>&1
+}
+
+# The harnesses run side by side, at most $jobs at once: each is one
+# single-threaded process, so each still gets a core for its whole time
+# (three harnesses on 2 cores: two minutes of wall time, not three).
+declare -A pid_of rc_of
+running=0
+for h in "${harnesses[@]}"; do
+    if [ "$running" -ge "$jobs" ]; then
+        wait -n || true
+        running=$((running - 1))
+    fi
+    run_harness "$h" &
+    pid_of[$h]=$!
+    running=$((running + 1))
+done
+for h in "${harnesses[@]}"; do
+    rc=0
+    wait "${pid_of[$h]}" || rc=$?
+    rc_of[$h]=$rc
+done
+
+failed=0
+summary=()
+for h in "${harnesses[@]}"; do
+    log="$out/logs/$h.log"
+    rc=${rc_of[$h]}
     final_stat() { sed -n "s/^stat::$1: *//p" "$log" | tail -1; }
     final=$(grep -E '^#[0-9]+[[:space:]]+(DONE|NEW|REDUCE|pulse|INITED)' "$log" | tail -1 || true)
     cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$final")

@@ -4,6 +4,7 @@
 // parallel).
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <optional>
 #include <string>
@@ -78,5 +79,17 @@ void match_lru(const options& o, const shared_inputs& in, std::size_t distinct, 
 sim::replay_result run_flat(const options& o, const std::string& policy, std::size_t capacity, const shared_inputs& in);
 sim::replay_result run_requests(const options& o, const std::string& policy, std::size_t capacity,
                                 const shared_inputs& in);
+
+#ifndef KVPOLICY_SIM_REQUEST_PARTS
+#error "KVPOLICY_SIM_REQUEST_PARTS is defined by tools/kvpolicy-sim/sources.cmake"
+#endif
+/// run_requests' translation units (run_requests.hpp).
+inline constexpr std::size_t request_parts = KVPOLICY_SIM_REQUEST_PARTS;
+/// run_requests for the policies of part `Part` of eviction_policies, or
+/// nullopt for a name among the others; each part is explicitly
+/// instantiated in its own translation unit.
+template <std::size_t Part>
+std::optional<sim::replay_result> run_requests_part(const options& o, const std::string& policy, std::size_t capacity,
+                                                    const shared_inputs& in);
 
 }  // namespace kvpolicy::sim_tool

@@ -66,6 +66,15 @@ template <class List>
     return false;
 }
 
+/// Throws the error `visit_by_name` throws for a name not in `List`: for
+/// callers that look a name up in parts of a list (a dispatch split over
+/// translation units) and find it in none.
+template <class List>
+[[noreturn]] void throw_unknown_name(std::string_view name, std::string_view what = "name") {
+    throw unknown_name_error("unknown " + std::string(what) + " '" + std::string(name) +
+                             "'; accepted: " + joined_names<List>());
+}
+
 /// Calls `f.template operator()<T>()` for the type `T` of `List` whose name is
 /// `name` and returns its result. `what` names the kind of thing in the error
 /// ("eviction policy"). Throws: unknown_name_error listing the accepted names.
@@ -81,10 +90,19 @@ decltype(auto) visit_by_name(std::string_view name, F&& f, std::string_view what
         const auto& names = names_of<List>();
         for (std::size_t i = 0; i < names.size(); ++i)
             if (names[i] == name) return table[i](f);
-        throw unknown_name_error("unknown " + std::string(what) + " '" + std::string(name) +
-                                 "'; accepted: " + joined_names<List>());
+        throw_unknown_name<List>(name, what);
     }(List{});
 }
+
+namespace detail {
+template <std::size_t Begin, class... Ts, std::size_t... I>
+type_list<std::tuple_element_t<Begin + I, std::tuple<Ts...>>...> slice_of(type_list<Ts...>, std::index_sequence<I...>);
+}  // namespace detail
+
+/// The types of `List` at positions [Begin, End), in order.
+template <class List, std::size_t Begin, std::size_t End>
+    requires(Begin <= End && End <= List::size)
+using type_list_slice = decltype(detail::slice_of<Begin>(List{}, std::make_index_sequence<End - Begin>{}));
 
 /// Calls `f.template operator()<T>()` for every type of `List`, in order.
 template <class List, class F>
