@@ -5,6 +5,8 @@
 #include <kvpolicy/kvpolicy.hpp>
 
 #include <string>
+#include <type_traits>
+#include <utility>
 
 using namespace kvpolicy;
 
@@ -145,6 +147,45 @@ TEST_CASE("for_each_type visits the list in order", "[registry]") {
     REQUIRE(seen == joined_names<eviction_policies>(";") + ";");
     REQUIRE(has_name<eviction_policies>("lru"));
     REQUIRE_FALSE(has_name<eviction_policies>("LRU"));
+}
+
+namespace {
+/// The names of `Parts` slices of the registry cut as kvpolicy-sim cuts it
+/// (part p holds positions p * n / Parts to (p + 1) * n / Parts), joined in
+/// part order.
+template <std::size_t Parts, std::size_t... Part>
+std::string names_of_parts(std::index_sequence<Part...>) {
+    constexpr std::size_t n = eviction_policies::size;
+    std::string joined;
+    (for_each_type<type_list_slice<eviction_policies, Part * n / Parts, (Part + 1) * n / Parts>>(
+         [&]<class P>() { joined += std::string(P::name) + ";"; }),
+     ...);
+    return joined;
+}
+}  // namespace
+
+TEST_CASE("type_list_slice cuts a list into parts that cover it once, in order", "[registry]") {
+    STATIC_REQUIRE(std::is_same_v<type_list_slice<type_list<int, char, long>, 1, 3>, type_list<char, long>>);
+    STATIC_REQUIRE(std::is_same_v<type_list_slice<type_list<int, char, long>, 2, 2>, type_list<>>);
+    STATIC_REQUIRE(std::is_same_v<type_list_slice<eviction_policies, 0, eviction_policies::size>, eviction_policies>);
+    // Names are unique, so equal strings mean every name in exactly one part.
+    const std::string all = joined_names<eviction_policies>(";") + ";";
+    REQUIRE(names_of_parts<1>(std::make_index_sequence<1>{}) == all);
+    REQUIRE(names_of_parts<5>(std::make_index_sequence<5>{}) == all);
+    REQUIRE(names_of_parts<6>(std::make_index_sequence<6>{}) == all);
+    REQUIRE(names_of_parts<eviction_policies::size>(std::make_index_sequence<eviction_policies::size>{}) == all);
+}
+
+TEST_CASE("throw_unknown_name throws what visit_by_name throws", "[registry]") {
+    std::string from_visit;
+    try {
+        visit_by_name<eviction_policies>("lur", []<class P>() {}, "eviction policy");
+    } catch (const unknown_name_error& e) {
+        from_visit = e.what();
+    }
+    REQUIRE_FALSE(from_visit.empty());
+    REQUIRE_THROWS_MATCHES(throw_unknown_name<eviction_policies>("lur", "eviction policy"), unknown_name_error,
+                           Catch::Message(from_visit));
 }
 
 TEST_CASE("strong ids do not mix and order by value", "[ids]") {
