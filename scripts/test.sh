@@ -2,11 +2,13 @@
 # README command 2: install what is missing, build everything with warnings
 # as errors under ASan + UBSan (precondition checks on), and run the whole
 # suite through CTest: unit and differential tests, header self-containment,
-# must-not-compile cases, and the CUDA programs (compiled where nvcc is,
-# reported as skipped where no GPU is); then the thread tests under TSan,
-# each fuzz harness for a minute (scripts/fuzz.sh), the plain Release build
-# of the whole tree with its tests run optimised, the Python package built by
-# pip with its pytest suite, and packaging.
+# must-not-compile cases; then the thread tests under TSan, each fuzz harness
+# for a minute (scripts/fuzz.sh), the plain Release build of the whole tree
+# with its tests run optimised, which is where the CUDA programs and nvcc's
+# must-not-compile cases build and run where nvcc is (reported as skipped
+# where no GPU is; the sanitizers never reach device programs, so the ASan
+# build leaves them out rather than compile them twice), the Python package
+# built by pip with its pytest suite, and packaging.
 #
 # Two runs at once (two clones on one machine) do not meet: every build tree,
 # virtual environment and test file lives in the clone or in a fresh
@@ -33,7 +35,8 @@ ctest --preset tsan -L threads -j "$jobs"
 # every crash reproducer.
 scripts/fuzz.sh
 # The build a new user types, exactly as the README shows it: the whole tree
-# (tests, examples, tools) in Release with the system's g++ and no preset.
+# (tests, examples, tools, and the CUDA programs where nvcc is) in Release
+# with the system's g++ and no preset.
 # Outside the presets warnings are not errors (a user's compiler may know
 # warnings we never saw), so here the log is checked instead: an
 # optimisation-only warning (-O2 inlining) fails CI all the same. Then the
