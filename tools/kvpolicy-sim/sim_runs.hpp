@@ -1,7 +1,7 @@
 // kvpolicy-sim's pieces: the parsed options, the inputs shared by every
 // (policy, capacity) run, and the two entry points that turn a policy name
-// into a compile-time type (one per translation unit, so they compile in
-// parallel).
+// into a compile-time type (in translation units of their own, the request
+// modes' split into request_parts more, so they compile in parallel).
 #pragma once
 
 #include <cstddef>
