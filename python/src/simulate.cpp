@@ -1,6 +1,7 @@
 // kvpolicy.simulate: kvpolicy-sim as a function. The runs are the tool's own
-// (tools/kvpolicy-sim/runs.cpp, run_flat.cpp, run_requests.cpp, compiled
-// into this module: the same input loading, thread pool and gap column), and the results go out through the tool's JSON writer
+// (tools/kvpolicy-sim/runs.cpp, run_flat.cpp, run_requests.cpp and the parts
+// sources.cmake generates, compiled into this module: the same input
+// loading, thread pool and gap column), and the results go out through the tool's JSON writer
 // (sim::write_json_lines), so a field the simulator gains reaches Python
 // with no change here. Runs go in parallel threads with the GIL released.
 #include <algorithm>
