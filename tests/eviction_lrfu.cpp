@@ -6,11 +6,13 @@
 #include <catch2/catch.hpp>
 
 #include <kvpolicy/eviction/lrfu.hpp>
+#include <kvpolicy/core/indexed_heap.hpp>
 #include <kvpolicy/eviction/lru.hpp>
 
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "support/policy_driver.hpp"
@@ -33,6 +35,84 @@ TEST_CASE("lrfu chooses the same victims as its reference model", "[eviction][di
                                         .seed = seed, .key_universe = 4 * capacity + 8}, &reference);
     REQUIRE(policy.counters().evictions == victims.size());
     REQUIRE(victims.size() > 100);
+}
+
+namespace {
+
+// lrfu that, when `Toggle`, stops and resumes keeping its order at random
+// (best_of_shadows suspends the experts it does not follow; a pop while
+// suspended rebuilds the order first), and sees time in steps of `step`
+// driver ticks, so that many references share a step and tie on value.
+template <bool Toggle>
+struct toggling_lrfu : lrfu {
+    std::mt19937_64 rng;
+    std::uint64_t step = 1;
+    std::uint64_t toggles = 0;
+    toggling_lrfu(std::size_t capacity, const config_type& c, std::uint64_t seed = 1, std::uint64_t step_ticks = 1)
+        : lrfu(capacity, c), rng(seed), step(step_ticks) {}
+    void toggle() {
+        if (!Toggle || rng() % 16 != 0) return;
+        ++toggles;
+        if (keeps_order()) suspend_order();
+        else resume_order();
+    }
+    access_context stepped(access_context ctx) const {
+        ctx.now /= step;
+        return ctx;
+    }
+    void on_miss(const access_context& ctx) { toggle(); lrfu::on_miss(stepped(ctx)); }
+    void on_insert(item_id id, const access_context& ctx) { toggle(); lrfu::on_insert(id, stepped(ctx)); }
+    void on_access(item_id id, const access_context& ctx) { toggle(); lrfu::on_access(id, stepped(ctx)); }
+    void on_hold(item_id id) { toggle(); lrfu::on_hold(id); }
+    void on_release(item_id id, const access_context& ctx) { toggle(); lrfu::on_release(id, stepped(ctx)); }
+    void on_erase(item_id id) { toggle(); lrfu::on_erase(id); }
+};
+
+}  // namespace
+
+TEST_CASE("lrfu: suspending and resuming its order leaves every victim the same", "[eviction][differential]") {
+    STATIC_REQUIRE(orders_on_demand<lrfu>);
+    const std::uint64_t seed = GENERATE(1u, 2u, 3u);
+    const std::size_t capacity = GENERATE(1u, 16u, 97u);
+    const double half_life = GENERATE(0.25, 2.0, 32.0);
+    SECTION("against the reference model") {
+        toggling_lrfu<true> policy(capacity, {.half_life = half_life}, seed + 100);
+        ref_lrfu reference(capacity, half_life, 4.0);
+        const auto victims = drive(policy, {.capacity = capacity, .operations = 100'000,
+                                            .seed = seed, .key_universe = 4 * capacity + 8}, &reference);
+        REQUIRE(policy.counters().evictions == victims.size());
+        REQUIRE(victims.size() > 100);
+        REQUIRE(policy.toggles > 1000);
+    }
+    SECTION("against lrfu that keeps its order, with 8 operations per step: equal values, ranked by placement") {
+        toggling_lrfu<true> policy(capacity, {.half_life = half_life}, seed + 100, 8);
+        toggling_lrfu<false> reference(capacity, {.half_life = half_life}, seed + 100, 8);
+        const auto victims = drive(policy, {.capacity = capacity, .operations = 100'000,
+                                            .seed = seed, .key_universe = 4 * capacity + 8}, &reference);
+        REQUIRE(victims.size() > 100);
+        REQUIRE(policy.toggles > 1000);
+    }
+}
+
+TEST_CASE("indexed_heap: assign heapifies, and pops come out as after pushes one by one", "[core][indexed_heap]") {
+    std::mt19937_64 rng(7);
+    for (int round = 0; round < 200; ++round) {
+        const std::size_t n = 1 + rng() % 300;
+        indexed_heap<std::uint64_t> pushed(n), assigned(n);
+        std::vector<std::uint64_t> key(n);
+        std::vector<std::uint32_t> ids;
+        for (std::uint32_t id = 0; id < n; ++id) {
+            key[id] = rng() % 50;  // repeats: ties broken by id
+            if (rng() % 3 != 0) ids.push_back(id);
+        }
+        for (const std::uint32_t id : ids) pushed.push(id, key[id]);
+        assigned.push(0, 1000);  // replaced by assign
+        assigned.assign(ids, [&](std::uint32_t id) { return key[id]; });
+        REQUIRE(assigned.size() == ids.size());
+        REQUIRE(!assigned.contains(0) == (ids.empty() || ids.front() != 0));
+        while (!pushed.empty()) REQUIRE(assigned.pop() == pushed.pop());
+        REQUIRE(assigned.empty());
+    }
 }
 
 namespace {

@@ -97,6 +97,18 @@ inline constexpr bool hears_session_ends = requires(P& p, session_id s, timestam
     { p.on_session_end(s, now) } -> std::same_as<void>;
 };
 
+/// Whether policy `P` can stop keeping its victim order and rebuild it on
+/// demand (an optional hook: lrfu): `suspend_order()` leaves only O(1) state
+/// updates per operation, `resume_order()` rebuilds the order in O(n), and
+/// the victims after it are those the policy would have chosen had it kept
+/// its order all along. best_of_shadows suspends the experts it does not
+/// follow.
+template <class P>
+inline constexpr bool orders_on_demand = requires(P& p) {
+    { p.suspend_order() } -> std::same_as<void>;
+    { p.resume_order() } -> std::same_as<void>;
+};
+
 /// Whether policy `P` reads `ctx.next_use` (belady, reuse_oracle_lru): a
 /// simulator must compute the trace's next uses for it; nothing live can.
 template <class P>

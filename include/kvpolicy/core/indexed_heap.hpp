@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "kvpolicy/core/error.hpp"
@@ -82,6 +83,29 @@ public:
         const std::uint32_t id = top();
         erase(id);
         return id;
+    }
+
+    /// Empties the heap. Complexity: O(n).
+    void clear() noexcept {
+        for (const std::uint32_t id : heap_) pos_[id] = no_index;
+        heap_.clear();
+    }
+
+    /// Replaces the contents with `ids`, each keyed by `key_of(id)`, in one
+    /// O(n) heapify instead of n pushes: for an owner that stopped keeping
+    /// its order and needs it back. Where `Less` is a strict total order the
+    /// pops that follow are the same as after pushing the ids one by one.
+    /// Precondition: `ids` distinct and below capacity().
+    template <class KeyOf>
+    void assign(std::span<const std::uint32_t> ids, KeyOf key_of) {
+        clear();
+        for (const std::uint32_t id : ids) {
+            KVPOLICY_ASSERT(id < capacity() && !contains(id));
+            keys_[id] = key_of(id);
+            pos_[id] = static_cast<std::uint32_t>(heap_.size());
+            heap_.push_back(id);
+        }
+        for (std::size_t p = heap_.size() / 2; p-- > 0;) sift_down(static_cast<std::uint32_t>(p));
     }
 
 private:

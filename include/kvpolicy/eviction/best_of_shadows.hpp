@@ -122,7 +122,9 @@ public:
           shadows_(make_shadows(shadow_capacity_, config, std::index_sequence_for<Experts...>{})),
           key_(capacity, 0),
           halve_every_(std::max<std::uint64_t>(16, static_cast<std::uint64_t>(config.window * static_cast<double>(shadow_capacity_)))),
-          choose_every_(std::max<std::uint64_t>(16, halve_every_ / 16)) {}
+          choose_every_(std::max<std::uint64_t>(16, halve_every_ / 16)) {
+        for (std::size_t i = 1; i < expert_count; ++i) set_ordering(i, false);
+    }
 
     void on_miss(const access_context& ctx) {
         std::apply([&](auto&... p) { (p.on_miss(ctx), ...); }, real_);
@@ -313,9 +315,23 @@ private:
         const double lead = only_[best][followed_] - only_[followed_][best];
         const double discordant = only_[best][followed_] + only_[followed_][best];
         if (best != followed_ && lead > config_.switch_sigmas * std::sqrt(discordant)) {
+            set_ordering(best, true);
+            set_ordering(followed_, false);
             followed_ = best;
             ++switches_;
         }
+    }
+    // Only the followed expert's order is ever popped: the others that can
+    // rebuild theirs on demand stop keeping it until they are followed.
+    void set_ordering(std::size_t expert, bool on) {
+        std::size_t i = 0;
+        const auto set = [&](auto& policy) {
+            if constexpr (orders_on_demand<std::remove_cvref_t<decltype(policy)>>) {
+                if (i == expert) on ? policy.resume_order() : policy.suspend_order();
+            }
+            ++i;
+        };
+        std::apply([&](auto&... p) { (set(p), ...); }, real_);
     }
     template <std::size_t... I>
     std::optional<item_id> pop_followed(timestamp now, std::index_sequence<I...>) {

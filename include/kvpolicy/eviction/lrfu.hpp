@@ -87,7 +87,7 @@ public:
     basic_lrfu(std::size_t capacity, const config_type& config)
         : tracking_(capacity, "lrfu"), config_(validated(config, capacity)),
           per_reference_(1.0 / (config.half_life * static_cast<double>(capacity))), heap_(capacity),
-          crf_(capacity, 0.0), time_(capacity, 0), key_(capacity, 0),
+          crf_(capacity, 0.0), time_(capacity, 0), placed_(capacity, 0), key_(capacity, 0),
           ghosts_(static_cast<std::size_t>(config.ghost_factor * static_cast<double>(capacity))),
           ghost_crf_(ghosts_.capacity(), 0.0), ghost_time_(ghosts_.capacity(), 0) {}
 
@@ -110,21 +110,25 @@ public:
         const std::uint64_t t = reference(ctx);
         crf_[id.index()] = 1.0 + decayed(crf_[id.index()], time_[id.index()], t);
         time_[id.index()] = t;
-        if (tracking_.is_evictable(id)) heap_.update(id.value, rank_of(id.value));
+        if (!tracking_.is_evictable(id)) return;
+        placed_[id.index()] = stamp_++;
+        if (ordered_) heap_.update(id.value, rank_of(id.value));
     }
     void on_hold(item_id id) noexcept {
         tracking_.mark_held(id);
-        heap_.erase(id.value);
+        if (ordered_) heap_.erase(id.value);
     }
     void on_release(item_id id, const access_context&) noexcept {
         tracking_.mark_released(id);
         place(id.value);
     }
     void on_erase(item_id id) {
-        if (tracking_.mark_erased(id)) heap_.erase(id.value);
+        if (tracking_.mark_erased(id) && ordered_) heap_.erase(id.value);
         remember(id.value);
     }
+    /// A suspended order is rebuilt first (resume_order).
     std::optional<item_id> pop_victim(timestamp) {
+        resume_order();
         if (heap_.empty()) return std::nullopt;
         const std::uint32_t v = heap_.pop();
         remember(v);
@@ -138,6 +142,29 @@ public:
     [[nodiscard]] std::size_t evictable_size() const noexcept { return tracking_.evictable_size(); }
     [[nodiscard]] bool contains(item_id id) const noexcept { return tracking_.contains(id); }
     [[nodiscard]] const policy_counters& counters() const noexcept { return tracking_.counters(); }
+
+    /// Stops keeping the victim order: every operation still updates each
+    /// item's value, time and placement stamp in O(1), but no heap, until
+    /// resume_order() or pop_victim() rebuilds the heap from them in O(n).
+    /// best_of_shadows suspends the experts it does not follow, which
+    /// saves two or three heap updates per block operation, and resumes one
+    /// when it switches to it: the victims are the same as if it had kept
+    /// its order all along (the order is strict: equal values are ranked by
+    /// placement stamp, which is kept either way).
+    void suspend_order() noexcept {
+        ordered_ = false;
+        heap_.clear();
+    }
+    void resume_order() {
+        if (ordered_) return;
+        ordered_ = true;
+        std::vector<std::uint32_t> evictable;
+        evictable.reserve(tracking_.evictable_size());
+        for (std::uint32_t x = 0; x < crf_.size(); ++x)
+            if (tracking_.is_evictable(item_id{x})) evictable.push_back(x);
+        heap_.assign(evictable, [&](std::uint32_t x) { return rank_of(x); });
+    }
+    [[nodiscard]] bool keeps_order() const noexcept { return ordered_; }
 
     [[nodiscard]] const config_type& config() const noexcept { return config_; }
     /// The combined recency-frequency value of tracked item `id` at its last
@@ -181,10 +208,13 @@ private:
     [[nodiscard]] double decayed(double crf, std::uint64_t then, std::uint64_t t) const noexcept {
         return crf * std::exp2(-per_reference_ * static_cast<double>(t - then));
     }
-    [[nodiscard]] rank rank_of(std::uint32_t x) noexcept {
-        return {std::log2(crf_[x]) + per_reference_ * static_cast<double>(time_[x]), stamp_++};
+    [[nodiscard]] rank rank_of(std::uint32_t x) const noexcept {
+        return {std::log2(crf_[x]) + per_reference_ * static_cast<double>(time_[x]), placed_[x]};
     }
-    void place(std::uint32_t x) noexcept { heap_.push(x, rank_of(x)); }
+    void place(std::uint32_t x) noexcept {
+        placed_[x] = stamp_++;
+        if (ordered_) heap_.push(x, rank_of(x));
+    }
     void remember(std::uint32_t x) {
         if (ghosts_.capacity() == 0) return;
         ghosts_.erase(key_[x]);  // a key inserted twice (generic callers) is remembered once
@@ -200,6 +230,7 @@ private:
     indexed_heap<rank, lowest_first> heap_;      // evictable items, lowest value first
     std::vector<double> crf_;                    // [capacity] value at the last reference
     std::vector<std::uint64_t> time_;            // [capacity] T of the last reference
+    std::vector<std::uint64_t> placed_;          // [capacity] stamp of the last placement in the order
     std::vector<std::uint64_t> key_;             // [capacity] stable key
     ghost_list ghosts_;                          // keys of recent victims
     std::vector<double> ghost_crf_;              // [ghost slot] value at the victim's last reference
@@ -209,6 +240,7 @@ private:
     timestamp step_now_ = 0;
     bool started_ = false;
     std::uint64_t stamp_ = 0;
+    bool ordered_ = true;  // the heap holds every evictable item (suspend_order)
 };
 
 /// LRFU with a half-life of two capacities (the best single setting on the
