@@ -127,16 +127,24 @@ void bench_overlap(int reps, bench::json_rows& json) {
     for (gather_method m : {gather_method::batch_memcpy, gather_method::gather_kernel}) {
         ring_loader ring(host, {.num_layers = layers, .blocks_per_layer = blocks, .num_slots = 2, .slot_blocks = blocks,
                                 .method = m});
-        const auto attend = [&](std::uint32_t slot) {
+        const auto args = [&](std::uint32_t slot) {
             const device_span<const T> base = ring.template slot_view<T>(slot);
-            paged_decode_attention(basic_paged_decode_args<T>{
-                                       .q = d_q.view(), .k_cache = base, .v_cache = base.subspan(block_values / 2),
-                                       .block_stride = block_values, .block_table = d_local.view(),
-                                       .num_tokens = std::uint64_t{blocks} * bs,
-                                       .shape = {.num_q_heads = q_heads, .num_kv_heads = kv_heads, .head_dim = d,
-                                                 .block_size = bs, .scale = 0.088f},
-                                       .o = d_o.view(), .lse = d_lse.view()},
-                                   ring.compute_stream());
+            return basic_paged_decode_args<T>{.q = d_q.view(), .k_cache = base,
+                                              .v_cache = base.subspan(block_values / 2),
+                                              .block_stride = block_values, .block_table = d_local.view(),
+                                              .num_tokens = std::uint64_t{blocks} * bs,
+                                              .shape = {.num_q_heads = q_heads, .num_kv_heads = kv_heads,
+                                                        .head_dim = d, .block_size = bs, .scale = 0.088f},
+                                              .o = d_o.view(), .lse = d_lse.view()};
+        };
+        // Split-KV, as a serving engine runs decode: 4K tokens in 32 splits
+        // of 128 (8 KV heads x 32 = 256 CTAs, about two per SM).
+        constexpr std::uint32_t splits = 32;
+        std::size_t temp_bytes = 0;
+        paged_decode_attention_split({}, temp_bytes, args(0), splits, ring.compute_stream());
+        device_buffer<std::byte> temp(temp_bytes);
+        const auto attend = [&](std::uint32_t slot) {
+            paged_decode_attention_split(temp.view(), temp_bytes, args(slot), splits, ring.compute_stream());
         };
         const double load = bench::time_wall_us(reps, [&] {
             run_ring_pipeline(ring, loads, [](std::uint32_t, std::size_t) {});

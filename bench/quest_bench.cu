@@ -87,7 +87,7 @@ void run_type(int reps, double d2d, cudaStream_t stream, bench::json_rows& json)
         };
         const auto split_attention = [&](std::uint32_t n_blocks, std::uint32_t& best_splits) {
             double best = 1e30;
-            for (std::uint32_t splits : {16u, 32u, 64u, 128u}) {
+            for (std::uint32_t splits : {16u, 32u, 64u, 128u, 256u}) {
                 std::size_t bytes = 0;
                 paged_decode_attention_split({}, bytes, args(n_blocks), splits, stream);
                 device_buffer<std::byte> temp(bytes);

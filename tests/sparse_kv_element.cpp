@@ -18,6 +18,7 @@
 #include <kvpolicy/sparse/ring_gather_math.hpp>
 
 #include "support/kv_element_vectors.hpp"
+#include "support/grouped_decode.hpp"
 #include "support/warp_decode.hpp"
 
 #include <algorithm>
@@ -186,6 +187,106 @@ TEST_CASE("decode attention math: one warp, lane by lane, equals the reference o
     check_warp_decode<float>(rng);
     check_warp_decode<bf16>(rng);
     check_warp_decode<fp16>(rng);
+}
+
+TEST_CASE("grouped decode: the warp's reduce-scatter leaves each lane the total of its index",
+          "[kv_element][device_math][attention]") {
+    std::mt19937_64 rng(77);
+    std::uniform_real_distribution<float> x(-4.0f, 4.0f);
+    const auto check = [&]<unsigned N>() {
+        for (int round = 0; round < 20; ++round) {
+            std::vector<std::array<float, N>> vals(warp_lanes);
+            double want[N] = {};
+            for (auto& lane : vals)
+                for (unsigned i = 0; i < N; ++i) {
+                    lane[i] = x(rng);
+                    want[i] += lane[i];
+                }
+            const std::vector<float> got = testing::simulate_reduce_scatter<N>(vals);
+            for (unsigned lane = 0; lane < warp_lanes; ++lane) {
+                INFO("N = " << N << ", lane " << lane);
+                REQUIRE(std::abs(got[lane] - want[reduce_scatter_index(lane, N)]) <= 1e-4);
+            }
+        }
+        // Every index is some lane's.
+        std::vector<bool> seen(N);
+        for (unsigned lane = 0; lane < warp_lanes; ++lane) seen[reduce_scatter_index(lane, N)] = true;
+        REQUIRE(std::ranges::all_of(seen, [](bool b) { return b; }));
+    };
+    check.template operator()<4>();
+    check.template operator()<8>();
+    check.template operator()<16>();
+    check.template operator()<32>();
+}
+
+namespace {
+
+template <class T, unsigned E, unsigned GMax>
+void check_grouped_decode(std::mt19937_64& rng) {
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    constexpr std::uint32_t d = 32 * E;
+    for (int round = 0; round < 6; ++round) {
+        const std::uint32_t kv_heads = 1 + static_cast<std::uint32_t>(rng() % 2);
+        // Groups from 1 to 2 GMax + 1 query heads: full, partial and several CTAs per KV head.
+        const std::uint32_t group = 1 + static_cast<std::uint32_t>(rng() % (2 * GMax + 1));
+        const decode_attention_shape s{.num_q_heads = kv_heads * group, .num_kv_heads = kv_heads, .head_dim = d,
+                                       .block_size = 16, .scale = 1.0f / std::sqrt(static_cast<float>(d))};
+        const std::uint32_t blocks = 1 + static_cast<std::uint32_t>(rng() % 12);
+        // Token counts that end mid-tile and mid-block, and none at all.
+        const std::uint64_t tokens = rng() % (std::uint64_t{blocks} * s.block_size + 1);
+        const std::uint32_t splits = 1 + static_cast<std::uint32_t>(rng() % 5);
+        const std::size_t block_stride = std::size_t{s.block_size} * kv_heads * d + E * (rng() % 3);
+        std::vector<float> q(std::size_t{s.num_q_heads} * d), kf(std::size_t{blocks} * block_stride), vf(kf.size());
+        for (float& x : q) x = g(rng);
+        for (float& x : kf) x = 2.0f * g(rng);
+        for (float& x : vf) x = g(rng);
+        std::vector<block_id> table(blocks);
+        for (std::uint32_t b = 0; b < blocks; ++b) table[b] = block_id{b};
+        std::shuffle(table.begin(), table.end(), rng);
+        const auto k = narrow<T>(kf), v = narrow<T>(vf);
+        const auto kw = widen(k), vw = widen(v);
+        std::vector<float> o(q.size()), lse(s.num_q_heads), o_ref(q.size()), lse_ref(s.num_q_heads);
+        testing::grouped_decode<T, E, GMax>(q.data(), k.data(), v.data(), table, tokens, s, block_stride, splits, o,
+                                            lse);
+        reference_decode_attention(q, {.k = kw, .v = vw, .block_stride = block_stride}, table, tokens, s, o_ref,
+                                   lse_ref);
+        INFO("d " << d << ", group " << group << ", GMax " << GMax << ", tokens " << tokens << ", splits " << splits);
+        for (std::size_t h = 0; h < lse.size(); ++h) {
+            if (std::isinf(lse_ref[h])) {
+                REQUIRE(lse[h] == lse_ref[h]);
+            } else {
+                REQUIRE(std::abs(lse[h] - lse_ref[h]) <= 2e-5f * (1.0f + std::abs(lse_ref[h])));
+            }
+        }
+        for (std::size_t i = 0; i < o.size(); ++i) REQUIRE(std::abs(o[i] - o_ref[i]) <= 2e-5f * (1.0f + std::abs(o_ref[i])));
+    }
+}
+
+template <class T>
+void check_grouped_decode_shapes(std::mt19937_64& rng) {
+    check_grouped_decode<T, 2, 4>(rng);
+    check_grouped_decode<T, 2, 8>(rng);
+    check_grouped_decode<T, 4, 4>(rng);
+    check_grouped_decode<T, 4, 8>(rng);
+    check_grouped_decode<T, 8, 4>(rng);
+}
+
+}  // namespace
+
+TEST_CASE("grouped decode attention: every CTA, warp and lane of the kernel's mapping equals the reference over "
+          "fp32 / bf16 / fp16 K and V", "[kv_element][device_math][attention]") {
+    // The kernel's choice of heads per CTA is the one simulated here.
+    STATIC_REQUIRE(grouped_decode_heads(4, 4) == 4);
+    STATIC_REQUIRE(grouped_decode_heads(4, 8) == 8);
+    STATIC_REQUIRE(grouped_decode_heads(8, 8) == 4);
+    STATIC_REQUIRE(grouped_decode_depth<float, 4, 4> == 4);
+    STATIC_REQUIRE(grouped_decode_depth<bf16, 4, 4> == 8);
+    STATIC_REQUIRE(grouped_decode_depth<bf16, 4, 8> == 4);
+    STATIC_REQUIRE(grouped_decode_depth<fp16, 8, 4> == 4);
+    std::mt19937_64 rng(4096);
+    check_grouped_decode_shapes<float>(rng);
+    check_grouped_decode_shapes<bf16>(rng);
+    check_grouped_decode_shapes<fp16>(rng);
 }
 
 // ---- Quest over fp32 / bf16 / fp16 keys on the CPU (sparse/quest_math.hpp): the

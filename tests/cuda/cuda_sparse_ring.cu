@@ -305,10 +305,17 @@ void check_attention_16bit(const paged_problem& p, cudaStream_t stream) {
 }
 
 void check_attention(std::mt19937_64& rng, cudaStream_t stream) {
-    for (int round = 0; round < 6; ++round) {
-        const std::uint32_t d = 32u * (1 + static_cast<std::uint32_t>(rng() % 4));
+    // Both kernels: the grouped one (head_dim 64, 128, 256; 4 or 8 query
+    // heads per CTA, groups that fill a CTA, leave heads unused or need
+    // several CTAs) and the warp-per-token one (head_dim 32, 96, 160).
+    struct shape_case {
+        std::uint32_t d, group;
+    };
+    for (const shape_case c : {shape_case{32, 3}, {64, 1}, {64, 6}, {96, 2}, {128, 4}, {128, 5}, {128, 8}, {128, 12},
+                               {160, 1}, {256, 4}, {256, 3}, {256, 9}}) {
+        const std::uint32_t d = c.d;
         const paged_problem p = make_problem(rng, 300, 1 + static_cast<std::uint32_t>(rng() % 250),
-                                             1 + static_cast<std::uint32_t>(rng() % 4), 1 + static_cast<std::uint32_t>(rng() % 4), d, 16);
+                                             1 + static_cast<std::uint32_t>(rng() % 4), c.group, d, 16);
         const std::size_t heads = p.shape.num_q_heads;
         check_attention_16bit<bf16>(p, stream);
         check_attention_16bit<fp16>(p, stream);

@@ -59,6 +59,14 @@ namespace detail {
 
 /// Exact: every binary16 value is a float.
 [[nodiscard]] KVPOLICY_HOST_DEVICE inline float to_float(fp16 x) noexcept {
+#if defined(__CUDA_ARCH__)
+    // The hardware's exact conversion (what __half2float compiles to): one
+    // instruction instead of the branches below, which made fp16 attention
+    // 2.5x slower than bf16 on an H100.
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));
+    return f;
+#else
     const std::uint32_t sign = std::uint32_t{x.bits & 0x8000u} << 16;
     const std::uint32_t exp = (x.bits >> 10) & 0x1fu;
     const std::uint32_t mant = x.bits & 0x3ffu;
@@ -67,6 +75,7 @@ namespace detail {
     // Zero or subnormal: mant x 2^-24, exact in float.
     const float v = static_cast<float>(mant) * detail::bits_float(0x33800000u);  // 2^-24
     return sign != 0 ? -v : v;
+#endif
 }
 
 /// Round to nearest, ties to even; NaN stays a (quiet) NaN.

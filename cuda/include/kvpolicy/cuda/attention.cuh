@@ -31,6 +31,7 @@
 #include "kvpolicy/cuda/check.cuh"
 #include "kvpolicy/cuda/merge.cuh"
 #include "kvpolicy/sparse/decode_attention_math.hpp"
+#include "kvpolicy/sparse/grouped_decode_math.hpp"
 #include "kvpolicy/sparse/kv_element.hpp"
 #include "kvpolicy/sparse/reference_attention.hpp"
 
@@ -120,6 +121,182 @@ __global__ void __launch_bounds__(attention_warps * 32)
     if (threadIdx.x == 0) lse_out[std::size_t{split} * gridDim.x + h] = big == neg_inf ? neg_inf : big + logf(denom);
 }
 
+// ---- The grouped kernel (sparse/grouped_decode_math.hpp explains the
+// mapping): grid (num_kv_heads x groups, splits); a CTA takes one KV head,
+// up to GMax of its query heads and split blockIdx.y's tokens, so each K and
+// V byte leaves HBM once; head_dim = 32 E.
+inline constexpr int grouped_warps = 4;
+
+// The warp's reduce-scatter of N values (sparse/grouped_decode_math.hpp):
+// one level per template instance, so every index is a constant and the
+// values stay in registers; then a plain butterfly over the offsets left.
+template <unsigned Half, unsigned Off, unsigned N>
+__device__ __forceinline__ void warp_reduce_scatter(float (&vals)[N], unsigned lane) {
+    if constexpr (Half >= 1 && Off >= 1) {
+        const bool upper = (lane & Off) != 0;
+#pragma unroll
+        for (unsigned i = 0; i < Half; ++i) {
+            const float lo = vals[i], hi = vals[i + Half];
+            vals[i] = reduce_scatter_keep(lo, hi, upper) +
+                      __shfl_xor_sync(0xffffffffu, reduce_scatter_send(lo, hi, upper), Off);
+        }
+        warp_reduce_scatter<Half / 2, Off / 2>(vals, lane);
+    } else {
+#pragma unroll
+        for (unsigned off = Off; off > 0; off /= 2) vals[0] += __shfl_xor_sync(0xffffffffu, vals[0], off);
+    }
+}
+
+template <kv_element T, unsigned E, unsigned GMax>
+__global__ void __launch_bounds__(grouped_warps * 32)
+    grouped_decode_kernel(basic_paged_decode_args<T> a, std::size_t stride, std::uint32_t groups_per_kv,
+                          float* o_out, float* lse_out) {
+    constexpr unsigned U = grouped_decode_depth<T, E, GMax>, N = U * GMax, D = 32 * E;
+    static_assert(N >= 4 && N <= 32 && (N & (N - 1)) == 0, "the reduce-scatter takes 4 to 32 values");
+    __shared__ float warp_m[grouped_warps][GMax];
+    __shared__ float warp_l[grouped_warps][GMax];
+    __shared__ float warp_acc[grouped_warps][GMax][D];
+    __shared__ __align__(16) float logits[grouped_warps][N];
+
+    const unsigned lane = threadIdx.x % 32u, warp = threadIdx.x / 32u;
+    const std::uint32_t group_size = a.shape.num_q_heads / a.shape.num_kv_heads;
+    const std::uint32_t kvh = blockIdx.x / groups_per_kv, first = (blockIdx.x % groups_per_kv) * GMax;
+    const std::uint32_t heads = group_size - first < GMax ? group_size - first : GMax;
+    const std::uint32_t h0 = kvh * group_size + first;  // the CTA's first query head
+    const std::uint32_t split = blockIdx.y, splits = gridDim.y;
+    const std::uint64_t chunk = (a.num_tokens + splits - 1) / splits;
+    const std::uint64_t begin = chunk * split;
+    const std::uint64_t end = begin + chunk < a.num_tokens ? begin + chunk : a.num_tokens;
+    const std::size_t row = std::size_t{a.shape.num_kv_heads} * D;
+
+    // The scale goes into q once, so the warp's sums are the scaled logits.
+    float q[GMax][E];
+#pragma unroll
+    for (unsigned h = 0; h < GMax; ++h) {
+        if (h < heads) {
+            load_lane_channels<E>(a.q.data() + std::size_t{h0 + h} * D, lane, q[h]);
+#pragma unroll
+            for (unsigned e = 0; e < E; ++e) q[h][e] *= a.shape.scale;
+        } else {
+#pragma unroll
+            for (unsigned e = 0; e < E; ++e) q[h][e] = 0.0f;
+        }
+    }
+    grouped_decode_lane<E, GMax> state;
+    for (std::uint64_t t0 = begin + std::uint64_t{warp} * U; t0 < end; t0 += std::uint64_t{grouped_warps} * U) {
+        const unsigned valid = end - t0 < U ? static_cast<unsigned>(end - t0) : U;
+        // Every load of the tile is issued before any arithmetic uses one.
+        float k[U][E], v[U][E];
+#pragma unroll
+        for (unsigned u = 0; u < U; ++u) {
+            if (u < valid) {
+                const std::uint64_t t = t0 + u;
+                const std::size_t at = std::size_t{a.block_table[t / a.shape.block_size]} * stride +
+                                       static_cast<std::size_t>(t % a.shape.block_size) * row + std::size_t{kvh} * D;
+                load_lane_channels<E>(a.k_cache.data() + at, lane, k[u]);
+                load_lane_channels<E>(a.v_cache.data() + at, lane, v[u]);
+            } else {
+#pragma unroll
+                for (unsigned e = 0; e < E; ++e) k[u][e] = v[u][e] = 0.0f;
+            }
+        }
+        float vals[N];
+#pragma unroll
+        for (unsigned u = 0; u < U; ++u) {
+            float share[GMax];
+            grouped_lane_shares(q, k[u], share);
+#pragma unroll
+            for (unsigned h = 0; h < GMax; ++h) vals[u * GMax + h] = share[h];
+        }
+        // Reduce-scatter the N shares over the warp, then share the totals.
+        warp_reduce_scatter<N / 2, 16>(vals, lane);
+        if (lane % (32u / N) == 0) logits[warp][reduce_scatter_index(lane, N)] = vals[0];
+        __syncwarp();
+        float s[U][GMax];
+#pragma unroll
+        for (unsigned i = 0; i < N; i += 4) {
+            const float4 x = *reinterpret_cast<const float4*>(&logits[warp][i]);
+            s[i / GMax][i % GMax] = x.x;
+            s[(i + 1) / GMax][(i + 1) % GMax] = x.y;
+            s[(i + 2) / GMax][(i + 2) % GMax] = x.z;
+            s[(i + 3) / GMax][(i + 3) % GMax] = x.w;
+        }
+        __syncwarp();  // every lane has read the totals before the next tile writes them
+        state.template fold<U>(s, v, valid);
+    }
+
+    if (lane == 0) {
+#pragma unroll
+        for (unsigned h = 0; h < GMax; ++h) {
+            warp_m[warp][h] = state.m[h];
+            warp_l[warp][h] = state.l[h];
+        }
+    }
+#pragma unroll
+    for (unsigned h = 0; h < GMax; ++h)
+#pragma unroll
+        for (unsigned e = 0; e < E; ++e) warp_acc[warp][h][lane * E + e] = state.acc[h][e];
+    __syncthreads();
+    for (unsigned i = threadIdx.x; i < heads * D; i += blockDim.x) {
+        const unsigned h = i / D, c = i % D;
+        float out = 0.0f;
+        const float lse = merge_warp_states(&warp_m[0][h], &warp_l[0][h], GMax, &warp_acc[0][h][c], GMax * D,
+                                            grouped_warps, out);
+        const std::size_t r = std::size_t{split} * a.shape.num_q_heads + h0 + h;
+        o_out[r * D + c] = out;
+        if (c == 0) lse_out[r] = lse;
+    }
+}
+
+// The grouped kernel takes head_dim 64, 128 or 256 (E = 2, 4, 8: nearly
+// every model) with each lane's channels aligned for vector loads; other
+// shapes take the warp-per-token kernel above.
+template <kv_element T>
+bool grouped_decode_applies(const basic_paged_decode_args<T>& a, std::size_t stride) {
+    const std::uint32_t d = a.shape.head_dim;
+    if (d != 64 && d != 128 && d != 256) return false;
+    const std::size_t e = d / 32, align = e * sizeof(T) < 16 ? e * sizeof(T) : 16;
+    const auto aligned = [&](const void* p, std::size_t bytes) {
+        return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
+    };
+    return stride % e == 0 && aligned(a.k_cache.data(), align) && aligned(a.v_cache.data(), align) &&
+           aligned(a.q.data(), e * 4 < 16 ? e * 4 : 16);
+}
+
+template <kv_element T, unsigned E, unsigned GMax>
+void launch_grouped(const basic_paged_decode_args<T>& a, std::size_t stride, std::uint32_t splits, float* o_out,
+                    float* lse_out, cudaStream_t stream) {
+    const std::uint32_t group_size = a.shape.num_q_heads / a.shape.num_kv_heads;
+    const std::uint32_t groups = (group_size + GMax - 1) / GMax;
+    grouped_decode_kernel<T, E, GMax><<<dim3(a.shape.num_kv_heads * groups, splits), grouped_warps * 32, 0, stream>>>(
+        a, stride, groups, o_out, lse_out);
+}
+
+// Enqueues whichever kernel takes the shape, writing [splits][heads] o and lse.
+template <kv_element T>
+void launch_decode(const basic_paged_decode_args<T>& a, std::size_t stride, std::uint32_t splits, float* o_out,
+                   float* lse_out, cudaStream_t stream) {
+    if (!grouped_decode_applies(a, stride)) {
+        paged_decode_kernel<<<dim3(a.shape.num_q_heads, splits), attention_warps * 32, 0, stream>>>(a, stride, o_out,
+                                                                                                    lse_out);
+        return;
+    }
+    const bool wide = grouped_decode_heads(a.shape.head_dim / 32, a.shape.num_q_heads / a.shape.num_kv_heads) == 8;
+    switch (a.shape.head_dim) {
+        case 64:
+            wide ? launch_grouped<T, 2, 8>(a, stride, splits, o_out, lse_out, stream)
+                 : launch_grouped<T, 2, 4>(a, stride, splits, o_out, lse_out, stream);
+            break;
+        case 128:
+            wide ? launch_grouped<T, 4, 8>(a, stride, splits, o_out, lse_out, stream)
+                 : launch_grouped<T, 4, 4>(a, stride, splits, o_out, lse_out, stream);
+            break;
+        default:
+            launch_grouped<T, 8, 4>(a, stride, splits, o_out, lse_out, stream);
+            break;
+    }
+}
+
 template <kv_element T>
 void check_decode_args(const basic_paged_decode_args<T>& a) {
     const auto& s = a.shape;
@@ -150,8 +327,7 @@ void paged_decode_attention(const basic_paged_decode_args<T>& a, cudaStream_t st
     detail::check_decode_args(a);
     const std::size_t stride =
         a.block_stride != 0 ? a.block_stride : std::size_t{a.shape.block_size} * a.shape.num_kv_heads * a.shape.head_dim;
-    detail::paged_decode_kernel<<<dim3(a.shape.num_q_heads, 1), detail::attention_warps * 32, 0, stream>>>(
-        a, stride, a.o.data(), a.lse.data());
+    detail::launch_decode(a, stride, 1, a.o.data(), a.lse.data(), stream);
     KVPOLICY_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -181,8 +357,7 @@ void paged_decode_attention_split(device_span<std::byte> temp_storage, std::size
     auto* lse_parts = reinterpret_cast<float*>(static_cast<unsigned char*>(d_temp_storage) + lse_at);
     const std::size_t stride =
         a.block_stride != 0 ? a.block_stride : std::size_t{a.shape.block_size} * a.shape.num_kv_heads * a.shape.head_dim;
-    detail::paged_decode_kernel<<<dim3(a.shape.num_q_heads, num_splits), detail::attention_warps * 32, 0, stream>>>(
-        a, stride, o_parts, lse_parts);
+    detail::launch_decode(a, stride, num_splits, o_parts, lse_parts, stream);
     KVPOLICY_CUDA_CHECK(cudaGetLastError());
     merge_attention_states(device_span<const float>{o_parts, num_splits * heads * a.shape.head_dim},
                            device_span<const float>{lse_parts, num_splits * heads}, num_splits, a.shape.head_dim,
