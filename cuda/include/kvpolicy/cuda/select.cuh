@@ -27,6 +27,7 @@
 // here) is the portable alternative that also runs without a GPU.
 #pragma once
 
+#include <cub/block/block_radix_sort.cuh>
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_radix_sort.cuh>
 #include <cuda_runtime.h>
@@ -302,6 +303,61 @@ __global__ void __launch_bounds__(select_threads)
     }
 }
 
+// ---- Few float scores (Quest's candidates: 2048 at 32K tokens): one CTA
+// holds every (score, id) key in registers, sorts them with CUB's block
+// radix sort and writes the first k: one launch instead of the radix
+// select's twenty-odd, whose launch latency dominated at this size (190 us
+// for 2048 scores on an H100). A key is the score's ordered bits above the
+// id, so ascending keys are the host selector's order; padding and NaN sort
+// last (no finite score's bits are all ones). `automatic` only: the named
+// algorithms keep their own paths, so the tests can hold each to the host.
+inline constexpr int small_select_threads = 512;
+inline constexpr int small_select_items = 8;
+inline constexpr std::uint32_t small_select_max = small_select_threads * small_select_items;
+
+template <class Source>
+__global__ void __launch_bounds__(small_select_threads)
+    small_select_kernel(Source first, const std::uint32_t* ids, std::uint32_t n, std::uint32_t k, std::uint32_t* out,
+                        select_status* status) {
+    using sort_t = cub::BlockRadixSort<std::uint64_t, small_select_threads, small_select_items>;
+    __shared__ typename sort_t::TempStorage temp;
+    __shared__ std::uint32_t nan_count, nan_index;
+    if (threadIdx.x == 0) {
+        nan_count = 0;
+        nan_index = 0xffffffffu;
+    }
+    __syncthreads();
+    std::uint64_t keys[small_select_items];
+#pragma unroll
+    for (int j = 0; j < small_select_items; ++j) {
+        const std::uint32_t i = threadIdx.x * small_select_items + static_cast<std::uint32_t>(j);
+        keys[j] = ~std::uint64_t{0};
+        if (i >= n) continue;
+        const float s = first(i);
+        if (s != s) {
+            atomicAdd(&nan_count, 1u);
+            atomicMin(&nan_index, i);
+        } else {
+            keys[j] = (std::uint64_t{ordered_bits(s)} << 32) | id_at(ids, i);
+        }
+    }
+    sort_t(temp).Sort(keys);  // blocked: thread t holds ranks t * items ..
+    __syncthreads();          // the NaN count is final
+    const bool nan = nan_count != 0;
+    if (!nan)
+#pragma unroll
+        for (int j = 0; j < small_select_items; ++j) {
+            const std::uint32_t rank = threadIdx.x * small_select_items + static_cast<std::uint32_t>(j);
+            if (rank < k) out[rank] = static_cast<std::uint32_t>(keys[j]);
+        }
+    if (threadIdx.x == 0) {
+        status->nan_count = nan_count;
+        status->nan_index = nan ? nan_index : 0;
+        status->nan_id = nan ? id_at(ids, nan_index) : 0;
+        status->selected = nan ? 0 : k;
+    }
+}
+
 [[nodiscard]] inline unsigned grid_for(std::size_t n, int threads) {
     int device = 0, sms = 0;
     KVPOLICY_CUDA_CHECK(cudaGetDevice(&device));
@@ -331,6 +387,25 @@ void select_lowest_from(void* d_temp_storage, std::size_t& temp_storage_bytes, S
                   "select_lowest: scores are float or double");
     using key_t = select_key<Score>;
     k = std::min(k, num_items);
+    if constexpr (std::is_same_v<Score, float>) {
+        if (algorithm == select_algorithm::automatic && num_items <= small_select_max) {
+            const std::size_t need = 1;  // scores are read once, into registers: nothing to keep
+            if (d_temp_storage == nullptr) {
+                temp_storage_bytes = need;
+                return;
+            }
+            if (temp_storage_bytes < need)
+                throw usage_error("select_lowest: temporary storage has " + std::to_string(temp_storage_bytes) +
+                                  " bytes, this call needs " + std::to_string(need) +
+                                  "; ask with a null d_temp_storage first, with the same n, k and algorithm");
+            if (d_status == nullptr || (k > 0 && d_out == nullptr) || (num_items > 0 && !materialize && d_scores == nullptr))
+                throw usage_error("select_lowest: d_status, d_out (k > 0) and d_scores (n > 0) must be device pointers");
+            small_select_kernel<Source><<<1, small_select_threads, 0, stream>>>(first, d_ids, num_items, k, d_out,
+                                                                                d_status);
+            KVPOLICY_CUDA_CHECK(cudaGetLastError());
+            return;
+        }
+    }
     const select_algorithm algo = resolve(algorithm, num_items, k);
     const std::size_t sorted = k == 0 ? 0 : (algo == select_algorithm::radix_sort ? num_items : k);
 
