@@ -219,6 +219,23 @@ TEST_CASE("grouped decode: the warp's reduce-scatter leaves each lane the total 
     check.template operator()<32>();
 }
 
+TEST_CASE("grouped decode: a paged cursor stepped forward is the token's block and offset by division",
+          "[kv_element][device_math][attention]") {
+    std::mt19937_64 rng(31);
+    for (int round = 0; round < 20000; ++round) {
+        const std::uint32_t bs = 1 + static_cast<std::uint32_t>(rng() % 40);
+        std::uint64_t t = rng() % 100000;
+        paged_cursor c = paged_cursor::at(t, bs);
+        for (int step = 0; step < 8; ++step) {
+            const std::uint32_t n = static_cast<std::uint32_t>(rng() % 3 == 0 ? rng() % 4 : rng() % 200);
+            c = c.advanced(n, bs);
+            t += n;
+            INFO("bs " << bs << ", token " << t);
+            REQUIRE(c == paged_cursor{t / bs, static_cast<std::uint32_t>(t % bs)});
+        }
+    }
+}
+
 namespace {
 
 template <class T, unsigned E, unsigned GMax>
@@ -229,9 +246,12 @@ void check_grouped_decode(std::mt19937_64& rng) {
         const std::uint32_t kv_heads = 1 + static_cast<std::uint32_t>(rng() % 2);
         // Groups from 1 to 2 GMax + 1 query heads: full, partial and several CTAs per KV head.
         const std::uint32_t group = 1 + static_cast<std::uint32_t>(rng() % (2 * GMax + 1));
+        // Block sizes below, at and above a tile's depth and the warps' stride.
+        constexpr std::uint32_t block_sizes[] = {1, 3, 16, 37};
         const decode_attention_shape s{.num_q_heads = kv_heads * group, .num_kv_heads = kv_heads, .head_dim = d,
-                                       .block_size = 16, .scale = 1.0f / std::sqrt(static_cast<float>(d))};
-        const std::uint32_t blocks = 1 + static_cast<std::uint32_t>(rng() % 12);
+                                       .block_size = block_sizes[rng() % 4],
+                                       .scale = 1.0f / std::sqrt(static_cast<float>(d))};
+        const std::uint32_t blocks = 1 + static_cast<std::uint32_t>(rng() % (192 / s.block_size + 1));
         // Token counts that end mid-tile and mid-block, and none at all.
         const std::uint64_t tokens = rng() % (std::uint64_t{blocks} * s.block_size + 1);
         const std::uint32_t splits = 1 + static_cast<std::uint32_t>(rng() % 5);

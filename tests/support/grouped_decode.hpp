@@ -77,19 +77,21 @@ void grouped_decode(const float* q, const T* k, const T* v, const std::vector<bl
                     }
                 // [warp][lane] states; then merged per head and channel.
                 std::vector<grouped_decode_lane<E, GMax>> state(grouped_warps * warp_lanes);
-                for (unsigned warp = 0; warp < grouped_warps; ++warp)
-                    for (std::uint64_t t0 = begin + std::uint64_t{warp} * U; t0 < end;
-                         t0 += std::uint64_t{grouped_warps} * U) {
+                for (unsigned warp = 0; warp < grouped_warps; ++warp) {
+                    const std::uint64_t first_tile = begin + std::uint64_t{warp} * U;
+                    paged_cursor tile = paged_cursor::at(first_tile, s.block_size);
+                    for (std::uint64_t t0 = first_tile; t0 < end; t0 += std::uint64_t{grouped_warps} * U,
+                                       tile = tile.advanced(grouped_warps * U, s.block_size)) {
                         const unsigned valid = end - t0 < U ? static_cast<unsigned>(end - t0) : U;
                         std::vector<std::array<float, N>> shares(warp_lanes);
                         std::vector<std::array<std::array<float, E>, U>> vv(warp_lanes);
-                        for (unsigned lane = 0; lane < warp_lanes; ++lane)
-                            for (unsigned u = 0; u < U; ++u) {
+                        for (unsigned lane = 0; lane < warp_lanes; ++lane) {
+                            paged_cursor at_token = tile;
+                            for (unsigned u = 0; u < U; ++u, at_token = at_token.advanced(1, s.block_size)) {
                                 float kk[E] = {}, vl[E] = {};
                                 if (u < valid) {
-                                    const std::uint64_t t = t0 + u;
-                                    const std::size_t at = table[t / s.block_size].index() * block_stride +
-                                                           (t % s.block_size) * row + std::size_t{kvh} * D;
+                                    const std::size_t at = table[at_token.block].index() * block_stride +
+                                                           std::size_t{at_token.offset} * row + std::size_t{kvh} * D;
                                     load_lane_channels<E>(k + at, lane, kk);
                                     load_lane_channels<E>(v + at, lane, vl);
                                 }
@@ -98,6 +100,7 @@ void grouped_decode(const float* q, const T* k, const T* v, const std::vector<bl
                                 for (unsigned h = 0; h < GMax; ++h) shares[lane][u * GMax + h] = share[h];
                                 for (unsigned e = 0; e < E; ++e) vv[lane][u][e] = vl[e];
                             }
+                        }
                         const std::vector<float> totals = simulate_reduce_scatter<N>(shares);
                         float logits[N];
                         for (unsigned lane = 0; lane < warp_lanes; ++lane)
@@ -111,6 +114,7 @@ void grouped_decode(const float* q, const T* k, const T* v, const std::vector<bl
                             state[warp * warp_lanes + lane].template fold<U>(sc, vl, valid);
                         }
                     }
+                }
                 for (unsigned h = 0; h < heads; ++h)
                     for (unsigned c = 0; c < D; ++c) {
                         const unsigned lane = c / E, e = c % E;

@@ -44,6 +44,36 @@ namespace kvpolicy {
 template <kv_element T>
 inline constexpr unsigned grouped_decode_tile = sizeof(T) == 4 ? 4u : 8u;
 
+/// A token's place in a paged cache: its block's index in the block table
+/// and its offset within the block. The kernel steps it forward (by one
+/// token in a tile, by a warp's stride between tiles) instead of dividing
+/// the token index by block_size per token: a 64-bit division is a long
+/// instruction sequence on a GPU, as long as a token's arithmetic.
+struct paged_cursor {
+    std::uint64_t block = 0;
+    std::uint32_t offset = 0;
+
+    [[nodiscard]] KVPOLICY_HOST_DEVICE static paged_cursor at(std::uint64_t token, std::uint32_t block_size) noexcept {
+        return {token / block_size, static_cast<std::uint32_t>(token % block_size)};
+    }
+    /// The cursor `n` tokens further on.
+    [[nodiscard]] KVPOLICY_HOST_DEVICE paged_cursor advanced(std::uint32_t n, std::uint32_t block_size) const noexcept {
+        std::uint64_t o = std::uint64_t{offset} + n;
+        std::uint64_t b = block;
+        if (o >= block_size) {
+            if (o < 2ull * block_size) {  // the usual step: into the next block
+                o -= block_size;
+                ++b;
+            } else {
+                b += o / block_size;
+                o %= block_size;
+            }
+        }
+        return {b, static_cast<std::uint32_t>(o)};
+    }
+    friend constexpr bool operator==(const paged_cursor&, const paged_cursor&) = default;
+};
+
 /// Lane `lane`'s E channels of one K or V row (head_dim = 32 E values of T),
 /// widened. On the device the E values are one or two aligned vector loads
 /// (the caller guarantees `row` is aligned to E * sizeof(T) bytes, up to 16);

@@ -183,22 +183,27 @@ __global__ void __launch_bounds__(grouped_warps * 32)
         }
     }
     grouped_decode_lane<E, GMax> state;
-    for (std::uint64_t t0 = begin + std::uint64_t{warp} * U; t0 < end; t0 += std::uint64_t{grouped_warps} * U) {
+    const std::uint32_t bs = a.shape.block_size;
+    const std::uint64_t first_tile = begin + std::uint64_t{warp} * U;
+    paged_cursor tile = paged_cursor::at(first_tile, bs);
+    for (std::uint64_t t0 = first_tile; t0 < end;
+         t0 += std::uint64_t{grouped_warps} * U, tile = tile.advanced(grouped_warps * U, bs)) {
         const unsigned valid = end - t0 < U ? static_cast<unsigned>(end - t0) : U;
         // Every load of the tile is issued before any arithmetic uses one.
         float k[U][E], v[U][E];
+        paged_cursor at_token = tile;
 #pragma unroll
         for (unsigned u = 0; u < U; ++u) {
             if (u < valid) {
-                const std::uint64_t t = t0 + u;
-                const std::size_t at = std::size_t{a.block_table[t / a.shape.block_size]} * stride +
-                                       static_cast<std::size_t>(t % a.shape.block_size) * row + std::size_t{kvh} * D;
+                const std::size_t at = std::size_t{a.block_table[at_token.block]} * stride +
+                                       std::size_t{at_token.offset} * row + std::size_t{kvh} * D;
                 load_lane_channels<E>(a.k_cache.data() + at, lane, k[u]);
                 load_lane_channels<E>(a.v_cache.data() + at, lane, v[u]);
             } else {
 #pragma unroll
                 for (unsigned e = 0; e < E; ++e) k[u][e] = v[u][e] = 0.0f;
             }
+            at_token = at_token.advanced(1, bs);
         }
         float vals[N];
 #pragma unroll
