@@ -347,6 +347,39 @@ float simulated_kernel_score(const std::vector<float>& q, const T* mn, const T* 
     return partial[0];
 }
 
+
+}  // namespace
+
+TEST_CASE("quest score partial: the stepped term walk adds the same terms in the same order as dividing out "
+          "each term's head and channel", "[kv_element][device_math][quest]") {
+    std::mt19937_64 rng(919);
+    std::normal_distribution<float> g(0.0f, 2.0f);
+    for (int round = 0; round < 300; ++round) {
+        const std::uint32_t kv = 1 + static_cast<std::uint32_t>(rng() % 4), group = 1 + static_cast<std::uint32_t>(rng() % 5);
+        const std::uint32_t q_heads = kv * group, d = 1 + static_cast<std::uint32_t>(rng() % 160);
+        std::vector<float> q(std::size_t{q_heads} * d), mn(std::size_t{kv} * d), mx(mn.size());
+        for (float& x : q) x = g(rng);
+        for (std::size_t i = 0; i < mn.size(); ++i) {
+            const float a = g(rng), b = g(rng);
+            mn[i] = std::min(a, b);
+            mx[i] = std::max(a, b);
+        }
+        const std::uint32_t stride = 1 + static_cast<std::uint32_t>(rng() % 300);
+        for (std::uint32_t first = 0; first < stride + 2; ++first) {
+            float want = 0.0f;
+            for (std::uint32_t e = first; e < q_heads * d; e += stride) {
+                const std::size_t m = std::size_t{e / d / group} * d + e % d;
+                want += quest_channel_term(q[e], mn[m], mx[m]);
+            }
+            const float got = quest_score_thread_partial(q.data(), mn.data(), mx.data(), q_heads, group, d, first, stride);
+            INFO("d " << d << ", group " << group << ", stride " << stride << ", first " << first);
+            REQUIRE(std::bit_cast<std::uint32_t>(got) == std::bit_cast<std::uint32_t>(want));
+        }
+    }
+}
+
+namespace {
+
 struct shape {
     std::uint32_t q_heads, kv_heads, d, block_size, blocks;
 };

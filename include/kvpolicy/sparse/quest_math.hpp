@@ -109,10 +109,26 @@ template <kv_element T>
                                                                           std::uint32_t stride) noexcept {
     float partial = 0.0f;
     const std::uint32_t n = num_q_heads * head_dim;
-    for (std::uint32_t e = first; e < n; e += stride) {
-        const std::uint32_t h = e / head_dim, c = e % head_dim;
-        const std::size_t m = std::size_t{h / group} * head_dim + c;
+    if (first >= n) return partial;
+    // Term e is query head h = e / head_dim, channel c = e % head_dim, KV
+    // head h / group; all three are stepped along with e rather than
+    // divided out per term (three integer divisions cost more than the
+    // term's arithmetic on a GPU). The terms and their order are the same.
+    std::uint32_t c = first % head_dim, h = first / head_dim;
+    std::uint32_t kv = h / group, in_group = h % group;
+    for (std::uint32_t e = first;;) {
+        const std::size_t m = std::size_t{kv} * head_dim + c;
         partial += quest_channel_term(query[e], key_min[m], key_max[m]);
+        if (n - e <= stride) break;
+        e += stride;
+        c += stride;
+        while (c >= head_dim) {
+            c -= head_dim;
+            if (++in_group == group) {
+                in_group = 0;
+                ++kv;
+            }
+        }
     }
     return partial;
 }
