@@ -54,6 +54,7 @@
 
 #include "kvpolicy/sparse/decode_attention_math.hpp"
 #include "kvpolicy/sparse/full_attention.hpp"
+#include "kvpolicy/sparse/grouped_decode_math.hpp"
 #include "kvpolicy/sparse/kv_element.hpp"
 #include "kvpolicy/sparse/layerwise_prefill.hpp"
 #include "kvpolicy/sparse/lse_merge.hpp"

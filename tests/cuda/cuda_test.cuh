@@ -3,8 +3,10 @@
 // GPU. Checks count failures and report them with file and line.
 #pragma once
 
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <string_view>
 
 #include <kvpolicy/cuda/check.cuh>
 
@@ -18,6 +20,15 @@ inline int skip_without_device(const char* program) {
         return skip_code;
     }
     return 0;
+}
+
+/// How much smaller the largest inputs are: 10 when KVPOLICY_CUDA_TEST_SCALE
+/// is "small" (scripts/gpu-check.sh sets it for compute-sanitizer, where
+/// racecheck made a 10^6-score selection run past five minutes), else 1.
+/// Every code path still runs; only the item counts of the big cases shrink.
+inline std::size_t large_input_divisor() {
+    const char* scale = std::getenv("KVPOLICY_CUDA_TEST_SCALE");
+    return scale != nullptr && std::string_view(scale) == "small" ? 10 : 1;
 }
 }  // namespace kvpolicy::cuda::testing
 
