@@ -14,7 +14,10 @@
 //   prefix-ties as still fit) and CUB sorts just those k. Kernels after the
 //   stop return at once, so nothing waits on the host between passes.
 // `automatic` takes radix_select when k <= N / 4. CCCL 3.0 has no
-// cub::DeviceTopK, hence the hand-written select.
+// cub::DeviceTopK, hence the hand-written select. For float scores and
+// N <= 4096 (Quest's candidates), `automatic` instead sorts every key in
+// one CTA (small_select_kernel): one launch, where the passes above cost
+// more in launch latency than in work at that size.
 //
 // CUB's conventions: two-phase temporary storage (a null `d_temp_storage`
 // makes the call a size query, so nothing allocates on the hot path) and an
