@@ -142,6 +142,20 @@ TEST_CASE("kv_element: narrowing rounds to nearest, ties to even, overflow to in
 
 namespace {
 
+// o and lse against the reference's, to fp32 rounding; an empty head's lse
+// (-inf) exactly.
+void require_attention_close(const std::vector<float>& o, const std::vector<float>& lse,
+                             const std::vector<float>& o_ref, const std::vector<float>& lse_ref) {
+    for (std::size_t h = 0; h < lse.size(); ++h) {
+        if (std::isinf(lse_ref[h])) {
+            REQUIRE(lse[h] == lse_ref[h]);
+        } else {
+            REQUIRE(std::abs(lse[h] - lse_ref[h]) <= 2e-5f * (1.0f + std::abs(lse_ref[h])));
+        }
+    }
+    for (std::size_t i = 0; i < o.size(); ++i) REQUIRE(std::abs(o[i] - o_ref[i]) <= 2e-5f * (1.0f + std::abs(o_ref[i])));
+}
+
 template <class T>
 void check_warp_decode(std::mt19937_64& rng) {
     std::normal_distribution<float> g(0.0f, 1.0f);
@@ -168,14 +182,7 @@ void check_warp_decode(std::mt19937_64& rng) {
         std::vector<float> o(q.size()), lse(s.num_q_heads), o_ref(q.size()), lse_ref(s.num_q_heads);
         testing::warp_decode(q.data(), k.data(), v.data(), table, tokens, s, std::size_t{s.block_size} * kv_heads * d, o, lse);
         reference_decode_attention(q, {.k = kw, .v = vw}, table, tokens, s, o_ref, lse_ref);
-        for (std::size_t h = 0; h < lse.size(); ++h) {
-            if (std::isinf(lse_ref[h])) {
-                REQUIRE(lse[h] == lse_ref[h]);
-            } else {
-                REQUIRE(std::abs(lse[h] - lse_ref[h]) <= 2e-5f * (1.0f + std::abs(lse_ref[h])));
-            }
-        }
-        for (std::size_t i = 0; i < o.size(); ++i) REQUIRE(std::abs(o[i] - o_ref[i]) <= 2e-5f * (1.0f + std::abs(o_ref[i])));
+        require_attention_close(o, lse, o_ref, lse_ref);
     }
 }
 
@@ -271,14 +278,7 @@ void check_grouped_decode(std::mt19937_64& rng) {
         reference_decode_attention(q, {.k = kw, .v = vw, .block_stride = block_stride}, table, tokens, s, o_ref,
                                    lse_ref);
         INFO("d " << d << ", group " << group << ", GMax " << GMax << ", tokens " << tokens << ", splits " << splits);
-        for (std::size_t h = 0; h < lse.size(); ++h) {
-            if (std::isinf(lse_ref[h])) {
-                REQUIRE(lse[h] == lse_ref[h]);
-            } else {
-                REQUIRE(std::abs(lse[h] - lse_ref[h]) <= 2e-5f * (1.0f + std::abs(lse_ref[h])));
-            }
-        }
-        for (std::size_t i = 0; i < o.size(); ++i) REQUIRE(std::abs(o[i] - o_ref[i]) <= 2e-5f * (1.0f + std::abs(o_ref[i])));
+        require_attention_close(o, lse, o_ref, lse_ref);
     }
 }
 

@@ -378,6 +378,25 @@ __global__ void __launch_bounds__(small_select_threads)
     return k <= n / 4 ? select_algorithm::radix_select : select_algorithm::radix_sort;
 }
 
+/// The two-phase storage protocol every selection path shares: a null
+/// d_temp_storage is a size query (sets temp_storage_bytes to `total`,
+/// returns false: enqueue nothing); otherwise checks the storage and the
+/// pointers and returns true. Throws: usage_error, naming what is short.
+inline bool select_storage_ready(const void* d_temp_storage, std::size_t& temp_storage_bytes, std::size_t total,
+                                 const select_status* d_status, bool missing_out, bool missing_scores) {
+    if (d_temp_storage == nullptr) {
+        temp_storage_bytes = total;
+        return false;
+    }
+    if (temp_storage_bytes < total)
+        throw usage_error("select_lowest: temporary storage has " + std::to_string(temp_storage_bytes) +
+                          " bytes, this call needs " + std::to_string(total) +
+                          "; ask with a null d_temp_storage first, with the same n, k and algorithm");
+    if (d_status == nullptr || missing_out || missing_scores)
+        throw usage_error("select_lowest: d_status, d_out (k > 0) and d_scores (n > 0) must be device pointers");
+    return true;
+}
+
 /// The selection behind select_lowest and score.cuh's fused retention path:
 /// digit 0 (or the key build) reads `first`; with `materialize`, it also
 /// stores the scores it read in temp storage, and later passes read those;
@@ -392,17 +411,10 @@ void select_lowest_from(void* d_temp_storage, std::size_t& temp_storage_bytes, S
     k = std::min(k, num_items);
     if constexpr (std::is_same_v<Score, float>) {
         if (algorithm == select_algorithm::automatic && num_items <= small_select_max) {
-            const std::size_t need = 1;  // scores are read once, into registers: nothing to keep
-            if (d_temp_storage == nullptr) {
-                temp_storage_bytes = need;
+            // Scores are read once, into registers: nothing to keep.
+            if (!select_storage_ready(d_temp_storage, temp_storage_bytes, 1, d_status, k > 0 && d_out == nullptr,
+                                      num_items > 0 && !materialize && d_scores == nullptr))
                 return;
-            }
-            if (temp_storage_bytes < need)
-                throw usage_error("select_lowest: temporary storage has " + std::to_string(temp_storage_bytes) +
-                                  " bytes, this call needs " + std::to_string(need) +
-                                  "; ask with a null d_temp_storage first, with the same n, k and algorithm");
-            if (d_status == nullptr || (k > 0 && d_out == nullptr) || (num_items > 0 && !materialize && d_scores == nullptr))
-                throw usage_error("select_lowest: d_status, d_out (k > 0) and d_scores (n > 0) must be device pointers");
             small_select_kernel<Source><<<1, small_select_threads, 0, stream>>>(first, d_ids, num_items, k, d_out,
                                                                                 d_status);
             KVPOLICY_CUDA_CHECK(cudaGetLastError());
@@ -423,16 +435,9 @@ void select_lowest_from(void* d_temp_storage, std::size_t& temp_storage_bytes, S
     const std::size_t scores_at = align_up(sorted_at + sorted * sizeof(key_t));
     const std::size_t cub_at = align_up(scores_at + (materialize ? std::size_t{num_items} * sizeof(Score) : 0));
     const std::size_t total = cub_at + std::max<std::size_t>(cub_bytes, 1);
-    if (d_temp_storage == nullptr) {
-        temp_storage_bytes = total;
+    if (!select_storage_ready(d_temp_storage, temp_storage_bytes, total, d_status, k > 0 && d_out == nullptr,
+                              num_items > 0 && !materialize && d_scores == nullptr))
         return;
-    }
-    if (temp_storage_bytes < total)
-        throw usage_error("select_lowest: temporary storage has " + std::to_string(temp_storage_bytes) +
-                          " bytes, this call needs " + std::to_string(total) +
-                          "; ask with a null d_temp_storage first, with the same n, k and algorithm");
-    if (d_status == nullptr || (k > 0 && d_out == nullptr) || (num_items > 0 && !materialize && d_scores == nullptr))
-        throw usage_error("select_lowest: d_status, d_out (k > 0) and d_scores (n > 0) must be device pointers");
 
     auto* base = static_cast<unsigned char*>(d_temp_storage);
     auto* state = reinterpret_cast<radix_state<Score>*>(base);
