@@ -4,13 +4,15 @@
 // Shape: 16-token blocks, 8 KV heads x 128 channels, 32 query heads (GQA 4),
 // K and V (and Quest's metadata) in fp32, then bf16, then fp16, with fp32
 // accumulation; token budget 4096 (256 blocks). Rows, per type and context
-// length: full attention (split-KV, the best of 16..128 splits), Quest
+// length: full attention (split-KV, the best of 16..256 splits), Quest
 // scoring + top-K (select_top_device: query check, scores and radix select
 // enqueued back to back, no host round trip), attention over the 256 chosen
 // blocks, and device_quest::select end to end (synchronous, host ids in and
 // out). The ratio full / (score + top-K + sparse attention) is what Quest
-// saves when the KV is already on the GPU; with the KV offloaded, the loads
-// it saves count too (loader_bench). The bf16 full-attention rows print
+// saves when the KV is already on the GPU. With the KV offloaded (pinned
+// CPU memory, Quest's metadata on the GPU), the "offloaded K/V" line times
+// loading every block then full attention against device_quest::select,
+// loading the chosen blocks, then sparse attention. The bf16 full-attention rows print
 // their ratio to PyTorch SDPA bf16 on an H100 (issue #13's 90.8 us at 32K,
 // 207.9 us at 128K), meaningful only when this runs on an H100.
 // Under each row, every figure with its bound: the bytes it must move at the
@@ -20,6 +22,7 @@
 //   quest_bench [--reps N] [--json FILE]
 #include <kvpolicy/cuda/attention.cuh>
 #include <kvpolicy/cuda/quest.cuh>
+#include <kvpolicy/cuda/ring.cuh>
 #include <kvpolicy/cuda/select.cuh>
 #include <kvpolicy/sparse/kv_element.hpp>
 
@@ -134,6 +137,45 @@ void run_type(int reps, double d2d, cudaStream_t stream, bench::json_rows& json)
                                            .query = d_q.view(std::size_t{q_heads} * d)};
         const double select_us = bench::time_wall_us(reps, [&] { (void)quest.select(available, ctx, out); });
 
+        // The offload case: K/V in pinned CPU memory (the CPU tier), Quest's
+        // metadata on the GPU (kept at offload time). Full attention must
+        // bring every block over PCIe first; Quest brings the blocks it
+        // selects. Both load with the gather kernel into one ring slot and
+        // attend over it (split-KV); wall time, host ids included.
+        pinned_block_arena host(blocks, block_values * sizeof(T));
+        KVPOLICY_CUDA_CHECK(cudaMemcpy(host.host_view().data(), d_cache.get(), host.host_view().size(),
+                                       cudaMemcpyDeviceToHost));
+        ring_loader ring(host, {.num_layers = 1, .blocks_per_layer = blocks, .num_slots = 1, .slot_blocks = blocks,
+                                .method = gather_method::gather_kernel});
+        std::vector<block_id> all_ids(blocks), chosen(blocks);
+        for (std::uint32_t i = 0; i < blocks; ++i) all_ids[i] = block_id{i};
+        std::size_t slot_temp_bytes = 0;
+        const auto slot_args = [&](std::uint32_t n_blocks) {
+            const device_span<const T> slot = ring.template slot_view<T>(0);
+            return basic_paged_decode_args<T>{.q = d_q.view(), .k_cache = slot,
+                                              .v_cache = slot.subspan(block_values / 2),
+                                              .block_stride = block_values, .block_table = d_ids.view(n_blocks),
+                                              .num_tokens = std::uint64_t{n_blocks} * bs, .shape = shape,
+                                              .o = d_o.view(), .lse = d_lse.view()};
+        };
+        paged_decode_attention_split({}, slot_temp_bytes, slot_args(blocks), full_splits, ring.compute_stream());
+        device_buffer<std::byte> slot_temp(slot_temp_bytes);
+        const auto load_and_attend = [&](std::span<const block_id> ids, std::uint32_t splits) {
+            ring.load_to_slot(0, layer_index{0}, ids);
+            ring.wait_slot(0);
+            const auto n = static_cast<std::uint32_t>(ids.size());
+            std::size_t bytes = 0;
+            paged_decode_attention_split({}, bytes, slot_args(n), splits, ring.compute_stream());
+            paged_decode_attention_split(slot_temp.view(), bytes, slot_args(n), splits, ring.compute_stream());
+            ring.record_compute_done(0);
+            ring.synchronize();
+        };
+        const double offload_full_us = bench::time_wall_us(reps, [&] { load_and_attend(all_ids, full_splits); });
+        const double offload_quest_us = bench::time_wall_us(reps, [&] {
+            const std::size_t n = quest.select(all_ids, ctx, chosen);
+            load_and_attend(std::span<const block_id>(chosen).first(n), sparse_splits);
+        });
+
         const double total = score_us + sparse_us;
         std::printf("%8uK %7u %12.1f %7u %12.1f %12.1f %12.1f %12.1f %8.1fx\n", tokens / 1024, blocks, full_us,
                     full_splits, score_us, sparse_us, total, select_us, full_us / total);
@@ -148,6 +190,9 @@ void run_type(int reps, double d2d, cudaStream_t stream, bench::json_rows& json)
                            {meta_bytes + 4.0 * q_heads * d + 8.0 * middle + 4.0 * keep, d2d});
         bench::print_bound("sparse attention", sparse_us,
                            {static_cast<double>(budget_blocks) * kv_bytes + io_bytes, d2d});
+        std::printf("    offloaded K/V (pinned CPU memory, gather kernel): load all + full attention %.1f us, "
+                    "Quest select + load chosen + sparse attention %.1f us: %.1fx\n",
+                    offload_full_us, offload_quest_us, offload_full_us / offload_quest_us);
         if constexpr (std::same_as<T, bf16>)
             for (const sdpa_reference& r : sdpa_bf16_h100)
                 if (r.tokens == tokens)
@@ -159,6 +204,8 @@ void run_type(int reps, double d2d, cudaStream_t stream, bench::json_rows& json)
                  ", \"quest_score_topk_us\": " + std::to_string(score_us) +
                  ", \"sparse_attention_us\": " + std::to_string(sparse_us) +
                  ", \"select_end_to_end_us\": " + std::to_string(select_us) +
+                 ", \"offload_full_us\": " + std::to_string(offload_full_us) +
+                 ", \"offload_quest_us\": " + std::to_string(offload_quest_us) +
                  ", \"d2d_bytes_per_s\": " + std::to_string(d2d) + "}");
     }
 }
