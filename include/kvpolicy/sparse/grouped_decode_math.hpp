@@ -12,8 +12,9 @@
 // and lane `lane` owns the E contiguous channels [lane E, lane E + E) of a
 // row (head_dim = 32 E, so a row is one coalesced load per warp, 8 to 32
 // bytes per lane). Per tile, every lane forms its share of q . k for each
-// head (`grouped_lane_shares`), the warp sums the shares (a shuffle
-// butterfly, so every lane holds the logits), and every lane folds the tile
+// head (`grouped_lane_shares`), the warp sums the shares (a reduce-scatter,
+// below, whose totals every lane then reads from shared memory), and every
+// lane folds the tile
 // into its online-softmax state per head (`grouped_decode_lane::fold`:
 // running max m, denominator l and its channels of the weighted value sum;
 // one rescale per tile, not per token). At the end the CTA's warps are

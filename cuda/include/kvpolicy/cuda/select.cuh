@@ -341,7 +341,8 @@ __global__ void __launch_bounds__(small_select_threads)
             atomicAdd(&nan_count, 1u);
             atomicMin(&nan_index, i);
         } else {
-            keys[j] = (std::uint64_t{ordered_bits(s)} << 32) | id_at(ids, i);
+            const select_key<float> key = make_select_key(s, id_at(ids, i));
+            keys[j] = (std::uint64_t{key.score} << 32) | key.id;  // one radix key, score above id
         }
     }
     sort_t(temp).Sort(keys);  // blocked: thread t holds ranks t * items ..
