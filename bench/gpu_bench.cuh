@@ -121,21 +121,42 @@ inline void print_bound(const char* name, double measured_us, bound b) {
 }
 
 struct options {
-    int reps = 0;               ///< 0: each benchmark's default
-    const char* json = nullptr;  ///< write rows here too
+    int reps = 0;                        ///< 0: each benchmark's default
+    const char* json = nullptr;          ///< write rows here too
+    std::vector<std::uint32_t> tokens;  ///< --tokens: prompt lengths, for the benchmarks that take them
 };
 
-inline options parse(int argc, char** argv) {
+/// Parses --reps N, --json FILE and, where `takes_tokens`, --tokens N[,N...].
+/// Also makes stdout line-buffered: a benchmark run under a time limit (as
+/// gpu-check.sh's are) keeps every row it finished, where a full buffer
+/// would lose them all when the run is killed.
+inline options parse(int argc, char** argv, bool takes_tokens = false) {
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);
     options o;
+    const auto usage = [&] {
+        std::fprintf(stderr, "usage: %s [--reps N] [--json FILE]%s\n", argv[0],
+                     takes_tokens ? " [--tokens N[,N...]]" : "");
+        std::exit(2);
+    };
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
             o.reps = std::atoi(argv[++i]);
         else if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc)
             o.json = argv[++i];
-        else {
-            std::fprintf(stderr, "usage: %s [--reps N] [--json FILE]\n", argv[0]);
-            std::exit(2);
-        }
+        else if (takes_tokens && std::strcmp(argv[i], "--tokens") == 0 && i + 1 < argc) {
+            for (const char* p = argv[++i]; *p != '\0';) {
+                char* end = nullptr;
+                const unsigned long n = std::strtoul(p, &end, 10);
+                if (end == p || n == 0 || n > (1ul << 24) || (*end != ',' && *end != '\0')) {
+                    std::fprintf(stderr, "%s: --tokens wants positive lengths up to 16M separated by commas, got '%s'\n",
+                                 argv[0], argv[i]);
+                    std::exit(2);
+                }
+                o.tokens.push_back(static_cast<std::uint32_t>(n));
+                p = *end == ',' ? end + 1 : end;
+            }
+        } else
+            usage();
     }
     return o;
 }

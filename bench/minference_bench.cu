@@ -16,7 +16,7 @@
 // cover it); the kernels' work depends only on the index sizes. Medians of
 // --reps runs (default 3: dense 128K runs for seconds).
 //
-//   minference_bench [--reps N] [--json FILE]
+//   minference_bench [--reps N] [--json FILE] [--tokens N[,N...]]   (default 32768,131072)
 #include <kvpolicy/cuda/minference.cuh>
 
 #include <algorithm>
@@ -71,7 +71,9 @@ double scored_keys_sparse(const vertical_slash_index& x) {
 }  // namespace
 
 int run(int argc, char** argv) {
-    const bench::options opt = bench::parse(argc, argv);
+    const bench::options opt = bench::parse(argc, argv, /*takes_tokens=*/true);
+    const std::vector<std::uint32_t> lengths =
+        opt.tokens.empty() ? std::vector<std::uint32_t>{32768u, 131072u} : opt.tokens;
     if (int rc = bench::skip_without_gpu("minference_bench")) return rc;
     try {
         constexpr std::uint32_t q_heads = 32, kv_heads = 8, d = 128;
@@ -84,7 +86,7 @@ int run(int argc, char** argv) {
                     bench::gpu_name().c_str(), q_heads, kv_heads, d, peak.fp32_flops / 1e12, peak.bytes / 1e9, reps);
         std::printf("%-8s %-24s %12s %12s %10s %12s %12s %12s\n", "tokens", "row", "time ms", "keys/query",
                     "TFLOP/s", "FLOP bnd ms", "byte bnd ms", "dense/row");
-        for (std::uint32_t n : {32768u, 131072u}) {
+        for (const std::uint32_t n : lengths) {
             const std::size_t q_size = std::size_t{n} * q_heads * d, kv_size = std::size_t{n} * kv_heads * d;
             device_buffer<float> q(q_size), k(kv_size), v(kv_size), o(q_size), lse(std::size_t{n} * q_heads);
             bench::fill_uniform(q.get(), q_size, 1);
