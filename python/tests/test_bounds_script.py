@@ -12,6 +12,7 @@ import pathlib
 import random
 
 import pytest
+from prefix_forests import random_requests
 
 _path = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "popularity-bounds.py"
 _spec = importlib.util.spec_from_file_location("popularity_bounds", _path)
@@ -20,17 +21,8 @@ _spec.loader.exec_module(bounds)
 
 
 def random_trace(rng, requests, sessions, nodes=120):
-    parent = [-1 if v == 0 or rng.random() < 0.15 else rng.randrange(v) for v in range(nodes)]
-    trace, who = [], []
-    for _ in range(requests):
-        end = rng.randrange(30 if rng.random() < 0.5 else nodes)
-        chain = []
-        while end >= 0:
-            chain.insert(0, 1000 + end)
-            end = parent[end]
-        trace.append(chain)
-        who.append(rng.randrange(sessions))
-    return trace, who
+    trace = random_requests(rng, requests, nodes)
+    return trace, [rng.randrange(sessions) for _ in trace]
 
 
 def naive_session_oracle(requests, sessions, capacity):

@@ -14,6 +14,8 @@ import random
 
 import pytest
 
+from prefix_forests import random_requests
+
 np = pytest.importorskip("numpy")
 
 _scripts = pathlib.Path(__file__).resolve().parents[2] / "scripts"
@@ -30,17 +32,8 @@ learned = _load("learned_bounds", "learned-bounds.py")
 bounds = _load("popularity_bounds", "popularity-bounds.py")
 
 
-def random_trace(rng, requests, nodes=150):
-    parent = [-1 if v == 0 or rng.random() < 0.15 else rng.randrange(v) for v in range(nodes)]
-    trace = []
-    for _ in range(requests):
-        end = rng.randrange(30 if rng.random() < 0.5 else nodes)
-        chain = []
-        while end >= 0:
-            chain.insert(0, 1000 + end)
-            end = parent[end]
-        trace.append(chain)
-    return trace
+def random_trace(rng, requests):
+    return random_requests(rng, requests, 150)
 
 
 def make(requests, rng):
