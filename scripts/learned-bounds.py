@@ -35,7 +35,8 @@ depth, blocks after it in its last request, that request's length and output
 tokens, children seen in the prefix tree, and use counts decayed with
 half-lives of 4, 32 and 256 requests. The model is LightGBM's gradient-
 boosted trees (pip install lightgbm; needed for the learned rows only),
-regressing log(1 + requests to the next use); the largest prediction goes.
+regressing log(1 + requests to the next use) on up to 100,000 samples; the
+largest prediction goes.
 
     scripts/learned-bounds.py [--modes hindsight,forward,online] [--capacity 1,5,10]
                               TRACE [TRACE ...]
@@ -194,10 +195,15 @@ def label(trace, capacity, i, b):
     return math.log1p(nu - i if nu is not None else 4 * len(trace.requests))
 
 
-def fit_lightgbm(xs, ys):
+def fit_lightgbm(xs, ys, max_rows=100_000):
+    """Gradient-boosted trees (100 of 31 leaves) on at most max_rows samples (a fixed-seed subsample)."""
     import lightgbm as lgb
     import numpy as np
-    return lgb.LGBMRegressor(n_estimators=200, num_leaves=63, learning_rate=0.05, verbose=-1).fit(np.array(xs), np.array(ys))
+    x, y = np.array(xs), np.array(ys)
+    if len(y) > max_rows:
+        keep = np.random.default_rng(0).choice(len(y), max_rows, replace=False)
+        x, y = x[keep], y[keep]
+    return lgb.LGBMRegressor(n_estimators=100, num_leaves=31, learning_rate=0.1, verbose=-1).fit(x, y)
 
 
 def model_score(model):
