@@ -13,3 +13,16 @@ def random_requests(rng, requests, nodes):
             end = parent[end]
         trace.append(chain)
     return trace
+
+
+def next_served_uses(requests, capacity):
+    """later[i][pos]: the next request after i that reads requests[i][pos] and fits the capacity (a
+    longer one is served uncached, so it is no use), or infinity: Belady's key in popularity-bounds'
+    replay (priority -later[i][pos])."""
+    later, seen = [None] * len(requests), {}
+    for i in range(len(requests) - 1, -1, -1):
+        later[i] = [seen.get(b, float("inf")) for b in requests[i]]
+        if len(requests[i]) <= capacity:
+            for b in requests[i]:
+                seen[b] = i
+    return later

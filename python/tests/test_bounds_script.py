@@ -12,7 +12,7 @@ import pathlib
 import random
 
 import pytest
-from prefix_forests import random_requests
+from prefix_forests import next_served_uses, random_requests
 
 _path = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "popularity-bounds.py"
 _spec = importlib.util.spec_from_file_location("popularity_bounds", _path)
@@ -89,12 +89,7 @@ def test_with_one_session_the_oracle_is_lru_and_never_beats_belady(seed):
         lru = bounds.replay(requests, capacity, lambda i, pos, b: i)
         assert oracle(requests, [0] * len(requests), capacity) == lru
         _, sessions = random_trace(random.Random(seed), 800, 5)
-        later, seen = [None] * len(requests), {}
-        for i in range(len(requests) - 1, -1, -1):
-            later[i] = [seen.get(b, float("inf")) for b in requests[i]]
-            if len(requests[i]) <= capacity:
-                for b in requests[i]:
-                    seen[b] = i
+        later = next_served_uses(requests, capacity)
         belady = bounds.replay(requests, capacity, lambda i, pos, b: -later[i][pos])
         assert oracle(requests, sessions, capacity) <= belady + 1e-12
 

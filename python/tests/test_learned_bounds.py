@@ -14,7 +14,7 @@ import random
 
 import pytest
 
-from prefix_forests import random_requests
+from prefix_forests import next_served_uses, random_requests
 
 np = pytest.importorskip("numpy")
 
@@ -41,12 +41,7 @@ def make(requests, rng):
 
 
 def belady_by_popularity_bounds(requests, capacity):
-    later, seen = [None] * len(requests), {}
-    for i in range(len(requests) - 1, -1, -1):
-        later[i] = [seen.get(b, float("inf")) for b in requests[i]]
-        if len(requests[i]) <= capacity:
-            for b in requests[i]:
-                seen[b] = i
+    later = next_served_uses(requests, capacity)
     return bounds.replay(requests, capacity, lambda i, pos, b: -later[i][pos])
 
 
