@@ -448,7 +448,9 @@ def test_vllm_subclass_when_vllm_is_installed(monkeypatch):
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
     monkeypatch.setitem(sys.modules, "vllm.v1.kv_offload.abstract", abstract)
     import kvpolicy.vllm as kv
+    import kvpolicy.vllm._legacy as legacy
 
+    importlib.reload(legacy)
     kv2 = importlib.reload(kv)
     try:
         m = kv2.VllmOffloadingManager(4, "arc", enable_events=True)
@@ -460,5 +462,6 @@ def test_vllm_subclass_when_vllm_is_installed(monkeypatch):
         assert [e.removed for e in m.take_events()] == [False]
     finally:
         monkeypatch.undo()
+        importlib.reload(legacy)
         importlib.reload(kv)
     assert kv.VllmOffloadingManager is None

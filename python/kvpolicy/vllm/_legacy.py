@@ -60,7 +60,7 @@ from typing import Any, Iterable, List, Optional
 
 import numpy as np
 
-from ._kvpolicy import OffloadCore
+from .._kvpolicy import OffloadCore
 
 __all__ = [
     "CPULoadStoreSpec",
