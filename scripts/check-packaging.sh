@@ -16,8 +16,8 @@
 #     from the system through the profile's [platform_requires]; `conan create`
 #     makes the package (with_redis where hiredis is) and builds and runs
 #     test_package/ against it.
-#  4. README.md quotes the `example-begin` blocks of test_package/CMakeLists.txt
-#     and of this script verbatim.
+#  4. README.md or the docs site (docs/) quotes the `example-begin` blocks of
+#     test_package/CMakeLists.txt and of this script verbatim.
 #
 # Builds under build/packaging/, installs under a temporary directory that is
 # removed at exit. Extra time in CI: about a minute (see the last line).
@@ -141,11 +141,11 @@ EOF
 conan create . -pr:a "$profile" -o "&:cuda=$cuda_option" -o "&:with_redis=$redis_option" -vwarning  # then builds and runs test_package/
 # example-end
 
-# --- 4. the README quotes what was built ----------------------------------------
-step "README quotes"
+# --- 4. the README and the docs quote what was built -----------------------------
+step "README and docs quote"
 python3 - README.md test_package/CMakeLists.txt scripts/check-packaging.sh <<'PY'
-import re, sys, textwrap
-readme = open(sys.argv[1]).read()
+import pathlib, re, sys, textwrap
+readme = open(sys.argv[1]).read() + "".join(p.read_text() for p in sorted(pathlib.Path("docs").rglob("*.md")))
 missing = []
 for path in sys.argv[2:]:
     text = open(path).read()
@@ -153,7 +153,7 @@ for path in sys.argv[2:]:
         if textwrap.dedent(body) not in readme:
             missing.append(f"{path} [{name}]:\n{textwrap.dedent(body)}")
 if missing:
-    sys.exit("check-packaging: README.md must quote, verbatim:\n\n" + "\n".join(missing))
+    sys.exit("check-packaging: README.md or a page under docs/ must quote, verbatim:\n\n" + "\n".join(missing))
 PY
 
 echo "check-packaging: install, examples, pkg-config, FetchContent and Conan passed in $(( $(date +%s) - start )) s"

@@ -1,10 +1,13 @@
-// The README's code, compiled and run. Each block between `example-begin
-// NAME` and `example-end` below must appear verbatim in README.md; the last
-// test case checks that it does, so the README cannot drift from code that
-// builds.
+// The code of the README and the docs site, compiled and run. Each block
+// between `example-begin NAME` and `example-end` below must appear verbatim
+// in README.md or a page under docs/; the last test case checks that it
+// does, so the pages cannot drift from code that builds
+// (tests/docs/test_docs.py checks the other way: every C++ block of the site
+// names the example it quotes, and equals it).
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -117,8 +120,10 @@ std::string slurp(const std::string& path) {
 }
 }  // namespace
 
-TEST_CASE("README quotes this file's examples verbatim", "[readme]") {
-    const std::string readme = slurp(std::string(KVPOLICY_SOURCE_DIR) + "/README.md");
+TEST_CASE("README or docs quote this file's examples verbatim", "[readme]") {
+    std::string readme = slurp(std::string(KVPOLICY_SOURCE_DIR) + "/README.md");
+    for (const auto& page : std::filesystem::recursive_directory_iterator(std::string(KVPOLICY_SOURCE_DIR) + "/docs"))
+        if (page.path().extension() == ".md") readme += slurp(page.path().string());
     const std::string self = slurp(std::string(KVPOLICY_SOURCE_DIR) + "/tests/readme_examples.cpp");
     std::size_t pos = 0;
     int blocks = 0;
@@ -128,7 +133,7 @@ TEST_CASE("README quotes this file's examples verbatim", "[readme]") {
         const std::size_t end = self.find("\n// example-end", body - 1) + 1;
         REQUIRE(end != 0);
         const std::string code = self.substr(body, end - body);
-        INFO("README.md must contain, verbatim:\n" << code);
+        INFO("README.md or a page under docs/ must contain, verbatim:\n" << code);
         REQUIRE(readme.find(code) != std::string::npos);
         pos = end;
         ++blocks;
