@@ -8,7 +8,8 @@
 # must-not-compile cases build and run where nvcc is (reported as skipped
 # where no GPU is; the sanitizers never reach device programs, so the ASan
 # build leaves them out rather than compile them twice), the Python package
-# built by pip with its pytest suite, and packaging.
+# built by pip with its pytest suite, the docs site (scripts/docs.sh check),
+# and packaging.
 #
 # Two runs at once (two clones on one machine) do not meet: every build tree,
 # virtual environment and test file lives in the clone or in a fresh
@@ -34,7 +35,7 @@ ctest --preset tsan -L threads -j "$jobs"
 # the committed corpus; the asan suite above already replayed that corpus and
 # every crash reproducer.
 scripts/fuzz.sh
-# The build a new user types, exactly as the README shows it: the whole tree
+# The build a new user types, exactly as the docs show it: the whole tree
 # (tests, examples, tools, and the CUDA programs where nvcc is) in Release
 # with the system's g++ and no preset.
 # Outside the presets warnings are not errors (a user's compiler may know
@@ -56,13 +57,21 @@ ctest --test-dir build -j "$jobs" --output-on-failure
 # environment (build isolation fetches scikit-build-core and nanobind from
 # PyPI), with the project's warnings as errors, and pytest runs python/tests
 # against the installed package, with the plain build's kvpolicy-sim as
-# the simulator reference: 1.8 min wall in a clean clone on a 2-core machine (see the
-# README's "Install and use from Python").
+# the simulator reference: 1.8 min wall in a clean clone on a 2-core machine (see
+# docs/getting-started/python.md).
 venv=build/python-venv
 rm -rf "$venv"
 python3 -m venv "$venv"
 "$venv/bin/pip" install -q --config-settings=cmake.define.KVPOLICY_PYTHON_WARNINGS_AS_ERRORS=ON . pytest numpy
 KVPOLICY_SIM=build/tools/kvpolicy-sim "$venv/bin/python" -m pytest -q -p no:cacheprovider python/tests
+# The docs site (docs/, MkDocs Material; scripts/docs.sh): tests/docs checks
+# that every code block of the site that claims to compile or run is the code
+# the tests above compiled or ran, verbatim, that the simulator page's flags
+# are `kvpolicy-sim --help`'s and its sample run what the tool prints, and
+# that the plots' data equal the tables; then `mkdocs build --strict` (a
+# broken link, page, anchor or API reference fails), with the C++ API from the
+# headers through Doxygen and the Python API from the package just installed.
+KVPOLICY_PYTHON="$venv/bin/python" KVPOLICY_SIM=build/tools/kvpolicy-sim scripts/docs.sh check
 # kvpolicy as users take it: the installed package (CMake, pkg-config),
 # FetchContent and Conan, each built and run (about a minute).
 scripts/check-packaging.sh

@@ -1,4 +1,4 @@
-"""The README's Python example is this test's body, quoted verbatim."""
+"""The docs' Python example is this test's body, quoted verbatim (docs/getting-started/python.md)."""
 
 from conftest import REPO
 
@@ -28,10 +28,11 @@ def test_readme_example():
     # example-end
 
 
-def test_the_readme_quotes_the_example_verbatim():
+def test_the_docs_quote_the_example_verbatim():
     lines = open(__file__).read().splitlines()
     begin = next(i for i, line in enumerate(lines) if line.strip() == "# example-begin")
     end = next(i for i, line in enumerate(lines) if line.strip() == "# example-end")
     body = "\n".join(line[4:] for line in lines[begin + 1 : end]) + "\n"  # the test's indent removed
-    readme = (REPO / "README.md").read_text()
-    assert "```python\n" + body + "```" in readme, "README.md must quote python/tests/test_readme_example.py's example"
+    pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    quoted = [p for p in pages if "```python\n" + body + "```" in p.read_text()]
+    assert quoted, "README.md or a page under docs/ must quote python/tests/test_readme_example.py's example"
