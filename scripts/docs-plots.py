@@ -113,7 +113,7 @@ def plot(data):
     # Which policy: hit ratio against capacity, one panel per trace.
     study = data["which-policy.csv"][1:]
     traces = list(dict.fromkeys(r[0] for r in study))
-    fig, axes = plt.subplots(1, len(traces), figsize=(13, 4.2))
+    fig, axes = plt.subplots(len(traces), 1, figsize=(8, 10.5))
     styles = {"lru": dict(color="red", lw=2.5), "belady": dict(color="black", lw=2.5),
               "adaptive_kv": dict(color="tab:blue", lw=2), "session_aware_lru": dict(color="tab:green", lw=2),
               "lrfu": dict(color="tab:orange", lw=1.5), "reuse_oracle_lru": dict(color="gray", lw=1.5, ls="--")}
@@ -128,8 +128,8 @@ def plot(data):
         ax.set_xlabel("capacity, % of the trace's distinct blocks")
         ax.set_xticks([1, 5, 10])
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel("prefix hit ratio")
-    axes[-1].legend(loc="lower right", fontsize=8)
+        ax.set_ylabel("prefix hit ratio")
+    axes[0].legend(loc="lower right", fontsize=8)
     fig.suptitle("Which policy: hit ratio against capacity (thin grey: every other policy)")
     fig.tight_layout()
     fig.savefig(DOCS / "which-policy.png")

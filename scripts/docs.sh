@@ -21,9 +21,10 @@
 # Doxygen from Debian (scripts/install-deps.sh). The C++ API pages are
 # generated into docs/api/cpp/ (git-ignored) by scripts/docs-api.py on every
 # build. The Python API page reads the signatures and docstrings of an
-# installed kvpolicy (those its type stubs hold): KVPOLICY_PYTHON names an interpreter that has it
-# (default build/python-venv/bin/python, where scripts/test.sh installs it);
-# where it has none, the package is built into it first (about 2 minutes).
+# installed kvpolicy (those its type stubs hold): KVPOLICY_PYTHON names an
+# interpreter that has it (default build/python-venv/bin/python, where
+# scripts/test.sh installs it); where it has none, the package is built into
+# it first (about 2 minutes).
 # `check` needs the simulator: KVPOLICY_SIM (default build/tools/kvpolicy-sim,
 # the plain build's).
 set -euo pipefail
