@@ -1,20 +1,27 @@
 // Replay throughput of kvpolicy-sim's flat mode against the way such replays
 // are usually hand-written (std::ifstream + std::getline, std::unordered_map +
-// std::list LRU), and against the same LRU fed by kvpolicy's own CSV reader
-// (which isolates the cache structure), on the same CSV in the same run;
-// plus each one's peak RSS (each
-// replay runs in a child process so the figures are its own), and the
-// Mooncake JSONL parser against the CSV parser. Times are the child's CPU
-// time (user + system, from wait4), not wall time: on a shared machine a
-// waiting process would otherwise look slow; the replay is single-threaded,
-// so CPU time is the time it would take on an idle core.
+// std::list LRU), on the same CSV in the same run, whole process against
+// whole process: the user's command (`kvpolicy-sim --trace CSV --policy lru
+// --capacity C --output json`, exec'd as it is installed) against this
+// program re-exec'd to run the hand-written replay alone. Each figure is the
+// process's CPU time (user + system, from wait4: start-up, reading, replay,
+// output, exit), not wall time: on a shared machine a waiting process would
+// otherwise look slow; the replay is single-threaded, so CPU time is the
+// time it would take on an idle core. Below that, the library alone in a
+// forked child: the same map + list fed by kvpolicy's CSV reader (which
+// isolates the cache structure) and replay_flat<lru>; plus each one's peak
+// RSS and, given a JSONL, the Mooncake JSONL parser against the CSV parser.
 //
 //   scripts/mooncake-to-csv.py ../shared/traces/agentic/agentic_mix.jsonl.gz build/agentic_blocks.csv
-//   build/release/bench/sim_replay_bench build/agentic_blocks.csv 100000 ../shared/traces/agentic/agentic_mix.jsonl.gz
+//   build/release/bench/sim_replay_bench build/agentic_blocks.csv 10000,100000 [TRACE.jsonl[.gz]] [REPEATS]
+//
+// kvpolicy-sim is the one built beside this bench (KVPOLICY_SIM_PATH), or
+// the one named by the environment variable KVPOLICY_SIM.
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
@@ -151,47 +158,150 @@ outcome in_child(F f) {
     return o;
 }
 
+// A program run as its own process (argv[0] a path): its CPU time, peak
+// RSS and standard output. Exits the bench if it cannot start or fails.
+struct process_outcome {
+    double cpu_seconds = 0;
+    long peak_rss_kib = 0;
+    std::string out;
+};
+
+process_outcome run_process(const std::vector<std::string>& args) {
+    int fd[2];
+    if (pipe(fd) != 0) std::abort();
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        dup2(fd[1], STDOUT_FILENO);
+        close(fd[1]);
+        execv(argv[0], argv.data());
+        std::fprintf(stderr, "sim_replay_bench: cannot run %s\n", argv[0]);
+        _exit(127);
+    }
+    close(fd[1]);
+    process_outcome o;
+    char buf[4096];
+    for (ssize_t n; (n = read(fd[0], buf, sizeof buf)) > 0;) o.out.append(buf, static_cast<std::size_t>(n));
+    close(fd[0]);
+    int status = 0;
+    rusage usage{};
+    wait4(pid, &status, 0, &usage);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        std::fprintf(stderr, "sim_replay_bench: %s failed (status %d)\n", argv[0], status);
+        std::exit(1);
+    }
+    o.peak_rss_kib = usage.ru_maxrss;
+    o.cpu_seconds = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+                    1e-6 * static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+    return o;
+}
+
+// The number after `"key": ` in a JSON line, or ~0 if there is none.
+std::uint64_t json_field(const std::string& line, const std::string& key) {
+    const auto at = line.find("\"" + key + "\": ");
+    std::uint64_t v = ~std::uint64_t{0};
+    if (at != std::string::npos) {
+        const char* p = line.data() + at + key.size() + 4;
+        std::from_chars(p, line.data() + line.size(), v);
+    }
+    return v;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+    if (argc == 4 && std::string(argv[1]) == "--handwritten") {  // this program re-exec'd: the baseline alone
+        const outcome o = handwritten_lru(argv[2], std::strtoull(argv[3], nullptr, 10));
+        std::printf("{\"accesses\": %llu, \"misses\": %llu}\n", static_cast<unsigned long long>(o.accesses),
+                    static_cast<unsigned long long>(o.misses));
+        return 0;
+    }
     if (argc < 3) {
-        std::fprintf(stderr, "usage: %s BLOCKS.csv CAPACITY [TRACE.jsonl[.gz]] [REPEATS]\n", argv[0]);
+        std::fprintf(stderr, "usage: %s BLOCKS.csv CAPACITY[,CAPACITY...] [TRACE.jsonl[.gz]] [REPEATS]\n", argv[0]);
         return 2;
     }
     const std::string csv = argv[1];
-    const std::size_t capacity = std::strtoull(argv[2], nullptr, 10);
+    std::vector<std::size_t> capacities;
+    for (const char* p = argv[2]; *p != '\0';) {
+        char* end = nullptr;
+        capacities.push_back(std::strtoull(p, &end, 10));
+        if (end == p || capacities.back() == 0) {
+            std::fprintf(stderr, "sim_replay_bench: capacities '%s': give block counts, comma-separated\n", argv[2]);
+            return 2;
+        }
+        p = *end == ',' ? end + 1 : end;
+    }
     const std::string jsonl = argc > 3 ? argv[3] : "";
     const int repeats = argc > 4 ? std::atoi(argv[4]) : 3;
+    const char* sim_env = std::getenv("KVPOLICY_SIM");
+#ifdef KVPOLICY_SIM_PATH
+    const std::string sim = sim_env != nullptr ? sim_env : KVPOLICY_SIM_PATH;
+#else
+    if (sim_env == nullptr) {
+        std::fprintf(stderr, "sim_replay_bench: set KVPOLICY_SIM to the kvpolicy-sim binary\n");
+        return 2;
+    }
+    const std::string sim = sim_env;
+#endif
+    char self[4096];
+    const ssize_t self_len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (self_len <= 0) {
+        std::fprintf(stderr, "sim_replay_bench: cannot find its own binary in /proc/self/exe\n");
+        return 2;
+    }
+    self[self_len] = '\0';
     try {
-        outcome best_hand, best_base, best_ours;
-        for (int i = 0; i < repeats; ++i) {  // best of N: the machine is shared
-            const outcome h = in_child([&] { return handwritten_lru(csv, capacity); });
-            const outcome b = in_child([&] { return baseline_lru(csv, capacity); });
-            const outcome k = in_child([&] { return kvpolicy_lru(csv, capacity); });
-            if (b.misses != k.misses || h.misses != k.misses) {
-                std::fprintf(stderr, "disagreement: baseline %llu misses, kvpolicy %llu\n",
-                             static_cast<unsigned long long>(b.misses), static_cast<unsigned long long>(k.misses));
-                return 1;
+        outcome best_ours;
+        for (const std::size_t capacity : capacities) {
+            const std::string cap = std::to_string(capacity);
+            process_outcome best_hand, best_sim;
+            outcome best_base;
+            best_ours = {};
+            std::uint64_t accesses = 0, misses = 0;
+            for (int i = 0; i < repeats; ++i) {  // best of N: the machine is shared
+                const process_outcome h = run_process({self, "--handwritten", csv, cap});
+                const process_outcome k =
+                    run_process({sim, "--trace", csv, "--policy", "lru", "--capacity", cap, "--output", "json"});
+                const outcome b = in_child([&] { return baseline_lru(csv, capacity); });
+                const outcome l = in_child([&] { return kvpolicy_lru(csv, capacity); });
+                const std::uint64_t hm = json_field(h.out, "misses"), km = json_field(k.out, "misses");
+                const bool one_row = std::count(k.out.begin(), k.out.end(), '\n') == 1;
+                if (!one_row || hm != km || b.misses != km || l.misses != km) {
+                    std::fprintf(stderr,
+                                 "disagreement at capacity %zu: hand-written %llu misses, kvpolicy-sim %llu (%s), "
+                                 "reader + map %llu, replay_flat %llu\n",
+                                 capacity, static_cast<unsigned long long>(hm), static_cast<unsigned long long>(km),
+                                 one_row ? "one row" : "not one JSON row", static_cast<unsigned long long>(b.misses),
+                                 static_cast<unsigned long long>(l.misses));
+                    return 1;
+                }
+                accesses = json_field(h.out, "accesses");
+                misses = km;
+                if (i == 0 || h.cpu_seconds < best_hand.cpu_seconds) best_hand = h;
+                if (i == 0 || k.cpu_seconds < best_sim.cpu_seconds) best_sim = k;
+                if (i == 0 || b.cpu_seconds < best_base.cpu_seconds) best_base = b;
+                if (i == 0 || l.cpu_seconds < best_ours.cpu_seconds) best_ours = l;
             }
-            if (i == 0 || h.cpu_seconds < best_hand.cpu_seconds) best_hand = h;
-            if (i == 0 || b.cpu_seconds < best_base.cpu_seconds) best_base = b;
-            if (i == 0 || k.cpu_seconds < best_ours.cpu_seconds) best_ours = k;
+            const auto rate = [&](double seconds) { return static_cast<double>(accesses) / seconds; };
+            std::printf("flat LRU replay of %s, capacity %zu, %llu accesses, %llu misses (best of %d, CPU time)\n",
+                        csv.c_str(), capacity, static_cast<unsigned long long>(accesses),
+                        static_cast<unsigned long long>(misses), repeats);
+            std::printf("  %-48s %10s %14s %10s\n", "replay", "CPU s", "accesses/s", "peak RSS");
+            std::printf("  %-48s %10.3f %14.3e %7ld MiB\n", "process: hand-written, getline, map + list",
+                        best_hand.cpu_seconds, rate(best_hand.cpu_seconds), best_hand.peak_rss_kib / 1024);
+            std::printf("  %-48s %10.3f %14.3e %7ld MiB\n", "process: kvpolicy-sim --policy lru --output json",
+                        best_sim.cpu_seconds, rate(best_sim.cpu_seconds), best_sim.peak_rss_kib / 1024);
+            std::printf("  %-48s %10.3f %14.3e %7ld MiB\n", "library: kvpolicy's reader, map + list",
+                        best_base.cpu_seconds, rate(best_base.cpu_seconds), best_base.peak_rss_kib / 1024);
+            std::printf("  %-48s %10.3f %14.3e %7ld MiB\n", "library: kvpolicy's reader, replay_flat<lru>",
+                        best_ours.cpu_seconds, rate(best_ours.cpu_seconds), best_ours.peak_rss_kib / 1024);
+            std::printf("  kvpolicy-sim process vs hand-written process: %.2fx; replay_flat<lru> vs the same reader "
+                        "with map + list: %.2fx\n",
+                        best_hand.cpu_seconds / best_sim.cpu_seconds, best_base.cpu_seconds / best_ours.cpu_seconds);
         }
-        const double hand_rate = static_cast<double>(best_hand.accesses) / best_hand.cpu_seconds;
-        const double base_rate = static_cast<double>(best_base.accesses) / best_base.cpu_seconds;
-        const double ours_rate = static_cast<double>(best_ours.accesses) / best_ours.cpu_seconds;
-        std::printf("flat LRU replay of %s, capacity %zu, %llu accesses, %llu misses (best of %d)\n", csv.c_str(),
-                    capacity, static_cast<unsigned long long>(best_ours.accesses),
-                    static_cast<unsigned long long>(best_ours.misses), repeats);
-        std::printf("  %-38s %10s %14s %10s\n", "replay", "CPU s", "accesses/s", "peak RSS");
-        std::printf("  %-38s %10.3f %14.3e %7ld MiB\n", "hand-written: getline, map + list", best_hand.cpu_seconds,
-                    hand_rate, best_hand.peak_rss_kib / 1024);
-        std::printf("  %-38s %10.3f %14.3e %7ld MiB\n", "kvpolicy reader, map + list", best_base.cpu_seconds,
-                    base_rate, best_base.peak_rss_kib / 1024);
-        std::printf("  %-38s %10.3f %14.3e %7ld MiB\n", "kvpolicy-sim flat lru", best_ours.cpu_seconds, ours_rate,
-                    best_ours.peak_rss_kib / 1024);
-        std::printf("  kvpolicy-sim vs hand-written: %.2fx; vs the same reader with map + list: %.2fx\n",
-                    ours_rate / hand_rate, ours_rate / base_rate);
         if (!jsonl.empty()) {
             // Best of N as well: a first read after another program may find
             // the file out of the page cache.
@@ -210,15 +320,17 @@ int main(int argc, char** argv) {
             std::printf("  %-38s %14.3e  (%.2fx the CSV)\n",
                         gz ? "Mooncake JSONL hash ids (gzip)" : "Mooncake JSONL hash ids (plain)", jsonl_rate,
                         jsonl_rate / csv_rate);
+            const std::size_t capacity = capacities.back();
             const outcome kj = in_child([&] { return kvpolicy_lru_jsonl(jsonl, capacity); });
             if (kj.misses != best_ours.misses) {
                 std::fprintf(stderr, "disagreement: JSONL replay %llu misses, CSV replay %llu\n",
                              static_cast<unsigned long long>(kj.misses), static_cast<unsigned long long>(best_ours.misses));
                 return 1;
             }
-            std::printf("  %-38s %14.3e  (%.2fx the CSV replay)\n", "kvpolicy-sim flat lru from the JSONL",
+            const double ours_rate = static_cast<double>(best_ours.accesses) / best_ours.cpu_seconds;
+            std::printf("  %-38s %14.3e  (%.2fx the CSV replay at capacity %zu)\n", "replay_flat<lru> from the JSONL",
                         static_cast<double>(kj.accesses) / kj.cpu_seconds,
-                        static_cast<double>(kj.accesses) / kj.cpu_seconds / ours_rate);
+                        static_cast<double>(kj.accesses) / kj.cpu_seconds / ours_rate, capacity);
         }
     } catch (const kvpolicy::error& e) {
         std::fprintf(stderr, "sim_replay_bench: %s\n", e.what());

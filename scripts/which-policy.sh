@@ -44,7 +44,8 @@ mkdir -p "$out"
 
 run() {  # NAME FILE BLOCK_SIZE MATCH
     local name=$1 file=$2 block=$3 match=$4
-    local args=(--trace "$file" --mode prefix --block-size "$block" --policy "$policies" --capacity 1%,5%,10%)
+    # --bounds: the tables' gap column needs lru and belady even when --policy leaves them out.
+    local args=(--trace "$file" --mode prefix --block-size "$block" --policy "$policies" --capacity 1%,5%,10% --bounds)
     [ "$match" = 1 ] && args+=(--match-lru)
     echo "== $name" >&2
     "$sim" "${args[@]}" --plot "$out/$name.png" --csv-file "$out/$name.csv" --json-file "$out/$name.json" \

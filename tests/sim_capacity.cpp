@@ -92,6 +92,42 @@ TEST_CASE("share of the LRU -> Belady gap closed") {
     REQUIRE(csv.str().find(",0.250000,,,,,\n") != std::string::npos);  // arc at 10; flat: no session columns
 }
 
+TEST_CASE("kvpolicy-sim runs what was asked: the bounds with --bounds, LRU hidden as --match-lru's target") {
+    using names = std::vector<std::string>;
+    // A one-policy replay replays one policy, whatever it is.
+    for (const char* p : {"lru", "belady", "s3fifo"}) {
+        const sim::run_plan plan = sim::plan_runs({p}, false, false);
+        REQUIRE(plan.policies == names{p});
+        REQUIRE(plan.added_for_bounds.empty());
+        REQUIRE_FALSE(plan.lru_hidden);
+    }
+    REQUIRE(sim::plan_runs({"arc", "s3fifo", "arc"}, false, false).policies == names{"arc", "s3fifo"});
+    // --bounds adds what is missing of lru and belady, after the requested ones.
+    sim::run_plan b = sim::plan_runs({"arc", "belady"}, true, false);
+    REQUIRE(b.policies == names{"arc", "belady", "lru"});
+    REQUIRE(b.added_for_bounds == names{"lru"});
+    REQUIRE(sim::plan_runs({"lru", "belady"}, true, true).added_for_bounds.empty());
+    // --match-lru needs LRU's hit ratios: run, then dropped unless asked for.
+    sim::run_plan m = sim::plan_runs({"arc"}, false, true);
+    REQUIRE(m.policies == names{"arc", "lru"});
+    REQUIRE(m.lru_hidden);
+    REQUIRE_FALSE(sim::plan_runs({"arc", "lru"}, false, true).lru_hidden);
+    REQUIRE_FALSE(sim::plan_runs({"arc"}, true, true).lru_hidden);  // --bounds shows it
+
+    std::vector<sim::replay_result> rs(4);
+    const char* policies[] = {"arc", "lru", "arc", "lru"};
+    for (std::size_t i = 0; i < rs.size(); ++i) {
+        rs[i].policy = policies[i];
+        rs[i].capacity = i < 2 ? 10 : 100;
+    }
+    std::vector<sim::replay_result> kept = rs;
+    sim::keep_shown(kept, sim::plan_runs({"arc", "lru"}, false, true));
+    REQUIRE(kept.size() == 4);
+    sim::keep_shown(kept, m);
+    REQUIRE(kept.size() == 2);
+    REQUIRE((kept[0].policy == "arc" && kept[0].capacity == 10 && kept[1].policy == "arc" && kept[1].capacity == 100));
+}
+
 TEST_CASE("capacity needed to reach a hit ratio: bisection to the given precision") {
     // A hit ratio of c / 1000 (saturating at 1): 0.25 is first reached at 250.
     const auto hr = [](std::size_t c) { return std::min(1.0, static_cast<double>(c) / 1000.0); };

@@ -68,6 +68,7 @@ def simulate(
     threads: int = 0,
     skip_bad_lines: bool = False,
     return_hints: Optional[str] = None,
+    bounds: bool = False,
     as_frame: bool = False,
     **options: Any,
 ) -> Union[List[Dict[str, Any]], "pandas.DataFrame"]:  # noqa: F821
@@ -90,6 +91,9 @@ def simulate(
     from the trace's future, or ``"file:PATH"``, your own predictor's, one line
     per request (what an engine's ``TieredCache.release(...,
     expected_return=...)`` hints are worth); None: no hints.
+    bounds: ``kvpolicy-sim --bounds``: also run ``lru`` and ``belady`` where
+    ``policies`` leaves them out, for ``gap_closed`` (their rows come back
+    too); otherwise only the policies given run.
     The GIL is released while the runs go, in ``threads`` threads (0: all cores).
     """
     if isinstance(policies, str):
@@ -100,6 +104,7 @@ def simulate(
     text = _simulate_json(
         None if trace is None else str(trace), format, mode, list(policies), [int(c) for c in capacities],
         cpu_capacity, cpu_policy, block_size, layers, seed, threads, skip_bad_lines, cost, options, return_hints,
+        bounds,
     )
     rows = [json.loads(line) for line in text.splitlines() if line]
     if as_frame:

@@ -1,7 +1,7 @@
 // kvpolicy.simulate: kvpolicy-sim as a function. The runs are the tool's own
 // (tools/kvpolicy-sim/runs.cpp, run_flat.cpp, run_requests.cpp and the parts
 // sources.cmake generates, compiled into this module: the same input
-// loading, thread pool and gap column), and the results go out through the tool's JSON writer
+// loading, thread pool, gap column and --bounds), and the results go out through the tool's JSON writer
 // (sim::write_json_lines), so a field the simulator gains reaches Python
 // with no change here. Runs go in parallel threads with the GIL released.
 #include <algorithm>
@@ -37,7 +37,7 @@ void bind_simulate(nb::module_& m) {
            std::vector<std::string> policies, std::vector<std::size_t> capacities, std::size_t cpu_capacity,
            const std::string& cpu_policy, std::uint32_t block_size, std::uint32_t layers, std::uint64_t seed,
            unsigned threads, bool skip_bad_lines, const nb::dict& cost, const nb::dict& workload,
-           std::optional<std::string> return_hints) {
+           std::optional<std::string> return_hints, bool bounds) {
             options o;
             o.trace = trace.value_or("");
             o.format = format ? (*format == "csv" ? trace_format::csv : trace_format::mooncake)
@@ -75,6 +75,7 @@ void bind_simulate(nb::module_& m) {
                                              joined_names<eviction_policies>());
                 o.policies.push_back(p);
             }
+            o.policies = sim::plan_runs(o.policies, bounds, false).policies;  // kvpolicy-sim --bounds
             for (std::size_t c : capacities)
                 if (c == 0) throw config_error("simulate: capacity 0 cannot hold a block; give at least 1");
             o.capacities = std::move(capacities);
@@ -122,7 +123,7 @@ void bind_simulate(nb::module_& m) {
         nb::arg("trace").none(), nb::arg("format").none(), nb::arg("mode").none(), nb::arg("policies"),
         nb::arg("capacities"), nb::arg("cpu_capacity"), nb::arg("cpu_policy"), nb::arg("block_size"),
         nb::arg("layers"), nb::arg("seed"), nb::arg("threads"), nb::arg("skip_bad_lines"), nb::arg("cost"),
-        nb::arg("workload"), nb::arg("return_hints").none(),
+        nb::arg("workload"), nb::arg("return_hints").none(), nb::arg("bounds"),
         "kvpolicy-sim --output json, as text (kvpolicy.simulate parses it).");
 }
 

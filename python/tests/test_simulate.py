@@ -57,6 +57,10 @@ def test_flat_misses_equal_libcachesim_on_the_mooncake_block_csvs(traces):
               capacities=1827, return_hints="oracle:0.5")),
         (["--policy", "lru,gdsf", "--capacity", "800", "--sessions", "50"],
          dict(policies=["lru", "gdsf"], capacities=[800], sessions=50)),
+        (["--policy", "arc", "--capacity", "800", "--sessions", "50", "--bounds"],
+         dict(policies="arc", capacities=800, sessions=50, bounds=True)),
+        (["--policy", "s3fifo", "--capacity", "400,800", "--sessions", "50"],
+         dict(policies="s3fifo", capacities=[400, 800], sessions=50)),
     ],
 )
 def test_same_results_as_the_kvpolicy_sim_binary(traces, args, kwargs):
@@ -64,15 +68,16 @@ def test_same_results_as_the_kvpolicy_sim_binary(traces, args, kwargs):
     args = [a.replace("{m}", m) for a in args]
     kwargs = {k: (v.replace("{m}", m) if isinstance(v, str) else v) for k, v in kwargs.items()}
     out = subprocess.run([kvpolicy_sim(), *args, "--output", "json"], check=True, capture_output=True, text=True).stdout
-    # The tool adds lru and belady runs for its gap column when they are not asked for; simulate()
-    # runs what it is given (gap_closed is filled where both are among the policies).
-    asked = set(kwargs["policies"].split(",") if isinstance(kwargs["policies"], str) else kwargs["policies"])
-    expect = [e for e in (json.loads(line) for line in out.splitlines()) if e["policy"] in asked]
+    # Both run exactly what was asked: one row per (policy, capacity), plus lru and belady with
+    # --bounds / bounds=True.
+    asked = kwargs["policies"].split(",") if isinstance(kwargs["policies"], str) else kwargs["policies"]
+    caps = kwargs["capacities"] if isinstance(kwargs["capacities"], list) else [kwargs["capacities"]]
+    runs = asked + [p for p in ("lru", "belady") if kwargs.get("bounds") and p not in asked]
+    expect = [json.loads(line) for line in out.splitlines()]
+    assert [(e["policy"], e["capacity"]) for e in expect] == [(p, c) for c in caps for p in runs]
     got = kvpolicy.simulate(**kwargs)
     assert len(got) == len(expect) > 0
     timing = {"seconds", "accesses_per_second"}
-    if not {"lru", "belady"} <= asked:
-        timing |= {"gap_closed"}
     for g, e in zip(got, expect):
         assert set(g) == set(e)  # the same fields
         assert {k: v for k, v in g.items() if k not in timing} == {k: v for k, v in e.items() if k not in timing}

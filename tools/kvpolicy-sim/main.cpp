@@ -1,7 +1,7 @@
 // kvpolicy-sim: compare KV-cache policies on real or generated workloads.
 //
 //   kvpolicy-sim [--trace FILE] [--format mooncake|csv] [--mode flat|prefix|tiered]
-//                --policy NAME[,NAME...] --capacity N|P%[,...] [--cpu-capacity N] [--match-lru]
+//                --policy NAME[,NAME...] --capacity N|P%[,...] [--cpu-capacity N] [--bounds] [--match-lru]
 //                [--block-size T] [--layers L] [--output table|csv|json]
 //                [--plot FILE.png] [--seed S] [--threads K] [--return-hints ends|oracle[:SIGMA]|file:PATH]
 //
@@ -51,7 +51,10 @@ int main(int argc, char** argv) {
     app.add_option("--capacity", capacity_list,
                    "capacities, comma-separated: blocks, or P% of the trace's distinct blocks (the GPU tier in tiered mode)")
         ->required();
-    bool match = false;
+    bool match = false, bounds = false;
+    app.add_flag("--bounds", bounds,
+                 "also replay lru and belady at every capacity where not asked for: the gap column (share of the "
+                 "LRU -> Belady gap closed) and their rows; without it only the policies asked for run");
     app.add_flag("--match-lru", match,
                  "also find, per policy and capacity C, the least capacity reaching LRU's hit ratio at C (bisection over replays)");
     app.add_option("--cpu-capacity", o.cpu_capacity, "CPU tier in blocks (tiered mode)");
@@ -131,14 +134,11 @@ int main(int argc, char** argv) {
             o.policies.push_back(p);
         }
         const std::vector<sim::capacity_spec> specs = sim::parse_capacity_list(capacity_list);
-        // The gap column needs LRU and Belady at every capacity: run them
-        // even when not asked for (and say so).
-        std::vector<std::string> added;
-        for (const char* ref : {"lru", "belady"})
-            if (std::find(o.policies.begin(), o.policies.end(), ref) == o.policies.end()) {
-                o.policies.emplace_back(ref);
-                added.emplace_back(ref);
-            }
+        // Only what was asked runs: the gap column's LRU and Belady with
+        // --bounds (Belady reads the whole trace into memory first), LRU
+        // without a row of its own as --match-lru's target.
+        const sim::run_plan plan = sim::plan_runs(o.policies, bounds, match);
+        o.policies = plan.policies;
         // Default prefill cost: Llama-3-8B on an H100 at ~400 TFLOP/s
         // effective: 2 x 8e9 FLOPs per token outside attention (40 us), and
         // 4 x 4096 x 32 FLOPs per token per context token in attention (1.3 ns).
@@ -165,6 +165,7 @@ int main(int argc, char** argv) {
         std::vector<sim::replay_result> results = run_all(o, in);
         sim::fill_gap_closed(results);
         if (match) match_lru(o, in, distinct, results);
+        sim::keep_shown(results, plan);
         const std::string name = o.trace.empty() ? "built-in chat workload (seed " + std::to_string(o.seed) + ")"
                                                  : o.trace.substr(o.trace.find_last_of('/') + 1);
         if (o.output == "json") sim::write_json_lines(std::cout, results);
@@ -172,8 +173,9 @@ int main(int argc, char** argv) {
         else {
             std::string title = "kvpolicy-sim: " + name;
             if (relative) title += " (" + std::to_string(distinct) + " distinct blocks)";
-            for (std::size_t i = 0; i < added.size(); ++i)
-                title += (i == 0 ? "; added for the gap column: " : ", ") + added[i];
+            for (std::size_t i = 0; i < plan.added_for_bounds.size(); ++i)
+                title += (i == 0 ? "; added by --bounds for the gap column: " : ", ") + plan.added_for_bounds[i];
+            if (plan.lru_hidden) title += "; lru replayed as --match-lru's target, not shown";
             if (o.hints == hint_source::ends)
                 title += "; each session's last release says it ends (--return-hints reads the future)";
             else if (o.hints == hint_source::file)

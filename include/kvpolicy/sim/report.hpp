@@ -59,6 +59,45 @@ inline double capacity_saved(const replay_result& r) {
 }
 }  // namespace detail
 
+/// The policies a comparison replays, from the ones the user asked for: the
+/// LRU -> Belady bounds (the gap column) run only when asked (`bounds`), and
+/// --match-lru's target (LRU at each capacity) runs without a row of its own
+/// when LRU was not asked for. Nothing else is added: a one-policy replay
+/// replays one policy.
+struct run_plan {
+    std::vector<std::string> policies;          ///< to replay: the requested ones first, in their order
+    std::vector<std::string> added_for_bounds;  ///< of lru, belady: not requested, run for the gap column (shown)
+    bool lru_hidden = false;                    ///< lru runs for --match-lru only: its rows are dropped
+};
+
+/// Plans the runs (see run_plan). A name given twice runs once.
+inline run_plan plan_runs(const std::vector<std::string>& requested, bool bounds, bool match_lru) {
+    run_plan plan;
+    const auto has = [&](std::string_view name) {
+        return std::find(plan.policies.begin(), plan.policies.end(), name) != plan.policies.end();
+    };
+    for (const std::string& p : requested)
+        if (!has(p)) plan.policies.push_back(p);
+    if (bounds)
+        for (const char* ref : {"lru", "belady"})
+            if (!has(ref)) {
+                plan.policies.emplace_back(ref);
+                plan.added_for_bounds.emplace_back(ref);
+            }
+    if (match_lru && !has("lru")) {
+        plan.policies.emplace_back("lru");
+        plan.lru_hidden = true;
+    }
+    return plan;
+}
+
+/// Drops the rows the user did not ask for and `plan` does not show (lru
+/// run only as --match-lru's target); the others keep their order.
+inline void keep_shown(std::vector<replay_result>& results, const run_plan& plan) {
+    if (!plan.lru_hidden) return;
+    std::erase_if(results, [](const replay_result& r) { return r.policy == "lru"; });
+}
+
 /// Fills each result's `gap_closed` from the lru and belady runs at the same
 /// capacity (NaN where either is missing, or Belady is not above LRU).
 inline void fill_gap_closed(std::vector<replay_result>& results) {
@@ -185,12 +224,16 @@ inline void write_table(std::ostream& out, const std::vector<replay_result>& res
             out << line;
         }
     }
-    out << "\ngap %: share of the LRU -> Belady gap closed (- without both at this capacity)";
     bool any_match = false, any_requests = false;
+    std::map<std::size_t, int> bounds_at;  // capacity -> lru (1) | belady (2)
     for (const replay_result& r : results) {
         any_match = any_match || r.lru_match_capacity > 0 || r.lru_match_unreachable;
         any_requests = any_requests || r.mode != replay_mode::flat;
+        bounds_at[r.capacity] |= (r.policy == "lru" ? 1 : 0) | (r.policy == "belady" ? 2 : 0);
     }
+    const bool gap_missing = std::ranges::any_of(bounds_at, [](const auto& c) { return c.second != 3; });
+    out << "\ngap %: share of the LRU -> Belady gap closed (- without both at this capacity"
+        << (gap_missing ? "; --bounds runs them)" : ")");
     if (any_match)
         out << "\ncap for lru: least capacity (blocks, bisection to 1% of this capacity) reaching LRU's hit ratio at this "
                "capacity; saved: 1 - that / this capacity";
