@@ -78,6 +78,11 @@
 #include "kvpolicy/cache/swap_plan.hpp"
 #include "kvpolicy/cache/tiered_cache.hpp"
 
+// Engine-facing bookkeeping above the cache (vLLM's offloading manager).
+#include "kvpolicy/engine/cache_policy_core.hpp"
+#include "kvpolicy/engine/vllm_arc.hpp"
+#include "kvpolicy/engine/vllm_lru.hpp"
+
 #include "kvpolicy/pool/block_pool.hpp"
 
 // The simulator's headers are host-only (zlib, range-v3): not under nvcc.

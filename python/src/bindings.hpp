@@ -51,5 +51,6 @@ void bind_select(nb::module_& m);
 void bind_cache(nb::module_& m);
 void bind_offload(nb::module_& m);
 void bind_simulate(nb::module_& m);
+void bind_vllm_policy(nb::module_& m);
 
 }  // namespace kvpolicy::python

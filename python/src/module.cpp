@@ -157,4 +157,5 @@ NB_MODULE(_kvpolicy, m) {
     bind_cache(m);
     bind_offload(m);
     bind_simulate(m);
+    bind_vllm_policy(m);
 }

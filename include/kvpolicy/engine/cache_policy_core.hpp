@@ -1,0 +1,143 @@
+// cache_policy_core: any kvpolicy eviction policy behind the cache-policy
+// seam of vLLM >= 0.21 (`vllm/v1/kv_offload/cpu/policies/base.py`,
+// `CachePolicy`), where the engine's manager owns ref counts and slots and
+// asks the policy only for order and victims.
+//
+// The seam's calls map onto `eviction_policy` (core/concepts.hpp):
+// - `insert`: a store miss, then a new item (`on_miss`, `on_insert`), held
+//   while its data is not complete or a load is in flight;
+// - `touch`: a hit on each present item (`on_access`), absent ones skipped;
+// - `mark_non_evictable` / `mark_evictable`: the manager's ref count left or
+//   reached 0: `on_hold` / `on_release`;
+// - `remove`: a failed store, forgotten without a ghost (`on_erase`);
+// - `evict(n, protected)`: atomic. Only evictable items not protected are
+//   candidates; if fewer than n exist nothing changes. Otherwise the
+//   protected evictable items are held for the duration of the pops, so the
+//   policy passes over them, and released after.
+//
+// Where this departs from vLLM's manager semantics, and why: a release is
+// kvpolicy's hold rule, so position-based policies (fifo, clock, sieve,
+// s3fifo, 2Q's A1in, lfu, round_robin) put a completed or protected item
+// back where it was, while recency-ordered ones (the LRU family) put it at
+// their most-recent end. For vLLM's exact order use vllm_lru / vllm_arc.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvpolicy/core/access_context.hpp"
+#include "kvpolicy/core/concepts.hpp"
+#include "kvpolicy/core/error.hpp"
+#include "kvpolicy/core/ids.hpp"
+#include "kvpolicy/core/index_list.hpp"
+
+namespace kvpolicy::engine {
+
+template <eviction_policy Policy>
+class cache_policy_core {
+public:
+    cache_policy_core(std::size_t capacity, const typename Policy::config_type& config)
+        : policy_(checked(capacity), config), held_(capacity, 0), key_(capacity, 0) {}
+
+    [[nodiscard]] const Policy& policy() const noexcept { return policy_; }
+    [[nodiscard]] Policy& policy() noexcept { return policy_; }
+    [[nodiscard]] std::size_t capacity() const noexcept { return held_.size(); }
+    [[nodiscard]] std::size_t size() const noexcept { return policy_.size(); }
+    [[nodiscard]] std::size_t evictable_size() const noexcept { return policy_.evictable_size(); }
+    [[nodiscard]] bool contains(std::uint32_t id) const noexcept { return policy_.contains(item_id{id}); }
+
+    /// A new item. `ctx` carries its key (ghost-keeping policies remember it),
+    /// session and hints. Pre: `id` < capacity() and not present.
+    void insert(std::uint32_t id, const access_context& ctx, bool evictable) {
+        KVPOLICY_ASSERT(id < capacity() && !contains(id));
+        const access_context c = stamped(ctx);
+        policy_.on_miss(c);
+        policy_.on_insert(item_id{id}, c);
+        key_[id] = c.key;
+        if (!evictable) hold(id);
+    }
+
+    void remove(std::uint32_t id) noexcept {
+        KVPOLICY_ASSERT(contains(id));
+        policy_.on_erase(item_id{id});
+        held_[id] = 0;
+    }
+
+    /// A hit on `id` (no_index or absent: skipped).
+    void touch(std::uint32_t id, const access_context& ctx) {
+        if (id == no_index || !contains(id)) return;
+        access_context c = stamped(ctx);
+        c.key = key_[id];
+        policy_.on_access(item_id{id}, c);
+    }
+
+    void mark_non_evictable(std::uint32_t id) noexcept {
+        KVPOLICY_ASSERT(contains(id));
+        if (!held_[id]) hold(id);
+    }
+    void mark_evictable(std::uint32_t id, const access_context& ctx) {
+        KVPOLICY_ASSERT(contains(id));
+        if (held_[id]) release(id, ctx);
+    }
+
+    /// `n` victims in policy order, none of them in `protected_ids`; or
+    /// nothing, changing nothing, if fewer than n can go.
+    std::optional<std::vector<std::uint32_t>> evict(std::size_t n, std::span<const std::uint32_t> protected_ids,
+                                                    const access_context& ctx) {
+        std::vector<std::uint32_t> out;
+        if (n == 0) return out;
+        // The protected items the policy could offer: held for this call only
+        // (marked 2 first, so that a key listed twice is held once).
+        std::vector<std::uint32_t> shield;
+        for (std::uint32_t id : protected_ids)
+            if (id != no_index && contains(id) && !held_[id]) {
+                held_[id] = 2;
+                shield.push_back(id);
+            }
+        if (policy_.evictable_size() < shield.size() + n) {
+            for (std::uint32_t id : shield) held_[id] = 0;
+            return std::nullopt;
+        }
+        for (std::uint32_t id : shield) policy_.on_hold(item_id{id});
+        std::vector<item_id> victims(n);
+        const access_context c = stamped(ctx);
+        const std::size_t got = policy_.pop_victims(std::span(victims), c.now);
+        KVPOLICY_ASSERT(got == n);
+        out.reserve(got);
+        for (std::size_t i = 0; i < got; ++i) out.push_back(victims[i].value);
+        for (std::uint32_t id : shield) release(id, c);
+        return out;
+    }
+
+private:
+    static std::size_t checked(std::size_t capacity) {
+        if (capacity == 0)
+            throw config_error(std::string(Policy::name) + ": cache_capacity 0 cannot hold a chunk; give at least 1");
+        return capacity;
+    }
+    access_context stamped(const access_context& ctx) noexcept {
+        access_context c = ctx;
+        c.now = ++now_;
+        return c;
+    }
+    void hold(std::uint32_t id) noexcept {
+        policy_.on_hold(item_id{id});
+        held_[id] = 1;
+    }
+    void release(std::uint32_t id, const access_context& ctx) {
+        access_context c = stamped(ctx);
+        c.key = key_[id];
+        policy_.on_release(item_id{id}, c);
+        held_[id] = 0;
+    }
+
+    Policy policy_;
+    std::vector<std::uint8_t> held_;   // [capacity] 1: held by the manager's pin; 2: by evict, for its call
+    std::vector<std::uint64_t> key_;   // [capacity] the item's key, for the policy's hooks
+    timestamp now_ = 0;
+};
+
+}  // namespace kvpolicy::engine

@@ -1,0 +1,241 @@
+"""kvpolicy's cache policies for vLLM >= 0.21's CPU offloading tier.
+
+vLLM's ``CPUOffloadingManager`` (``vllm/v1/kv_offload/cpu/manager.py``) keeps
+ref counts, slots and events, and asks a ``CachePolicy``
+(``vllm/v1/kv_offload/cpu/policies/base.py``) for order and victims. vLLM
+loads one out of tree by class name and module path; with the offloading
+connector::
+
+    --kv-transfer-config '{"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+      "kv_connector_extra_config": {"cpu_bytes_to_use": 64000000000,
+        "eviction_policy": "kvpolicy_s3fifo", "cache_policy_module_path": "kvpolicy.vllm"}}'
+
+The names (attributes of ``kvpolicy.vllm``):
+
+- ``vllm_lru``, ``vllm_arc``: vLLM's own ``LRUCachePolicy`` and
+  ``ARCCachePolicy``, decision for decision (vLLM's manager tests pass with
+  them substituted, and a randomized differential test compares every
+  answer), the bookkeeping in C++. Switch to these first: nothing changes but
+  the cost. ``vllm_arc`` is vLLM's variant of ARC, not the paper's.
+- ``kvpolicy_<name>`` for every kvpolicy policy that needs no future
+  (``kvpolicy.policies()``): ``kvpolicy_s3fifo``, ``kvpolicy_adaptive_kv``,
+  ``kvpolicy_session_aware_lru``, ``kvpolicy_arc`` (the paper's ARC), ...
+  A chunk a store or load holds is not a candidate; a chunk in the current
+  store's input is never a victim; a failed eviction changes nothing. A
+  completed store or load is released by kvpolicy's hold rule: in place for
+  position-based policies, at the most-recent end for the LRU family
+  (include/kvpolicy/engine/cache_policy_core.hpp says why).
+
+Options: vLLM constructs a policy with its capacity only, so options come
+from ``KVPOLICY_VLLM_POLICY_OPTIONS`` (JSON: ``{"kvpolicy_s3fifo":
+{"small_fraction": 0.2}}``), read when the policy is built, or from a class
+made in your own module, ``S3fifoSmall = kvpolicy.vllm.cache_policy("s3fifo",
+small_fraction=0.2)``, named with ``"eviction_policy": "S3fifoSmall",
+"cache_policy_module_path": "your.module"``. A bad option or policy name
+raises ``kvpolicy.ConfigError`` (a ``ValueError``) naming it when the
+manager is built, before any request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, Optional, Type
+
+from .. import ConfigError, policies
+from .._kvpolicy import CachePolicyCore, _uses_future
+
+_IDENTICAL = ("vllm_lru", "vllm_arc")
+_PREFIX = "kvpolicy_"
+OPTIONS_ENV = "KVPOLICY_VLLM_POLICY_OPTIONS"
+
+
+def policy_names() -> list:
+    """Every name ``kvpolicy.vllm`` offers as an ``eviction_policy``."""
+    return list(_IDENTICAL) + [_PREFIX + n for n in policies() if not _uses_future(n)]
+
+
+def _env_options(name: str) -> Dict[str, Any]:
+    text = os.environ.get(OPTIONS_ENV)
+    if not text:
+        return {}
+    try:
+        table = json.loads(text)
+    except ValueError as e:
+        raise ConfigError(f"{OPTIONS_ENV}: not JSON ({e}); give an object such as "
+                          f'{{"kvpolicy_s3fifo": {{"small_fraction": 0.2}}}}') from None
+    if not isinstance(table, dict) or not all(isinstance(v, dict) for v in table.values()):
+        raise ConfigError(f"{OPTIONS_ENV}: must map policy names to objects of options, "
+                          f'such as {{"kvpolicy_s3fifo": {{"small_fraction": 0.2}}}}')
+    return dict(table.get(name, {}))
+
+
+def _vllm():
+    try:
+        from vllm.v1.kv_offload.cpu.policies import base  # type: ignore[import-not-found]
+    except ImportError as e:
+        raise ImportError("kvpolicy.vllm's cache policies subclass vLLM's CachePolicy (vLLM >= 0.21); "
+                          "install vLLM, or use kvpolicy.vllm.OffloadingManager for vLLM 0.11 to 0.20") from e
+    return base
+
+
+def cache_policy(policy: str, *, class_name: Optional[str] = None, **options: Any) -> Type:
+    """A vLLM ``CachePolicy`` class backed by kvpolicy's ``policy``.
+
+    ``policy``: ``"vllm_lru"``, ``"vllm_arc"`` or any name in
+    ``kvpolicy.policies()`` (with or without the ``kvpolicy_`` prefix);
+    ``options``: the policy's (``kvpolicy.policy_options(policy)``), checked
+    now. Raises ``kvpolicy.UnknownNameError`` / ``ConfigError`` naming what
+    is wrong.
+    """
+    kv_name = policy[len(_PREFIX):] if policy.startswith(_PREFIX) else policy
+    if kv_name not in _IDENTICAL:
+        if kv_name not in policies():
+            raise ConfigError(f"kvpolicy.vllm: unknown policy {policy!r}; choose one of {policy_names()}")
+        if _uses_future(kv_name):
+            raise ConfigError(f"kvpolicy.vllm: {kv_name!r} reads each block's next use, which only a simulator "
+                              f"knows; choose one of {policy_names()}")
+    CachePolicyCore(kv_name, 1, dict(options))  # checks the options now, not at the first request
+    base = _vllm()
+    from vllm.v1.kv_offload.cpu.policies.base import order_request_keys  # type: ignore[import-not-found]
+
+    fixed = dict(options)
+    name = class_name or (kv_name if kv_name in _IDENTICAL else _PREFIX + kv_name)
+
+    class KvpolicyCachePolicy(base.CachePolicy):
+        __doc__ = f"vLLM CachePolicy over kvpolicy's {kv_name!r} (kvpolicy.vllm)."
+        kvpolicy_name = kv_name
+
+        def __init__(self, cache_capacity: int):
+            super().__init__(cache_capacity)
+            opts = dict(fixed) if fixed or class_name else _env_options(name)
+            self._core = core = CachePolicyCore(kv_name, cache_capacity, opts)
+            self._by_request = core.orders_by_request
+            self._generation = 0
+            # The manager calls these per chunk: straight to the dict or C++.
+            self.get = core.chunks.get
+            self.mark_evictable = core.mark_evictable
+            self.mark_non_evictable = core.mark_non_evictable
+            self.remove = core.remove
+
+        # vLLM's request rank lives in the request's own scratch state, one per
+        # (policy, reset generation), as vLLM's LRUCachePolicy keeps it.
+        def _request_rank(self, req_context) -> int:
+            state = req_context.get_state(_RequestRank)
+            if state is None or state.owner is not self or state.generation != self._generation:
+                state = _RequestRank(self, self._generation, self._core.new_request_rank())
+                req_context.set_state(state)
+            return state.rank
+
+        def get(self, key):  # replaced per instance by the dict's own get
+            return self._core.chunks.get(key)
+
+        def insert(self, key, chunk, req_context) -> None:
+            position = req_context.get_offload_key_position(key) if self._by_request else None
+            rank = self._request_rank(req_context) if position is not None else 0
+            self._core.insert(key, chunk, position, rank, chunk.ref_cnt)
+
+        def remove(self, key) -> None:  # replaced per instance
+            self._core.remove(key)
+
+        def touch(self, keys, req_context) -> None:
+            self._core.touch(keys if isinstance(keys, (list, tuple)) else list(keys))
+
+        def on_store_miss(self, keys, req_context) -> None:
+            self._core.store_miss(keys if isinstance(keys, (list, tuple)) else list(keys))
+
+        def on_request_access(self, keys, req_context) -> None:
+            if not self._by_request:
+                return
+            rank = self._request_rank(req_context)
+            positions = getattr(req_context, "_offload_key_positions", None)
+            keys = keys if isinstance(keys, (list, tuple)) else list(keys)
+            if not isinstance(positions, dict):
+                positions = {k: p for k in keys if (p := req_context.get_offload_key_position(k)) is not None}
+            self._core.request_access(keys, positions, rank)
+
+        def on_request_finished(self, key_groups, insertion_only_keys, reused_keys, req_context) -> None:
+            self._core.finish(order_request_keys(key_groups, req_context), insertion_only_keys, reused_keys)
+
+        def evict(self, n, protected):
+            return self._core.evict(n, protected)
+
+        def clear(self) -> None:
+            self._core.clear()
+            self._generation += 1
+
+        def mark_evictable(self, key) -> None:  # replaced per instance
+            self._core.mark_evictable(key)
+
+        def mark_non_evictable(self, key) -> None:  # replaced per instance
+            self._core.mark_non_evictable(key)
+
+        # vllm_arc's state under vLLM's public attribute names (tests and
+        # inspection): T1 and T2 as ordered key -> chunk dicts (copies), B1
+        # and B2 as views answering `in` and len(), the target read-write.
+        @property
+        def t1(self) -> dict:
+            chunks = self._core.chunks
+            return {k: chunks[k] for k in self._core.arc_list(1)}
+
+        @property
+        def t2(self) -> dict:
+            chunks = self._core.chunks
+            return {k: chunks[k] for k in self._core.arc_list(2)}
+
+        @property
+        def b1(self) -> "_GhostView":
+            return _GhostView(self._core, 1)
+
+        @property
+        def b2(self) -> "_GhostView":
+            return _GhostView(self._core, 2)
+
+        @property
+        def target_t1_size(self) -> float:
+            return self._core.target_t1_size
+
+        @target_t1_size.setter
+        def target_t1_size(self, value: float) -> None:
+            self._core.target_t1_size = value
+
+    KvpolicyCachePolicy.__name__ = KvpolicyCachePolicy.__qualname__ = name
+    return KvpolicyCachePolicy
+
+
+class _GhostView:
+    """vllm_arc's B1 or B2: which keys it remembers (``in``) and how many."""
+
+    __slots__ = ("_core", "_which")
+
+    def __init__(self, core, which: int):
+        self._core = core
+        self._which = which
+
+    def __contains__(self, key) -> bool:
+        return self._core.in_ghost(key, self._which)
+
+    def __len__(self) -> int:
+        return self._core.ghost_size(self._which)
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
+
+
+class _RequestRank:
+    __slots__ = ("owner", "generation", "rank")
+
+    def __init__(self, owner, generation: int, rank: int):
+        self.owner = owner
+        self.generation = generation
+        self.rank = rank
+
+
+_classes: Dict[str, Type] = {}
+
+
+def policy_class(name: str) -> Type:
+    """The CachePolicy class ``kvpolicy.vllm.<name>`` (built once)."""
+    if name not in _classes:
+        _classes[name] = cache_policy(name)
+    return _classes[name]

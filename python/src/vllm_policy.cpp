@@ -1,0 +1,421 @@
+// The C++ side of kvpolicy.vllm's cache policies (vLLM >= 0.21's CachePolicy
+// seam; python/kvpolicy/vllm/_policies.py gives the Python face).
+//
+// `CachePolicyCore` keeps vLLM's OffloadKeys (bytes) in two Python dicts it
+// owns: `chunks` (key -> vLLM's ChunkStatus, which the manager reads and
+// writes; the adapter's `get` is that dict's own `get`) and key -> slot.
+// Everything else is the engine room's (include/kvpolicy/engine/): the
+// policy's order and victims over dense slots. A batch call (touch, a
+// request's finish, evict) walks the Python keys here, one dict probe each,
+// with no Python frame per key.
+//
+// Three kinds behind one virtual interface: vllm_lru and vllm_arc (vLLM's
+// own decisions, exactly) and any registered kvpolicy policy
+// (cache_policy_core over dyn_policy).
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <kvpolicy/engine/cache_policy_core.hpp>
+#include <kvpolicy/engine/vllm_arc.hpp>
+#include <kvpolicy/engine/vllm_lru.hpp>
+
+#include "bindings.hpp"
+#include "dyn_policy.hpp"
+
+namespace kvpolicy::python {
+
+namespace {
+
+/// One walk of keys: each key's slot (no_index if absent) and 64-bit key.
+struct key_walk {
+    std::vector<std::uint32_t> slots;
+    std::vector<std::uint64_t> keys;
+    std::vector<std::uint8_t> flags;  // finish: 1 inserted only, 2 reused
+};
+
+class core_base {
+public:
+    virtual ~core_base() = default;
+    virtual void insert(std::uint32_t id, std::string_view key_bytes, std::uint64_t key, std::optional<std::int64_t> position,
+                        std::int64_t request_rank, int ref_cnt, const access_context& ctx) = 0;
+    virtual void remove(std::uint32_t id) = 0;
+    virtual void touch(const key_walk& w, const access_context& ctx) = 0;
+    virtual void store_miss(const key_walk& w, const access_context& ctx) = 0;
+    virtual void request_access(std::span<const std::uint32_t> ids, std::span<const std::int64_t> positions,
+                                std::int64_t request_rank) = 0;
+    virtual void finish(const key_walk& w, const access_context& ctx) = 0;
+    virtual void mark_evictable(std::uint32_t id, const access_context& ctx) = 0;
+    virtual void mark_non_evictable(std::uint32_t id) = 0;
+    virtual std::optional<std::vector<std::uint32_t>> evict(std::size_t n, std::span<const std::uint32_t> protected_ids,
+                                                            const std::vector<std::uint8_t>& is_protected,
+                                                            const access_context& ctx) = 0;
+    virtual void clear() = 0;
+    virtual std::int64_t new_request_rank() { return 0; }
+    virtual bool orders_by_request() const { return false; }  // vllm_lru: ranks by request and position
+    virtual const engine::vllm_arc* arc() const { return nullptr; }
+    virtual engine::vllm_arc* arc() { return nullptr; }
+};
+
+class lru_core final : public core_base {
+public:
+    explicit lru_core(std::size_t n) : p_(n) {}
+    void insert(std::uint32_t id, std::string_view bytes, std::uint64_t, std::optional<std::int64_t> position,
+                std::int64_t request_rank, int ref_cnt, const access_context&) override {
+        p_.insert(id, bytes, position, request_rank, ref_cnt == 0);
+    }
+    void remove(std::uint32_t id) override { p_.remove(id); }
+    void touch(const key_walk& w, const access_context&) override { p_.refresh(w.slots); }
+    void store_miss(const key_walk& w, const access_context& c) override { touch(w, c); }  // vLLM's default: a touch
+    void request_access(std::span<const std::uint32_t> ids, std::span<const std::int64_t> positions,
+                        std::int64_t request_rank) override {
+        for (std::size_t i = 0; i < ids.size(); ++i)
+            if (ids[i] != no_index) p_.raise(ids[i], request_rank, positions[i]);
+    }
+    void finish(const key_walk& w, const access_context&) override { p_.refresh(w.slots); }
+    void mark_evictable(std::uint32_t id, const access_context&) override { p_.mark_evictable(id); }
+    void mark_non_evictable(std::uint32_t id) override { p_.mark_non_evictable(id); }
+    std::optional<std::vector<std::uint32_t>> evict(std::size_t n, std::span<const std::uint32_t>,
+                                                    const std::vector<std::uint8_t>& is_protected,
+                                                    const access_context&) override {
+        return p_.evict(n, [&](std::uint32_t id) { return is_protected[id] != 0; });
+    }
+    void clear() override { p_.clear(); }
+    std::int64_t new_request_rank() override { return p_.new_request_rank(); }
+    bool orders_by_request() const override { return true; }
+
+private:
+    engine::vllm_lru p_;
+};
+
+class arc_core final : public core_base {
+public:
+    explicit arc_core(std::size_t n) : p_(n) {}
+    void insert(std::uint32_t id, std::string_view, std::uint64_t key, std::optional<std::int64_t>, std::int64_t,
+                int ref_cnt, const access_context&) override {
+        p_.insert(id, key, ref_cnt >= 0, ref_cnt == 0);
+    }
+    void remove(std::uint32_t id) override { p_.remove(id); }
+    void touch(const key_walk& w, const access_context&) override {
+        for (std::size_t i = 0; i < w.slots.size(); ++i) p_.touch(w.slots[i], w.keys[i]);
+    }
+    void store_miss(const key_walk& w, const access_context&) override {
+        for (std::uint64_t k : w.keys) (void)p_.adapt_to_ghost(k);
+    }
+    void request_access(std::span<const std::uint32_t>, std::span<const std::int64_t>, std::int64_t) override {}
+    void finish(const key_walk& w, const access_context&) override {
+        for (std::size_t i = 0; i < w.slots.size(); ++i) p_.finish(w.slots[i], w.flags[i] == 1, w.flags[i] == 2);
+    }
+    void mark_evictable(std::uint32_t id, const access_context&) override { p_.mark_evictable(id); }
+    void mark_non_evictable(std::uint32_t id) override { p_.mark_non_evictable(id); }
+    std::optional<std::vector<std::uint32_t>> evict(std::size_t n, std::span<const std::uint32_t>,
+                                                    const std::vector<std::uint8_t>& is_protected,
+                                                    const access_context&) override {
+        return p_.evict(n, [&](std::uint32_t id) { return is_protected[id] != 0; });
+    }
+    void clear() override { p_.clear(); }
+    const engine::vllm_arc* arc() const override { return &p_; }
+    engine::vllm_arc* arc() override { return &p_; }
+
+private:
+    engine::vllm_arc p_;
+};
+
+/// Any registered kvpolicy policy: a store is its insert, a request's reuse
+/// its hit (an insertion alone is not a second use).
+class kvpolicy_core final : public core_base {
+public:
+    kvpolicy_core(std::size_t n, const dyn_policy::config_type& c) : p_(n, c) {}
+    void insert(std::uint32_t id, std::string_view, std::uint64_t, std::optional<std::int64_t>, std::int64_t,
+                int ref_cnt, const access_context& ctx) override {
+        p_.insert(id, ctx, ref_cnt == 0);
+    }
+    void remove(std::uint32_t id) override { p_.remove(id); }
+    void touch(const key_walk& w, const access_context& ctx) override {
+        for (std::uint32_t id : w.slots) p_.touch(id, ctx);
+    }
+    void store_miss(const key_walk&, const access_context&) override {}  // on_miss comes with the insert
+    void request_access(std::span<const std::uint32_t>, std::span<const std::int64_t>, std::int64_t) override {}
+    void finish(const key_walk& w, const access_context& ctx) override {
+        for (std::size_t i = 0; i < w.slots.size(); ++i)
+            if (w.flags[i] == 2) p_.touch(w.slots[i], ctx);
+    }
+    void mark_evictable(std::uint32_t id, const access_context& ctx) override { p_.mark_evictable(id, ctx); }
+    void mark_non_evictable(std::uint32_t id) override { p_.mark_non_evictable(id); }
+    std::optional<std::vector<std::uint32_t>> evict(std::size_t n, std::span<const std::uint32_t> protected_ids,
+                                                    const std::vector<std::uint8_t>&,
+                                                    const access_context& ctx) override {
+        return p_.evict(n, protected_ids, ctx);
+    }
+    void clear() override { p_ = engine::cache_policy_core<dyn_policy>(p_.capacity(), config_); }
+    void keep_config(const dyn_policy::config_type& c) { config_ = c; }
+
+private:
+    engine::cache_policy_core<dyn_policy> p_;
+    dyn_policy::config_type config_;
+};
+
+/// The 64-bit key of an OffloadKey: Python's own hash (cached on bytes).
+std::uint64_t key_hash(PyObject* key) {
+    const Py_hash_t h = PyObject_Hash(key);
+    if (h == -1 && PyErr_Occurred()) throw nb::python_error();
+    return static_cast<std::uint64_t>(h);
+}
+
+std::string_view key_bytes(PyObject* key) noexcept {
+    if (PyBytes_Check(key)) return {PyBytes_AS_STRING(key), static_cast<std::size_t>(PyBytes_GET_SIZE(key))};
+    return {};
+}
+
+class cache_policy_binding {
+public:
+    cache_policy_binding(const std::string& policy, std::size_t capacity, const nb::dict& options)
+        : capacity_(capacity), is_protected_(std::max<std::size_t>(capacity, 1), 0) {
+        // vLLM builds a manager of 0 chunks (nothing is ever stored): the
+        // policy behind it has one slot that is never handed out.
+        const std::size_t slots = std::max<std::size_t>(capacity, 1);
+        if (policy == "vllm_lru" || policy == "vllm_arc") {
+            if (nb::len(options) != 0)
+                throw config_error(policy + ": takes no options (it is vLLM's own policy, exactly); got " +
+                                   nb::cast<std::string>(nb::str(options)));
+            if (policy == "vllm_lru") core_ = std::make_unique<lru_core>(slots);
+            else core_ = std::make_unique<arc_core>(slots);
+        } else {
+            dyn_policy::config_type c{policy, options_from(options, policy.c_str())};
+            auto k = std::make_unique<kvpolicy_core>(slots, c);
+            k->keep_config(c);
+            core_ = std::move(k);
+        }
+        free_.reserve(capacity);
+        for (std::size_t s = capacity; s-- > 0;) free_.push_back(static_cast<std::uint32_t>(s));
+        keys_.resize(slots);
+    }
+
+    nb::dict chunks;  // OffloadKey -> ChunkStatus
+
+    [[nodiscard]] bool orders_by_request() const { return core_->orders_by_request(); }
+    std::int64_t new_request_rank() { return core_->new_request_rank(); }
+    [[nodiscard]] std::size_t size() const { return nb::len(chunks); }
+
+    void insert(nb::handle key, nb::handle chunk, std::optional<std::int64_t> position, std::int64_t request_rank,
+                int ref_cnt, std::uint64_t session) {
+        if (PyDict_Contains(slots_.ptr(), key.ptr()) == 1) remove(key);  // vLLM overwrites
+        if (free_.empty())
+            throw usage_error("insert: the policy already holds cache_capacity=" + std::to_string(capacity_) +
+                              " chunks; evict or remove one first");
+        const std::uint32_t id = free_.back();
+        access_context c;
+        c.key = key_hash(key.ptr());
+        c.session = session_id{session};
+        core_->insert(id, key_bytes(key.ptr()), c.key, position, request_rank, ref_cnt, c);
+        free_.pop_back();
+        keys_[id] = nb::borrow(key);
+        chunks[key] = chunk;
+        slots_[key] = id;
+    }
+
+    void remove(nb::handle key) {
+        const std::uint32_t id = slot_of(key.ptr());
+        if (id == no_index) throw nb::key_error(nb::cast<std::string>(nb::repr(key)).c_str());
+        core_->remove(id);
+        forget(id);
+    }
+
+    void touch(nb::handle keys) { core_->touch(walk(keys, /*reversed=*/true), {}); }
+    void store_miss(nb::handle keys) { core_->store_miss(walk(keys, /*reversed=*/true), {}); }
+
+    /// vllm_lru's on_request_access: `positions` maps keys to end-token positions.
+    void request_access(nb::handle keys, nb::handle positions, std::int64_t request_rank) {
+        std::vector<std::uint32_t> ids;
+        std::vector<std::int64_t> pos;
+        nb::object seq = nb::steal(PySequence_Fast(keys.ptr(), "keys must be iterable"));
+        if (!seq.is_valid()) throw nb::python_error();
+        const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
+        PyObject** items = PySequence_Fast_ITEMS(seq.ptr());
+        for (Py_ssize_t i = 0; i < n; ++i) {
+            PyObject* p = PyDict_GetItemWithError(positions.ptr(), items[i]);
+            if (p == nullptr) {
+                if (PyErr_Occurred()) throw nb::python_error();
+                continue;
+            }
+            const std::uint32_t id = slot_of(items[i]);
+            if (id == no_index) continue;
+            ids.push_back(id);
+            pos.push_back(PyLong_AsLongLong(p));
+            if (PyErr_Occurred()) throw nb::python_error();
+        }
+        core_->request_access(ids, pos, request_rank);
+    }
+
+    /// A request's end: `ordered` head to tail; walked tail to head.
+    void finish(nb::handle ordered, nb::handle insertion_only, nb::handle reused) {
+        key_walk w = walk(ordered, /*reversed=*/true);
+        nb::object seq = nb::steal(PySequence_Fast(ordered.ptr(), "keys must be iterable"));
+        const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
+        PyObject** items = PySequence_Fast_ITEMS(seq.ptr());
+        w.flags.resize(static_cast<std::size_t>(n));
+        for (Py_ssize_t i = 0; i < n; ++i) {
+            PyObject* k = items[n - 1 - i];
+            if (PySet_Contains(insertion_only.ptr(), k) == 1) w.flags[static_cast<std::size_t>(i)] = 1;
+            else if (PySet_Contains(reused.ptr(), k) == 1) w.flags[static_cast<std::size_t>(i)] = 2;
+        }
+        core_->finish(w, {});
+    }
+
+    void mark_evictable(nb::handle key) {
+        const std::uint32_t id = slot_of(key.ptr());
+        if (id != no_index) core_->mark_evictable(id, {});
+    }
+    void mark_non_evictable(nb::handle key) {
+        const std::uint32_t id = slot_of(key.ptr());
+        if (id != no_index) core_->mark_non_evictable(id);
+    }
+
+    /// [(key, chunk)] of `n` victims, or None (nothing changed).
+    nb::object evict(std::size_t n, nb::handle protected_keys) {
+        std::vector<std::uint32_t> prot;
+        nb::object it = nb::steal(PyObject_GetIter(protected_keys.ptr()));
+        if (!it.is_valid()) throw nb::python_error();
+        while (PyObject* k = PyIter_Next(it.ptr())) {
+            const std::uint32_t id = slot_of(k);
+            Py_DECREF(k);
+            if (id != no_index && !is_protected_[id]) {
+                is_protected_[id] = 1;
+                prot.push_back(id);
+            }
+        }
+        if (PyErr_Occurred()) throw nb::python_error();
+        std::optional<std::vector<std::uint32_t>> out;
+        try {
+            out = core_->evict(n, prot, is_protected_, {});
+        } catch (...) {
+            for (std::uint32_t id : prot) is_protected_[id] = 0;
+            throw;
+        }
+        for (std::uint32_t id : prot) is_protected_[id] = 0;
+        if (!out) return nb::none();
+        nb::list result;
+        for (std::uint32_t id : *out) {
+            nb::object key = keys_[id];
+            result.append(nb::make_tuple(key, chunks[key]));
+            forget(id);
+        }
+        return result;
+    }
+
+    void clear() {
+        core_->clear();
+        PyDict_Clear(chunks.ptr());
+        PyDict_Clear(slots_.ptr());
+        free_.clear();
+        for (std::size_t s = capacity_; s-- > 0;) free_.push_back(static_cast<std::uint32_t>(s));
+        for (auto& k : keys_) k = nb::object();
+    }
+
+    // vllm_arc's lists, for tests and inspection (keys, least recent first).
+    [[nodiscard]] nb::list arc_list(int which) const {
+        const engine::vllm_arc* a = checked_arc();
+        nb::list out;
+        for (std::uint32_t id : which == 1 ? a->t1_order() : a->t2_order()) out.append(keys_[id]);
+        return out;
+    }
+    [[nodiscard]] double target_t1_size() const { return checked_arc()->target_t1_size(); }
+    void set_target_t1_size(double t) {
+        engine::vllm_arc* a = core_->arc();
+        if (a == nullptr) throw usage_error("target_t1_size exists only in policy vllm_arc");
+        if (!(t >= 0.0 && t <= static_cast<double>(capacity_)))
+            throw usage_error("target_t1_size: " + std::to_string(t) + " is outside 0 .. cache_capacity=" +
+                              std::to_string(capacity_));
+        a->set_target_t1_size(t);
+    }
+    [[nodiscard]] bool in_ghost(nb::handle key, int which) const {
+        const std::uint64_t k = key_hash(key.ptr());
+        return which == 1 ? checked_arc()->in_b1(k) : checked_arc()->in_b2(k);
+    }
+    [[nodiscard]] std::size_t ghost_size(int which) const {
+        return which == 1 ? checked_arc()->b1_size() : checked_arc()->b2_size();
+    }
+
+private:
+    const engine::vllm_arc* checked_arc() const {
+        const engine::vllm_arc* a = core_->arc();
+        if (a == nullptr) throw usage_error("T1, T2, B1, B2 and the target exist only in policy vllm_arc");
+        return a;
+    }
+    std::uint32_t slot_of(PyObject* key) const {
+        PyObject* s = PyDict_GetItemWithError(slots_.ptr(), key);
+        if (s == nullptr) {
+            if (PyErr_Occurred()) throw nb::python_error();
+            return no_index;
+        }
+        return static_cast<std::uint32_t>(PyLong_AsUnsignedLong(s));
+    }
+    void forget(std::uint32_t id) {
+        nb::object key = std::move(keys_[id]);
+        keys_[id] = nb::object();
+        if (PyDict_DelItem(chunks.ptr(), key.ptr()) != 0 || PyDict_DelItem(slots_.ptr(), key.ptr()) != 0)
+            throw nb::python_error();
+        free_.push_back(id);
+    }
+    key_walk walk(nb::handle keys, bool reversed) const {
+        nb::object seq = nb::steal(PySequence_Fast(keys.ptr(), "keys must be iterable"));
+        if (!seq.is_valid()) throw nb::python_error();
+        const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
+        PyObject** items = PySequence_Fast_ITEMS(seq.ptr());
+        key_walk w;
+        w.slots.reserve(static_cast<std::size_t>(n));
+        w.keys.reserve(static_cast<std::size_t>(n));
+        for (Py_ssize_t i = 0; i < n; ++i) {
+            PyObject* k = items[reversed ? n - 1 - i : i];
+            w.slots.push_back(slot_of(k));
+            w.keys.push_back(key_hash(k));
+        }
+        return w;
+    }
+
+    std::size_t capacity_;
+    std::unique_ptr<core_base> core_;
+    nb::dict slots_;                       // OffloadKey -> slot
+    std::vector<nb::object> keys_;         // [capacity] the key in each slot
+    std::vector<std::uint32_t> free_;      // free slots, the next at the back
+    std::vector<std::uint8_t> is_protected_;  // [capacity] scratch of evict, all 0 between calls
+};
+
+}  // namespace
+
+void bind_vllm_policy(nb::module_& m) {
+    m.def(
+        "_uses_future",
+        [](const std::string& name) {
+            return visit_by_name<eviction_policies>(name, []<class P>() { return uses_future<P>; }, "eviction policy");
+        },
+        "Whether the policy reads each access's next use (only a simulator knows it).");
+    nb::class_<cache_policy_binding>(m, "CachePolicyCore")
+        .def(nb::init<const std::string&, std::size_t, const nb::dict&>(), nb::arg("policy"), nb::arg("capacity"),
+             nb::arg("options"))
+        .def_rw("chunks", &cache_policy_binding::chunks)
+        .def_prop_ro("orders_by_request", &cache_policy_binding::orders_by_request)
+        .def("new_request_rank", &cache_policy_binding::new_request_rank)
+        .def("__len__", &cache_policy_binding::size)
+        .def("insert", &cache_policy_binding::insert, nb::arg("key"), nb::arg("chunk"), nb::arg("position").none(),
+             nb::arg("request_rank"), nb::arg("ref_cnt"), nb::arg("session") = 0)
+        .def("remove", &cache_policy_binding::remove)
+        .def("touch", &cache_policy_binding::touch)
+        .def("store_miss", &cache_policy_binding::store_miss)
+        .def("request_access", &cache_policy_binding::request_access)
+        .def("finish", &cache_policy_binding::finish)
+        .def("mark_evictable", &cache_policy_binding::mark_evictable)
+        .def("mark_non_evictable", &cache_policy_binding::mark_non_evictable)
+        .def("evict", &cache_policy_binding::evict)
+        .def("clear", &cache_policy_binding::clear)
+        .def("arc_list", &cache_policy_binding::arc_list)
+        .def_prop_rw("target_t1_size", &cache_policy_binding::target_t1_size, &cache_policy_binding::set_target_t1_size)
+        .def("in_ghost", &cache_policy_binding::in_ghost)
+        .def("ghost_size", &cache_policy_binding::ghost_size);
+}
+
+}  // namespace kvpolicy::python
