@@ -7,7 +7,7 @@
 // by this program's own operator new / delete (ghost structures separately
 // where a policy has them).
 //
-//   eviction_bench [--json FILE] [--seconds S]
+//   eviction_bench [--json FILE] [--seconds S] [--policies NAME,NAME...]
 //
 // Each measurement runs for at most S seconds (default 0.5) or 2M requests,
 // so policies whose pop scans every item (time-varying orders) finish too.
@@ -174,6 +174,107 @@ measurement run(const workload& w, double seconds) {
     return {ns / static_cast<double>(done), static_cast<double>(misses) / static_cast<double>(done), done};
 }
 
+// The baselines of the place queues (core/place_queue.hpp): fifo and s3fifo
+// on plain FIFO queues (index_list), with the same item tracking, as they
+// were before the hold rule, when a release re-entered at the newest end.
+// This bench holds nothing, so they make the same decisions as fifo and
+// s3fifo (the miss columns agree); the ratio is what remembering places
+// costs.
+class fifo_plain_queue {
+public:
+    using config_type = fifo::config_type;
+    explicit fifo_plain_queue(std::size_t capacity, const config_type& = {})
+        : tracking_(capacity, "fifo"), links_(capacity) {}
+    void on_insert(item_id id, const access_context&) noexcept {
+        tracking_.mark_inserted(id);
+        links_.push_back(queue_, id.value);
+    }
+    void on_access(item_id id, const access_context&) noexcept { tracking_.mark_accessed(id); }
+    std::optional<item_id> pop_victim(timestamp) noexcept {
+        if (queue_.empty()) return std::nullopt;
+        const item_id v{links_.pop_front(queue_)};
+        tracking_.mark_evicted(v);
+        return v;
+    }
+
+private:
+    item_tracking tracking_;
+    index_links links_;
+    index_list queue_;
+};
+
+class s3fifo_plain_queues {
+public:
+    using config_type = s3fifo::config_type;
+    explicit s3fifo_plain_queues(std::size_t capacity, const config_type& = {})
+        : tracking_(capacity, "s3fifo"),
+          links_(capacity),
+          in_main_(capacity, 0),
+          freq_(capacity, 0),
+          keys_(capacity, 0),
+          small_target_(static_cast<std::size_t>(static_cast<double>(capacity) * 0.1)),
+          ghost_target_(static_cast<std::size_t>(static_cast<double>(capacity) * 0.9)),
+          ghost_(ghost_target_ == 0 ? 0 : ghost_target_ + 1) {}
+
+    void on_insert(item_id id, const access_context& ctx) noexcept {
+        tracking_.mark_inserted(id);
+        keys_[id.index()] = ctx.key;
+        freq_[id.index()] = 0;
+        const bool to_main = ghost_.erase(ctx.key);
+        if (ghost_.size() > ghost_target_) ghost_.pop_front();
+        in_main_[id.index()] = to_main ? 1 : 0;
+        links_.push_back(to_main ? main_ : small_, id.value);
+    }
+    void on_access(item_id id, const access_context&) noexcept {
+        tracking_.mark_accessed(id);
+        auto& f = freq_[id.index()];
+        if (f < 3) ++f;
+    }
+    std::optional<item_id> pop_victim(timestamp) noexcept {
+        if (tracking_.evictable_size() == 0) return std::nullopt;
+        if (!small_.empty() && (small_.size >= small_target_ || main_.empty())) {
+            while (!small_.empty()) {
+                const std::uint32_t t = links_.pop_front(small_);
+                if (freq_[t] >= 2) {
+                    links_.push_back(main_, t);
+                    in_main_[t] = 1;
+                    freq_[t] = 0;
+                    continue;
+                }
+                if (ghost_.capacity() > 0) {
+                    ghost_.erase(keys_[t]);
+                    ghost_.push_back(keys_[t]);
+                }
+                return evict(t);
+            }
+        }
+        for (;;) {
+            const std::uint32_t t = main_.front;
+            if (freq_[t] > 0) {
+                --freq_[t];
+                links_.move_to_back(main_, t);
+                continue;
+            }
+            links_.remove(main_, t);
+            return evict(t);
+        }
+    }
+
+private:
+    item_id evict(std::uint32_t t) noexcept {
+        tracking_.mark_evicted(item_id{t});
+        return item_id{t};
+    }
+
+    item_tracking tracking_;
+    index_links links_;
+    index_list small_, main_;
+    std::vector<std::uint8_t> in_main_, freq_;
+    std::vector<std::uint64_t> keys_;
+    std::size_t small_target_, ghost_target_;
+    ghost_list ghost_;
+};
+
 struct row {
     std::string name;
     double bytes_per_item = 0;
@@ -186,14 +287,17 @@ struct row {
 int main(int argc, char** argv) {
     std::string json_path;
     double seconds = 0.5;
+    std::string only;  // ",name,name,": those alone (and their baselines); empty: every policy
     for (int a = 1; a < argc; ++a) {
         const std::string_view arg = argv[a];
         if (arg == "--json" && a + 1 < argc) {
             json_path = argv[++a];
         } else if (arg == "--seconds" && a + 1 < argc) {
             seconds = std::atof(argv[++a]);
+        } else if (arg == "--policies" && a + 1 < argc) {
+            only = "," + std::string(argv[++a]) + ",";
         } else {
-            std::fprintf(stderr, "usage: %s [--json FILE] [--seconds S]\n", argv[0]);
+            std::fprintf(stderr, "usage: %s [--json FILE] [--seconds S] [--policies NAME,NAME...]\n", argv[0]);
             return 2;
         }
     }
@@ -205,6 +309,7 @@ int main(int argc, char** argv) {
 
     std::vector<row> rows;
     for_each_type<eviction_policies>([&]<class P>() {
+        if (!only.empty() && only.find("," + std::string(P::name) + ",") == std::string::npos) return;
         row r{std::string(P::name), 0, std::nullopt, {}};
         constexpr std::size_t mem_n = 100'000;
         const auto total = heap_bytes_of([&] { return P(mem_n, typename P::config_type{}); });
@@ -215,21 +320,51 @@ int main(int argc, char** argv) {
         rows.push_back(r);
     });
 
+    // The place queues' baselines (see fifo_plain_queue), each printed below
+    // the policy it is the baseline of.
+    const auto plain_row = [&]<class P>(const char* name) {
+        row r{name, 0, std::nullopt, {}};
+        r.bytes_per_item = static_cast<double>(heap_bytes_of([&] { return P(100'000, {}); })) / 100'000;
+        if constexpr (std::is_same_v<P, s3fifo_plain_queues>) {
+            const auto ghosts = ghost_bytes<s3fifo>(100'000);
+            r.bytes_per_item -= static_cast<double>(*ghosts) / 100'000;
+            r.ghost_bytes_per_item = static_cast<double>(*ghosts) / 100'000;
+        }
+        for (const auto& w : workloads) r.by_size.push_back(run<P>(w, seconds));
+        return r;
+    };
+    for (const auto& [policy, plain] : {std::pair<std::string, std::string>{"fifo", "fifo, plain queue"},
+                                       std::pair<std::string, std::string>{"s3fifo", "s3fifo, plain queues"}}) {
+        const auto at = std::find_if(rows.begin(), rows.end(), [&](const row& r) { return r.name == policy; });
+        if (at == rows.end()) continue;
+        row r = policy == "fifo" ? plain_row.template operator()<fifo_plain_queue>(plain.c_str())
+                                 : plain_row.template operator()<s3fifo_plain_queues>(plain.c_str());
+        rows.insert(at + 1, std::move(r));
+    }
+
     const row* baseline = nullptr;
     for (const auto& r : rows)
         if (r.name == "lru") baseline = &r;
 
-    std::printf("%-14s %8s %8s", "policy", "B/item", "ghost B");
+    std::printf("%-20s %8s %8s", "policy", "B/item", "ghost B");
     for (const std::size_t n : sizes) std::printf(" %12s %7s %6s", ("ns/req@" + std::to_string(n)).c_str(), "x lru", "miss");
     std::printf("\n");
     for (const auto& r : rows) {
-        std::printf("%-14s %8.1f", r.name.c_str(), r.bytes_per_item);
+        std::printf("%-20s %8.1f", r.name.c_str(), r.bytes_per_item);
         if (r.ghost_bytes_per_item) std::printf(" %8.1f", *r.ghost_bytes_per_item);
         else std::printf(" %8s", "-");
         for (std::size_t s = 0; s < r.by_size.size(); ++s) {
             const double ratio = baseline ? r.by_size[s].ns_per_request / baseline->by_size[s].ns_per_request : 0.0;
             std::printf(" %12.1f %7.2f %6.3f", r.by_size[s].ns_per_request, ratio, r.by_size[s].miss_ratio);
         }
+        std::printf("\n");
+    }
+    for (std::size_t i = 0; i + 1 < rows.size(); ++i) {  // each policy against its plain-queue baseline
+        if (rows[i + 1].name != rows[i].name + ", plain queue" && rows[i + 1].name != rows[i].name + ", plain queues")
+            continue;
+        std::printf("%s with place queues / on plain FIFO queues:", rows[i].name.c_str());
+        for (std::size_t k = 0; k < std::size(sizes); ++k)
+            std::printf(" %.2fx @%zu", rows[i].by_size[k].ns_per_request / rows[i + 1].by_size[k].ns_per_request, sizes[k]);
         std::printf("\n");
     }
 

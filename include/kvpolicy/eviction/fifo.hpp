@@ -4,8 +4,9 @@
 // reorder, and neither do holds: a block a request held and released keeps
 // its place in the insertion order, so under a serving engine's
 // hold-use-release pattern FIFO stays FIFO (releasing to the back would turn
-// it into LRU). Exact order across holds costs a heap keyed by insertion
-// number: O(log n) per operation, 17 bytes per item. Use it as a baseline or
+// it into LRU). The queue keeps held items at their places and a cursor on
+// the oldest evictable one (core/place_queue.hpp): O(1) per operation, a pop
+// also walking past held items at the front; 13 bytes per item. Use it as a baseline or
 // where access tracking is too costly; S3-FIFO and SIEVE keep FIFO's
 // cheapness with far better hit ratios.
 #pragma once
@@ -17,7 +18,7 @@
 #include <vector>
 
 #include "kvpolicy/core/concepts.hpp"
-#include "kvpolicy/core/indexed_heap.hpp"
+#include "kvpolicy/core/place_queue.hpp"
 #include "kvpolicy/eviction/item_tracking.hpp"
 
 namespace kvpolicy {
@@ -30,29 +31,29 @@ public:
     static constexpr eviction_order order = eviction_order::static_between_accesses;
 
     explicit fifo(std::size_t capacity, const config_type& = {})
-        : tracking_(capacity, "fifo"), queue_(capacity), inserted_(capacity) {}
+        : tracking_(capacity, "fifo"), links_(capacity) {}
 
 void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context&) noexcept {
         tracking_.mark_inserted(id);
-        inserted_[id.index()] = next_++;
-        queue_.push(id.value, inserted_[id.index()]);
+        links_.push_back(queue_, id.value);
     }
     void on_access(item_id id, const access_context&) noexcept { tracking_.mark_accessed(id); }
     void on_hold(item_id id) noexcept {
         tracking_.mark_held(id);
-        queue_.erase(id.value);
+        links_.hold(queue_, id.value);
     }
     void on_release(item_id id, const access_context&) noexcept {
         tracking_.mark_released(id);
-        queue_.push(id.value, inserted_[id.index()]);  // back to its place
+        links_.release(queue_, id.value);  // back to its place
     }
     void on_erase(item_id id) noexcept {
-        if (tracking_.mark_erased(id)) queue_.erase(id.value);
+        (void)tracking_.mark_erased(id);
+        links_.remove(queue_, id.value);  // held or not
     }
     std::optional<item_id> pop_victim(timestamp) noexcept {
         if (queue_.empty()) return std::nullopt;
-        const item_id v{queue_.pop()};
+        const item_id v{links_.pop_front(queue_)};
         tracking_.mark_evicted(v);
         return v;
     }
@@ -68,9 +69,8 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
 
 private:
     item_tracking tracking_;
-    indexed_heap<std::uint64_t> queue_;   // evictable items by insertion number
-    std::vector<std::uint64_t> inserted_; // [capacity] insertion number of each item
-    std::uint64_t next_ = 0;
+    place_links links_;  // [capacity] links and insertion places
+    place_queue queue_;  // every tracked item, held ones at their places, oldest first
 };
 
 static_assert(eviction_policy<fifo>);

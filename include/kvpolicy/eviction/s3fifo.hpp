@@ -40,14 +40,16 @@
 // (re-entering at the newest end would make S and M LRU lists under a
 // serving engine's hold-use-release pattern, and counting the release as a
 // hit would promote every block out of S). An erasure leaves no ghost.
-// Each queue is an indexed heap keyed by the item's place (a sequence number
-// set at insert, at promotion and at M's reinsertion), so a released item
-// re-enters at its old place: O(log n) per operation, a pop O(log n)
-// amortized (each examined item moves or loses a frequency
-// unit); about 50 bytes per item plus about 67 bytes per ghost key. G may
-// hold one key beyond its share between a pop and the next insert, so that
-// the insert still finds a key the pop would have pushed out: libCacheSim
-// looks the missed key up in G before it evicts.
+// S and M are place queues (core/place_queue.hpp): each keeps its items,
+// held ones included, in the order of their place (set at insert, at
+// promotion and at M's reinsertion), with a cursor on the oldest evictable
+// one, so a released item is back at its old place in O(1). Every operation
+// is O(1); a pop is O(1) amortized (each examined item moves or loses a
+// frequency unit) plus the cursor's walk past held items. 23 bytes per item
+// (an indexed heap keyed by place took about 50) plus about 67 bytes per
+// ghost key. G may hold one key beyond its share between a pop and the next
+// insert, so that the insert still finds a key the pop would have pushed
+// out: libCacheSim looks the missed key up in G before it evicts.
 #pragma once
 
 #include <algorithm>
@@ -61,8 +63,7 @@
 #include "kvpolicy/core/concepts.hpp"
 #include "kvpolicy/core/error.hpp"
 #include "kvpolicy/core/ghost_list.hpp"
-#include "kvpolicy/core/index_list.hpp"
-#include "kvpolicy/core/indexed_heap.hpp"
+#include "kvpolicy/core/place_queue.hpp"
 #include "kvpolicy/eviction/item_tracking.hpp"
 
 namespace kvpolicy {
@@ -92,9 +93,7 @@ public:
     s3fifo(std::size_t capacity, const config_type& config)
         : tracking_(capacity, "s3fifo"),
           config_(validated(config)),
-          small_(capacity),
-          main_(capacity),
-          place_(capacity, 0),
+          links_(capacity),
           in_main_(capacity, 0),
           freq_(capacity, 0),
           keys_(capacity, 0),
@@ -110,11 +109,9 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
         bool to_main = ghost_.erase(ctx.key);
         if (ghost_.size() > ghost_target_) ghost_.pop_front();  // the key the last pop kept for this check
         if (to_main) ++tracking_.counters().ghost_hits;
-        else to_main = config_.fill_main_before_first_eviction && !evicted_once_ && small_count_ >= small_target_;
+        else to_main = config_.fill_main_before_first_eviction && !evicted_once_ && small_.size() >= small_target_;
         in_main_[id.index()] = to_main ? 1 : 0;
-        ++(to_main ? main_count_ : small_count_);
-        place_[id.index()] = next_place_++;
-        queue_of(id).push(id.value, place_[id.index()]);
+        links_.push_back(queue_of(id), id.value);
     }
 
     void on_access(item_id id, const access_context&) noexcept {
@@ -125,36 +122,33 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
 
     void on_hold(item_id id) noexcept {
         tracking_.mark_held(id);
-        queue_of(id).erase(id.value);
+        links_.hold(queue_of(id), id.value);
     }
 
     /// Not a new reference: back to its place in its queue, frequency unchanged.
     void on_release(item_id id, const access_context&) noexcept {
         tracking_.mark_released(id);
-        queue_of(id).push(id.value, place_[id.index()]);
+        links_.release(queue_of(id), id.value);
     }
 
     void on_erase(item_id id) noexcept {
-        if (tracking_.mark_erased(id)) queue_of(id).erase(id.value);
-        --(in_main_[id.index()] != 0 ? main_count_ : small_count_);
+        (void)tracking_.mark_erased(id);
+        links_.remove(queue_of(id), id.value);  // held or not: both stay in their queue
     }
 
     std::optional<item_id> pop_victim(timestamp) noexcept {
         if (tracking_.evictable_size() == 0) return std::nullopt;
         evicted_once_ = true;
-        if (!small_.empty() && (small_count_ >= small_target_ || main_.empty())) {
+        if (!small_.empty() && (small_.size() >= small_target_ || main_.empty())) {
             while (!small_.empty()) {
-                const std::uint32_t t = small_.pop();
+                const std::uint32_t t = place_links::front(small_);
                 if (freq_[t] >= config_.move_to_main_threshold) {
-                    place_[t] = next_place_++;
-                    main_.push(t, place_[t]);
+                    links_.move_to_back(small_, main_, t);
                     in_main_[t] = 1;
                     freq_[t] = 0;
-                    --small_count_;
-                    ++main_count_;
                     continue;
                 }
-                --small_count_;
+                links_.remove(small_, t);
                 remember(keys_[t]);
                 return evict(t);
             }
@@ -162,15 +156,13 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
         // M is not empty here: either S was passed over while M had items, or
         // S's items were all just promoted into M.
         for (;;) {
-            const std::uint32_t t = main_.top();
+            const std::uint32_t t = place_links::front(main_);
             if (freq_[t] > 0) {
                 --freq_[t];
-                place_[t] = next_place_++;
-                main_.update(t, place_[t]);  // reinserted at M's head
+                links_.move_to_back(main_, main_, t);  // reinserted at M's head
                 continue;
             }
-            main_.pop();
-            --main_count_;
+            links_.remove(main_, t);
             return evict(t);
         }
     }
@@ -187,8 +179,8 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
 
     /// Resident items (held ones included) in S and M; keys in G (one more
     /// than its share between a pop and the next insert).
-    [[nodiscard]] std::size_t small_size() const noexcept { return small_count_; }
-    [[nodiscard]] std::size_t main_size() const noexcept { return main_count_; }
+    [[nodiscard]] std::size_t small_size() const noexcept { return small_.size(); }
+    [[nodiscard]] std::size_t main_size() const noexcept { return main_.size(); }
     [[nodiscard]] std::size_t ghost_size() const noexcept { return ghost_.size(); }
 
 private:
@@ -209,7 +201,7 @@ private:
         return static_cast<std::size_t>(static_cast<double>(capacity) * fraction);
     }
 
-    [[nodiscard]] indexed_heap<std::uint64_t>& queue_of(item_id id) noexcept {
+    [[nodiscard]] place_queue& queue_of(item_id id) noexcept {
         return in_main_[id.index()] != 0 ? main_ : small_;
     }
 
@@ -230,16 +222,14 @@ private:
 
     item_tracking tracking_;
     config_type config_;
-    indexed_heap<std::uint64_t> small_, main_;  // evictable items by place: oldest first
-    std::vector<std::uint64_t> place_;  // [capacity] place in its queue (kept while held)
+    place_links links_;                 // [capacity] S's and M's links and places
+    place_queue small_, main_;          // resident items, held ones too, oldest place first
     std::vector<std::uint8_t> in_main_; // [capacity] 1 if the item belongs to M (kept while held)
     std::vector<std::uint8_t> freq_;    // [capacity] 0..3
     std::vector<std::uint64_t> keys_;   // [capacity] ctx.key at insert: what G remembers
     std::size_t small_target_;
     std::size_t ghost_target_;
-    std::size_t small_count_ = 0, main_count_ = 0;  // resident, held included
     ghost_list ghost_;
-    std::uint64_t next_place_ = 0;
     bool evicted_once_ = false;
 };
 

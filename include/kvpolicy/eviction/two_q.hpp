@@ -23,8 +23,10 @@
 // LRU list under a serving engine's hold-use-release pattern); Am is
 // recency-ordered and, as every LRU-family list here, takes a released item
 // at its most-recent end. A1out is keyed by `ctx.key`, so it survives the
-// slot's reuse. A1in is an indexed heap keyed by insertion number, O(log n)
-// per A1in operation; Am operations are O(1).
+// slot's reuse. A1in and Am are place queues (core/place_queue.hpp) threaded
+// through one array: A1in keeps its held items at their places, Am unlinks
+// them and takes them back at its most-recent end. Every operation is O(1)
+// (a pop from A1in also walks past held items at its front).
 #pragma once
 
 #include <cmath>
@@ -38,8 +40,7 @@
 #include "kvpolicy/core/concepts.hpp"
 #include "kvpolicy/core/error.hpp"
 #include "kvpolicy/core/ghost_list.hpp"
-#include "kvpolicy/core/index_list.hpp"
-#include "kvpolicy/core/indexed_heap.hpp"
+#include "kvpolicy/core/place_queue.hpp"
 #include "kvpolicy/eviction/item_tracking.hpp"
 
 namespace kvpolicy {
@@ -63,8 +64,6 @@ public:
     explicit two_q(std::size_t capacity, const config_type& config = {})
         : tracking_(capacity, "two_q"),
           links_(capacity),
-          a1in_(capacity),
-          arrival_(capacity, 0),
           in_am_(capacity, 0),
           key_(capacity, 0),
           kin_(checked_kin(capacity, config.kin)),
@@ -80,9 +79,7 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
             links_.push_back(am_, id.value);
         } else {
             in_am_[id.value] = 0;
-            arrival_[id.value] = next_arrival_++;
-            a1in_.push(id.value, arrival_[id.value]);
-            ++a1in_residents_;
+            links_.push_back(a1in_, id.value);
         }
     }
     void on_access(item_id id, const access_context&) noexcept {
@@ -91,24 +88,25 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     }
     void on_hold(item_id id) noexcept {
         tracking_.mark_held(id);
-        unlink(id.value);
+        if (in_am_[id.value] != 0) links_.remove(am_, id.value);
+        else links_.hold(a1in_, id.value);  // keeps its place
     }
     /// Not a new reference: A1in, back to its place; Am, its most-recent end.
     void on_release(item_id id, const access_context&) noexcept {
         tracking_.mark_released(id);
         if (in_am_[id.value] != 0) links_.push_back(am_, id.value);
-        else a1in_.push(id.value, arrival_[id.value]);
+        else links_.release(a1in_, id.value);
     }
     void on_erase(item_id id) noexcept {
-        if (tracking_.mark_erased(id)) unlink(id.value);
-        if (in_am_[id.value] == 0) --a1in_residents_;
+        const bool evictable = tracking_.mark_erased(id);
+        if (in_am_[id.value] == 0) links_.remove(a1in_, id.value);  // held or not, A1in keeps it
+        else if (evictable) links_.remove(am_, id.value);
     }
 
-    /// Complexity: O(log n) from A1in, O(1) from Am.
+    /// Complexity: O(1) (from A1in, plus the walk past held items at its front).
     std::optional<item_id> pop_victim(timestamp) noexcept {
-        if (!a1in_.empty() && (a1in_residents_ > kin_ || am_.empty())) {
-            const item_id v{a1in_.pop()};
-            --a1in_residents_;
+        if (!a1in_.empty() && (a1in_.size() > kin_ || am_.empty())) {
+            const item_id v{links_.pop_front(a1in_)};
             if (a1out_.capacity() > 0) {
                 a1out_.erase(key_[v.value]);  // only if two live items shared a key
                 a1out_.push_back(key_[v.value]);
@@ -152,20 +150,12 @@ private:
         return static_cast<std::size_t>(static_cast<double>(capacity) * kout);
     }
 
-    void unlink(std::uint32_t id) noexcept {
-        if (in_am_[id] != 0) links_.remove(am_, id);
-        else a1in_.erase(id);
-    }
-
     item_tracking tracking_;
-    index_links links_;                 // [capacity] Am links
-    index_list am_;                     // evictable Am items, least recent first
-    indexed_heap<std::uint64_t> a1in_;  // evictable A1in items by arrival, oldest first
-    std::vector<std::uint64_t> arrival_;  // [capacity] A1in arrival number (kept while held)
-    std::uint64_t next_arrival_ = 0;
+    place_links links_;                 // [capacity] A1in's and Am's links and places
+    place_queue a1in_;                  // A1in's items, held ones too, by arrival, oldest first
+    place_queue am_;                    // evictable Am items, least recent first (held: unlinked)
     std::vector<std::uint8_t> in_am_;   // [capacity] 1: Am, 0: A1in
     std::vector<std::uint64_t> key_;    // [capacity] what A1out remembers of an item
-    std::size_t a1in_residents_ = 0;    // tracked A1in items, held ones included
     std::size_t kin_;
     ghost_list a1out_;                  // [Kout] keys evicted from A1in, oldest first
 };
