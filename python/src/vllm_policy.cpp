@@ -13,6 +13,7 @@
 // own decisions, exactly) and any registered kvpolicy policy
 // (cache_policy_core over dyn_policy).
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <span>
@@ -49,6 +50,7 @@ public:
     virtual void request_access(std::span<const std::uint32_t> ids, std::span<const std::int64_t> positions,
                                 std::int64_t request_rank) = 0;
     virtual void finish(const key_walk& w, const access_context& ctx) = 0;
+    virtual void end_session(const access_context&) {}
     virtual void mark_evictable(std::uint32_t id, const access_context& ctx) = 0;
     virtual void mark_non_evictable(std::uint32_t id) = 0;
     virtual std::optional<std::vector<std::uint32_t>> evict(std::size_t n, std::span<const std::uint32_t> protected_ids,
@@ -141,9 +143,9 @@ public:
     void store_miss(const key_walk&, const access_context&) override {}  // on_miss comes with the insert
     void request_access(std::span<const std::uint32_t>, std::span<const std::int64_t>, std::int64_t) override {}
     void finish(const key_walk& w, const access_context& ctx) override {
-        for (std::size_t i = 0; i < w.slots.size(); ++i)
-            if (w.flags[i] == 2) p_.touch(w.slots[i], ctx);
+        for (std::size_t i = 0; i < w.slots.size(); ++i) p_.finish(w.slots[i], w.flags[i] == 2, ctx);
     }
+    void end_session(const access_context& ctx) override { p_.end_session(ctx.session, ctx); }
     void mark_evictable(std::uint32_t id, const access_context& ctx) override { p_.mark_evictable(id, ctx); }
     void mark_non_evictable(std::uint32_t id) override { p_.mark_non_evictable(id); }
     std::optional<std::vector<std::uint32_t>> evict(std::size_t n, std::span<const std::uint32_t> protected_ids,
@@ -158,6 +160,12 @@ private:
     engine::cache_policy_core<dyn_policy> p_;
     dyn_policy::config_type config_;
 };
+
+/// The adapter's clock: milliseconds since an arbitrary start (steady).
+timestamp now_ms() noexcept {
+    using namespace std::chrono;
+    return static_cast<timestamp>(duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count());
+}
 
 /// The 64-bit key of an OffloadKey: Python's own hash (cached on bytes).
 std::uint64_t key_hash(PyObject* key) {
@@ -208,7 +216,7 @@ public:
             throw usage_error("insert: the policy already holds cache_capacity=" + std::to_string(capacity_) +
                               " chunks; evict or remove one first");
         const std::uint32_t id = free_.back();
-        access_context c;
+        access_context c = clock();
         c.key = key_hash(key.ptr());
         c.session = session_id{session};
         core_->insert(id, key_bytes(key.ptr()), c.key, position, request_rank, ref_cnt, c);
@@ -225,8 +233,8 @@ public:
         forget(id);
     }
 
-    void touch(nb::handle keys) { core_->touch(walk(keys, /*reversed=*/true), {}); }
-    void store_miss(nb::handle keys) { core_->store_miss(walk(keys, /*reversed=*/true), {}); }
+    void touch(nb::handle keys) { core_->touch(walk(keys, /*reversed=*/true), clock()); }
+    void store_miss(nb::handle keys) { core_->store_miss(walk(keys, /*reversed=*/true), clock()); }
 
     /// vllm_lru's on_request_access: `positions` maps keys to end-token positions.
     void request_access(nb::handle keys, nb::handle positions, std::int64_t request_rank) {
@@ -252,7 +260,11 @@ public:
     }
 
     /// A request's end: `ordered` head to tail; walked tail to head.
-    void finish(nb::handle ordered, nb::handle insertion_only, nb::handle reused) {
+    /// `session` (0: none), `expected_return_s` (seconds from now until the
+    /// session's next request; none: no hint) and `session_end` are the
+    /// request's hints (kvpolicy.vllm._policies parses them).
+    void finish(nb::handle ordered, nb::handle insertion_only, nb::handle reused, std::uint64_t session,
+                std::optional<double> expected_return_s, bool session_end) {
         key_walk w = walk(ordered, /*reversed=*/true);
         nb::object seq = nb::steal(PySequence_Fast(ordered.ptr(), "keys must be iterable"));
         const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
@@ -263,12 +275,17 @@ public:
             if (PySet_Contains(insertion_only.ptr(), k) == 1) w.flags[static_cast<std::size_t>(i)] = 1;
             else if (PySet_Contains(reused.ptr(), k) == 1) w.flags[static_cast<std::size_t>(i)] = 2;
         }
-        core_->finish(w, {});
+        access_context c = clock();
+        c.session = session_id{session};
+        if (session_end) c.expected_return = never;
+        else if (expected_return_s) c.expected_return = c.now + static_cast<timestamp>(*expected_return_s * 1000.0);
+        core_->finish(w, c);
+        if (session_end && session != 0) core_->end_session(c);
     }
 
     void mark_evictable(nb::handle key) {
         const std::uint32_t id = slot_of(key.ptr());
-        if (id != no_index) core_->mark_evictable(id, {});
+        if (id != no_index) core_->mark_evictable(id, clock());
     }
     void mark_non_evictable(nb::handle key) {
         const std::uint32_t id = slot_of(key.ptr());
@@ -291,7 +308,7 @@ public:
         if (PyErr_Occurred()) throw nb::python_error();
         std::optional<std::vector<std::uint32_t>> out;
         try {
-            out = core_->evict(n, prot, is_protected_, {});
+            out = core_->evict(n, prot, is_protected_, clock());
         } catch (...) {
             for (std::uint32_t id : prot) is_protected_[id] = 0;
             throw;
@@ -341,6 +358,11 @@ public:
     }
 
 private:
+    static access_context clock() noexcept {
+        access_context c;
+        c.now = now_ms();
+        return c;
+    }
     const engine::vllm_arc* checked_arc() const {
         const engine::vllm_arc* a = core_->arc();
         if (a == nullptr) throw usage_error("T1, T2, B1, B2 and the target exist only in policy vllm_arc");
@@ -407,7 +429,8 @@ void bind_vllm_policy(nb::module_& m) {
         .def("touch", &cache_policy_binding::touch)
         .def("store_miss", &cache_policy_binding::store_miss)
         .def("request_access", &cache_policy_binding::request_access)
-        .def("finish", &cache_policy_binding::finish)
+        .def("finish", &cache_policy_binding::finish, nb::arg("ordered"), nb::arg("insertion_only"), nb::arg("reused"),
+             nb::arg("session") = 0, nb::arg("expected_return_s").none() = nb::none(), nb::arg("session_end") = false)
         .def("mark_evictable", &cache_policy_binding::mark_evictable)
         .def("mark_non_evictable", &cache_policy_binding::mark_non_evictable)
         .def("evict", &cache_policy_binding::evict)

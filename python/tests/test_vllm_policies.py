@@ -422,3 +422,89 @@ def test_options_from_the_environment(vllm, monkeypatch):
         make_manager(vllm, "kvpolicy_s3fifo", 4)
     monkeypatch.setenv(kv._policies.OPTIONS_ENV, '{"kvpolicy_s3fifo": {"small_fraction": 0.2}}')
     assert make_manager(vllm, "kvpolicy_s3fifo", 4)._policy._core is not None
+
+
+# --- hints: a request's session, expected return and end ---------------------
+
+def hinted_ctx(vllm, name, actions=(), params=None):
+    from vllm.v1.kv_hints import KvHintAction, KvHintsEnvelope
+
+    env = KvHintsEnvelope(protocol_version="1", message_id=name, actions=[
+        KvHintAction(action_id=f"{name}-{i}", action_type=t, action_version=v, payload=p)
+        for i, (t, v, p) in enumerate(actions)]) if actions else None
+    return vllm.base.ReqContext(req_id=name, kv_transfer_params=params, kv_hints=env)
+
+
+def serve(m, c, ids):
+    m.on_new_request(c)
+    out = m.prepare_store(keys(ids), c)
+    m.complete_store(out.keys_to_store, c)
+    m.on_request_finished(c)
+
+
+def victim_after_two_sessions(vllm, policy, a_actions=(), b_actions=(), b_params=None):
+    """Session A stores 1, 2 and says it is back soon; session B stores 3, 4
+    after it; a third request needs one slot: which block goes?"""
+    m = make_manager(vllm, policy, 4)
+    serve(m, hinted_ctx(vllm, "a", [("kvpolicy.session", "1", {"id": "A"}), *a_actions]), [1, 2])
+    serve(m, hinted_ctx(vllm, "b", [("kvpolicy.session", "1", {"id": "B"}), *b_actions], b_params), [3, 4])
+    c = hinted_ctx(vllm, "c", [("kvpolicy.session", "1", {"id": "C"})])
+    m.on_new_request(c)
+    return m.prepare_store(keys([5]), c).evicted_keys
+
+
+def test_hints_reach_session_aware_lru_through_vllms_manager(vllm, caplog):
+    soon = [("kvpolicy.expected_return", "1", {"seconds": 1})]
+    # No hint on B: LRU order, A's tail (released first) goes.
+    assert victim_after_two_sessions(vllm, "kvpolicy_session_aware_lru", soon) == keys([2])
+    # B's session ends: B is never back, so B's tail goes although A is older.
+    end = [("kvpolicy.session_end", "1", {})]
+    assert victim_after_two_sessions(vllm, "kvpolicy_session_aware_lru", soon, end) == keys([4])
+    # B expected back in an hour: farther than A, B goes.
+    later = [("kvpolicy.expected_return", "1", {"seconds": 3600})]
+    assert victim_after_two_sessions(vllm, "kvpolicy_session_aware_lru", soon, later) == keys([4])
+    # The same through kv_transfer_params.
+    assert victim_after_two_sessions(vllm, "kvpolicy_session_aware_lru", soon, (),
+                                     {"kvpolicy": {"session_end": True}}) == keys([4])
+    # kvpolicy's plain lru hears no hints: A's tail.
+    assert victim_after_two_sessions(vllm, "kvpolicy_lru", soon, end) == keys([2])
+
+
+@pytest.mark.parametrize("bad, reason", [
+    (("kvpolicy.session_end", "2", {}), "action_version '2' is not '1'"),
+    (("kvpolicy.expected_return", "1", {"seconds": -5}), "seconds must be a finite number >= 0"),
+    (("kvpolicy.expected_return", "1", {"seconds": float("nan")}), "seconds must be a finite number >= 0"),
+    (("kvpolicy.expected_return", "1", {}), 'payload needs "seconds"'),
+    (("kvpolicy.session", "1", {"id": [1]}), "a session id is an int or a str"),
+    (("kvpolicy.sesion_end", "1", {}), "unknown kvpolicy action 'kvpolicy.sesion_end'"),
+    (("kvpolicy.session_end", "1", "end"), "payload must be an object"),
+])
+def test_a_malformed_hint_is_ignored_with_a_logged_reason(vllm, caplog, bad, reason):
+    soon = [("kvpolicy.expected_return", "1", {"seconds": 1})]
+    with caplog.at_level("WARNING", logger="kvpolicy.vllm"):
+        evicted = victim_after_two_sessions(vllm, "kvpolicy_session_aware_lru", soon, [bad])
+    assert evicted == keys([2])  # as with no hint on B
+    assert any(reason in r.getMessage() and "request b" in r.getMessage() for r in caplog.records), caplog.text
+
+
+def test_other_components_actions_are_skipped_silently(vllm, caplog):
+    with caplog.at_level("WARNING", logger="kvpolicy.vllm"):
+        evicted = victim_after_two_sessions(vllm, "kvpolicy_session_aware_lru", (),
+                                            [("lmcache.pin", "7", {"anything": 1})])
+    assert evicted == keys([2]) and not [r for r in caplog.records if r.name == "kvpolicy.vllm"]
+
+
+def test_malformed_kv_transfer_params_are_ignored_with_a_logged_reason(vllm, caplog):
+    with caplog.at_level("WARNING", logger="kvpolicy.vllm"):
+        evicted = victim_after_two_sessions(vllm, "kvpolicy_session_aware_lru", (), (),
+                                            {"kvpolicy": {"session_end": "yes", "sesion": 1}})
+    assert evicted == keys([2])
+    assert "unknown keys ['sesion']" in caplog.text
+
+
+def test_session_ids_are_stable_and_never_zero():
+    from kvpolicy.vllm._policies import session_key
+
+    assert session_key(7) == 7 and session_key("chat-42") == session_key("chat-42") != session_key("chat-43")
+    assert session_key(0) != 0 and session_key(-3) != 0 and session_key(2**64) != 0
+    assert session_key("7") != session_key(7)

@@ -15,6 +15,16 @@
 //   protected evictable items are held for the duration of the pops, so the
 //   policy passes over them, and released after.
 //
+// - `finish_request`: a request's end, walked tail to head: a chunk it
+//   reused is a hit; every evictable chunk it used is held and released with
+//   the request's session and hints (`expected_return`), as
+//   tiered_cache::release does, so session_aware_lru and adaptive_kv hear
+//   when the session comes back; a session's end (`on_session_end`) reaches
+//   the policies that hear it.
+//
+// Time: the caller's clock (`access_context::now`, never decreasing; the
+// Python adapter passes milliseconds), so an expected return is a time.
+//
 // Where this departs from vLLM's manager semantics, and why: a release is
 // kvpolicy's hold rule, so position-based policies (fifo, clock, sieve,
 // s3fifo, 2Q's A1in, lfu, round_robin) put a completed or protected item
@@ -83,6 +93,24 @@ public:
         if (held_[id]) release(id, ctx);
     }
 
+    /// One key of a finished request, walked tail to head (`ctx`: its
+    /// session, `expected_return`). `reused`: the request read it (a hit).
+    void finish(std::uint32_t id, bool reused, const access_context& ctx) {
+        if (id == no_index || !contains(id)) return;
+        access_context c = stamped(ctx);
+        c.key = key_[id];
+        if (reused) policy_.on_access(item_id{id}, c);
+        if (held_[id]) return;  // a store or load is in flight: released by its completion
+        policy_.on_hold(item_id{id});
+        policy_.on_release(item_id{id}, c);
+    }
+
+    /// The engine closed `session`: it will not come back.
+    void end_session(session_id session, const access_context& ctx) {
+        if constexpr (requires(Policy& p) { p.on_session_end(session, timestamp{}); })
+            policy_.on_session_end(session, stamped(ctx).now);
+    }
+
     /// `n` victims in policy order, none of them in `protected_ids`; or
     /// nothing, changing nothing, if fewer than n can go.
     std::optional<std::vector<std::uint32_t>> evict(std::size_t n, std::span<const std::uint32_t> protected_ids,
@@ -120,7 +148,8 @@ private:
     }
     access_context stamped(const access_context& ctx) noexcept {
         access_context c = ctx;
-        c.now = ++now_;
+        if (c.now < now_) c.now = now_;  // a clock that stepped back: time stands still
+        now_ = c.now;
         return c;
     }
     void hold(std::uint32_t id) noexcept {
