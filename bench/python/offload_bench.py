@@ -11,7 +11,9 @@ request at a time:
 
 through (a) `OrderedDictManager` below, written the way engines write it
 (vLLM's LRU offloading manager keeps an OrderedDict of block statuses with
-reference counts), and (b) kvpolicy.vllm.OffloadingManager(policy="lru"),
+reference counts, and never evicts a block of prepare_store's own input),
+and (b) kvpolicy.vllm.OffloadingManager(policy="vllm_lru"), vLLM's LRU's
+exact decisions,
 called with Python lists of int hashes and then with NumPy uint64 arrays
 (the batch path: read in place). Then both again with vLLM's own hash type:
 each block hash a 32-byte bytes object (a sha256 digest of the trace's id,
@@ -103,8 +105,9 @@ class OrderedDictManager:
         need = len(to_store) - len(self.free)
         evicted = []
         if need > 0:
+            protected = set(block_hashes)
             for h, b in self.blocks.items():
-                if b.ref_cnt == 0:
+                if b.ref_cnt == 0 and h not in protected:
                     evicted.append(h)
                     if len(evicted) == need:
                         break
@@ -245,8 +248,8 @@ def main():
     print(f"{len(requests)} requests, {blocks} blocks, offloaded tier {args.blocks} blocks, best of {args.runs}")
 
     t_py, rec_py = timed(lambda: OrderedDictManager(args.blocks), requests, args.runs)
-    t_list, rec_list = timed(lambda: OffloadingManager(args.blocks, "lru"), requests, args.runs)
-    t_arr, rec_arr = timed(lambda: OffloadingManager(args.blocks, "lru"), arrays, args.runs)
+    t_list, rec_list = timed(lambda: OffloadingManager(args.blocks, "vllm_lru"), requests, args.runs)
+    t_arr, rec_arr = timed(lambda: OffloadingManager(args.blocks, "vllm_lru"), arrays, args.runs)
     same = decisions(rec_py) == decisions(rec_list) == decisions(rec_arr)
     stores = sum(1 for _, s, _ in rec_py if s)
     evictions = sum(len(e) for _, _, e in rec_py if e)
@@ -258,7 +261,7 @@ def main():
     byte_requests = as_bytes_hashes(requests)
     digest_to_id = {d: h for r, b in zip(requests, byte_requests) for h, d in zip(r, b)}
     t_pyb, rec_pyb = timed(lambda: OrderedDictManager(args.blocks), byte_requests, args.runs)
-    t_bytes, rec_bytes = timed(lambda: OffloadingManager(args.blocks, "lru"), byte_requests, args.runs)
+    t_bytes, rec_bytes = timed(lambda: OffloadingManager(args.blocks, "vllm_lru"), byte_requests, args.runs)
     same_bytes = decisions(rec_pyb, digest_to_id.__getitem__) == decisions(rec_bytes, digest_to_id.__getitem__)
     same_bytes = same_bytes and decisions(rec_pyb, digest_to_id.__getitem__) == decisions(rec_py)
     print(f"  bytes hashes (32-byte sha256 digests): decisions identical to the int replay's: {same_bytes}")
@@ -287,7 +290,7 @@ def main():
             ("OffloadingManager, lists of bytes", None, byte_requests),
         ]
         for name, make, reqs in cases:
-            m = make(args.blocks) if make else OffloadingManager(args.blocks, "lru")
+            m = make(args.blocks) if make else OffloadingManager(args.blocks, "vllm_lru")
             t = replay_breakdown(m, reqs)
             print(f"  {name:50}" + "".join(f"{t[p] / blocks:15.1f}" for p in PRIMITIVES))
 

@@ -1,4 +1,4 @@
-// The C++ side of kvpolicy.vllm.OffloadingManager (python/kvpolicy/vllm.py
+// The C++ side of kvpolicy.vllm.OffloadingManager (python/kvpolicy/vllm/_legacy.py
 // documents the semantics): block hashes in, vLLM's answers out.
 //
 // Hashes: a 1-D buffer of native 64-bit ints (a NumPy uint64 or int64 array,
@@ -19,12 +19,132 @@
 
 #include <kvpolicy/core/item_key.hpp>
 
+#include <kvpolicy/engine/offload_manager.hpp>
+
 #include "bindings.hpp"
-#include "offload_manager.hpp"
+#include "dyn_policy.hpp"
 
 namespace kvpolicy::python {
 
 namespace {
+
+using engine::offload_event;
+using engine::slot_state;
+using engine::store_plan;
+
+/// An order's lists for introspection (tests, the vLLM test plugin): keys
+/// oldest first; vllm_lru has one list, vllm_arc four (T1, T2, B1, B2) and
+/// its target; kvpolicy's policies none.
+struct order_state_t {
+    std::vector<std::vector<std::uint64_t>> lists;
+    std::optional<double> target;
+};
+
+/// An offload_manager whose order is chosen by name: one virtual call per
+/// call, the per-block loop inside the concrete manager.
+class any_offload_manager {
+public:
+    virtual ~any_offload_manager() = default;
+    [[nodiscard]] virtual std::size_t capacity() const noexcept = 0;
+    [[nodiscard]] virtual std::size_t num_free() const noexcept = 0;
+    [[nodiscard]] virtual std::size_t size() const noexcept = 0;
+    [[nodiscard]] virtual std::uint32_t find(std::uint64_t hash) const noexcept = 0;
+    [[nodiscard]] virtual slot_state state(std::uint32_t slot) const noexcept = 0;
+    [[nodiscard]] virtual std::uint32_t loads(std::uint32_t slot) const noexcept = 0;
+    [[nodiscard]] virtual std::string_view policy_name() const noexcept = 0;
+    [[nodiscard]] virtual std::size_t lookup(std::span<const std::uint64_t> hashes) = 0;
+    virtual void prepare_load(std::span<const std::uint64_t> hashes, std::span<std::uint32_t> slots) = 0;
+    virtual void touch(std::span<const std::uint64_t> hashes) = 0;
+    virtual void complete_load(std::span<const std::uint64_t> hashes) = 0;
+    virtual std::optional<store_plan> prepare_store(std::span<const std::uint64_t> hashes) = 0;
+    virtual void complete_store(std::span<const std::uint64_t> hashes, bool success) = 0;
+    virtual std::vector<offload_event> take_events() = 0;
+    [[nodiscard]] virtual order_state_t state_of_order() const = 0;
+    /// vllm_arc only: Throws: usage_error (another policy, or out of range).
+    virtual void set_arc_target(double t) = 0;
+
+    /// The names accepted besides kvpolicy's policies: vLLM's own orders.
+    static constexpr std::string_view vllm_names = "vllm_lru, vllm_arc";
+
+    /// Throws: unknown_name_error listing every policy; config_error for 0
+    /// blocks or a bad option.
+    static std::unique_ptr<any_offload_manager> make(std::size_t num_blocks, const std::string& policy,
+                                                     const policy_options& options, bool events);
+};
+
+template <class Order>
+class offload_manager_model final : public any_offload_manager {
+public:
+    offload_manager_model(std::size_t n, const typename Order::config_type& c, bool events) : m_(n, c, events) {}
+    [[nodiscard]] std::size_t capacity() const noexcept override { return m_.capacity(); }
+    [[nodiscard]] std::size_t num_free() const noexcept override { return m_.num_free(); }
+    [[nodiscard]] std::size_t size() const noexcept override { return m_.size(); }
+    [[nodiscard]] std::uint32_t find(std::uint64_t h) const noexcept override { return m_.find(h); }
+    [[nodiscard]] slot_state state(std::uint32_t s) const noexcept override { return m_.state(s); }
+    [[nodiscard]] std::uint32_t loads(std::uint32_t s) const noexcept override { return m_.loads(s); }
+    [[nodiscard]] std::string_view policy_name() const noexcept override { return Order::name; }
+    [[nodiscard]] std::size_t lookup(std::span<const std::uint64_t> h) override { return m_.lookup(h); }
+    void prepare_load(std::span<const std::uint64_t> h, std::span<std::uint32_t> s) override { m_.prepare_load(h, s); }
+    void touch(std::span<const std::uint64_t> h) override { m_.touch(h); }
+    void complete_load(std::span<const std::uint64_t> h) override { m_.complete_load(h); }
+    std::optional<store_plan> prepare_store(std::span<const std::uint64_t> h) override { return m_.prepare_store(h); }
+    void complete_store(std::span<const std::uint64_t> h, bool ok) override { m_.complete_store(h, ok); }
+    std::vector<offload_event> take_events() override { return m_.take_events(); }
+    [[nodiscard]] order_state_t state_of_order() const override {
+        order_state_t st;
+        const auto keys = [this](const std::vector<std::uint32_t>& slots) {
+            std::vector<std::uint64_t> k;
+            k.reserve(slots.size());
+            for (std::uint32_t s : slots) k.push_back(m_.key(s));
+            return k;
+        };
+        if constexpr (std::same_as<Order, engine::vllm_legacy_lru_order>) {
+            st.lists.push_back(keys(m_.order().slots()));
+        } else if constexpr (std::same_as<Order, engine::vllm_legacy_arc_order>) {
+            st.lists.push_back(keys(m_.order().t1_slots()));
+            st.lists.push_back(keys(m_.order().t2_slots()));
+            st.lists.push_back(m_.order().b1_keys());
+            st.lists.push_back(m_.order().b2_keys());
+            st.target = m_.order().target();
+        }
+        return st;
+    }
+    void set_arc_target(double t) override {
+        if constexpr (std::same_as<Order, engine::vllm_legacy_arc_order>)
+            m_.order().set_target(t);
+        else
+            throw usage_error(std::string("_set_arc_target: policy '") + std::string(Order::name) +
+                              "' has no ARC target; only policy 'vllm_arc' has one");
+    }
+
+private:
+    engine::offload_manager<Order> m_;
+};
+
+inline std::unique_ptr<any_offload_manager> any_offload_manager::make(std::size_t num_blocks, const std::string& policy,
+                                                                      const policy_options& options, bool events) {
+    if (policy == "vllm_lru" || policy == "vllm_arc") {
+        if (!options.empty())
+            throw config_error("OffloadingManager: policy '" + policy +
+                               "' takes no options (it is vLLM's own, exactly); drop them");
+        if (policy == "vllm_lru")
+            return std::make_unique<offload_manager_model<engine::vllm_legacy_lru_order>>(num_blocks,
+                                                                                          engine::vllm_legacy_lru_order::config_type{}, events);
+        return std::make_unique<offload_manager_model<engine::vllm_legacy_arc_order>>(num_blocks,
+                                                                                      engine::vllm_legacy_arc_order::config_type{}, events);
+    }
+    try {
+        return visit_by_name<eviction_policies>(
+            policy,
+            [&]<class P>() -> std::unique_ptr<any_offload_manager> {
+                return std::make_unique<offload_manager_model<engine::policy_order<P>>>(num_blocks, make_config<P>(options),
+                                                                                       events);
+            },
+            "eviction policy");
+    } catch (const unknown_name_error& e) {  // the list of accepted names goes on with vLLM's
+        throw unknown_name_error(std::string(e.what()) + ", " + std::string(vllm_names));
+    }
+}
 
 /// A bytes object's 64-bit key: mix64 of its length, then one mix64 per 8
 /// bytes, the last word zero-padded. The whole words are read by fixed-size
@@ -347,6 +467,16 @@ public:
     [[nodiscard]] std::size_t size() const { return m_->size(); }
     [[nodiscard]] std::string policy() const { return std::string(m_->policy_name()); }
 
+    /// The order's lists (64-bit keys, oldest first) and vllm_arc's target.
+    nb::tuple order_state() const {
+        order_state_t st = m_->state_of_order();
+        nb::list lists;
+        for (auto& l : st.lists) lists.append(nb::cast(to_numpy(std::move(l))));
+        return nb::make_tuple(lists, st.target ? nb::cast(*st.target) : nb::none());
+    }
+    void set_arc_target(double t) { m_->set_arc_target(t); }
+    static std::uint64_t key(nb::handle hash) { return key_of(hash.ptr(), "block_hash"); }
+
     /// (state, loads in flight) of one block: state 'ready', 'storing' or None.
     nb::tuple block_state(nb::handle hash) const {
         const std::uint64_t k = key_of(hash.ptr(), "block_hash");
@@ -413,6 +543,13 @@ void bind_offload(nb::module_& m) {
         .def("complete_store", &c::complete_store, nb::arg("block_hashes"), nb::arg("success") = true,
              "Stored blocks become loadable; on failure the blocks still being stored are removed.")
         .def("_take_events", &c::take_event_list, "[(hashes, removed)] since the last call.")
+        .def("_order_state", &c::order_state,
+             "([lists of 64-bit keys, oldest first], target): vllm_lru's one list; vllm_arc's T1, T2, B1, B2 "
+             "and target_t1_size; no lists for kvpolicy's policies (their state is their own).")
+        .def("_set_arc_target", &c::set_arc_target, nb::arg("target"),
+             "vllm_arc: sets target_t1_size (vLLM's tests set it). UsageError outside [0, num_blocks] "
+             "or for another policy.")
+        .def_static("_key", &c::key, nb::arg("block_hash"), "The 64-bit key kvpolicy keeps for a block hash.")
         .def("block_state", &c::block_state, nb::arg("block_hash"),
              "(state, loads): state 'ready', 'storing' or None (not offloaded).")
         .def_prop_ro("num_blocks", &c::num_blocks)

@@ -314,8 +314,9 @@ def test_bad_items_raise_usage_error_naming_the_item_and_change_nothing():
 
 
 class NaiveManager:
-    """The documented semantics over an OrderedDict, LRU: a protection ending
-    re-enters at the most-recent end (complete_load tail first)."""
+    """The documented semantics over an OrderedDict, kvpolicy's LRU: a
+    protection ending (a load, a store, prepare_store's input) re-enters at
+    the most-recent end (complete_load tail first)."""
 
     def __init__(self, n):
         self.n, self.order, self.state, self.loads = n, OrderedDict(), {}, {}
@@ -347,16 +348,21 @@ class NaiveManager:
                 self.order[h] = True
 
     def prepare_store(self, hs):
+        # The input's blocks are never victims: kvpolicy's lru holds them
+        # while it evicts, so they re-enter at the most-recent end, in input order.
         new = [h for h in hs if h not in self.state]
         need = len(new) - (self.n - len(self.state))
-        if need > len(self.order):
+        shielded = [h for h in dict.fromkeys(hs) if h in self.order] if need > 0 else []
+        if need > len(self.order) - len(shielded):
             return None
-        evicted = []
+        for h in shielded:
+            self.order.pop(h)
+        evicted = [self.order.popitem(last=False)[0] for _ in range(max(need, 0))]
+        for v in evicted:
+            del self.state[v], self.loads[v]
+        for h in shielded:
+            self.order[h] = True
         for h in new:
-            if len(self.state) == self.n:
-                v, _ = self.order.popitem(last=False)
-                del self.state[v], self.loads[v]
-                evicted.append(v)
             self.state[h], self.loads[h] = "storing", 0
         return new, evicted
 
@@ -453,6 +459,7 @@ def test_vllm_subclass_when_vllm_is_installed(monkeypatch):
     importlib.reload(legacy)
     kv2 = importlib.reload(kv)
     try:
+        assert kv2.KvpolicyOffloadingSpec is None  # the stand-in has no CPU spec to build on
         m = kv2.VllmOffloadingManager(4, "arc", enable_events=True)
         assert isinstance(m, OffloadingManagerABC)
         out = m.prepare_store([1, 2])
@@ -464,4 +471,82 @@ def test_vllm_subclass_when_vllm_is_installed(monkeypatch):
         monkeypatch.undo()
         importlib.reload(legacy)
         importlib.reload(kv)
-    assert kv.VllmOffloadingManager is None
+    assert kv.VllmOffloadingManager is None and kv.KvpolicyOffloadingSpec is None
+
+
+# --- vLLM's own decisions (policy "vllm_lru", "vllm_arc") and the manager's
+# semantics for every policy. vLLM's own tests and a differential test
+# against vLLM 0.19.1 and 0.20.2 run in test_vllm_legacy_peers.py.
+
+
+@pytest.mark.parametrize("policy", ["vllm_lru", "vllm_arc", "lru", "arc", "fifo", "s3fifo"])
+def test_a_block_in_prepare_stores_input_is_never_its_victim(policy):
+    m = OffloadingManager(1, policy, enable_events=True)
+    m.complete_store(m.prepare_store([0]).block_hashes_to_store)
+    assert m.prepare_store([1, 0]) is None  # vLLM answers None: 0 is the input's
+    assert m.block_state(0) == ("ready", 0) and m.num_free == 0
+    assert [e.removed for e in m.take_events()] == [False]  # no eviction was recorded
+
+
+@pytest.mark.parametrize("policy", ["vllm_lru", "vllm_arc", "fifo", "clock", "sieve", "s3fifo", "round_robin", "lfu"])
+def test_completing_a_store_leaves_the_block_in_place(policy):
+    # vLLM: 3 slots, store [0, 1, 2], complete [1, 0] then 2, store 3: 0 goes
+    # (it was inserted first), not 1 (completed last of the first two).
+    m = OffloadingManager(3, policy)
+    m.prepare_store([0, 1, 2])
+    m.complete_store([1, 0])
+    m.complete_store([2])
+    assert m.prepare_store([3]).block_hashes_evicted == [0]
+
+
+def test_kvpolicy_lru_releases_a_completed_store_at_its_most_recent_end():
+    # The documented difference of kvpolicy's recency-ordered policies.
+    m = OffloadingManager(3, "lru")
+    m.prepare_store([0, 1, 2])
+    m.complete_store([1, 0])
+    m.complete_store([2])
+    assert m.prepare_store([3]).block_hashes_evicted == [1]
+
+
+@pytest.mark.parametrize("policy", ["vllm_lru", "vllm_arc", "lru", "fifo"])
+def test_a_multi_block_eviction_hands_its_slots_out_in_reverse_as_vllm(policy):
+    m = OffloadingManager(2, policy)
+    m.complete_store(m.prepare_store([0, 1]).block_hashes_to_store)
+    out = m.prepare_store([2, 3])
+    assert out.block_hashes_evicted == [0, 1] and out.store_spec.block_ids.tolist() == [1, 0]
+    m.complete_store([2], success=False)  # its slot 1 is freed: the next store takes it
+    assert m.prepare_store([4]).store_spec.block_ids.tolist() == [1]
+
+
+def test_vllm_arc_keeps_a_block_touched_while_storing_in_t1_and_refuses_when_t2_is_pinned():
+    m = OffloadingManager(2, "vllm_arc")
+    m.prepare_store([0])
+    m.touch([0])  # still being stored: not a second use
+    m.complete_store([0])
+    t1, t2, b1, b2 = (list(map(int, l)) for l in m._order_state()[0])
+    assert (t1, t2) == ([OffloadingManager._key(0)], [])
+    m.touch([0])  # ready: to T2
+    m.complete_store(m.prepare_store([1]).block_hashes_to_store)
+    assert [len(l) for l in m._order_state()[0]] == [1, 1, 0, 0]
+    m._set_arc_target(2.0)  # |T1| = 1 < 2: vLLM takes from T2, whose only block is loading
+    m.prepare_load([0])
+    assert m.prepare_store([2]) is None  # vLLM refuses rather than take 1 from T1
+    m.complete_load([0])
+    assert m.prepare_store([2]).block_hashes_evicted == [0]
+    assert list(map(int, m._order_state()[0][3])) == [OffloadingManager._key(0)]  # B2
+    m.touch([0])  # a B2 ghost: the target goes down by max(1, |B1|/|B2|)
+    assert m._order_state()[1] == 1.0
+
+
+def test_vllm_policies_bad_input():
+    with pytest.raises(kvpolicy.ConfigError, match=r"^OffloadingManager: policy 'vllm_arc' takes no options"):
+        OffloadingManager(4, "vllm_arc", small_fraction=0.1)
+    with pytest.raises(kvpolicy.UnknownNameError, match=r"accepted: .*lru.*, vllm_lru, vllm_arc$"):
+        OffloadingManager(4, "vllm_nope")
+    m = OffloadingManager(4, "vllm_arc")
+    with pytest.raises(kvpolicy.UsageError, match=r"^vllm_arc target_t1_size 5\.0+ is outside \[0, 4\]"):
+        m._set_arc_target(5)
+    assert m._order_state()[1] == 0.0
+    with pytest.raises(kvpolicy.UsageError, match=r"^_set_arc_target: policy 'vllm_lru' has no ARC target"):
+        OffloadingManager(4, "vllm_lru")._set_arc_target(1)
+    assert OffloadingManager(4, "lru")._order_state() == ([], None)

@@ -5,7 +5,10 @@ vLLM's CPU offloading connector asks an ``OffloadingManager``
 module gives the same methods, names and semantics, backed by kvpolicy's
 C++ bookkeeping and any registered eviction policy (``policy="arc"`` is one
 argument away). It imports nothing from vLLM; where vLLM is installed,
-``VllmOffloadingManager`` is the same manager as a subclass of vLLM's ABC.
+``VllmOffloadingManager`` is the same manager as a subclass of vLLM's ABC
+(speaking the API of the vLLM found: 0.11-0.19 or 0.20), and
+``KvpolicyOffloadingSpec`` the spec vLLM's ``OffloadingSpecFactory`` loads
+by ``spec_name``/``spec_module_path``.
 
 Semantics (each method takes block hashes: ints, bytes, any hashable, in a
 list or any iterable such as the ``islice`` views vLLM's connector passes, or
@@ -27,26 +30,34 @@ for the list raises ``kvpolicy.UsageError`` naming it, changing nothing):
 - ``complete_load(hashes)``: ends one load of each; a block with no load
   left is evictable again. A block with no load in flight raises.
 - ``prepare_store(hashes)``: the blocks not yet offloaded get slots, in the
-  order given; unprotected blocks are evicted in policy order to make room.
+  order given; blocks neither pinned (storing, loading) nor in ``hashes``
+  are evicted in policy order to make room.
   Returns ``PrepareStoreOutput(block_hashes_to_store, store_spec,
   block_hashes_evicted)``, or ``None``, changing nothing, if too few blocks
   can be evicted. A new block listed twice raises.
 - ``complete_store(hashes, success=True)``: blocks still storing become
   ready; with ``success=False`` they are removed instead (their slots are
   free again). Ready blocks are left as they are. A block never prepared
-  raises.
+  raises (vLLM skips it).
 - ``take_events()`` (with ``enable_events=True``, off by default as in
   vLLM): ``OffloadingEvent``s since the last call, oldest first:
   evictions (``removed=True``) at ``prepare_store``, completed stores
   (``removed=False``) at ``complete_store``.
 
-Protection is the policy's *hold*: a protected block is never a victim.
-When its store or last load completes the policy gets it back by kvpolicy's
-hold rule: position-based policies put it back where it was, the LRU family
-at the most-recent end. vLLM's LRU leaves a protected block where it was; the
-two orders agree when each completion follows its prepare before other blocks
-are touched (``complete_load`` releases tail first, ``complete_store`` in
-order), which bench/python/offload_bench.py replays and asserts.
+``policy``: ``"vllm_lru"`` and ``"vllm_arc"`` decide exactly as vLLM's own
+``LRUCachePolicy`` and ``ARCCachePolicy`` of 0.11 to 0.20 (0.19.1 and 0.20.2
+decide alike; their tests and a differential test against them run in
+python/tests/test_vllm_legacy_peers.py); any other name is a kvpolicy policy
+(``"lru"``, ``"arc"``: kvpolicy's own, ``arc`` being the paper's). For every
+policy: a block in ``prepare_store``'s input is never that call's victim; a
+``prepare_store`` answering ``None`` changed nothing; slots are handed out as
+vLLM does (never-used slots first, then the most recently freed, so a
+multi-block eviction's slots go to the new blocks in reverse); completing a
+store or a load moves no block in the vLLM orders nor in kvpolicy's
+position-based policies (fifo, clock, sieve, s3fifo, lfu, round_robin, 2Q's
+A1in), while kvpolicy's recency-ordered policies (lru and its family, arc,
+slru, lirs, ...) put a block whose pin or protection ends at their
+most-recent end (include/kvpolicy/engine/offload_manager.hpp says why).
 
 Hashes answered back (``block_hashes_to_store``, ``block_hashes_evicted``,
 events) are the caller's own objects, or arrays for array callers. Keys are
@@ -104,7 +115,8 @@ class OffloadingEvent:
 class OffloadingManager(OffloadCore):
     """vLLM's OffloadingManager over ``num_blocks`` slots and a kvpolicy policy.
 
-    ``policy``: any name in ``kvpolicy.policies()``; ``config``: its options
+    ``policy``: ``"vllm_lru"``, ``"vllm_arc"`` (vLLM's own decisions, no
+    options) or any name in ``kvpolicy.policies()``; ``config``: its options
     (``kvpolicy.policy_options(policy)``). ``enable_events``: record what
     take_events returns (off by default, as in vLLM); ``block_size`` labels them.
     See the module docstring for every method's semantics.
@@ -131,7 +143,13 @@ class OffloadingManager(OffloadCore):
 
 
 def _vllm_subclass():
-    """VllmOffloadingManager where vLLM is installed, else None."""
+    """VllmOffloadingManager where vLLM is installed, else None.
+
+    Speaks the API of the vLLM it finds: 0.11 to 0.19 (``lookup(block_hashes)``
+    counts a prefix; ``block_hashes_to_store``, ``block_hashes_evicted``, events
+    with ``block_size``) or 0.20 (``lookup(key, req_context)`` answers one key;
+    ``keys_to_store``, ``evicted_keys``, events with ``keys``).
+    """
     try:
         from vllm.v1.kv_offload import abstract  # type: ignore[import-not-found]
     except ImportError:
@@ -140,23 +158,50 @@ def _vllm_subclass():
         from vllm.v1.kv_offload.mediums import CPULoadStoreSpec as VllmCPUSpec  # type: ignore
     except ImportError:
         VllmCPUSpec = None
+    keyed = hasattr(abstract, "ReqContext")  # 0.20: one key per lookup, keys not block hashes
 
     class VllmOffloadingManager(abstract.OffloadingManager):
         """kvpolicy's OffloadingManager as a subclass of vLLM's ABC (delegating)."""
 
-        def __init__(self, num_blocks: int, policy: str = "lru", *, block_size: int = 0,
+        def __init__(self, num_blocks: int, policy: str = "vllm_lru", *, block_size: int = 0,
                      enable_events: bool = False, **config: Any):
             self.manager = OffloadingManager(num_blocks, policy, block_size=block_size,
                                              enable_events=enable_events, **config)
+            self.block_size = block_size
 
         def _spec(self, spec: CPULoadStoreSpec):
             return VllmCPUSpec(spec.block_ids) if VllmCPUSpec is not None else spec
 
-        def lookup(self, block_hashes):
-            return self.manager.lookup(block_hashes)
+        if keyed:
+            def lookup(self, key, req_context=None):
+                return self.manager.lookup((key,)) == 1
 
-        def prepare_load(self, block_hashes):
-            return self._spec(self.manager.prepare_load(block_hashes))
+            def prepare_load(self, keys, req_context=None):
+                return self._spec(self.manager.prepare_load(keys))
+
+            def prepare_store(self, keys, req_context=None):
+                return self._store_output(self.manager.prepare_store(keys))
+
+            def shutdown(self) -> None:
+                return
+        else:
+            def lookup(self, block_hashes):
+                return self.manager.lookup(block_hashes)
+
+            def prepare_load(self, block_hashes):
+                return self._spec(self.manager.prepare_load(block_hashes))
+
+            def prepare_store(self, block_hashes):
+                return self._store_output(self.manager.prepare_store(block_hashes))
+
+        def _store_output(self, out):
+            if out is None:
+                return None
+            to_store, spec, evicted = out.block_hashes_to_store, self._spec(out.store_spec), out.block_hashes_evicted
+            if keyed:
+                return abstract.PrepareStoreOutput(keys_to_store=to_store, store_spec=spec, evicted_keys=evicted)
+            return abstract.PrepareStoreOutput(block_hashes_to_store=to_store, store_spec=spec,
+                                               block_hashes_evicted=evicted)
 
         def touch(self, block_hashes):
             self.manager.touch(block_hashes)
@@ -164,24 +209,17 @@ def _vllm_subclass():
         def complete_load(self, block_hashes):
             self.manager.complete_load(block_hashes)
 
-        def prepare_store(self, block_hashes):
-            out = self.manager.prepare_store(block_hashes)
-            if out is None:
-                return None
-            return abstract.PrepareStoreOutput(
-                block_hashes_to_store=out.block_hashes_to_store,
-                store_spec=self._spec(out.store_spec),
-                block_hashes_evicted=out.block_hashes_evicted,
-            )
-
         def complete_store(self, block_hashes, success: bool = True):
             self.manager.complete_store(block_hashes, success)
 
         def take_events(self):
+            medium = VllmCPUSpec.medium() if VllmCPUSpec is not None else "CPU"
             for e in self.manager.take_events():
-                yield abstract.OffloadingEvent(
-                    block_hashes=e.block_hashes, block_size=e.block_size, medium=e.medium, removed=e.removed
-                )
+                if keyed:
+                    yield abstract.OffloadingEvent(keys=e.block_hashes, medium=medium, removed=e.removed)
+                else:
+                    yield abstract.OffloadingEvent(block_hashes=e.block_hashes, block_size=e.block_size,
+                                                   medium=medium, removed=e.removed)
 
     return VllmOffloadingManager
 
@@ -189,3 +227,58 @@ def _vllm_subclass():
 VllmOffloadingManager = _vllm_subclass()
 if VllmOffloadingManager is not None:
     __all__.append("VllmOffloadingManager")
+
+
+def _vllm_spec_subclass():
+    """KvpolicyOffloadingSpec where vLLM's CPU offloading spec imports, else None."""
+    if VllmOffloadingManager is None:
+        return None
+    try:
+        from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec as VllmCPUOffloadingSpec  # type: ignore
+        from vllm.v1.kv_offload.reuse_manager import FilterReusedOffloadingManager  # type: ignore
+    except ImportError:
+        return None
+
+    class KvpolicyOffloadingSpec(VllmCPUOffloadingSpec):
+        """vLLM's CPU offloading (0.11 to 0.20) with kvpolicy's manager deciding.
+
+        Load it through vLLM's ``OffloadingSpecFactory``: in
+        ``kv_connector_extra_config`` give ``"spec_name":
+        "KvpolicyOffloadingSpec", "spec_module_path": "kvpolicy.vllm"`` beside
+        vLLM's own keys (``cpu_bytes_to_use``, ``block_size``,
+        ``store_threshold``). Everything but the manager is vLLM's CPU spec
+        (its slot count, its GPU-CPU transfer handlers). ``eviction_policy``:
+        ``"vllm_lru"`` (the default) or ``"vllm_arc"`` decide as vLLM's own
+        LRU and ARC; ``"lru"``, ``"arc"`` and every other name in
+        ``kvpolicy.policies()`` are kvpolicy's. ``policy_options``: a dict of
+        that policy's options.
+        """
+
+        def __init__(self, vllm_config, kv_cache_config):
+            super().__init__(vllm_config, kv_cache_config)
+            self.eviction_policy = self.extra_config.get("eviction_policy", "vllm_lru")
+            self.policy_options = dict(self.extra_config.get("policy_options", {}))
+
+        def get_manager(self):
+            if not self._manager:
+                events = self.vllm_config.kv_events_config
+                enable_events = events is not None and bool(events.enable_kv_cache_events)
+                # The events' block size (0.19's events carry one): the offloaded block's tokens.
+                sizes = set(self.gpu_block_size)
+                block_size = sizes.pop() * self.block_size_factor if len(sizes) == 1 else 0
+                manager = VllmOffloadingManager(self.num_blocks, self.eviction_policy, block_size=block_size,
+                                                enable_events=enable_events, **self.policy_options)
+                threshold = int(self.extra_config.get("store_threshold", 0))
+                if threshold >= 2:  # vLLM's own filter of blocks seen fewer times
+                    manager = FilterReusedOffloadingManager(
+                        backing=manager, store_threshold=threshold,
+                        max_tracker_size=int(self.extra_config.get("max_tracker_size", 64_000)))
+                self._manager = manager
+            return self._manager
+
+    return KvpolicyOffloadingSpec
+
+
+KvpolicyOffloadingSpec = _vllm_spec_subclass()
+if KvpolicyOffloadingSpec is not None:
+    __all__.append("KvpolicyOffloadingSpec")
