@@ -81,6 +81,9 @@
 // Engine-facing bookkeeping above the cache (vLLM's offloading manager).
 #include "kvpolicy/engine/offload_manager.hpp"
 #include "kvpolicy/engine/vllm_legacy_orders.hpp"
+#include "kvpolicy/engine/cache_policy_core.hpp"
+#include "kvpolicy/engine/vllm_arc.hpp"
+#include "kvpolicy/engine/vllm_lru.hpp"
 
 #include "kvpolicy/pool/block_pool.hpp"
 

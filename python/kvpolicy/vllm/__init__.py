@@ -15,6 +15,8 @@ Importing this module needs no vLLM; the vLLM subclasses are built on first
 use, where vLLM is importable.
 """
 
+import importlib
+
 from ._legacy import CPULoadStoreSpec, OffloadingEvent, OffloadingManager, PrepareStoreOutput, VllmOffloadingManager
 from ._legacy import KvpolicyOffloadingSpec
 
@@ -23,3 +25,36 @@ if VllmOffloadingManager is not None:
     __all__.append("VllmOffloadingManager")
 if KvpolicyOffloadingSpec is not None:
     __all__.append("KvpolicyOffloadingSpec")
+
+__all__ += ["cache_policy", "policy_names"]
+
+
+def __getattr__(name: str):
+    """``kvpolicy.vllm.vllm_lru``, ``kvpolicy.vllm.kvpolicy_s3fifo``, ...: the
+    CachePolicy classes vLLM's ``CachePolicyFactory`` loads by name
+    (``"cache_policy_module_path": "kvpolicy.vllm"``), built on first use."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    # import_module, not `from . import`: the latter asks this very function
+    # for `_policies` before the submodule exists.
+    _policies = importlib.import_module(__name__ + "._policies")
+    if name in _policies.policy_names():
+        return _policies.policy_class(name)
+    raise AttributeError(f"module 'kvpolicy.vllm' has no attribute {name!r}; cache policies: {_policies.policy_names()}")
+
+
+def cache_policy(policy: str, *, class_name=None, **options):
+    from ._policies import cache_policy as make
+
+    return make(policy, class_name=class_name, **options)
+
+
+cache_policy.__doc__ = """A vLLM CachePolicy class over kvpolicy's ``policy`` with ``options``
+(see ``kvpolicy.vllm._policies``)."""
+
+
+def policy_names():
+    """Every name kvpolicy.vllm offers as vLLM's ``eviction_policy``."""
+    from ._policies import policy_names as names
+
+    return names()
