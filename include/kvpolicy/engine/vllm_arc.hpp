@@ -211,7 +211,10 @@ public:
         for (std::size_t i = 0; i < n; ++i) {
             const std::uint32_t id = out[i];
             links_.remove(from_t1[i] ? t1_ : t2_, id);
-            (void)(from_t1[i] ? b1_ : b2_).push_back(ghost_key_[id]);
+            ghost_list& ghosts = from_t1[i] ? b1_ : b2_;
+            // vLLM's `b1[key] = None`: a key already there keeps its place
+            // (only a 64-bit collision of two live keys can bring that about).
+            if (!ghosts.contains(ghost_key_[id])) (void)ghosts.push_back(ghost_key_[id]);
             state_[id] = slot_state::absent;
             list_[id] = which::none;
             // Trim as vLLM does, after all victims: a list over capacity

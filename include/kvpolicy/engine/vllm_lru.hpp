@@ -160,7 +160,8 @@ private:
         bool operator()(std::uint32_t a, std::uint32_t b) const noexcept {
             const vllm_rank ra = self->rank_[a], rb = self->rank_[b];
             if (ra != rb) return ra < rb;
-            return self->key_[a] < self->key_[b];  // Python's bytes order: memcmp, then length
+            if (const int c = self->key_[a].compare(self->key_[b]); c != 0) return c < 0;  // Python's bytes order
+            return a < b;  // one key in two slots (the caller's mistake): both kept, in slot order
         }
     };
 
