@@ -550,3 +550,57 @@ def test_vllm_policies_bad_input():
     with pytest.raises(kvpolicy.UsageError, match=r"^_set_arc_target: policy 'vllm_lru' has no ARC target"):
         OffloadingManager(4, "vllm_lru")._set_arc_target(1)
     assert OffloadingManager(4, "lru")._order_state() == ([], None)
+
+
+# Which policies keep a block's place when its store or load completes: the
+# vLLM orders, kvpolicy's position-based policies (their hold rule), and, as
+# measured here though their concept does not promise it, lirs and
+# checkerboard. The others (lru and its family, arc, slru, w_tinylfu's
+# window, the time-varying scores: qos_aware, predictive, retention_value,
+# gdsf, lrfu, adaptive_kv, belady, reuse_oracle_lru) release at their
+# most-recent end or rescore at the release's time (the header of
+# include/kvpolicy/engine/offload_manager.hpp says why).
+KEEP_PLACE = ["vllm_lru", "vllm_arc", "fifo", "round_robin", "lfu", "clock", "sieve", "two_q", "s3fifo",
+              "lirs", "checkerboard"]
+
+
+def _victims_with_completions(policy, seed, shuffled):
+    """Victims of one random schedule of stores and touches; `shuffled`:
+    each store completed in a random order, and loads (prepare, complete, no
+    touch) of random ready blocks between the steps."""
+    rng, noise = random.Random(seed), random.Random(seed + 1000)
+    n = rng.randint(2, 10)
+    m = OffloadingManager(n, policy)
+    victims, ready, key = [], [], 0
+    for _ in range(300):
+        if rng.random() < 0.3 and ready:
+            m.touch(rng.sample(ready, rng.randint(1, min(3, len(ready)))))
+            continue
+        new = list(range(key, key + rng.randint(1, n)))
+        key += len(new)
+        out = m.prepare_store(new)
+        assert out is not None
+        victims.append(list(out.block_hashes_evicted))
+        ready = [h for h in ready if h not in out.block_hashes_evicted]
+        done = list(new)
+        if shuffled:
+            noise.shuffle(done)
+        m.complete_store(done)
+        ready += new
+        if shuffled and noise.random() < 0.5:
+            loads = noise.sample(ready, noise.randint(1, min(4, len(ready))))
+            m.prepare_load(loads)
+            m.complete_load(loads[::-1] if noise.random() < 0.5 else loads)
+    return victims
+
+
+@pytest.mark.parametrize("policy", KEEP_PLACE)
+def test_completions_and_loads_do_not_move_blocks(policy):
+    for seed in range(40):
+        assert _victims_with_completions(policy, seed, True) == _victims_with_completions(policy, seed, False), seed
+
+
+@pytest.mark.parametrize("policy", ["lru", "arc", "slru", "w_tinylfu", "retention_value"])
+def test_recency_ordered_policies_move_a_block_whose_store_or_load_completes(policy):
+    assert any(_victims_with_completions(policy, s, True) != _victims_with_completions(policy, s, False)
+               for s in range(40))

@@ -28,13 +28,17 @@
 //   blocks are held in the policy (on_hold), which is kvpolicy's way to keep
 //   a block from being a victim, and released when the pin or the
 //   protection ends. By kvpolicy's hold rule, position-based policies (fifo,
-//   clock, sieve, s3fifo, 2Q's A1in, lfu, round_robin) put a released block
-//   back where it was, bits and counts unchanged, so for them completion and
-//   protection move nothing; recency-ordered policies (lru and its family,
-//   arc's lists, slru, lirs, ...) put it at their most-recent end, as if it
-//   were used then. Their concept has no way to return an item to an inner
-//   place, and adding one to every policy is not this header's business:
-//   users who need vLLM's exact places take vllm_lru / vllm_arc.
+//   clock, sieve, s3fifo, two_q, lfu, round_robin; lirs and checkerboard too,
+//   as python/tests/test_vllm.py measures) put a released block back where it
+//   was, so for them completion and protection move nothing. The others put
+//   it at their most-recent end, as if it were used then: the recency lists
+//   (lru and its family, arc, slru, w_tinylfu's window) and the time-varying
+//   scores (retention_value, gdsf, lrfu, qos_aware, predictive, adaptive_kv,
+//   belady, reuse_oracle_lru), whose release is stamped with its time. Their
+//   concept has no way to return an item to an inner place (a pop cannot be
+//   undone, and there is no peek), and adding one to every policy is not
+//   this header's business: users who need vLLM's places take vllm_lru /
+//   vllm_arc.
 #pragma once
 
 #include <algorithm>

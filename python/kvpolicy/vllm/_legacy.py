@@ -54,10 +54,11 @@ policy: a block in ``prepare_store``'s input is never that call's victim; a
 vLLM does (never-used slots first, then the most recently freed, so a
 multi-block eviction's slots go to the new blocks in reverse); completing a
 store or a load moves no block in the vLLM orders nor in kvpolicy's
-position-based policies (fifo, clock, sieve, s3fifo, lfu, round_robin, 2Q's
-A1in), while kvpolicy's recency-ordered policies (lru and its family, arc,
-slru, lirs, ...) put a block whose pin or protection ends at their
-most-recent end (include/kvpolicy/engine/offload_manager.hpp says why).
+position-based policies (fifo, clock, sieve, s3fifo, two_q, lfu,
+round_robin; lirs and checkerboard as tested), while kvpolicy's other
+policies (lru and its family, arc, slru, w_tinylfu, the time-varying
+scores) put a block whose pin or protection ends at their most-recent end
+(include/kvpolicy/engine/offload_manager.hpp says why).
 
 Hashes answered back (``block_hashes_to_store``, ``block_hashes_evicted``,
 events) are the caller's own objects, or arrays for array callers. Keys are
