@@ -604,3 +604,39 @@ def test_completions_and_loads_do_not_move_blocks(policy):
 def test_recency_ordered_policies_move_a_block_whose_store_or_load_completes(policy):
     assert any(_victims_with_completions(policy, s, True) != _victims_with_completions(policy, s, False)
                for s in range(40))
+
+
+def _victims_with_failed_stores(policy, seed, failing):
+    """Victims of one random schedule; at random points every ready block is
+    loaded and, with `failing`, a prepare_store of more blocks than are free
+    (recently evicted ones among them: ghosts) is made, which must answer
+    None and change nothing."""
+    rng = random.Random(seed)
+    n = rng.randint(2, 10)
+    m = OffloadingManager(n, policy)
+    victims, ready, gone, key = [], [], [], 0
+    for _ in range(200):
+        r = rng.random()
+        if r < 0.25 and ready:
+            m.touch(rng.sample(ready, rng.randint(1, min(3, len(ready)))))
+        elif r < 0.4 and ready:
+            m.prepare_load(ready)
+            asked = (gone[-2:] + list(range(key, key + n)))[: m.num_free + 1 + rng.randint(0, 2)]
+            if failing:
+                assert m.prepare_store(asked) is None
+            m.complete_load(ready)
+        else:
+            new = list(range(key, key + rng.randint(1, n)))
+            key += n
+            out = m.prepare_store(new)
+            victims.append(list(out.block_hashes_evicted))
+            gone += out.block_hashes_evicted
+            ready = [h for h in ready if h not in out.block_hashes_evicted] + new
+            m.complete_store(new)
+    return victims
+
+
+@pytest.mark.parametrize("policy", ["vllm_lru", "vllm_arc"] + kvpolicy.policies())
+def test_a_prepare_store_answering_none_changes_nothing(policy):
+    for seed in range(20):
+        assert _victims_with_failed_stores(policy, seed, True) == _victims_with_failed_stores(policy, seed, False), seed
