@@ -22,7 +22,6 @@
   ``vllm_stubs``'s inert placeholders.
 """
 
-import importlib.abc
 import importlib.machinery
 import sys
 import types
@@ -33,20 +32,13 @@ import vllm_stubs
 _STUBBED = ("vllm.platforms", "vllm.v1.kv_cache_interface", "vllm.v1.kv_offload.worker.cpu_gpu")
 
 
-class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+class _Finder(vllm_stubs._StubFinder):
+    """vllm_stubs's placeholder modules, for this plugin's names."""
+
     def find_spec(self, name, path=None, target=None):
         if any(name == s or name.startswith(s + ".") for s in _STUBBED):
             return importlib.machinery.ModuleSpec(name, self, is_package=True)
         return None
-
-    def create_module(self, spec):
-        m = types.ModuleType(spec.name)
-        m.__path__ = []
-        m.__getattr__ = vllm_stubs._module_getattr
-        return m
-
-    def exec_module(self, module):
-        pass
 
 
 def pytest_configure(config):
