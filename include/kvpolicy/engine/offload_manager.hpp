@@ -136,6 +136,9 @@ inline constexpr bool is_policy_order<policy_order<P>> = true;
 template <class O>
 concept offload_order = is_policy_order<O> || std::same_as<O, vllm_legacy_lru_order> ||
                         std::same_as<O, vllm_legacy_arc_order>;
+static_assert(offload_order<vllm_legacy_lru_order>);
+static_assert(offload_order<vllm_legacy_arc_order>);
+static_assert(!offload_order<int>);
 
 template <offload_order Order>
 class offload_manager {
