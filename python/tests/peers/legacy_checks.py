@@ -109,24 +109,22 @@ def _ops(seed, policy):
     for _ in range(OPS):
         r = rng.random()
         pick = lambda k: [rng.randint(1, universe) for _ in range(k)]  # noqa: E731
-        if r < 0.15:
-            op = ("lookup", pick(rng.randint(1, 4)), None)
-        elif r < 0.3 and ready:
-            op = ("prepare_load", rng.sample(sorted(ready), rng.randint(1, len(ready))), None)
-        elif r < 0.5:
-            op = ("touch", pick(rng.randint(1, 4)), None)
-        elif r < 0.6 and loading:
-            op = ("complete_load", rng.sample(sorted(loading), rng.randint(1, len(loading))), None)
-        elif r < 0.85:
-            keys = list(dict.fromkeys(pick(rng.randint(1, n + 2))))  # a new block listed once
-            op = ("prepare_store", keys, None)
-        elif storing:
+        if storing and r < 0.25:
             keys = rng.sample(sorted(storing), rng.randint(1, len(storing)))
             if ready and rng.random() < 0.3:
                 keys += rng.sample(sorted(ready), 1)
             op = ("complete_store", keys, rng.random() < 0.8)
+        elif loading and r < 0.45:
+            op = ("complete_load", rng.sample(sorted(loading), rng.randint(1, len(loading))), None)
+        elif r < 0.55:
+            op = ("lookup", pick(rng.randint(1, 4)), None)
+        elif r < 0.65 and ready:
+            op = ("prepare_load", rng.sample(sorted(ready), rng.randint(1, min(3, len(ready)))), None)
+        elif r < 0.8:
+            op = ("touch", pick(rng.randint(1, 4)), None)
         else:
-            continue
+            keys = list(dict.fromkeys(pick(rng.randint(1, n + 2))))  # a new block listed once
+            op = ("prepare_store", keys, None)
         name, ints, flag = op
         out = ref.call(name, [_key(i) for i in ints], flag)
         ref.events()
