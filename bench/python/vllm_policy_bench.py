@@ -200,6 +200,7 @@ def main():
     from vllm.v1.kv_offload.cpu.policies.base import ChunkStatus
     from vllm.v1.kv_offload.cpu.policies.lru import LRUCachePolicy
 
+    import kvpolicy
     import kvpolicy.vllm as kv
 
     vllm = type("vllm", (), {"base": base})
@@ -246,12 +247,22 @@ def main():
         assert ev_ours == ev_ref, f"{ours} evicted other blocks than vLLM's {ref}"
         rows.append((f"vLLM {cls.__name__}", t_ref, p_ref))
         rows.append((f"kvpolicy {ours}", total(ours)[0], t_ours - t_null))
+    manager_lru = rows[0][1] - rows[0][2]
     for p in a.policies.split(","):
         if p in ("vllm_lru", "vllm_arc"):
             continue
         t, _ = total(p)
-        pt, ev_rec, ev_rep, _ = policy_time(p, lambda p=p: getattr(kv, p)(capacity))
-        rows.append((f"kvpolicy {p}" + ("" if ev_rec == ev_rep else " (replay differs: time-dependent)"), t, pt))
+        try:
+            pt, ev_rec, ev_rep, _ = policy_time(p, lambda p=p: getattr(kv, p)(capacity))
+            same = ev_rec == ev_rep
+        except kvpolicy.Error:  # the replay's calls no longer fit its decisions
+            same = False
+        if same:
+            rows.append((f"kvpolicy {p}", t, pt))
+        else:
+            # A policy that reads the clock decides otherwise on a replay: its
+            # policy time is its total less vLLM's manager in the LRU run.
+            rows.append((f"kvpolicy {p} *", t, t - manager_lru))
 
     base_policy = rows[0][2]
     print(f"{'policy':<36}{'total':>9}{'manager':>9}{'policy':>9}{'policy/vLLM LRU':>17}{'policy/manager':>16}")
@@ -261,6 +272,7 @@ def main():
               f"{pt / base_policy:>17.2f}{pt / mgr:>16.2f}")
     lru_ratio = rows[0][2] / rows[1][2]
     arc_ratio = rows[2][2] / rows[3][2]
+    print("* reads the clock, so a replay of its calls decides otherwise: policy = total less the manager of vLLM LRU's run")
     print(f"kvpolicy vllm_lru's policy time is {lru_ratio:.2f}x faster than vLLM's LRUCachePolicy's, "
           f"vllm_arc {arc_ratio:.2f}x than vLLM's ARCCachePolicy's (the same recorded calls, the same answers)")
 

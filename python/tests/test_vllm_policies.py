@@ -508,3 +508,28 @@ def test_session_ids_are_stable_and_never_zero():
     assert session_key(7) == 7 and session_key("chat-42") == session_key("chat-42") != session_key("chat-43")
     assert session_key(0) != 0 and session_key(-3) != 0 and session_key(2**64) != 0
     assert session_key("7") != session_key(7)
+
+
+def test_docs_example(vllm):
+    """docs/getting-started/vllm.md quotes this example verbatim."""
+    from vllm.v1.kv_offload.base import ReqContext
+    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+
+    # example-begin vllm-policy
+    import kvpolicy.vllm
+
+    # What vLLM builds from "eviction_policy": "kvpolicy_s3fifo" and
+    # "cache_policy_module_path": "kvpolicy.vllm" in kv_connector_extra_config:
+    manager = CPUOffloadingManager(num_chunks=2, cache_policy="kvpolicy_s3fifo",
+                                   cache_policy_module_path="kvpolicy.vllm")
+    request = ReqContext(req_id="r1")
+    blocks = [b"block-a", b"block-b", b"block-c"]
+    out = manager.prepare_store(blocks[:2], request)
+    manager.complete_store(out.keys_to_store, request)
+    assert manager.prepare_store(blocks[2:], request).evicted_keys == [b"block-a"]
+
+    # Options, in a module of your own ("eviction_policy": "S3fifoSmall",
+    # "cache_policy_module_path": "your.module"):
+    S3fifoSmall = kvpolicy.vllm.cache_policy("s3fifo", class_name="S3fifoSmall", small_fraction=0.2)
+    # example-end
+    assert isinstance(manager._policy, kvpolicy.vllm.kvpolicy_s3fifo) and S3fifoSmall.__name__ == "S3fifoSmall"

@@ -35,7 +35,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 docs_plots = __import__("docs-plots")
 
-SOURCES = ["tests/readme_examples.cpp", "python/tests/test_readme_example.py",
+SOURCES = ["tests/readme_examples.cpp", "python/tests/test_readme_example.py", "python/tests/test_vllm_policies.py",
            "test_package/CMakeLists.txt", "scripts/check-packaging.sh"]
 CHECKED_LANGUAGES = {"cpp", "c++", "python", "cmake", "ini"}
 MARKER = re.compile(r"^<!-- (example|excerpt|run): (.+?) -->$")
