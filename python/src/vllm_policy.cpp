@@ -63,9 +63,28 @@ public:
     virtual engine::vllm_arc* arc() { return nullptr; }
 };
 
-class lru_core final : public core_base {
+/// What vllm_lru and vllm_arc share behind the seam: pins, the protected
+/// scratch as eviction's predicate, clear.
+template <class Order>
+class vllm_order_core : public core_base {
 public:
-    explicit lru_core(std::size_t n) : p_(n) {}
+    explicit vllm_order_core(std::size_t n) : p_(n) {}
+    void mark_evictable(std::uint32_t id, const access_context&) override { p_.mark_evictable(id); }
+    void mark_non_evictable(std::uint32_t id) override { p_.mark_non_evictable(id); }
+    std::optional<std::vector<std::uint32_t>> evict(std::size_t n, std::span<const std::uint32_t>,
+                                                    const std::vector<std::uint8_t>& is_protected,
+                                                    const access_context&) override {
+        return p_.evict(n, [&](std::uint32_t id) { return is_protected[id] != 0; });
+    }
+    void clear() override { p_.clear(); }
+
+protected:
+    Order p_;
+};
+
+class lru_core final : public vllm_order_core<engine::vllm_lru> {
+public:
+    using vllm_order_core::vllm_order_core;
     void insert(std::uint32_t id, std::string_view bytes, std::uint64_t, std::optional<std::int64_t> position,
                 std::int64_t request_rank, int ref_cnt, const access_context&) override {
         p_.insert(id, bytes, position, request_rank, ref_cnt == 0);
@@ -79,24 +98,13 @@ public:
             if (ids[i] != no_index) p_.raise(ids[i], request_rank, positions[i]);
     }
     void finish(const key_walk& w, const access_context&) override { p_.refresh(w.slots); }
-    void mark_evictable(std::uint32_t id, const access_context&) override { p_.mark_evictable(id); }
-    void mark_non_evictable(std::uint32_t id) override { p_.mark_non_evictable(id); }
-    std::optional<std::vector<std::uint32_t>> evict(std::size_t n, std::span<const std::uint32_t>,
-                                                    const std::vector<std::uint8_t>& is_protected,
-                                                    const access_context&) override {
-        return p_.evict(n, [&](std::uint32_t id) { return is_protected[id] != 0; });
-    }
-    void clear() override { p_.clear(); }
     std::int64_t new_request_rank() override { return p_.new_request_rank(); }
     bool orders_by_request() const override { return true; }
-
-private:
-    engine::vllm_lru p_;
 };
 
-class arc_core final : public core_base {
+class arc_core final : public vllm_order_core<engine::vllm_arc> {
 public:
-    explicit arc_core(std::size_t n) : p_(n) {}
+    using vllm_order_core::vllm_order_core;
     void insert(std::uint32_t id, std::string_view, std::uint64_t key, std::optional<std::int64_t>, std::int64_t,
                 int ref_cnt, const access_context&) override {
         p_.insert(id, key, ref_cnt >= 0, ref_cnt == 0);
@@ -112,19 +120,8 @@ public:
     void finish(const key_walk& w, const access_context&) override {
         for (std::size_t i = 0; i < w.slots.size(); ++i) p_.finish(w.slots[i], w.flags[i] == 1, w.flags[i] == 2);
     }
-    void mark_evictable(std::uint32_t id, const access_context&) override { p_.mark_evictable(id); }
-    void mark_non_evictable(std::uint32_t id) override { p_.mark_non_evictable(id); }
-    std::optional<std::vector<std::uint32_t>> evict(std::size_t n, std::span<const std::uint32_t>,
-                                                    const std::vector<std::uint8_t>& is_protected,
-                                                    const access_context&) override {
-        return p_.evict(n, [&](std::uint32_t id) { return is_protected[id] != 0; });
-    }
-    void clear() override { p_.clear(); }
     const engine::vllm_arc* arc() const override { return &p_; }
     engine::vllm_arc* arc() override { return &p_; }
-
-private:
-    engine::vllm_arc p_;
 };
 
 /// Any registered kvpolicy policy: a store is its insert, a request's reuse
