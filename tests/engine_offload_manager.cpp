@@ -403,7 +403,7 @@ TEST_CASE("offload_manager: bad input throws naming it and changes nothing") {
     REQUIRE_THROWS_WITH(m.prepare_load(one, none), Catch::Contains("pass one slot per block"));
 }
 
-TEST_CASE("offload_manager over kvpolicy's lru: protection holds; a recency policy's released block goes newest") {
+TEST_CASE("offload_manager over kvpolicy's lru: protection holds, and a recency policy's released block goes newest") {
     // Where kvpolicy's recency-ordered policies depart from vLLM's places
     // (the header says why): the protected block 1 is held during the
     // eviction and released at the most-recent end; vLLM would leave it oldest.
