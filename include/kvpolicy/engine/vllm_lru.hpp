@@ -28,6 +28,7 @@
 // rank change and pin; O(k log n) for an eviction that passes k chunks.
 #pragma once
 
+#include <compare>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -47,7 +48,15 @@ struct vllm_rank {
     std::int64_t major = 0;
     std::int64_t minor = 0;
 
-    friend constexpr auto operator<=>(const vllm_rank&, const vllm_rank&) noexcept = default;
+    // Written out, not defaulted: nvcc (13.0, host g++ 12) declares the
+    // defaulted pair but never defines operator== for a device-side include.
+    friend constexpr bool operator==(const vllm_rank& a, const vllm_rank& b) noexcept {
+        return a.major == b.major && a.minor == b.minor;
+    }
+    friend constexpr std::strong_ordering operator<=>(const vllm_rank& a, const vllm_rank& b) noexcept {
+        if (const auto c = a.major <=> b.major; c != 0) return c;
+        return a.minor <=> b.minor;
+    }
 };
 
 class vllm_lru {
