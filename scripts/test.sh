@@ -63,7 +63,7 @@ venv=build/python-venv
 rm -rf "$venv"
 python3 -m venv "$venv"
 "$venv/bin/pip" install -q --config-settings=cmake.define.KVPOLICY_PYTHON_WARNINGS_AS_ERRORS=ON . pytest numpy \
-    msgspec prometheus_client  # vLLM's offloading modules import these (python/tests/peers)
+    msgspec prometheus_client typing_extensions  # vLLM's offloading modules import these (python/tests/peers)
 KVPOLICY_SIM=build/tools/kvpolicy-sim "$venv/bin/python" -m pytest -q -p no:cacheprovider python/tests
 # The docs site (docs/, MkDocs Material; scripts/docs.sh): tests/docs checks
 # that every code block of the site that claims to compile or run is the code
