@@ -7,10 +7,11 @@ set -euo pipefail
 # python3-dev and python3-venv: the Python package's build and tests (python/).
 # libhiredis-dev: the Redis remote tier (kvpolicy::redis); redis-server and
 # redis-tools: the servers its tests start on loopback ports (ctest -L redis).
+# libssl-dev: the Redis tier's SHA-256 block identity and HMAC (OpenSSL's libcrypto).
 # doxygen: the docs site's C++ API pages (scripts/docs.sh; MkDocs itself comes
 # from PyPI into build/docs-venv).
 packages=(cmake g++ make catch2 librange-v3-dev zlib1g-dev libcli11-dev gnuplot-nox pkg-config python3-dev python3-venv
-          clang-14 libclang-rt-14-dev libhiredis-dev redis-server redis-tools doxygen)
+          clang-14 libclang-rt-14-dev libhiredis-dev libssl-dev redis-server redis-tools doxygen)
 
 missing=()
 for p in "${packages[@]}"; do
