@@ -45,6 +45,10 @@ class Release:
 VLLM_0_33_0 = Release("vllm", "0.33.0", "f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112")
 VLLM_0_20_2 = Release("vllm", "0.20.2", "58809377798c5335c6e2fe30092abda54d9200b5b8a717b3735a63f5daa0e383")
 VLLM_0_19_1 = Release("vllm", "0.19.1", "9fb88ce6b50991eba41d183584f65f51d7f6015d86a42cdabf79c1c8bd5d66fa")
+LMCACHE_0_5_6 = Release("lmcache", "0.5.6", "d6951e60ce8818a76aa42d0866a4ba85f1c95cd919355fff30ff24dcc3243f1e")
+# SGLang: the newest release on the index; its sdist carries python/sglang (evict_policy.py,
+# radix_cache.py), not the repository's test/ tree.
+SGLANG_0_5_10_POST1 = Release("sglang", "0.5.10.post1", "01f7adfe7cde85b238fb0e1bae4b31d494e19d1471cf35ff3c5489a02f9d2263")
 
 
 def _cache_dir() -> Path:
