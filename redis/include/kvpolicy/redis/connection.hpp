@@ -1,39 +1,53 @@
-// redis connection: one hiredis connection to one Redis node, with bounded
-// waits, authentication and the configuration checks a remote tier needs.
+// redis connection: one connection to one Redis node, plain TCP or TLS
+// (OpenSSL), with a deadline on every wait, authentication (a password, or
+// a Redis 6 ACL user and password) and the configuration checks a remote
+// tier needs.
 //
-// Every wait is bounded: connecting by `connect_timeout`, every read and
-// write by `io_timeout`, so a node that died or was paused (SIGSTOP) costs a
-// batch at most that long, and its ops fail. A connection that saw an I/O
-// error or a timeout is closed (a late reply would be read as the answer to
-// the next command) and opened again, once, at the next batch.
+// Deadlines. The store gives each batch one deadline (io_timeout from its
+// start, see store::batch) and every connect, read and write of the batch
+// waits (poll on a non-blocking socket) until that deadline at most, so a
+// server that is paused (SIGSTOP), trickles bytes, or is gone costs a batch
+// one io_timeout whatever it does, never one per command or per byte. A
+// connect is bounded by connect_timeout as well. A connection that saw an
+// I/O error, a timeout or a reply it cannot trust is closed (a late reply
+// would be read as the answer to the next command); a node whose connect
+// (or handshake, AUTH, PING) failed is down for the rest of the batch and
+// is not tried again before a backoff (100 ms, doubling to 5 s; reset when
+// a connect succeeds).
 //
 // A write to a server that died raises SIGPIPE, whose default action ends
 // the process, and a library must not change the process's signal
-// dispositions: every write here is a sendmsg with MSG_NOSIGNAL (hiredis
-// 0.14 writes with write(2), so it is never asked to write), and a dead
-// server is an EPIPE that fails the batch.
+// dispositions: every plain write is a sendmsg with MSG_NOSIGNAL, and under
+// TLS OpenSSL writes through a BIO on the same socket, so a dead server is
+// an EPIPE that fails the batch.
 //
-// hiredis connects, authenticates and parses the small replies; the bulk
-// bytes of a transfer do not go through it. Commands are framed here and
-// sent with sendmsg, a value's bytes straight from where they lie (hiredis
-// would copy each into a formatted command, then into its output buffer,
-// and move the unsent rest down after every partial write); a reply that is
-// a bulk string of the length the caller expects is read from the socket
-// straight into the caller's buffers (hiredis would copy it from its 16 KiB
-// reads into a growing buffer, then into a fresh reply object), its
-// checksum computed piece by piece as it lands. Anything else (nil, errors,
-// MOVED, a value of another length) is handed to hiredis's reader
-// (redisReaderFeed, the public API; nothing of hiredis's sds is used, so
-// hiredis 0.14 and 1.x both fit).
+// Every reply is screened (scan_reply, reply.hpp) before hiredis's reader
+// sees it: a reply no Redis server sends fails its command and closes the
+// connection. hiredis parses the small replies only (redisReaderFeed, the
+// public API: hiredis 0.14 and 1.x both fit); the connection, TLS and the
+// bulk bytes of a transfer do not go through it. Commands are framed here
+// and sent from where their bytes lie (a value straight from its slot); a
+// reply that is a bulk string of the length the caller expects is read
+// from the socket straight into the caller's buffers, its checksum
+// computed piece by piece as it lands.
 //
-// Errors at construction name the node's address and the fix: nothing
-// listening there, a password the server refuses (or needs), a `maxmemory`
-// smaller than the remote tier asks for.
+// Errors at construction name the node's address, the field and the fix:
+// nothing listening there, a password or user the server refuses (or
+// needs), a TLS certificate that does not verify (CA, server name), a
+// `maxmemory` smaller than the remote tier asks for.
 #pragma once
 
+#include <arpa/inet.h>
+#include <fcntl.h>
 #include <hiredis/hiredis.h>
 #include <limits.h>
-#include <sys/time.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -43,9 +57,9 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
-#include <cstring>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <string>
@@ -55,40 +69,76 @@
 
 #include "kvpolicy/cache/remote_value.hpp"
 #include "kvpolicy/core/error.hpp"
+#include "kvpolicy/redis/reply.hpp"
 
 namespace kvpolicy::redis {
 
-struct endpoint {
-    std::string host = "127.0.0.1";
-    int port = 6379;
+using deadline_clock = std::chrono::steady_clock;
 
-    [[nodiscard]] std::string str() const { return host + ":" + std::to_string(port); }
-    friend bool operator==(const endpoint&, const endpoint&) = default;
+/// TLS to the store (Redis's --tls-port), through OpenSSL.
+struct tls_config {
+    bool enabled = false;
+    std::string ca_file;      ///< PEM CA certificate(s) the server's must chain to; empty: the system's CAs
+    std::string cert_file;    ///< the client's certificate (PEM), for a server with tls-auth-clients
+    std::string key_file;     ///< its private key (PEM)
+    std::string server_name;  ///< the name (or IP) the server's certificate must carry; empty: the node's host
 };
 
 /// How the remote tier reaches its store.
 struct store_config {
     std::vector<endpoint> nodes = {endpoint{}};  ///< a single server, or a cluster's seed nodes
     bool cluster = false;                        ///< shard over a Redis Cluster (hash slots, MOVED/ASK)
-    std::string password;                        ///< AUTH, when the server has requirepass
-    std::chrono::milliseconds connect_timeout{500};
-    std::chrono::milliseconds io_timeout{1000};
+    std::string user;                            ///< a Redis 6 ACL user (AUTH user password); empty: AUTH password
+    std::string password;                        ///< AUTH, when the server has requirepass or an ACL user
+    tls_config tls;                              ///< TLS, when the server listens with --tls-port
+    std::chrono::milliseconds connect_timeout{500};  ///< one connect (and its TLS handshake) at most
+    std::chrono::milliseconds io_timeout{1000};      ///< a batch's deadline: all its I/O, from its start
     std::size_t max_in_flight_bytes = std::size_t{64} << 20;  ///< a batch is sent when its values reach this
     std::size_t required_memory_bytes = 0;  ///< refuse a node whose maxmemory is set and below this
     remote_namespace ns;                    ///< model, layout, block size, item bytes: the keys' prefix
 };
 
+/// Throws config_error naming the first bad field of `c` and the fix: no
+/// node, an empty host, a port outside 1-65535, a connect_timeout or
+/// io_timeout that is not positive, a user without a password, a client
+/// certificate without its key (or the other way), a key prefix with '{'
+/// or '}' (Redis Cluster would hash every key by the text between them and
+/// put them all on one master).
+inline void validate(const store_config& c) {
+    if (c.nodes.empty()) throw config_error("redis store: no node given; list at least one in store_config::nodes");
+    for (std::size_t i = 0; i < c.nodes.size(); ++i) {
+        const endpoint& e = c.nodes[i];
+        const std::string field = "store_config::nodes[" + std::to_string(i) + "]";
+        if (e.host.empty())
+            throw config_error("redis store: " + field + ".host is empty; give the server's address (e.g. 127.0.0.1)");
+        if (e.port < 1 || e.port > 65535)
+            throw config_error("redis store: " + field + ".port is " + std::to_string(e.port) +
+                               "; a TCP port is 1-65535 (Redis listens on 6379 by default)");
+    }
+    if (c.connect_timeout.count() <= 0)
+        throw config_error("redis store: store_config::connect_timeout is " + std::to_string(c.connect_timeout.count()) +
+                           " ms; give a positive time (default 500 ms)");
+    if (c.io_timeout.count() <= 0)
+        throw config_error("redis store: store_config::io_timeout is " + std::to_string(c.io_timeout.count()) +
+                           " ms; give a positive time, each batch's deadline (default 1000 ms; 0 does not switch it off)");
+    if (!c.user.empty() && c.password.empty())
+        throw config_error("redis store: store_config::user is \"" + c.user +
+                           "\" but store_config::password is empty; give the ACL user's password");
+    if (c.tls.cert_file.empty() != c.tls.key_file.empty())
+        throw config_error("redis store: store_config::tls.cert_file and tls.key_file go together (the client's "
+                           "certificate and its private key); give both or neither");
+    const std::string prefix = c.ns.prefix();
+    if (prefix.find_first_of("{}") != std::string::npos)
+        throw config_error("redis store: the key prefix \"" + prefix +
+                           "\" has '{' or '}' (from store_config::ns, e.g. a model name like llama{70b}): Redis Cluster "
+                           "would hash every key by the text between them and put all of them on one master; "
+                           "use a name without braces (llama-70b)");
+}
+
 struct reply_deleter {
     void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
 };
 using reply_ptr = std::unique_ptr<redisReply, reply_deleter>;
-
-[[nodiscard]] inline timeval to_timeval(std::chrono::milliseconds ms) noexcept {
-    timeval tv{};
-    tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
-    tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
-    return tv;
-}
 
 [[nodiscard]] inline bool is_error(const redisReply* r, std::string_view prefix = {}) noexcept {
     return r != nullptr && r->type == REDIS_REPLY_ERROR &&
@@ -106,30 +156,96 @@ struct bulk_sink {
     std::uint64_t body_checksum = 0;
 };
 
+/// Whether `host` is a numeric IPv4 or IPv6 address.
+[[nodiscard]] inline bool is_ip_address(const std::string& host) noexcept {
+    in6_addr a6{};
+    in_addr a4{};
+    return ::inet_pton(AF_INET, host.c_str(), &a4) == 1 || ::inet_pton(AF_INET6, host.c_str(), &a6) == 1;
+}
+
+namespace detail {
+// OpenSSL's socket BIO writes with write(2), which raises SIGPIPE on a dead
+// server; this one sends with MSG_NOSIGNAL (and never blocks).
+inline BIO_METHOD* nosigpipe_socket_bio() {
+    static BIO_METHOD* const method = [] {
+        BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "kvpolicy socket");
+        BIO_meth_set_write(m, [](BIO* b, const char* data, int n) -> int {
+            BIO_clear_retry_flags(b);
+            const ssize_t r = ::send(static_cast<int>(reinterpret_cast<std::intptr_t>(BIO_get_data(b))), data,
+                                     static_cast<std::size_t>(n), MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) BIO_set_retry_write(b);
+            return static_cast<int>(r);
+        });
+        BIO_meth_set_read(m, [](BIO* b, char* data, int n) -> int {
+            BIO_clear_retry_flags(b);
+            const ssize_t r = ::recv(static_cast<int>(reinterpret_cast<std::intptr_t>(BIO_get_data(b))), data,
+                                     static_cast<std::size_t>(n), MSG_DONTWAIT);
+            if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) BIO_set_retry_read(b);
+            return static_cast<int>(r);
+        });
+        BIO_meth_set_ctrl(m, [](BIO*, int cmd, long, void*) -> long { return cmd == BIO_CTRL_FLUSH ? 1 : 0; });
+        BIO_meth_set_create(m, [](BIO* b) -> int {
+            BIO_set_init(b, 1);
+            return 1;
+        });
+        return m;
+    }();
+    return method;
+}
+}  // namespace detail
+
 class connection {
 public:
-    /// Connects, authenticates and checks the node. Throws: config_error
-    /// naming the address and the fix when it cannot.
+    /// Connects, authenticates and checks the node (bounded by
+    /// connect_timeout + io_timeout). Throws: config_error naming the
+    /// address, the field and the fix when it cannot.
     connection(endpoint at, const store_config& config) : at_(std::move(at)), config_(&config) {
+        deadline_ = deadline_clock::now() + config.connect_timeout + config.io_timeout;
         std::string why;
         if (!open(why)) throw config_error(why);
-        check_memory();
+        try {
+            check_memory();
+        } catch (...) {
+            close();  // no destructor runs for a constructor that throws
+            throw;
+        }
     }
+    /// Not opened here: the first ensure_open() of a batch opens it (a node
+    /// a redirect or a slot map names, opened under the batch's deadline).
+    struct deferred_t {};
+    static constexpr deferred_t deferred{};
+    connection(endpoint at, const store_config& config, deferred_t) : at_(std::move(at)), config_(&config) {}
+
+    ~connection() { close(); }
+    connection(const connection&) = delete;
+    connection& operator=(const connection&) = delete;
 
     [[nodiscard]] const endpoint& address() const noexcept { return at_; }
-    [[nodiscard]] bool ok() const noexcept { return ctx_ != nullptr; }
+    [[nodiscard]] bool ok() const noexcept { return fd_ >= 0; }
+    /// Why the last open failed, or why the connection was last closed.
+    [[nodiscard]] const std::string& last_error() const noexcept { return last_error_; }
 
-    /// Opens the connection again if an error closed it: one try, bounded
-    /// by connect_timeout. Returns whether it is open.
+    /// Starts batch `id`: every wait until the next begin_batch ends at `deadline`.
+    void begin_batch(deadline_clock::time_point deadline, std::uint64_t id) noexcept {
+        deadline_ = deadline;
+        batch_ = id;
+    }
+
+    /// Opens the connection again if it was closed: one try, bounded by
+    /// connect_timeout and the batch's deadline, unless the node is down
+    /// (a failed open in this batch, or within its backoff). Returns
+    /// whether it is open.
     bool ensure_open() {
-        if (ctx_) return true;
+        if (ok()) return true;
+        const auto now = deadline_clock::now();
+        if (down_batch_ == batch_ || now < down_until_ || now >= deadline_) return false;
         std::string why;
         return open(why);
     }
 
     /// Queues one command (binary-safe arguments, copied).
     void append(std::span<const char* const> argv, std::span<const std::size_t> lens) {
-        if (!ctx_) return;
+        if (!ok()) return;
         frame_count(argv.size());
         for (std::size_t i = 0; i < argv.size(); ++i) {
             frame_length(lens[i]);
@@ -143,7 +259,7 @@ public:
     /// and unchanged until flush() returns.
     void append_with_value(std::span<const std::string_view> args, std::span<const std::byte> head,
                            std::span<const std::byte> body) {
-        if (!ctx_) return;
+        if (!ok()) return;
         frame_count(args.size() + 1);
         for (const std::string_view a : args) {
             frame_length(a.size());
@@ -156,11 +272,10 @@ public:
         copy_out("\r\n");
     }
 
-    /// Sends everything queued (sendmsg with MSG_NOSIGNAL: a dead server is
-    /// an EPIPE, never a signal). Returns false (and closes) on an I/O error
-    /// or when the socket takes nothing for io_timeout.
+    /// Sends everything queued. Returns false (and closes) on an I/O error
+    /// or at the deadline.
     bool flush() {
-        if (!ctx_) return false;
+        if (!ok()) return false;
         std::size_t seg = 0, at = 0;  // the first unsent byte: segment, offset in it
         std::vector<iovec>& iov = iov_;
         while (seg < out_.size()) {
@@ -170,16 +285,12 @@ public:
                 const std::size_t skip = k == seg ? at : 0;
                 iov.push_back({const_cast<char*>(base + skip), out_[k].len - skip});
             }
-            msghdr msg{};
-            msg.msg_iov = iov.data();
-            msg.msg_iovlen = iov.size();
-            const ssize_t n = ::sendmsg(ctx_->fd, &msg, MSG_NOSIGNAL);
-            if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) {  // an error, or EAGAIN: nothing taken for io_timeout
-                close();
+            const std::size_t n = write_some(iov);
+            if (n == 0) {
+                close("a write failed or did not finish by the batch's deadline");
                 return false;
             }
-            for (std::size_t left = static_cast<std::size_t>(n); left > 0;) {
+            for (std::size_t left = n; left > 0;) {
                 const std::size_t step = std::min(left, out_[seg].len - at);
                 left -= step;
                 at += step;
@@ -190,48 +301,46 @@ public:
         return true;
     }
 
-    /// The next reply, or null after an I/O error or a timeout (the
-    /// connection is then closed, and later replies are lost too).
+    /// The next reply, or null after an I/O error, at the deadline, or for
+    /// a reply no server sends (the connection is then closed, and later
+    /// replies are lost too).
     reply_ptr next_reply() {
-        if (!ctx_) return nullptr;
-        if (in_pos_ < in_.size()) {  // bytes read here but not ours: the reader's
-            if (redisReaderFeed(ctx_->reader, in_.data() + in_pos_, in_.size() - in_pos_) != REDIS_OK) {
-                close();
+        if (!ok()) return nullptr;
+        for (;;) {
+            const std::string_view avail(in_.data() + in_pos_, in_.size() - in_pos_);
+            const resp_scan s = scan_reply(avail);
+            if (s.status == resp_scan::result::malformed) {
+                close(std::string("a malformed reply (") + s.why + ")");
                 return nullptr;
             }
+            if (s.status == resp_scan::result::complete) {
+                void* r = nullptr;
+                if (redisReaderFeed(reader_, avail.data(), s.length) != REDIS_OK ||
+                    redisReaderGetReply(reader_, &r) != REDIS_OK || r == nullptr) {
+                    if (r != nullptr) freeReplyObject(r);
+                    close("a reply hiredis's reader refused");
+                    return nullptr;
+                }
+                in_pos_ += s.length;
+                return reply_ptr(static_cast<redisReply*>(r));
+            }
+            if (!read_more()) return nullptr;
         }
-        in_.clear();
-        in_pos_ = 0;
-        void* r = nullptr;
-        if (redisGetReply(ctx_.get(), &r) != REDIS_OK || r == nullptr) {
-            close();
-            return nullptr;
-        }
-        return reply_ptr(static_cast<redisReply*>(r));
     }
 
     enum class bulk_read : std::uint8_t { filled, other, failed };
 
     /// The next reply: if it is a bulk string of exactly the sink's length,
     /// read into the sink (`filled`, and sink.filled set); any other reply
-    /// parsed by hiredis into `other` (`other`); `failed` after an I/O error
-    /// or a timeout (the connection is then closed).
+    /// parsed into `other` (`other`); `failed` after an I/O error, at the
+    /// deadline, or for a reply no server sends (the connection is then
+    /// closed).
     bulk_read next_reply_into(bulk_sink& sink, reply_ptr& other) {
         other.reset();
-        if (!ctx_) return bulk_read::failed;
-        redisReader* rd = ctx_->reader;
-        if (rd->err != 0 || rd->ridx != -1) {  // a reply under way in the reader: its to finish
-            other = next_reply();
-            return other ? bulk_read::other : bulk_read::failed;
-        }
-        // Bytes the reader read past its last reply come back here (the
-        // reader's buffer then counts them consumed).
-        if (rd->pos < rd->len) {
-            in_.insert(in_.end(), rd->buf + rd->pos, rd->buf + rd->len);
-            rd->pos = rd->len;
-        }
+        if (!ok()) return bulk_read::failed;
         const std::size_t expected = sink.head.size() + sink.body.size();
-        // The reply's first line: "$<expected>\r\n"?
+        // The reply's first line: "$<expected>\r\n"? (Replies are handed to
+        // the reader whole, so the next one starts at in_pos_.)
         bool ours = true;
         std::size_t line_end = 0;
         while (ours) {
@@ -241,17 +350,19 @@ public:
                 line_end = in_pos_ + static_cast<std::size_t>(static_cast<const char*>(nl) - start) + 1;
                 break;
             }
-            if (avail > 0 && start[0] != '$') ours = false;  // not a bulk string: hiredis's
+            if (avail > 0 && start[0] != '$') ours = false;  // not a bulk string: the reader's
             else if (avail > 24) ours = false;               // longer than any "$<length>\r\n"
             else if (!read_more()) return bulk_read::failed;
         }
         if (ours) {
             const char* line = in_.data() + in_pos_;
-            const char* cr = in_.data() + line_end - 2;
             std::size_t length = 0;
-            const auto parsed = std::from_chars(line + 1, cr, length);
-            ours = line_end - in_pos_ >= 4 && line[0] == '$' && *cr == '\r' && parsed.ec == std::errc{} &&
-                   parsed.ptr == cr && length == expected;
+            ours = line_end - in_pos_ >= 4 && line[0] == '$' && in_[line_end - 2] == '\r';
+            if (ours) {
+                const char* cr = in_.data() + line_end - 2;
+                const auto parsed = std::from_chars(line + 1, cr, length);
+                ours = parsed.ec == std::errc{} && parsed.ptr == cr && length == expected;
+            }
         }
         if (!ours) {
             other = next_reply();
@@ -284,9 +395,9 @@ public:
             in_.clear();
             in_pos_ = 0;
         }
-        // The rest straight from the socket: one readv fills what is left
-        // of the regions and reads ahead into in_ (the next reply's first
-        // line, usually), so a value costs few system calls.
+        // The rest straight from the socket: one read fills what is left of
+        // the regions and reads ahead into in_ (the next reply's first line,
+        // usually), so a value costs few system calls.
         while (placed < total) {
             iovec iov[4];
             int count = 0;
@@ -296,13 +407,11 @@ public:
                 at += to.size();
             }
             iov[count++] = {ahead_.data(), ahead_.size()};
-            const ssize_t n = ::readv(ctx_->fd, iov, count);
-            if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) {  // closed by the server, an error, or EAGAIN: nothing for io_timeout
-                close();
+            std::size_t got = read_some(std::span<iovec>(iov, static_cast<std::size_t>(count)));
+            if (got == 0) {
+                close("a read failed, the server closed, or the batch's deadline passed");
                 return bulk_read::failed;
             }
-            std::size_t got = static_cast<std::size_t>(n);
             while (got > 0 && placed < total) {
                 const std::size_t step = std::min(got, region(placed).size());
                 landed(placed, step);
@@ -310,9 +419,10 @@ public:
                 got -= step;
             }
             in_.assign(ahead_.data(), ahead_.data() + got);  // read ahead: the next replies' first bytes
+            in_pos_ = 0;
         }
         if (crlf[0] != '\r' || crlf[1] != '\n') {  // out of step with the protocol: nothing after is trustworthy
-            close();
+            close("a bulk string not closed by \\r\\n");
             return bulk_read::failed;
         }
         sink.filled = true;
@@ -322,7 +432,7 @@ public:
 
     /// One command, its reply (null on I/O error).
     reply_ptr command(std::initializer_list<std::string_view> args) {
-        if (!ctx_) return nullptr;
+        if (!ok()) return nullptr;
         std::vector<const char*> argv;
         std::vector<std::size_t> lens;
         for (std::string_view a : args) {
@@ -335,10 +445,23 @@ public:
     }
 
     void close() noexcept {
-        ctx_.reset();
+        if (ssl_ != nullptr) {
+            SSL_free(ssl_);  // no close_notify: the peer may be paused or gone
+            ssl_ = nullptr;
+        }
+        if (fd_ >= 0) ::close(fd_);
+        fd_ = -1;
+        if (reader_ != nullptr) redisReaderFree(reader_);
+        reader_ = nullptr;
         clear_out();
         in_.clear();
         in_pos_ = 0;
+    }
+    void close(std::string why) noexcept {
+        last_error_ = std::move(why);
+        if (!tls_error_.empty()) last_error_ += " (TLS: " + tls_error_ + ")";
+        tls_error_.clear();
+        close();
     }
 
 private:
@@ -350,27 +473,110 @@ private:
         std::size_t len;
     };
 
-    // Reads what the socket has (a small read: the rest of a value is read
-    // straight into its place) into in_. False (closed) on EOF, an error, or
-    // nothing for io_timeout.
+    // Waits until the socket is ready for `events`, at most until `until`.
+    [[nodiscard]] bool wait_for(short events, deadline_clock::time_point until) const noexcept {
+        for (;;) {
+            const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - deadline_clock::now());
+            if (left.count() <= 0) return false;
+            pollfd p{fd_, events, 0};
+            const int r = ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left.count(), INT_MAX)));
+            if (r < 0 && errno != EINTR) return false;
+            if (r > 0) return true;
+        }
+    }
+
+    // Some bytes of `iov` written: how many (0: an error, or the deadline).
+    std::size_t write_some(std::span<iovec> iov) {
+        if (ssl_ != nullptr) {
+            // Small pieces (command text, a value's header) go in one TLS
+            // record; a large one is written from where it lies.
+            const iovec* from = &iov[0];
+            std::size_t len = iov[0].iov_len;
+            if (len < tls_record && iov.size() > 1) {
+                stage_.clear();
+                for (const iovec& v : iov) {
+                    const std::size_t take = std::min(v.iov_len, tls_record - stage_.size());
+                    stage_.insert(stage_.end(), static_cast<const char*>(v.iov_base), static_cast<const char*>(v.iov_base) + take);
+                    if (stage_.size() == tls_record || take < v.iov_len) break;
+                }
+                staged_.iov_base = stage_.data();
+                staged_.iov_len = stage_.size();
+                from = &staged_;
+                len = stage_.size();
+            }
+            for (;;) {
+                const int n = SSL_write(ssl_, from->iov_base, static_cast<int>(std::min<std::size_t>(len, INT_MAX)));
+                if (n > 0) return static_cast<std::size_t>(n);
+                if (!ssl_wait(n)) return 0;
+            }
+        }
+        msghdr msg{};
+        msg.msg_iov = iov.data();
+        msg.msg_iovlen = iov.size();
+        for (;;) {
+            const ssize_t n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n > 0) return static_cast<std::size_t>(n);
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && wait_for(POLLOUT, deadline_)) continue;
+            return 0;
+        }
+    }
+
+    // Some bytes read into `iov`: how many (0: EOF, an error, or the deadline).
+    std::size_t read_some(std::span<iovec> iov) {
+        if (ssl_ != nullptr) {
+            std::size_t k = 0;
+            while (k + 1 < iov.size() && iov[k].iov_len == 0) ++k;
+            for (;;) {
+                const int n = SSL_read(ssl_, iov[k].iov_base, static_cast<int>(std::min<std::size_t>(iov[k].iov_len, INT_MAX)));
+                if (n > 0) return static_cast<std::size_t>(n);
+                if (!ssl_wait(n)) return 0;
+            }
+        }
+        for (;;) {
+            const ssize_t n = ::readv(fd_, iov.data(), static_cast<int>(iov.size()));
+            if (n > 0) return static_cast<std::size_t>(n);
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && wait_for(POLLIN, deadline_)) continue;
+            return 0;
+        }
+    }
+
+    // After an SSL call returned `ret`: waits for what it wants (true), or
+    // false for an error, EOF or the deadline.
+    bool ssl_wait(int ret, deadline_clock::time_point until) {
+        const int e = SSL_get_error(ssl_, ret);
+        if (e == SSL_ERROR_WANT_READ) return wait_for(POLLIN, until);
+        if (e == SSL_ERROR_WANT_WRITE) return wait_for(POLLOUT, until);
+        if (const unsigned long err = ERR_peek_error(); err != 0) {  // kept for the error message
+            char text[256];
+            ERR_error_string_n(err, text, sizeof text);
+            tls_error_ = text;
+        }
+        ERR_clear_error();
+        return false;
+    }
+    bool ssl_wait(int ret) { return ssl_wait(ret, deadline_); }
+
+    // Reads what the socket has into in_: at least 4 KiB, and at least as
+    // much as a reply under way already holds (so a long reply is scanned
+    // O(log n) times). False (closed) on EOF, an error, or the deadline.
     bool read_more() {
         if (in_pos_ > 0) {
             in_.erase(in_.begin(), in_.begin() + static_cast<std::ptrdiff_t>(in_pos_));
             in_pos_ = 0;
         }
-        constexpr std::size_t chunk = 4096;
+        const std::size_t chunk = std::max<std::size_t>(4096, in_.size());
         const std::size_t old = in_.size();
         in_.resize(old + chunk);
-        for (;;) {
-            const ssize_t n = ::read(ctx_->fd, in_.data() + old, chunk);
-            if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) {
-                close();
-                return false;
-            }
-            in_.resize(old + static_cast<std::size_t>(n));
-            return true;
+        iovec iov{in_.data() + old, chunk};
+        const std::size_t n = read_some(std::span<iovec>(&iov, 1));
+        if (n == 0) {
+            close("a read failed, the server closed, or the batch's deadline passed");
+            return false;
         }
+        in_.resize(old + n);
+        return true;
     }
 
     void copy_out(std::string_view text) {
@@ -397,55 +603,195 @@ private:
         out_text_.clear();
     }
 
-    struct ctx_deleter {
-        void operator()(redisContext* c) const noexcept { redisFree(c); }
+    // A non-blocking TCP connection to at_, by `until`. Empty `why`: done.
+    bool connect_tcp(deadline_clock::time_point until, std::string& why) {
+        addrinfo hints{};
+        hints.ai_family = AF_UNSPEC;
+        hints.ai_socktype = SOCK_STREAM;
+        addrinfo* found = nullptr;
+        const std::string port = std::to_string(at_.port);
+        if (const int rc = ::getaddrinfo(at_.host.c_str(), port.c_str(), &hints, &found); rc != 0) {
+            why = std::string("cannot resolve the host: ") + ::gai_strerror(rc);
+            return false;
+        }
+        why = "nothing answered";
+        for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+            fd_ = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+            if (fd_ < 0) continue;
+            int rc = ::connect(fd_, a->ai_addr, a->ai_addrlen);
+            if (rc != 0 && errno == EINPROGRESS) {
+                if (!wait_for(POLLOUT, until)) {
+                    why = "connect timed out";
+                    rc = -1;
+                } else {
+                    int err = 0;
+                    socklen_t len = sizeof err;
+                    rc = ::getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0 ? 0 : -1;
+                    if (rc != 0) why = std::strerror(err != 0 ? err : errno);
+                }
+            } else if (rc != 0) {
+                why = std::strerror(errno);
+            }
+            if (rc == 0) {
+                const int one = 1;
+                (void)::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+                ::freeaddrinfo(found);
+                why.clear();
+                return true;
+            }
+            ::close(fd_);
+            fd_ = -1;
+        }
+        ::freeaddrinfo(found);
+        return false;
+    }
+
+    struct ssl_ctx_deleter {
+        void operator()(SSL_CTX* c) const noexcept { SSL_CTX_free(c); }
     };
 
+    // The TLS context, made once: CA, client certificate. Throws
+    // config_error naming the file and the fix.
+    SSL_CTX* tls_context() {
+        if (ssl_ctx_) return ssl_ctx_.get();
+        const tls_config& t = config_->tls;
+        std::unique_ptr<SSL_CTX, ssl_ctx_deleter> ctx(SSL_CTX_new(TLS_client_method()));
+        auto openssl_error = [] {
+            const unsigned long e = ERR_get_error();
+            char text[256] = "unknown";
+            if (e != 0) ERR_error_string_n(e, text, sizeof text);
+            ERR_clear_error();
+            return std::string(text);
+        };
+        if (!ctx) throw config_error("redis at " + at_.str() + ": cannot make a TLS context (" + openssl_error() + ")");
+        SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
+        SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
+        SSL_CTX_set_mode(ctx.get(), SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+        const bool cas = t.ca_file.empty() ? SSL_CTX_set_default_verify_paths(ctx.get()) == 1
+                                           : SSL_CTX_load_verify_locations(ctx.get(), t.ca_file.c_str(), nullptr) == 1;
+        if (!cas)
+            throw config_error("redis at " + at_.str() + ": cannot load the CA certificates from store_config::tls.ca_file \"" +
+                               t.ca_file + "\" (" + openssl_error() + "); give a readable PEM file");
+        if (!t.cert_file.empty()) {
+            if (SSL_CTX_use_certificate_chain_file(ctx.get(), t.cert_file.c_str()) != 1)
+                throw config_error("redis at " + at_.str() + ": cannot load store_config::tls.cert_file \"" + t.cert_file +
+                                   "\" (" + openssl_error() + "); give the client's certificate as PEM");
+            if (SSL_CTX_use_PrivateKey_file(ctx.get(), t.key_file.c_str(), SSL_FILETYPE_PEM) != 1 ||
+                SSL_CTX_check_private_key(ctx.get()) != 1)
+                throw config_error("redis at " + at_.str() + ": cannot load store_config::tls.key_file \"" + t.key_file +
+                                   "\" (" + openssl_error() + "); give the PEM private key of tls.cert_file");
+        }
+        ssl_ctx_ = std::move(ctx);
+        return ssl_ctx_.get();
+    }
+
+    // The TLS handshake on fd_, checking the certificate's chain and name.
+    bool start_tls(deadline_clock::time_point until, std::string& why) {
+        ssl_ = SSL_new(tls_context());
+        const std::string& name = config_->tls.server_name.empty() ? at_.host : config_->tls.server_name;
+        BIO* bio = ssl_ != nullptr ? BIO_new(detail::nosigpipe_socket_bio()) : nullptr;
+        if (bio != nullptr) {
+            BIO_set_data(bio, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd_)));
+            SSL_set_bio(ssl_, bio, bio);
+        }
+        bool named = bio != nullptr;
+        if (named && is_ip_address(name)) {
+            named = X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl_), name.c_str()) == 1;
+        } else if (named) {
+            named = SSL_set_tlsext_host_name(ssl_, name.c_str()) == 1 && SSL_set1_host(ssl_, name.c_str()) == 1;
+        }
+        if (!named) {
+            why = "cannot set up TLS for the name \"" + name + "\"";
+            ERR_clear_error();
+            return false;
+        }
+        for (;;) {
+            const int r = SSL_connect(ssl_);
+            if (r == 1) return true;
+            const int e = SSL_get_error(ssl_, r);
+            if ((e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) && ssl_wait(r, until)) continue;
+            const long verify = SSL_get_verify_result(ssl_);
+            if (verify == X509_V_ERR_HOSTNAME_MISMATCH || verify == X509_V_ERR_IP_ADDRESS_MISMATCH) {
+                why = "the server's TLS certificate is not for \"" + name +
+                      "\"; set store_config::tls.server_name to a name the certificate carries, or connect by that name";
+            } else if (verify != X509_V_OK) {
+                why = std::string("the server's TLS certificate does not verify (") +
+                      X509_verify_cert_error_string(verify) +
+                      "); give the CA that signed it in store_config::tls.ca_file";
+            } else if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+                why = "no TLS handshake by the deadline; is the port a TLS port (--tls-port) and the server running?";
+            } else {
+                const unsigned long err = ERR_peek_error();
+                char text[256] = "the server closed the connection";
+                if (err != 0) ERR_error_string_n(err, text, sizeof text);
+                why = std::string("the TLS handshake failed (") + text +
+                      "); check that the port is the server's --tls-port and, if it asks for a client certificate, "
+                      "set store_config::tls.cert_file and key_file";
+            }
+            ERR_clear_error();
+            return false;
+        }
+    }
+
     bool open(std::string& why) {
-        ctx_.reset(redisConnectWithTimeout(at_.host.c_str(), at_.port, to_timeval(config_->connect_timeout)));
-        if (!ctx_ || ctx_->err) {
-            why = "redis at " + at_.str() + ": cannot connect (" + (ctx_ ? std::string(ctx_->errstr) : "out of memory") +
-                  "); start redis-server there or fix the address (store_config::nodes)";
-            ctx_.reset();
-            return false;
+        close();
+        const auto now = deadline_clock::now();
+        const auto connect_until = std::min(deadline_, now + config_->connect_timeout);
+        std::string detail;
+        if (!connect_tcp(connect_until, detail)) {
+            return failed_open(why, "redis at " + at_.str() + ": cannot connect (" + detail +
+                                        "); start redis-server there or fix the address (store_config::nodes)");
         }
-        if (redisSetTimeout(ctx_.get(), to_timeval(config_->io_timeout)) != REDIS_OK) {
-            why = "redis at " + at_.str() + ": cannot set the I/O timeout";
-            ctx_.reset();
-            return false;
-        }
+        if (config_->tls.enabled && !start_tls(connect_until, detail))
+            return failed_open(why, "redis at " + at_.str() + ": " + detail);
+        reader_ = redisReaderCreate();
+        if (reader_ == nullptr) return failed_open(why, "redis at " + at_.str() + ": out of memory");
         if (!config_->password.empty()) {
-            reply_ptr r = command({"AUTH", config_->password});
+            reply_ptr r = config_->user.empty() ? command({"AUTH", config_->password})
+                                                : command({"AUTH", config_->user, config_->password});
             if (!r) return fail_io(why, "AUTH");
             if (r->type == REDIS_REPLY_ERROR) {
-                why = "redis at " + at_.str() + ": authentication failed (" + std::string(r->str, r->len) +
-                      "); set store_config::password to the server's requirepass";
-                ctx_.reset();
-                return false;
+                return failed_open(why, "redis at " + at_.str() + ": authentication failed (" + std::string(r->str, r->len) +
+                                            (config_->user.empty()
+                                                 ? "); set store_config::password to the server's requirepass, or "
+                                                   "store_config::user and password to an ACL user's"
+                                                 : "); set store_config::user and store_config::password to an ACL "
+                                                   "user the server has (ACL SETUSER ... on >password)"));
             }
         }
         reply_ptr r = command({"PING"});
         if (!r) return fail_io(why, "PING");
         if (is_error(r.get(), "NOAUTH")) {
-            why = "redis at " + at_.str() + ": the server needs a password (" + std::string(r->str, r->len) +
-                  "); set store_config::password to its requirepass";
-            ctx_.reset();
-            return false;
+            return failed_open(why, "redis at " + at_.str() + ": the server needs a password (" + std::string(r->str, r->len) +
+                                        "); set store_config::password to its requirepass (and store_config::user "
+                                        "for an ACL user)");
         }
-        if (r->type == REDIS_REPLY_ERROR) {
-            why = "redis at " + at_.str() + ": PING answered " + std::string(r->str, r->len);
-            ctx_.reset();
-            return false;
+        if (r->type != REDIS_REPLY_STATUS) {
+            return failed_open(why, "redis at " + at_.str() + ": PING answered " +
+                                        (r->type == REDIS_REPLY_ERROR ? std::string(r->str, r->len) : std::string("not PONG")));
         }
+        backoff_ = first_backoff;
+        down_until_ = {};
         return true;
     }
 
-    bool fail_io(std::string& why, const char* what) {
-        why = "redis at " + at_.str() + ": no answer to " + what + " within " +
-              std::to_string(config_->io_timeout.count()) +
-              " ms; check that the server there is running and not paused, or raise store_config::io_timeout";
-        ctx_.reset();
+    bool failed_open(std::string& why, std::string what) {
+        why = std::move(what);
+        close(why);
+        down_batch_ = batch_;
+        down_until_ = deadline_clock::now() + backoff_;
+        backoff_ = std::min(backoff_ * 2, last_backoff);
         return false;
+    }
+
+    bool fail_io(std::string& why, const char* what) {
+        return failed_open(why, "redis at " + at_.str() + ": no answer to " + what + " within the deadline (" +
+                                    std::to_string(config_->io_timeout.count()) + " ms: " + last_error_ +
+                                    "); check that the server there is running and not paused, or raise "
+                                    "store_config::io_timeout" +
+                                    (config_->tls.enabled ? "; over TLS, a server with tls-auth-clients needs the "
+                                                            "client's certificate: store_config::tls.cert_file and key_file"
+                                                          : ""));
     }
 
     // A node whose maxmemory is below what the tier needs would evict (or
@@ -456,10 +802,12 @@ private:
         if (!r || r->type != REDIS_REPLY_STRING)
             throw config_error("redis at " + at_.str() + ": INFO memory failed; cannot check maxmemory against "
                                "store_config::required_memory_bytes (set it to 0 to skip the check)");
-        const std::string_view info(r->str, r->len);
-        const auto pos = info.find("\nmaxmemory:");
-        if (pos == std::string_view::npos) return;
-        const std::uint64_t maxmemory = std::stoull(std::string(info.substr(pos + 11, 24)));
+        const info_field f = parse_info_field(std::string_view(r->str, r->len), "maxmemory");
+        if (!f.present) return;
+        if (!f.valid)
+            throw config_error("redis at " + at_.str() + ": INFO memory's maxmemory is not a number; cannot check it "
+                               "against store_config::required_memory_bytes (set it to 0 to skip the check)");
+        const std::uint64_t maxmemory = f.value;
         if (maxmemory != 0 && maxmemory < config_->required_memory_bytes)
             throw config_error("redis at " + at_.str() + ": maxmemory is " + std::to_string(maxmemory) +
                                " bytes but the remote tier needs " + std::to_string(config_->required_memory_bytes) +
@@ -467,12 +815,28 @@ private:
                                std::to_string(config_->required_memory_bytes) + ") or lower the remote capacity");
     }
 
+    static constexpr std::size_t tls_record = 16384;
+    static constexpr std::chrono::milliseconds first_backoff{100};
+    static constexpr std::chrono::milliseconds last_backoff{5000};
+
     endpoint at_;
     const store_config* config_;
-    std::unique_ptr<redisContext, ctx_deleter> ctx_;
+    int fd_ = -1;
+    SSL* ssl_ = nullptr;
+    std::unique_ptr<SSL_CTX, ssl_ctx_deleter> ssl_ctx_;
+    redisReader* reader_ = nullptr;
+    deadline_clock::time_point deadline_{};
+    std::uint64_t batch_ = 0;
+    std::uint64_t down_batch_ = ~std::uint64_t{0};
+    deadline_clock::time_point down_until_{};
+    std::chrono::milliseconds backoff_ = first_backoff;
+    std::string last_error_;
+    std::string tls_error_;  // OpenSSL's last error, for the next close's message
     std::vector<out_segment> out_;  // queued output, in order
     std::string out_text_;          // its copied part
     std::vector<iovec> iov_;        // scratch for sendmsg
+    std::vector<char> stage_;       // TLS: small pieces gathered into one record
+    iovec staged_{};
     std::vector<char> in_;          // read here, not yet used: [in_pos_, size)
     std::size_t in_pos_ = 0;
     std::array<char, 4096> ahead_;  // a value's last read reads ahead into it

@@ -24,6 +24,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvpolicy/cache/host_memcpy_engine.hpp"
@@ -68,6 +69,7 @@ public:
                               std::to_string(ops.size()) + " ops; give one per op");
         std::size_t done = 0;
         status_ = status;
+        const store::batch_scope batch(*store_);  // one deadline for all of it, whatever the server does
         for (std::size_t i = 0; i < ops.size(); ++i) {
             const block_transfer& op = ops[i];
             // A copy that reads or writes a slot a queued fetch fills waits for it.
@@ -86,6 +88,7 @@ public:
                 status[i] = transfer_status::failed;
                 continue;
             }
+            status[i] = transfer_status::failed;  // until its reply says otherwise
             if (op.to == tier::remote) queue_set(i, remote_keys[k], op.from, op.src);
             else queue_get(i, remote_keys[k], op.dst);
             if (queued_bytes_ >= store_->config().max_in_flight_bytes) done += send();
@@ -173,6 +176,12 @@ private:
     // Sends the queued batch and reads its replies; returns the ops done.
     std::size_t send() {
         if (queue_.empty()) return 0;
+        // However it ends, the batch is over: nothing of it is left queued
+        // for the next one to report on.
+        struct end_of_batch {
+            engine* e;
+            ~end_of_batch() { e->clear_batch(); }
+        } const ender{this};
         cmds_.clear();
         sinks_.clear();
         heads_in_.clear();
@@ -200,7 +209,7 @@ private:
             const redisReply* r = reply.get();
             bool ok = false;
             if (q.is_set) {
-                ok = r != nullptr && r->type == REDIS_REPLY_STATUS;
+                ok = r != nullptr && r->type == REDIS_REPLY_STATUS && std::string_view(r->str, r->len) == "OK";
                 bytes_sent_ += ok ? remote_value_header::size + item_bytes : 0;
             } else {
                 const bulk_sink& sink = *cmds_[j].into;
@@ -222,6 +231,10 @@ private:
             done += ok ? 1 : 0;
         });
         ++round_trips_;
+        return done;
+    }
+
+    void clear_batch() noexcept {
         queue_.clear();
         headers_.clear();
         keys_.clear();
@@ -232,7 +245,6 @@ private:
             for (auto& m : set_mark_) std::fill(m.begin(), m.end(), 0);
             epoch_ = 1;
         }
-        return done;
     }
 
     host_memcpy_engine local_;

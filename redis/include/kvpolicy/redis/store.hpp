@@ -20,8 +20,10 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -69,7 +71,7 @@ public:
     /// Connects to the server (or the cluster's masters, found from the
     /// seeds). Throws: config_error naming the address(es) and the fix.
     explicit store(store_config config) : config_(std::move(config)) {
-        if (config_.nodes.empty()) throw config_error("redis store: no node given; list at least one in store_config::nodes");
+        validate(config_);
         if (!config_.cluster) {
             nodes_.push_back(std::make_unique<connection>(config_.nodes.front(), config_));
             slot_node_.fill(0);
@@ -97,6 +99,26 @@ public:
     /// Called after a batch was sent and before its replies are read (tests
     /// kill or pause a server there).
     std::function<void()> after_send;
+    /// Asked before a redirect or a slot map adds a node: false, and the
+    /// node is unreachable (the fuzz harness keeps a run on its fake server).
+    std::function<bool(const endpoint&)> accept_node;
+
+    /// A batch: every run() from here to the end of the scope (an engine's
+    /// execute) shares one deadline, io_timeout from its start, and a node
+    /// whose connect failed is not tried again in it. A run() outside one
+    /// is a batch of its own.
+    class batch_scope {
+    public:
+        explicit batch_scope(store& s) : s_(&s) {
+            if (s_->batch_depth_++ == 0) s_->start_batch();
+        }
+        ~batch_scope() { --s_->batch_depth_; }
+        batch_scope(const batch_scope&) = delete;
+        batch_scope& operator=(const batch_scope&) = delete;
+
+    private:
+        store* s_;
+    };
 
     /// Runs `cmds` as one pipelined batch; `replies[i]` is command i's reply,
     /// null when its node could not be reached or did not answer in time, or
@@ -113,6 +135,17 @@ public:
     /// all be alive at once. Each command is reported exactly once.
     template <class OnReply>
     void run(std::span<const command> cmds, OnReply&& on_reply) {
+        const batch_scope batch(*this);
+        // Only an allocation can throw in here: then every connection is
+        // out of step with its replies, and is closed.
+        struct close_on_throw {
+            store* s;
+            int exceptions = std::uncaught_exceptions();
+            ~close_on_throw() {
+                if (std::uncaught_exceptions() > exceptions)
+                    for (auto& n : s->nodes_) n->close();
+            }
+        } const closer{this};
         if (stale_map_ && config_.cluster) refresh_slots();
         target_.assign(cmds.size(), no_node);
         asking_.assign(cmds.size(), 0);
@@ -214,7 +247,8 @@ private:
             if (asking_[i]) {
                 reply_ptr ok = nodes_[n]->next_reply();
                 asking_[i] = 0;
-                if (!ok) {
+                if (!ok || ok->type != REDIS_REPLY_STATUS) {  // ASKING answers +OK; anything else is out of step
+                    nodes_[n]->close("ASKING was not answered +OK");
                     on_reply(i, nullptr);
                     continue;
                 }
@@ -233,30 +267,50 @@ private:
                 on_reply(i, nullptr);
                 continue;
             }
+            if (!fits(cmds[i], r.get())) {  // a reply of a type its command never gets: out of step
+                nodes_[n]->close("a reply of the wrong type for " + std::string(cmds[i].name));
+                on_reply(i, nullptr);
+                continue;
+            }
             if (config_.cluster && (is_error(r.get(), "MOVED ") || is_error(r.get(), "ASK "))) {
-                const bool ask = is_error(r.get(), "ASK ");
-                ++redirects_;
-                const std::string_view text(r->str, r->len);
-                const auto at = text.rfind(' ');
-                const auto colon = text.rfind(':');
-                if (at != std::string_view::npos && colon != std::string_view::npos && colon > at) {
-                    endpoint e{std::string(text.substr(at + 1, colon - at - 1)),
-                               std::stoi(std::string(text.substr(colon + 1)))};
-                    target_[i] = node_index(e);
-                    asking_[i] = ask ? 1 : 0;
-                    if (!ask) {
-                        stale_map_ = true;
-                        const auto slot_at = text.find(' ');
-                        const auto slot = std::stoul(std::string(text.substr(slot_at + 1, at - slot_at - 1)));
-                        if (slot < slots && target_[i] != no_node) slot_node_[slot] = target_[i];
-                    }
-                    again.push_back(i);
+                const std::optional<redirect> to = parse_redirect(std::string_view(r->str, r->len));
+                if (!to) {  // a malformed redirect: the node cannot be trusted
+                    nodes_[n]->close("a malformed MOVED or ASK");
+                    stale_map_ = true;
+                    on_reply(i, nullptr);
                     continue;
                 }
+                ++redirects_;
+                endpoint e = to->to;
+                if (e.host.empty()) e.host = nodes_[n]->address().host;  // Redis 7: "MOVED 10383 :7460", the same host
+                target_[i] = node_index(e);
+                asking_[i] = to->ask ? 1 : 0;
+                if (!to->ask) {
+                    stale_map_ = true;
+                    if (target_[i] != no_node) slot_node_[to->slot] = target_[i];
+                }
+                again.push_back(i);
+                continue;
             }
             on_reply(i, std::move(r));
         }
         pending_ = std::move(again);
+    }
+
+    // Whether `r` is a reply `cmd` can get: SET +OK, GET a bulk string or
+    // nil, EXISTS an integer; any an error. Other commands: anything.
+    [[nodiscard]] static bool fits(const command& cmd, const redisReply* r) noexcept {
+        if (r->type == REDIS_REPLY_ERROR) return true;
+        if (cmd.name == "SET") return r->type == REDIS_REPLY_STATUS;
+        if (cmd.name == "GET") return r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL;
+        if (cmd.name == "EXISTS") return r->type == REDIS_REPLY_INTEGER;
+        return true;
+    }
+
+    void start_batch() {
+        deadline_ = deadline_clock::now() + config_.io_timeout;
+        ++batch_id_;
+        for (auto& n : nodes_) n->begin_batch(deadline_, batch_id_);
     }
 
     static void append(connection& c, const command& cmd) {
@@ -270,15 +324,20 @@ private:
         c.append(argv, lens);
     }
 
+    // The node at `e`, added (opened at its first use, under the batch's
+    // deadline) if new. A server names nodes by IP address, or by a host
+    // store_config::nodes names (a name would block in DNS, past any
+    // deadline); no_node for any other, for one accept_node refuses, and
+    // past max_nodes (a hostile server naming endless nodes).
     std::uint32_t node_index(const endpoint& e) {
         for (std::uint32_t n = 0; n < nodes_.size(); ++n)
             if (nodes_[n]->address() == e) return n;
-        try {
-            nodes_.push_back(std::make_unique<connection>(e, config_));
-            return static_cast<std::uint32_t>(nodes_.size() - 1);
-        } catch (const config_error&) {
-            return no_node;
-        }
+        const bool known_host = is_ip_address(e.host) || std::any_of(config_.nodes.begin(), config_.nodes.end(),
+                                                                      [&](const endpoint& c) { return c.host == e.host; });
+        if (!known_host || nodes_.size() >= max_nodes || (accept_node && !accept_node(e))) return no_node;
+        nodes_.push_back(std::make_unique<connection>(e, config_, connection::deferred));
+        nodes_.back()->begin_batch(deadline_, batch_id_);
+        return static_cast<std::uint32_t>(nodes_.size() - 1);
     }
 
     void refresh_slots() {
@@ -295,35 +354,36 @@ private:
     // CLUSTER SLOTS: [[start, end, [host, port, id], replicas...], ...].
     bool read_slots_from(connection& c, std::string& why) {
         reply_ptr r = c.command({"CLUSTER", "SLOTS"});
-        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements == 0) {
-            why += "CLUSTER SLOTS at " + c.address().str() + " gave no map; ";
+        if (!r) {
+            why += "CLUSTER SLOTS at " + c.address().str() + " gave no answer (" + c.last_error() + "); ";
+            return false;
+        }
+        std::string bad;
+        std::optional<std::vector<slot_range>> ranges = parse_cluster_slots(r.get(), bad);
+        if (!ranges) {  // a map wrong in part is not used at all, and the node is out of step or broken
+            why += "CLUSTER SLOTS at " + c.address().str() + " gave no usable map (" + bad + "); ";
+            c.close("a malformed CLUSTER SLOTS reply");
             return false;
         }
         std::array<std::uint32_t, slots> map;
         map.fill(no_node);
-        std::vector<std::pair<endpoint, std::pair<long long, long long>>> ranges;
-        for (std::size_t i = 0; i < r->elements; ++i) {
-            const redisReply* e = r->element[i];
-            if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 || e->element[2]->type != REDIS_REPLY_ARRAY ||
-                e->element[2]->elements < 2)
-                continue;
-            const redisReply* master = e->element[2];
-            std::string host(master->element[0]->str, master->element[0]->len);
-            if (host.empty()) host = c.address().host;
-            ranges.push_back({endpoint{host, static_cast<int>(master->element[1]->integer)},
-                              {e->element[0]->integer, e->element[1]->integer}});
-        }
-        for (const auto& [e, range] : ranges) {
-            const std::uint32_t n = node_index(e);
-            for (long long s = range.first; s <= range.second && s < static_cast<long long>(slots); ++s)
-                map[static_cast<std::size_t>(s)] = n;
+        const std::string reply_host = c.address().host;
+        for (slot_range& range : *ranges) {
+            if (range.master.host.empty()) range.master.host = reply_host;
+            const std::uint32_t n = node_index(range.master);
+            for (std::size_t s = range.first; s <= range.last; ++s) map[s] = n;
         }
         slot_node_ = map;
         return true;
     }
 
+    static constexpr std::size_t max_nodes = 1024;
+
     store_config config_;
     std::vector<std::unique_ptr<connection>> nodes_;
+    deadline_clock::time_point deadline_{};  // the current batch's
+    std::uint64_t batch_id_ = 0;
+    int batch_depth_ = 0;
     std::array<std::uint32_t, slots> slot_node_{};
     bool stale_map_ = false;
     std::size_t redirects_ = 0;
