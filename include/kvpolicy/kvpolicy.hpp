@@ -17,6 +17,7 @@
 #include "kvpolicy/core/tier.hpp"
 #include "kvpolicy/core/transfer.hpp"
 #include "kvpolicy/core/type_list.hpp"
+#include "kvpolicy/core/waiting_queue.hpp"
 
 #include "kvpolicy/cost/calibrate.hpp"
 #include "kvpolicy/cost/measured_table.hpp"
@@ -39,6 +40,7 @@
 #include "kvpolicy/eviction/lrfu.hpp"
 #include "kvpolicy/eviction/predictive.hpp"
 #include "kvpolicy/eviction/qos_aware.hpp"
+#include "kvpolicy/eviction/queue_aware.hpp"
 #include "kvpolicy/eviction/registry.hpp"
 #include "kvpolicy/eviction/retention_value.hpp"
 #include "kvpolicy/eviction/round_robin.hpp"

@@ -105,6 +105,7 @@
 #include "kvpolicy/core/error.hpp"
 #include "kvpolicy/core/ghost_list.hpp"
 #include "kvpolicy/core/tier.hpp"
+#include "kvpolicy/core/waiting_queue.hpp"
 #include "kvpolicy/cost/unit_cost.hpp"
 #include "kvpolicy/pool/block_pool.hpp"
 
@@ -193,6 +194,8 @@ public:
           filled_(config.gpu_capacity, 0),
           dropped_keys_(std::max<std::size_t>(config.gpu_capacity + config.cpu_capacity, 1024)) {
         if (config_.cpu_capacity > 0) cpu_.emplace(tier::cpu, config_.cpu_capacity, cpu_policy_config);
+        gpu_.hear_queue(&queue_);  // the cache is neither copied nor moved, so the pools may point at it
+        if (cpu_) cpu_->hear_queue(&queue_);
         metrics_.gpu.capacity = config_.gpu_capacity;
         metrics_.cpu.capacity = config_.cpu_capacity;
     }
@@ -340,6 +343,28 @@ public:
     /// sessions are a no-op (freeing is idempotent). Returns the items freed.
     std::size_t free_session(session_id session, bool forget_blocks = false);
 
+    // --- the waiting queue ---------------------------------------------------
+
+    /// Request `request` of `session` is queued (arrived, not yet started)
+    /// and will read blocks `hashes`. Tiers whose policy hears the waiting
+    /// queue (hears_waiting_queue: queue_aware) learn, for every item a queued
+    /// request reads, how soon the earliest such request comes (arrival
+    /// order), now and whenever the item enters a tier; other policies are
+    /// unaffected. Call dequeue(request) when it starts (before its admit)
+    /// or is dropped. O(items of `hashes`). Throws: usage_error if `request`
+    /// is already queued. Nothing changes then.
+    void enqueue(std::uint64_t request, session_id session, std::span<const block_hash> hashes);
+
+    /// Request `request` left the queue: it starts now (admit it next), or
+    /// it was dropped. The items only it was to read lose their protection.
+    /// Returns the session it was queued for. O(items of its hashes),
+    /// amortised. Throws: usage_error if `request` is not queued (dequeued
+    /// twice, or never enqueued). Nothing changes then.
+    session_id dequeue(std::uint64_t request);
+
+    /// The waiting queue as the cache knows it.
+    [[nodiscard]] const waiting_queue& queue() const noexcept { return queue_; }
+
     /// Pins every item of block `hash` on the GPU: never evicted until
     /// unpinned (a system prompt, say). Throws: usage_error if the block is
     /// not entirely on the GPU (acquire it first) or already pinned.
@@ -483,6 +508,8 @@ private:
     std::vector<std::uint64_t> recomputed_copies_;  // scratch: inclusive CPU copies of new items, sorted
     std::vector<block_hash> chain_scratch_;
     std::span<const timestamp> next_use_;  // of the admit in progress
+    waiting_queue queue_;                  // the pools point at it (hear_queue)
+    std::vector<std::uint64_t> queue_keys_;  // scratch for enqueue
 };
 
 }  // namespace kvpolicy

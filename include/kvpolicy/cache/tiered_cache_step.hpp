@@ -218,6 +218,30 @@ std::size_t tiered_cache<GpuPolicy, CpuPolicy, Traits>::free_session(session_id 
 }
 
 template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
+void tiered_cache<GpuPolicy, CpuPolicy, Traits>::enqueue(std::uint64_t request, session_id session,
+                                                         std::span<const block_hash> hashes) {
+    std::scoped_lock lock(mutex_);
+    queue_keys_.clear();
+    for (block_hash h : hashes)
+        for (std::uint32_t l = 0; l < items_per_block_; ++l) queue_keys_.push_back(item_key(h, l));
+    const timestamp now = clock_.now();
+    queue_.enqueue(request, session, queue_keys_, [&](std::uint64_t key, std::uint64_t position) {
+        gpu_.queued_read_changed(key, position, now);
+        if (cpu_) cpu_->queued_read_changed(key, position, now);
+    });
+}
+
+template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
+session_id tiered_cache<GpuPolicy, CpuPolicy, Traits>::dequeue(std::uint64_t request) {
+    std::scoped_lock lock(mutex_);
+    const timestamp now = clock_.now();
+    return queue_.dequeue(request, [&](std::uint64_t key, std::optional<std::uint64_t> next) {
+        gpu_.queued_read_changed(key, next, now);
+        if (cpu_) cpu_->queued_read_changed(key, next, now);
+    });
+}
+
+template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
 void tiered_cache<GpuPolicy, CpuPolicy, Traits>::pin(block_hash hash) {
     std::scoped_lock lock(mutex_);
     for (std::uint32_t l = 0; l < items_per_block_; ++l) {

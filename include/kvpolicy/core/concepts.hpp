@@ -97,6 +97,21 @@ inline constexpr bool hears_session_ends = requires(P& p, session_id s, timestam
     { p.on_session_end(s, now) } -> std::same_as<void>;
 };
 
+/// Whether policy `P` hears the engine's waiting queue (an optional hook:
+/// queue_aware): `on_queued(id, position)` says tracked item `id` will be
+/// read by a queued request, the earliest of which has `position` (arrival
+/// order: lower is sooner; called again when that changes),
+/// `on_unqueued(id, ctx)` that no queued request reads it any more (they
+/// started or were dropped); `ctx` is the item's last access context, as a
+/// release would give. Called by the cache (tiered_cache::enqueue,
+/// dequeue, and each insert of an item some queued request reads).
+template <class P>
+inline constexpr bool hears_waiting_queue =
+    requires(P& p, item_id id, std::uint64_t position, const access_context& ctx) {
+        { p.on_queued(id, position) } -> std::same_as<void>;
+        { p.on_unqueued(id, ctx) } -> std::same_as<void>;
+    };
+
 /// Whether policy `P` can stop keeping its victim order and rebuild it on
 /// demand (an optional hook: lrfu): `suspend_order()` leaves only O(1) state
 /// updates per operation, `resume_order()` rebuilds the order in O(n), and

@@ -27,6 +27,7 @@
 #include "kvpolicy/core/index_list.hpp"
 #include "kvpolicy/core/key_index.hpp"
 #include "kvpolicy/core/tier.hpp"
+#include "kvpolicy/core/waiting_queue.hpp"
 
 namespace kvpolicy {
 
@@ -129,6 +130,26 @@ public:
         index_.insert(key, b.value);
         policy_.on_insert(item_id{b.value}, ctx);
         if (refs > 0) policy_.on_hold(item_id{b.value});
+        if constexpr (hears_waiting_queue<Policy>) {
+            if (queue_ != nullptr && !queue_->empty())
+                if (const auto position = queue_->next_read(key)) policy_.on_queued(item_id{b.value}, *position);
+        }
+    }
+
+    /// Lets the policy, if it hears the waiting queue (hears_waiting_queue),
+    /// learn at each insert whether a queued request reads the item.
+    void hear_queue(const waiting_queue* queue) noexcept { queue_ = queue; }
+    /// The earliest queued read of item `key` is now `position` (empty: no
+    /// queued request reads it): the policy hears it if the item is here.
+    void queued_read_changed(std::uint64_t key, std::optional<std::uint64_t> position, timestamp now) {
+        if constexpr (hears_waiting_queue<Policy>) {
+            const std::uint32_t s = index_.find(key);
+            if (s == no_index) return;
+            if (position)
+                policy_.on_queued(item_id{s}, *position);
+            else
+                policy_.on_unqueued(item_id{s}, last_context(block_id{s}, now));
+        }
     }
 
     /// Removes cached item `b` without evicting it; the slot becomes reserved.
@@ -240,6 +261,7 @@ private:
     std::vector<slot_state> state_;    // [capacity]
     std::vector<std::uint32_t> refs_;  // [capacity] holders
     std::vector<std::uint8_t> pinned_; // [capacity]
+    const waiting_queue* queue_ = nullptr;  // the cache's, when its policy hears it
     std::vector<std::uint64_t> key_;   // [capacity] item key (block hash, or layer-chunk key)
     std::vector<block_meta> meta_;     // [capacity]
     std::vector<access_context> last_ctx_;  // [capacity] context of the last insert or hit
