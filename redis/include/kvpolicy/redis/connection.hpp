@@ -785,10 +785,10 @@ private:
     }
 
     bool fail_io(std::string& why, const char* what) {
-        return failed_open(why, "redis at " + at_.str() + ": no answer to " + what + " within the deadline (" +
-                                    std::to_string(config_->io_timeout.count()) + " ms: " + last_error_ +
-                                    "); check that the server there is running and not paused, or raise "
-                                    "store_config::io_timeout" +
+        return failed_open(why, "redis at " + at_.str() + ": no answer to " + what + " (" + last_error_ +
+                                    "); check that the server there is running and not paused (a batch waits "
+                                    "store_config::io_timeout, " + std::to_string(config_->io_timeout.count()) +
+                                    " ms, at most)" +
                                     (config_->tls.enabled ? "; over TLS, a server with tls-auth-clients needs the "
                                                             "client's certificate: store_config::tls.cert_file and key_file"
                                                           : ""));
