@@ -417,5 +417,5 @@ TEST_CASE("remote values: the one-pass copy agrees with the checksum, each kind 
     bad = value;
     bad[remote_value_header::size + 10] ^= std::byte{1};
     REQUIRE(check(bad, 42, ns) == remote_value_check::bad_checksum);
-    REQUIRE(ns.key(0x1234) == "kvp:m:1:16:64:0000000000001234");
+    REQUIRE(ns.key(0x1234) == "kvp:m:default:1:16:64:tp0.1:pp0.1:0000000000001234");
 }

@@ -3,13 +3,23 @@
 // mean equal prefixes, as in vLLM's prefix cache. Only full blocks are
 // hashed: a partial last block changes as decoding appends to it.
 //
-// The hash is 64-bit and not cryptographic: among 10^6 distinct blocks the
-// chance of any collision is about 3e-8 (birthday bound n^2 / 2^65).
-// Engines that share a cache between mutually untrusted tenants should pass
-// their own hashes (for example truncated SHA-256) and a per-tenant salt.
+// The hash is 64-bit and not cryptographic (mix64 is invertible: a block
+// with a chosen hash is built in under a second). A 64-bit key is safe as
+// the handle of the blocks one instance holds, against chance only: among
+// n distinct blocks any two collide with p ~ n^2 / 2^65, 3e-8 at 10^6
+// (a large host tier), 3e-6 at 10^7. It is not safe as a block's identity
+// in a store shared by many instances over its lifetime (2.7% at 10^9
+// blocks, 93% at 10^10) nor against anyone who picks tokens. There a block
+// is named by a `block_digest`: 32 bytes of SHA-256 over its parent's
+// digest, its tokens and an extra key (kvpolicy/redis/identity.hpp, which
+// needs OpenSSL, so it lives with the Redis tier), or the engine's own
+// 32-byte hash (vLLM's SHA-256 block hashes), kept whole; its handle is
+// digest_handle(d), and remote_identities (remote_value.hpp) keeps the
+// digest that a handle stands for.
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <span>
 
@@ -17,6 +27,18 @@
 #include "kvpolicy/core/item_key.hpp"
 
 namespace kvpolicy {
+
+/// A block's collision-resistant identity: a 32-byte digest (SHA-256).
+using block_digest = std::array<std::uint8_t, 32>;
+
+/// The 64-bit handle of a digest: its first 8 bytes, little-endian. The
+/// cache and its policies key blocks by it; remote_identities keeps the
+/// digest behind it.
+[[nodiscard]] constexpr block_hash digest_handle(const block_digest& d) noexcept {
+    block_hash h = 0;
+    for (int i = 7; i >= 0; --i) h = (h << 8) | d[static_cast<std::size_t>(i)];
+    return h;
+}
 
 /// The parent of a chain's first block.
 inline constexpr block_hash root_block_hash = 0x6b76706f6c696379ULL;  // "kvpolicy"

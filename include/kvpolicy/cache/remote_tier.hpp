@@ -19,6 +19,12 @@
 // chain hash, so two instances that computed the same prefix share one copy.
 // Departure: no global metadata service; the store is asked at lookup time,
 // and a value it drops afterwards is found at fetch time and recomputed.
+//
+// Identity: blocks named by 32-byte digests go through the digest
+// overload of admit_through, which binds each item's handle to its digest
+// (remote_identities, the store namespace's `identities`), so the store key
+// and the value header carry the digest whole; forget_identities drops the
+// bindings of blocks the cache no longer holds, between steps.
 #pragma once
 
 #include <cstddef>
@@ -26,6 +32,8 @@
 #include <span>
 #include <vector>
 
+#include "kvpolicy/cache/block_hasher.hpp"
+#include "kvpolicy/cache/remote_value.hpp"
 #include "kvpolicy/cache/tiered_cache.hpp"
 #include "kvpolicy/core/concepts.hpp"
 #include "kvpolicy/core/error.hpp"
@@ -64,6 +72,62 @@ remote_admission admit_through(Cache& cache, Store& store, session_id session, s
     }
     out.local = cache.admit(session, hashes, ctx);
     return out;
+}
+
+/// Binds every item of the blocks `digests` (their handles are
+/// digest_handle(d)) to its digest and layer in `ids`, and returns the
+/// handles. Throws: usage_error naming the block when a handle is already
+/// another block's (two digests whose first 8 bytes are equal: the
+/// instance cannot hold both under one handle), with nothing bound.
+template <class Cache>
+std::vector<block_hash> bind_identities(const Cache& cache, remote_identities& ids, std::span<const block_digest> digests) {
+    std::vector<block_hash> hashes(digests.size());
+    std::vector<std::uint64_t> bound;
+    const std::uint32_t per_block = cache.items_per_block();
+    for (std::size_t i = 0; i < digests.size(); ++i) {
+        hashes[i] = digest_handle(digests[i]);
+        for (std::uint32_t l = 0; l < per_block; ++l) {
+            const std::uint64_t item = cache.item_key(hashes[i], l);
+            const bool fresh = !ids.find(item).has_value();
+            if (!ids.bind(item, digests[i], l)) {
+                for (const std::uint64_t b : bound) ids.forget(b);
+                throw usage_error("bind_identities: block " + std::to_string(i) + "'s 64-bit handle " +
+                                  std::to_string(hashes[i]) + " is another block's (the first 8 bytes of two digests "
+                                  "are equal); compute this request without the cache, or retry once the other "
+                                  "block has left (forget_identities)");
+            }
+            if (fresh) bound.push_back(item);
+        }
+    }
+    return hashes;
+}
+
+/// admit_through for blocks named by their digests (a collision-resistant
+/// identity: kvpolicy/redis/identity.hpp's SHA-256, or the engine's own
+/// 32-byte hashes), bound in `ids` (the store's `ns.identities`): the store
+/// key and the value header carry the digest, and a handle already bound
+/// to another digest is refused (bind_identities' usage_error, before
+/// anything changes) rather than read as a hit on another block's bytes.
+/// Call forget_identities between steps so `ids` holds only what the cache holds.
+template <class Cache, remote_directory Store>
+remote_admission admit_through(Cache& cache, Store& store, remote_identities& ids, session_id session,
+                               std::span<const block_digest> digests, const access_context& ctx = {}) {
+    if (!cache.in_step()) throw usage_error("admit_through: no step is open; call begin_step() first");
+    const std::vector<block_hash> hashes = bind_identities(cache, ids, digests);
+    return admit_through(cache, store, session, std::span<const block_hash>(hashes), ctx);
+}
+
+/// Forgets the identities of items the cache no longer holds; returns how
+/// many. Between steps only (an open step's write-backs still need their
+/// names). Throws: usage_error inside a step (nothing forgotten).
+template <class Cache>
+std::size_t forget_identities(const Cache& cache, remote_identities& ids) {
+    if (cache.in_step())
+        throw usage_error("forget_identities: a step is open (its write-backs still need their names); call it "
+                          "after complete_transfers");
+    return ids.retain([&](std::uint64_t, const remote_identities::identity& id) {
+        return cache.where(digest_handle(id.digest), id.layer) != item_state::free;
+    });
 }
 
 /// One request of a step, for admit_all_through.

@@ -8,4 +8,5 @@
 #include "kvpolicy/cache/remote_tier.hpp"
 #include "kvpolicy/redis/connection.hpp"
 #include "kvpolicy/redis/engine.hpp"
+#include "kvpolicy/redis/identity.hpp"
 #include "kvpolicy/redis/store.hpp"

@@ -11,7 +11,7 @@
 // first copies the bytes aside and the write-back sends the copy. Per op:
 // a SET is done when the server answered OK; a GET when the value arrived
 // (read from the socket straight into the CPU slot, its checksum computed
-// as it lands) and verified (key, namespace, layout, length, checksum);
+// as it lands) and verified (key, namespace, layout, length, checksum, digest, MAC);
 // otherwise the slot is overwritten with a fill pattern (what a cut-off
 // read leaves), the op fails, and the cache recomputes what read it.
 #pragma once
@@ -83,7 +83,8 @@ public:
             const std::size_t k = op.from == tier::remote ? op.src.index() : op.dst.index();
             const bool well_formed = k < remote_keys.size() && !op.exchange &&
                                      (op.from == tier::remote ? op.to == tier::cpu && op.dst.index() < cpu_->capacity()
-                                                              : op.src.index() < arena(op.from)->capacity());
+                                                              : op.src.index() < arena(op.from)->capacity()) &&
+                                     store_->config().ns.names(remote_keys[k]);  // a block whose digest is known
             if (!well_formed) {
                 status[i] = transfer_status::failed;
                 continue;
@@ -123,14 +124,14 @@ private:
     void queue_key(queued& q, std::uint64_t key) {
         q.key_pos = keys_.size();
         keys_ += key_prefix_;
-        remote_namespace::append_hex(keys_, key);
+        (void)store_->config().ns.append_item(keys_, key);  // named: execute checked ns.names
         q.key_len = keys_.size() - q.key_pos;
     }
     void queue_set(std::size_t op, std::uint64_t key, tier from, block_id src) {
         const std::span<const std::byte> payload = arena(from)->block(src);
         queued q{op, true, key, from, src, payload.data(), 0, 0};
         queue_key(q, key);
-        headers_.push_back(make_remote_header(store_->config().ns, ns_hash_, key, payload.size(), remote_checksum(payload)));
+        headers_.push_back(make_remote_header(store_->config().ns, ns_hash_, key, payload, remote_checksum(payload)));
         queued_bytes_ += remote_value_header::size + payload.size();
         queue_.push_back(q);
         set_mark_[from == tier::gpu ? 0 : 1][src.index()] = epoch_;
@@ -217,7 +218,7 @@ private:
                 if (sink.filled) {  // the length was right; the header and the checksum say the rest
                     const remote_value_header& h = heads_in_[static_cast<std::size_t>(&sink - sinks_.data())];
                     ok = check_remote_header(h, ns, ns_hash_, q.key, dst.size()) == remote_value_check::ok &&
-                         sink.body_checksum == h.checksum;
+                         sink.body_checksum == h.checksum && check_remote_mac(h, ns, dst) == remote_value_check::ok;
                     rejected_ += ok ? 0 : 1;
                 } else if (r != nullptr && r->type == REDIS_REPLY_STRING) {  // a value of another length: refused
                     const auto value = std::as_bytes(std::span<const char>(r->str, r->len));

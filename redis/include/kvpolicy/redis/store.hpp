@@ -71,6 +71,7 @@ public:
     /// Connects to the server (or the cluster's masters, found from the
     /// seeds). Throws: config_error naming the address(es) and the fix.
     explicit store(store_config config) : config_(std::move(config)) {
+        config_.ns.validate();
         validate(config_);
         if (!config_.cluster) {
             nodes_.push_back(std::make_unique<connection>(config_.nodes.front(), config_));
@@ -169,8 +170,8 @@ public:
             exists_[i] = {"EXISTS", key_text_[i]};
         }
         run(exists_, exists_replies_);
-        std::size_t n = 0;
-        while (n < keys.size() && held(exists_replies_[n])) ++n;
+        std::size_t n = 0;  // an item without a name (ns.identities) is not held
+        while (n < keys.size() && !key_text_[n].empty() && held(exists_replies_[n])) ++n;
         return n;
     }
 
@@ -196,7 +197,7 @@ public:
         at = 0;
         for (std::size_t i = 0; i < lists.size(); ++i) {
             std::size_t n = 0;
-            while (n < lists[i].size() && held(exists_replies_[at + n])) ++n;
+            while (n < lists[i].size() && !key_text_[at + n].empty() && held(exists_replies_[at + n])) ++n;
             out[i] = n;
             at += lists[i].size();
         }

@@ -1,0 +1,471 @@
+// The remote tier's block identity and scope on real Redis servers (label
+// `redis`): blocks named by 32-byte digests (two blocks whose 64-bit
+// handles collide stay two blocks, in the store and in one instance),
+// namespaces that keep tenants, ranks and dtypes apart in one store, and
+// the deployment MAC (a value planted by a writer without the secret is
+// refused, however well-formed). SHA-256 and HMAC-SHA-256 against OpenSSL's
+// one-shot API and RFC 4231.
+#include <catch2/catch.hpp>
+
+#include <kvpolicy/redis.hpp>
+
+#include <openssl/evp.h>
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "support/redis_server.hpp"
+#include "support/remote_instance.hpp"
+
+using namespace kvpolicy;
+using kvpolicy::testing::redis_server;
+using kvpolicy::testing::remote_test_cache;
+
+namespace {
+
+constexpr std::size_t item_bytes = 4096;
+
+// The bytes an item holds when correct, from its block's digest and layer:
+// two blocks with one 64-bit handle still have different bytes.
+std::uint64_t seed_of(const block_digest& d, std::uint32_t layer) {
+    std::uint64_t s = layer + 1;
+    for (std::size_t i = 0; i < d.size(); i += 8) {
+        std::uint64_t w = 0;
+        std::memcpy(&w, d.data() + i, 8);
+        s = mix64(s ^ w);
+    }
+    return s;
+}
+
+redis::store_config scoped_config(int port) {
+    redis::store_config c;
+    c.nodes = {{"127.0.0.1", port}};
+    c.io_timeout = std::chrono::milliseconds(2000);
+    c.ns.model = "test-model";
+    c.ns.dtype = "bfloat16";
+    c.ns.item_bytes = item_bytes;
+    return c;
+}
+
+redis::store_config with_ids(redis::store_config c, std::shared_ptr<remote_identities> ids) {
+    c.ns.identities = std::move(ids);
+    return c;
+}
+
+// One serving instance whose blocks are named by digests.
+struct digest_instance {
+    remote_test_cache cache;
+    block_arena gpu;
+    block_arena cpu;
+    std::shared_ptr<remote_identities> ids;
+    redis::store store;
+    redis::engine engine;
+    std::uint64_t pattern_xor = 0;  // a writer that writes wrong bytes (an attacker) sets it
+
+    digest_instance(const redis::store_config& sc, std::size_t gpu_cap = 4, std::size_t cpu_cap = 4)
+        : cache(cache_config{.gpu_capacity = gpu_cap, .cpu_capacity = cpu_cap, .block_size = 16,
+                             .item_bytes = item_bytes, .remote = true}),
+          gpu(gpu_cap, item_bytes),
+          cpu(cpu_cap, item_bytes),
+          ids(std::make_shared<remote_identities>()),
+          store(with_ids(sc, ids)),
+          engine(gpu, cpu, store) {}
+
+    std::uint64_t seed(std::uint64_t item) const {
+        const auto id = ids->find(item);
+        REQUIRE(id.has_value());
+        return seed_of(id->digest, id->layer) ^ pattern_xor;
+    }
+
+    // Every cached slot holds its own block's bytes (by digest).
+    std::string check_bytes() const {
+        std::string bad;
+        for (std::uint32_t i = 0; i < cache.gpu().capacity(); ++i)
+            if (cache.gpu().state(block_id{i}) == block_pool<lru>::slot_state::cached &&
+                !kvpolicy::testing::has_pattern(gpu.block(block_id{i}), seed(cache.gpu().key(block_id{i}))))
+                bad += "gpu slot " + std::to_string(i) + " holds another block's bytes; ";
+        for (std::uint32_t i = 0; i < cache.cpu().capacity(); ++i)
+            if (cache.cpu().state(block_id{i}) == block_pool<lru>::slot_state::cached &&
+                !kvpolicy::testing::has_pattern(cpu.block(block_id{i}), seed(cache.cpu().key(block_id{i}))))
+                bad += "cpu slot " + std::to_string(i) + " holds another block's bytes; ";
+        return bad;
+    }
+
+    struct result {
+        std::size_t remote_blocks = 0;
+        std::size_t local_run = 0;
+        transfer_report report;
+    };
+
+    // One step of one request: admit through the store by digests, run the
+    // plan, report it, compute the miss tail and the recomputes, release.
+    result step(const std::vector<block_digest>& doc, session_id s = session_id{1}) {
+        result out;
+        cache.begin_step();
+        const remote_admission a = admit_through(cache, store, *ids, s, std::span<const block_digest>(doc));
+        out.remote_blocks = a.remote_blocks;
+        out.local_run = a.local.match.run;
+        const swap_plan& plan = cache.end_step();
+        std::vector<transfer_status> status;
+        execute_plan(plan, engine, status);
+        out.report = cache.complete_transfers(plan, status);
+        for (std::size_t i = a.local.match.run; i < doc.size(); ++i) {
+            const std::uint64_t key = cache.item_key(digest_handle(doc[i]), 0);
+            kvpolicy::testing::write_pattern(gpu.block(*cache.gpu().cached_block(key)), seed(key));
+        }
+        for (const recompute_item& r : out.report.recompute) kvpolicy::testing::write_pattern(gpu.block(r.block), seed(r.key));
+        cache.free_session(s);
+        forget_identities(cache, *ids);
+        return out;
+    }
+
+    // Computes `doc`, then pushes it out of both tiers with other documents,
+    // so that every block of it is written back to the store.
+    void publish(const std::vector<block_digest>& doc, std::mt19937_64& rng) {
+        step(doc);
+        for (int d = 0; d < 3; ++d) {
+            const auto r = step(random_doc(rng, doc.size()), session_id{static_cast<std::uint64_t>(d) + 2});
+            REQUIRE(r.report.clean());
+        }
+        REQUIRE(cache.lookup(handles(doc)).run == 0);
+    }
+
+    static std::vector<block_hash> handles(const std::vector<block_digest>& doc) {
+        std::vector<block_hash> h;
+        for (const auto& d : doc) h.push_back(digest_handle(d));
+        return h;
+    }
+
+    static std::vector<block_digest> random_doc(std::mt19937_64& rng, std::size_t n) {
+        std::vector<block_digest> doc(n);
+        for (auto& d : doc)
+            for (auto& b : d) b = static_cast<std::uint8_t>(rng());
+        return doc;
+    }
+};
+
+// `doc` with every digest changed past its first 8 bytes: the same 64-bit
+// handles, other blocks.
+std::vector<block_digest> same_handles(std::vector<block_digest> doc) {
+    for (auto& d : doc) d[31] ^= 0x5a;
+    return doc;
+}
+
+// SET key value, binary-safe, through a connection of its own (a writer
+// outside the tier).
+void raw_set(int port, const std::string& key, std::span<const std::byte> value) {
+    redisContext* c = redisConnect("127.0.0.1", port);
+    REQUIRE(c != nullptr);
+    REQUIRE(c->err == 0);
+    auto* r = static_cast<redisReply*>(
+        redisCommand(c, "SET %b %b", key.data(), key.size(), value.data(), value.size()));
+    REQUIRE(r != nullptr);
+    REQUIRE(r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    redisFree(c);
+}
+
+std::string secret_a() { return "deployment-secret-a-0123456789abcdef"; }
+
+}  // namespace
+
+TEST_CASE("identity: SHA-256 block digests equal OpenSSL's one-shot digest of the same bytes, chained", "[redis][identity]") {
+    std::mt19937_64 rng(33);
+    redis::sha256_block_hasher hasher;
+    for (int round = 0; round < 200; ++round) {
+        const std::uint32_t block_size = 1 + static_cast<std::uint32_t>(rng() % 32);
+        std::vector<std::int32_t> tokens(rng() % 300);
+        for (auto& t : tokens) t = static_cast<std::int32_t>(rng());
+        std::vector<std::byte> extra(rng() % 3 == 0 ? 0 : rng() % 40);
+        for (auto& b : extra) b = std::byte(rng() & 0xff);
+        std::vector<block_digest> out(tokens.size() / block_size + 1);
+        const std::size_t n = hasher.hash_blocks(tokens, block_size, out, extra);
+        REQUIRE(n == tokens.size() / block_size);
+        // The reference: the message built by hand, one EVP_Digest call each.
+        block_digest parent = redis::root_block_digest;
+        for (std::size_t i = 0; i < n; ++i) {
+            std::vector<unsigned char> msg(parent.begin(), parent.end());
+            auto put64 = [&](std::uint64_t v) {
+                for (int b = 0; b < 8; ++b) msg.push_back(static_cast<unsigned char>(v >> (8 * b)));
+            };
+            put64(extra.size());
+            for (std::byte b : extra) msg.push_back(std::to_integer<unsigned char>(b));
+            put64(block_size);
+            for (std::uint32_t j = 0; j < block_size; ++j) {
+                const auto t = static_cast<std::uint32_t>(tokens[i * block_size + j]);
+                for (int b = 0; b < 4; ++b) msg.push_back(static_cast<unsigned char>(t >> (8 * b)));
+            }
+            block_digest want{};
+            unsigned int len = 0;
+            REQUIRE(EVP_Digest(msg.data(), msg.size(), want.data(), &len, EVP_sha256(), nullptr) == 1);
+            REQUIRE(out[i] == want);
+            parent = want;
+        }
+        // The handle is the digest's first 8 bytes, little-endian.
+        if (n > 0) {
+            std::uint64_t h = 0;
+            std::memcpy(&h, out[0].data(), 8);
+            REQUIRE(digest_handle(out[0]) == h);
+        }
+    }
+    // SHA-256("abc") through the same EVP path: FIPS 180-2's example.
+    block_digest abc{};
+    unsigned int len = 0;
+    REQUIRE(EVP_Digest("abc", 3, abc.data(), &len, EVP_sha256(), nullptr) == 1);
+    REQUIRE(abc[0] == 0xba);
+    REQUIRE(abc[31] == 0xad);
+}
+
+TEST_CASE("identity: HMAC-SHA-256 gives RFC 4231's answers, over header and payload as one message", "[redis][identity]") {
+    const std::vector<std::byte> key(20, std::byte{0x0b});  // RFC 4231, test case 1
+    const redis::hmac_sha256 mac(key);
+    const std::string data = "Hi There";
+    std::array<std::byte, 32> out{};
+    const auto bytes = std::as_bytes(std::span<const char>(data.data(), data.size()));
+    mac.sign(bytes, {}, out);
+    const std::string want = "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7";
+    std::string got;
+    for (std::byte b : out) {
+        static constexpr char digits[] = "0123456789abcdef";
+        got += digits[std::to_integer<unsigned>(b) >> 4];
+        got += digits[std::to_integer<unsigned>(b) & 15];
+    }
+    REQUIRE(got == want);
+    std::array<std::byte, 32> split{};
+    mac.sign(bytes.first(3), bytes.subspan(3), split);
+    REQUIRE(split == out);
+    REQUIRE_THROWS_WITH(redis::hmac_sha256(std::string_view("short")),
+                        Catch::Contains("the secret has 5 bytes") && Catch::Contains("at least 16"));
+}
+
+TEST_CASE("identity: a forged value with a recomputed checksum but no valid MAC is refused", "[redis][identity]") {
+    remote_namespace ns{.model = "m", .item_bytes = 64};
+    ns.identities = std::make_shared<remote_identities>();
+    block_digest d{};
+    d[0] = 7;
+    d[20] = 9;
+    REQUIRE(ns.identities->bind(digest_handle(d), d, 0));
+    const std::uint64_t key = digest_handle(d);
+    std::vector<std::byte> payload(64, std::byte{3});
+    std::vector<std::byte> value(remote_value_header::size + 64);
+    // Written by a writer without the secret: a valid header, digest and checksum.
+    encode_remote_value(value, ns, ns.hash(), key, payload);
+    REQUIRE(verify_remote_value(value, ns, ns.hash(), key, 64) == remote_value_check::ok);  // no MAC asked: used
+    remote_namespace guarded = ns;
+    guarded.mac = std::make_shared<redis::hmac_sha256>(secret_a());
+    REQUIRE(verify_remote_value(value, guarded, guarded.hash(), key, 64) == remote_value_check::bad_mac);
+    // The flag set and a MAC made up: still refused; with the right secret: used.
+    remote_value_header h;
+    std::memcpy(&h, value.data(), sizeof h);
+    h.flags |= remote_value_header::has_mac;
+    h.mac.fill(std::byte{0x42});
+    std::memcpy(value.data(), &h, sizeof h);
+    REQUIRE(verify_remote_value(value, guarded, guarded.hash(), key, 64) == remote_value_check::bad_mac);
+    std::vector<std::byte> out(64);
+    REQUIRE(verify_and_copy_remote_value(value, guarded, guarded.hash(), key, out) == remote_value_check::bad_mac);
+    encode_remote_value(value, guarded, guarded.hash(), key, payload);
+    REQUIRE(verify_and_copy_remote_value(value, guarded, guarded.hash(), key, out) == remote_value_check::ok);
+    REQUIRE(out == payload);
+    // Another secret's MAC, and a payload byte changed with the checksum recomputed: refused.
+    remote_namespace other = ns;
+    other.mac = std::make_shared<redis::hmac_sha256>(std::string_view("another-secret-0123456789"));
+    REQUIRE(verify_remote_value(value, other, other.hash(), key, 64) == remote_value_check::bad_mac);
+    std::memcpy(&h, value.data(), sizeof h);
+    value[remote_value_header::size + 5] ^= std::byte{1};
+    h.checksum = remote_checksum(std::span<const std::byte>(value).subspan(remote_value_header::size));
+    std::memcpy(value.data(), &h, sizeof h);
+    REQUIRE(verify_remote_value(value, guarded, guarded.hash(), key, 64) == remote_value_check::bad_mac);
+    // Another block's digest behind the same handle: refused before the MAC.
+    block_digest e = d;
+    e[31] ^= 1;
+    remote_namespace second = guarded;
+    second.identities = std::make_shared<remote_identities>();
+    REQUIRE(second.identities->bind(key, e, 0));
+    encode_remote_value(value, guarded, guarded.hash(), key, payload);
+    REQUIRE(verify_remote_value(value, second, second.hash(), key, 64) == remote_value_check::wrong_identity);
+}
+
+TEST_CASE("identity: a namespace that cannot be right is refused, naming the field and the fix", "[redis][identity][errors]") {
+    redis_server server;
+    redis::store_config c = scoped_config(server.port());
+    c.ns.tp_size = 2;
+    c.ns.tp_rank = 2;
+    REQUIRE_THROWS_WITH(redis::store(c), Catch::Contains("tp_rank 2 is not below tp_size 2"));
+    c.ns.tp_rank = 1;
+    c.ns.pp_size = 0;
+    REQUIRE_THROWS_WITH(redis::store(c), Catch::Contains("pp_rank 0 is not below pp_size 0"));
+    c.ns.pp_size = 1;
+    c.ns.dtype.clear();
+    REQUIRE_THROWS_WITH(redis::store(c), Catch::Contains("dtype is empty"));
+    c.ns.dtype = "fp8_e4m3";
+    c.ns.model.clear();
+    REQUIRE_THROWS_WITH(redis::store(c), Catch::Contains("model is empty"));
+    c.ns.model = "m";
+    REQUIRE_NOTHROW(redis::store(c));
+}
+
+TEST_CASE("identity: two blocks forced to the same 64-bit key are still two blocks", "[redis][identity]") {
+    redis_server server;
+    std::mt19937_64 rng(3301);
+    const redis::store_config sc = scoped_config(server.port());
+    const std::vector<block_digest> doc = digest_instance::random_doc(rng, 4);
+    const std::vector<block_digest> twin = same_handles(doc);
+    REQUIRE(digest_instance::handles(doc) == digest_instance::handles(twin));
+
+    digest_instance a(sc);
+    a.publish(doc, rng);
+    for (const auto& d : doc) {
+        REQUIRE(a.ids->bind(digest_handle(d), d, 0));
+        REQUIRE(server.call({"EXISTS", a.store.config().ns.key(digest_handle(d))}) == "1");
+    }
+    REQUIRE(forget_identities(a.cache, *a.ids) == doc.size());
+
+    SECTION("another instance asking for the twin blocks finds none of a's values, and computes its own") {
+        digest_instance b(sc);
+        const auto r = b.step(twin);
+        REQUIRE(r.remote_blocks == 0);
+        REQUIRE(b.engine.rejected_values() == 0);
+        REQUIRE(b.check_bytes().empty());
+        // While the twins are held, their own values are named by their own digests.
+        const auto again = a.step(doc);  // a fetches its doc back: its own values, verified
+        REQUIRE(again.remote_blocks == doc.size());
+        REQUIRE(again.report.clean());
+        REQUIRE(a.check_bytes().empty());
+    }
+    SECTION("a's values copied under the twins' keys are refused on fetch (the header's digest), and recomputed") {
+        digest_instance b(sc);
+        for (const auto& [d, t] : {std::pair{doc[0], twin[0]}, std::pair{doc[1], twin[1]}}) {
+            REQUIRE(a.ids->bind(digest_handle(d), d, 0));
+            REQUIRE(b.ids->bind(digest_handle(t), t, 0));
+            REQUIRE(server.call({"COPY", a.store.config().ns.key(digest_handle(d)),
+                                 b.store.config().ns.key(digest_handle(t))}) == "1");
+        }
+        forget_identities(a.cache, *a.ids);
+        forget_identities(b.cache, *b.ids);
+        const auto r = b.step(twin);
+        REQUIRE(r.remote_blocks == 2);  // the store holds a value under each key...
+        REQUIRE(b.engine.rejected_values() == 2);  // ...that is not this block's
+        REQUIRE(r.report.recompute.size() == 2);
+        REQUIRE(b.check_bytes().empty());
+        REQUIRE(b.cache.check_invariants().empty());
+    }
+    SECTION("in one instance, a block whose handle another held block has is refused, changing nothing") {
+        a.step(doc);  // held again (fetched back)
+        const auto before = a.cache.lookup(digest_instance::handles(doc));
+        REQUIRE(before.run == doc.size());
+        const std::size_t bound = a.ids->size();
+        a.cache.begin_step();
+        REQUIRE_THROWS_WITH(admit_through(a.cache, a.store, *a.ids, session_id{9}, std::span<const block_digest>(twin)),
+                            Catch::Contains("block 0's 64-bit handle") && Catch::Contains("is another block's"));
+        REQUIRE(a.ids->size() == bound);
+        REQUIRE(a.ids->collisions() == 1);
+        a.cache.end_step();
+        REQUIRE(a.cache.lookup(digest_instance::handles(doc)).run == doc.size());
+        REQUIRE(a.check_bytes().empty());
+    }
+}
+
+TEST_CASE("identity: wrong-tenant, wrong-rank and wrong-dtype instances sharing one store read nothing of each other's",
+          "[redis][identity]") {
+    redis_server server;
+    std::mt19937_64 rng(3302);
+    redis::store_config writer = scoped_config(server.port());
+    writer.ns.tenant = "tenant-a";
+    writer.ns.tp_size = 2;
+    writer.ns.pp_size = 2;
+    const std::vector<block_digest> doc = digest_instance::random_doc(rng, 4);
+    digest_instance w(writer);
+    w.publish(doc, rng);
+
+    std::vector<std::pair<std::string, redis::store_config>> readers;
+    auto add = [&](std::string what, auto change) {
+        redis::store_config c = writer;
+        change(c.ns);
+        readers.emplace_back(std::move(what), c);
+    };
+    add("another tenant", [](remote_namespace& n) { n.tenant = "tenant-b"; });
+    add("no tenant", [](remote_namespace& n) { n.tenant.clear(); });
+    add("another TP rank", [](remote_namespace& n) { n.tp_rank = 1; });
+    add("another TP size", [](remote_namespace& n) { n.tp_size = 4; });
+    add("another PP rank", [](remote_namespace& n) { n.pp_rank = 1; });
+    add("another dtype", [](remote_namespace& n) { n.dtype = "fp8_e4m3"; });
+    add("another block size", [](remote_namespace& n) { n.block_size = 32; });
+    for (const auto& [what, c] : readers) {
+        INFO(what);
+        digest_instance r(c);
+        const auto res = r.step(doc);
+        REQUIRE(res.remote_blocks == 0);
+        REQUIRE(r.engine.rejected_values() == 0);
+        REQUIRE(r.check_bytes().empty());
+    }
+    // The same scope reads them (the check above can fail).
+    digest_instance same(writer);
+    const auto res = same.step(doc);
+    REQUIRE(res.remote_blocks == doc.size());
+    REQUIRE(res.report.clean());
+    REQUIRE(same.check_bytes().empty());
+}
+
+TEST_CASE("identity: with a deployment MAC, values planted by a writer without the secret are refused (a miss, reported)",
+          "[redis][identity]") {
+    redis_server server;
+    std::mt19937_64 rng(3303);
+    redis::store_config guarded = scoped_config(server.port());
+    guarded.ns.mac = std::make_shared<redis::hmac_sha256>(secret_a());
+    const std::vector<block_digest> doc = digest_instance::random_doc(rng, 4);
+
+    SECTION("a writer with the secret: its values are used") {
+        digest_instance w(guarded);
+        w.publish(doc, rng);
+        digest_instance v(guarded);
+        const auto r = v.step(doc);
+        REQUIRE(r.remote_blocks == doc.size());
+        REQUIRE(r.report.clean());
+        REQUIRE(v.engine.rejected_values() == 0);
+        REQUIRE(v.check_bytes().empty());
+    }
+    SECTION("a writer with another secret, or none, writing other bytes under the same keys: refused, recomputed") {
+        for (const bool other_secret : {false, true}) {
+            INFO("the writer has " << (other_secret ? "another secret" : "no secret"));
+            redis::store_config attacker = guarded;
+            attacker.ns.mac = nullptr;
+            if (other_secret) attacker.ns.mac = std::make_shared<redis::hmac_sha256>(std::string_view("attacker-guess-0123456789abcdef"));
+            digest_instance w(attacker);
+            w.pattern_xor = 0xbad;  // the bytes it plants are not the block's
+            w.publish(doc, rng);
+            digest_instance v(guarded);
+            const auto r = v.step(doc);
+            REQUIRE(r.remote_blocks == doc.size());             // the keys are there...
+            REQUIRE(v.engine.rejected_values() == doc.size());  // ...and every value is refused
+            REQUIRE(r.report.recompute.size() == doc.size());
+            REQUIRE(v.check_bytes().empty());
+            REQUIRE(v.cache.check_invariants().empty());
+        }
+    }
+    SECTION("a value forged with a valid header, the right digest and a recomputed checksum, but no MAC: refused") {
+        digest_instance v(guarded);
+        remote_namespace unsigned_ns = guarded.ns;
+        unsigned_ns.mac = nullptr;
+        unsigned_ns.identities = std::make_shared<remote_identities>();
+        for (const auto& d : doc) {
+            REQUIRE(unsigned_ns.identities->bind(digest_handle(d), d, 0));
+            std::vector<std::byte> payload(item_bytes), value(remote_value_header::size + item_bytes);
+            kvpolicy::testing::write_pattern(payload, 0xbad);
+            encode_remote_value(value, unsigned_ns, guarded.ns.hash(), digest_handle(d), payload);
+            // Claim a MAC it cannot make.
+            remote_value_header h;
+            std::memcpy(&h, value.data(), sizeof h);
+            h.flags |= remote_value_header::has_mac;
+            std::memcpy(value.data(), &h, sizeof h);
+            raw_set(server.port(), unsigned_ns.key(digest_handle(d)), value);
+        }
+        const auto r = v.step(doc);
+        REQUIRE(r.remote_blocks == doc.size());
+        REQUIRE(v.engine.rejected_values() == doc.size());
+        REQUIRE(r.report.recompute.size() == doc.size());
+        REQUIRE(v.check_bytes().empty());
+    }
+}
