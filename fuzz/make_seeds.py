@@ -6,7 +6,8 @@ build/fuzz/. trace_parsers' seeds are slices of the real traces in
 ../shared/traces (a few lines each, long hash_ids arrays cut short; never whole
 traces) plus hand-written bad lines; cache_ops' and select_victims' are bytes
 from a fixed-seed generator behind each first byte (the composition or the
-rule), so that every branch of the first choice starts covered.
+rule), so that every branch of the first choice starts covered; redis_replies'
+are hand-written server replies, good and hostile.
 
 Run from the repository root: python3 fuzz/make_seeds.py
 Each harness decodes its input as its header comment says; the layouts here
@@ -139,8 +140,40 @@ def random_seeds(harness, branches, per_branch, sizes, seed):
             write(harness, f"branch{branch:02d}_{k}", bytes([branch]) + bytes(rng.randrange(256) for _ in range(size)))
 
 
+def redis_seeds():
+    """redis_replies' layout: mode byte (1: cluster, 2: twice), then what the fake
+    server sends on each connection, separated by b"\n--\n"; PORT is its port."""
+    harness = "redis_replies"
+    ok4 = b"+OK\r\n" * 4
+    nil4 = b"$-1\r\n" * 4
+    slots = b"*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:PORT\r\n"
+    value = b"$112\r\n" + b"KVPB" + bytes(108) + b"\r\n"  # the right length (48 + 64), a wrong header
+    seeds = {
+        "plain_sets_then_eof": (0, b"+PONG\r\n" + ok4),
+        "plain_all_good_twice": (2, b"+PONG\r\n" + ok4 + nil4 + b":0\r\n" * 4 + b"\n--\n" + b"+PONG\r\n" + ok4),
+        "plain_right_length_value": (0, b"+PONG\r\n" + ok4 + value * 4 + b":1\r\n" * 4),
+        "plain_unclosed_value": (2, b"+PONG\r\n" + ok4 + value[:-2] + b"XY" + b"\n--\n+PONG\r\n" + ok4 + nil4),
+        "plain_wrong_types": (2, b"+PONG\r\n:1\r\n$2\r\nOK\r\n\n--\n+PONG\r\n" + ok4 + b"*1\r\n:1\r\n+OK\r\n"),
+        "plain_huge_counts": (0, b"+PONG\r\n*99999999999\r\n$1099511627776\r\n$-5\r\n"),
+        "plain_nested": (0, b"+PONG\r\n" + b"*1\r\n" * 9 + b":1\r\n"),
+        "cluster_good": (1, b"+PONG\r\n" + slots + ok4 + nil4 + b":0\r\n" * 4),
+        "cluster_moved_no_host": (3, b"+PONG\r\n" + slots + b"-MOVED 10383 :PORT\r\n+OK\r\n+OK\r\n+OK\r\n+OK\r\n"
+                                  + b"\n--\n+PONG\r\n" + slots + ok4),
+        "cluster_ask": (1, b"+PONG\r\n" + slots + b"-ASK 5 127.0.0.1:PORT\r\n+OK\r\n+OK\r\n+OK\r\n+OK\r\n+OK\r\n"),
+        "cluster_bad_moved": (3, b"+PONG\r\n" + slots + b"-MOVED abc 127.0.0.1:72953\r\n" + b"\n--\n+PONG\r\n" + slots
+                              + b"-MOVED 99999 1.2.3.4:7000\r\n"),
+        "cluster_bad_slots": (1, b"+PONG\r\n*1\r\n*3\r\n:-1\r\n:100\r\n*2\r\n$9\r\n127.0.0.1\r\n:PORT\r\n"),
+        "cluster_two_ranges_empty_host": (1, b"+PONG\r\n*2\r\n*3\r\n:0\r\n:8000\r\n*2\r\n$0\r\n\r\n:PORT\r\n"
+                                          b"*3\r\n:8001\r\n:16383\r\n*2\r\n$1\r\n?\r\n:PORT\r\n" + ok4),
+        "info_garbage": (0, b"$20\r\n# Memory\r\nmaxmemory:x\r\n"),
+        "noauth": (0, b"-NOAUTH Authentication required.\r\n"),
+    }
+    for name, (mode, data) in seeds.items():
+        write(harness, name, bytes([mode]) + data)
+
+
 def main():
-    for harness in ("trace_parsers", "cache_ops", "select_victims"):
+    for harness in ("trace_parsers", "cache_ops", "select_victims", "redis_replies"):
         d = os.path.join(CORPUS, harness)
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
@@ -149,6 +182,7 @@ def main():
     random_seeds("cache_ops", 16, 2, [600, 2500], seed=9)
     # select_victims: the first choice (of 5) picks the rule.
     random_seeds("select_victims", 5, 6, [40, 300, 1200, 3000], seed=2)
+    redis_seeds()
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 source scripts/install-deps.sh
 
 seconds=${1:-${FUZZ_SECONDS:-60}}
-harnesses=(trace_parsers cache_ops select_victims)
+harnesses=(trace_parsers cache_ops select_victims redis_replies)
 jobs=$(nproc 2>/dev/null || echo 2)
 start=$(date +%s)
 

@@ -361,7 +361,7 @@ public:
             if (ours) {
                 const char* cr = in_.data() + line_end - 2;
                 const auto parsed = std::from_chars(line + 1, cr, length);
-                ours = parsed.ec == std::errc{} && parsed.ptr == cr && length == expected;
+                ours = parsed.ec == std::errc{} && parsed.ptr == cr && length == expected && (line[1] != '0' || cr == line + 2);
             }
         }
         if (!ours) {

@@ -53,9 +53,12 @@ struct resp_scan {
 };
 
 namespace detail {
-// A whole decimal integer (an optional '-', digits), nothing else.
+// A number as Redis writes it and hiredis reads it (string2ll): an optional
+// '-', digits without a leading zero ("0" alone, never "-0"), within long
+// long; nothing else.
 [[nodiscard]] inline bool whole_integer(std::string_view text, long long& out) noexcept {
-    if (text.empty()) return false;
+    const std::string_view digits = !text.empty() && text[0] == '-' ? text.substr(1) : text;
+    if (digits.empty() || (digits[0] == '0' && (digits.size() > 1 || digits.size() != text.size()))) return false;
     const auto r = std::from_chars(text.data(), text.data() + text.size(), out);
     return r.ec == std::errc{} && r.ptr == text.data() + text.size();
 }
