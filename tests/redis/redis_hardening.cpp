@@ -352,3 +352,26 @@ TEST_CASE("redis deadlines: a trickling server and a dead one cost a batch at mo
         REQUIRE(count(r.fetch(), transfer_status::done) == 32);
     }
 }
+
+TEST_CASE("redis scan_reply: it calls a reply complete exactly when hiredis's reader takes it whole", "[redis][hostile]") {
+    // Numbers as Redis writes them (string2ll): no '+', no leading zero, no
+    // "-0" (the fuzz harness found "*-0" taken by scan_reply, refused by the reader).
+    const std::vector<std::string> replies = {
+        "*-0\r\n", "$-0\r\n", ":-0\r\n", "$03\r\nabc\r\n", "*01\r\n:1\r\n", ":+5\r\n", "$+1\r\na\r\n",
+        ":99999999999999999999\r\n", ":-9223372036854775808\r\n", ":9223372036854775807\r\n", "*-1\r\n", "$-1\r\n",
+        "*0\r\n", "$0\r\n\r\n", ":0\r\n", "+\r\n", "-\r\n", "*2\r\n$1\r\na\r\n*1\r\n:-12\r\n", "*-2\r\n", "$-2\r\n",
+        ":1 \r\n", ": 1\r\n", "*1\r\n*0\r\n", "*3\r\n$-1\r\n*-1\r\n+x\r\n",
+    };
+    for (const std::string& text : replies) {
+        INFO(text);
+        const redis::resp_scan s = redis::scan_reply(text);
+        std::unique_ptr<redisReader, void (*)(redisReader*)> rd(redisReaderCreate(), redisReaderFree);
+        void* r = nullptr;
+        const bool hiredis_takes = redisReaderFeed(rd.get(), text.data(), text.size()) == REDIS_OK &&
+                                   redisReaderGetReply(rd.get(), &r) == REDIS_OK && r != nullptr;
+        if (r != nullptr) freeReplyObject(r);
+        REQUIRE(s.status != redis::resp_scan::result::incomplete);
+        REQUIRE((s.status == redis::resp_scan::result::complete) == hiredis_takes);
+        if (hiredis_takes) REQUIRE(s.length == text.size());
+    }
+}
