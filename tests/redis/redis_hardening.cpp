@@ -141,7 +141,7 @@ TEST_CASE("redis: bad configuration is refused before connecting, naming the fie
     }
 }
 
-TEST_CASE("redis: a malformed or mistyped reply fails its ops and resets the connection; the next batch runs clean",
+TEST_CASE("redis: a malformed or mistyped reply fails its ops and resets the connection, and the next batch runs clean",
           "[redis][hostile]") {
     struct bad_case {
         const char* name;

@@ -110,7 +110,7 @@ void round_trip(const redis::store_config& c, std::uint32_t n = 16) {
 
 }  // namespace
 
-TEST_CASE("redis ACL: a Redis 6 user logs in with AUTH user password; wrong ones are refused naming the fields",
+TEST_CASE("redis ACL: a Redis 6 user logs in with AUTH user password, wrong ones are refused naming the fields",
           "[redis][acl]") {
     redis_server server({"--user", "default", "off", "--user", "alice", "on", ">s3cret", "~*", "+@all"});
     redis::store_config c;
@@ -129,7 +129,7 @@ TEST_CASE("redis ACL: a Redis 6 user logs in with AUTH user password; wrong ones
     REQUIRE_THROWS_WITH(redis::store(c), Catch::Contains("needs a password") && Catch::Contains("store_config::user"));
 }
 
-TEST_CASE("redis TLS: values round-trip; the CA, the server's name and the client's certificate are checked",
+TEST_CASE("redis TLS: values round-trip, and the CA, the server's name and the client's certificate are checked",
           "[redis][tls]") {
     const test_certs certs;
     tls_server s(certs);
@@ -192,7 +192,7 @@ TEST_CASE("redis TLS: values round-trip; the CA, the server's name and the clien
     }
 }
 
-TEST_CASE("redis TLS with an ACL user; a paused TLS server costs a batch one deadline", "[redis][tls][deadline]") {
+TEST_CASE("redis TLS with an ACL user, and a paused TLS server costs a batch one deadline", "[redis][tls][deadline]") {
     const test_certs certs;
     tls_server s(certs, {"--user", "default", "off", "--user", "bob", "on", ">pw", "~*", "+@all"});
     redis::store_config c = tls_config_for(certs, s.tls_port);
