@@ -8,7 +8,8 @@
 // are popped from the expert followed now and erased from the others, so
 // switching experts costs nothing and never moves data. Beside them, each
 // expert runs a *shadow*: the same policy over a spatial sample of the keys
-// (those whose hash falls below rate R = min(1, shadow_items / capacity)), at
+// (those whose hash falls below rate R = min(sample_rate, shadow_items /
+// capacity)), at
 // R x capacity items, fed with the sampled keys' references, holds and
 // releases as the real cache makes them. The shadows count, for every two
 // experts, the sampled references one of them hit and the other missed;
@@ -47,9 +48,33 @@
 // lrfu keeps an erased item's history, so its order is the same whoever
 // chose the victim.
 //
-// Cost: the experts' costs added (each does every operation) plus R times
-// the same for the shadows, a key hash and k^2 counter updates per sampled
-// reference (k experts), and 8 bytes per item.
+// The sample and prefix structure. Keys are sampled one by one (a block,
+// not its chain): every expert's reuse distances, the LRFU values and the
+// reference counts are per key, so a sampled shadow at R x capacity sees each
+// sampled key's reuses at R x the distance on average, whatever chain it is
+// in. Whether that estimate is close to the full-size hit ratio depends on
+// how evenly references spread over keys: a block every request reads (a
+// shared system prompt) is in the sample or not, and moves every shadow's
+// hit ratio by up to its share of the references / R. On the Mooncake
+// conversation trace at 1% that made every shadow's hit ratio about 0.4 too
+// high at R = 0.05 (docs/performance.md, bench/adaptive_kv_sweep). The choice
+// reads only differences between shadows, and such a block is a hit in all of
+// them, so it shifts every shadow alike; sampling whole chains by their root
+// would put every request reading it in or out together, worse.
+//
+// Leader-only state (config leader_only, adaptive_kv's default): only the
+// followed expert exists over the cached items; a switch builds the new one
+// from what this class keeps per item (last placement order, last reference
+// time and session, references since inserted), as lrfu's resume_order
+// rebuilds its heap. LRU's order comes back exactly; LRFU's values come back
+// as reference counts and a session expert relearns its sessions' gaps, so
+// the first victims after a switch differ from a full-state expert's.
+//
+// Cost: full state: the experts' costs added (each does every operation) plus
+// R times the same for the shadows, a key hash and k^2 counter updates per
+// sampled reference (k experts), and 8 bytes per item. leader_only: the
+// followed expert's cost, 34 bytes per item more, R times the experts' costs
+// for the shadows, and an O(n log n) rebuild per switch.
 #pragma once
 
 #include <algorithm>
@@ -93,8 +118,14 @@ public:
         /// Each expert's own configuration, in order.
         std::tuple<typename Experts::config_type...> experts{};
         /// Items each shadow holds at most: keys are sampled at rate
-        /// min(1, shadow_items / capacity); >= 1.
+        /// min(sample_rate, shadow_items / capacity); >= 1.
         std::size_t shadow_items = 4096;
+        /// The most keys sampled into the shadows, as a share: in (0, 1].
+        /// Each shadow holds rate x capacity items (SHARDS' scaled size), so
+        /// its cost per block operation is about rate x the expert's. 1 with
+        /// shadow_items >= capacity: every key, each shadow a full-size
+        /// replica of its expert.
+        double sample_rate = 1.0;
         /// Shadow hits halve every `window` x shadow capacity sampled
         /// references: how far back "lately" reaches; in (0, 1e9].
         double window = 4.0;
@@ -102,6 +133,12 @@ public:
         /// followed one's exceeds this many standard deviations (McNemar);
         /// >= 0 and finite.
         double switch_sigmas = 2.0;
+        /// Only the followed expert keeps per-item state; the others exist
+        /// only in their shadows, and a switch builds the new expert over
+        /// the cached items, replayed in the order of their last reference
+        /// (what it needs kept here: 34 bytes per item). False: every expert keeps
+        /// its order over every cached item, and a switch costs nothing.
+        bool leader_only = false;
     };
 
     static constexpr std::string_view name = "best_of_shadows";
@@ -110,52 +147,59 @@ public:
     explicit best_of_shadows(std::size_t capacity) : best_of_shadows(capacity, config_type{}) {}
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids,
-    /// `shadow_items` is 0, `window` is outside (0, 1e9] or
+    /// `shadow_items` is 0, `sample_rate` is outside (0, 1], `window` is
+    /// outside (0, 1e9] or
     /// `switch_sigmas` is negative or not finite; whatever an expert's
     /// constructor throws for its configuration.
     best_of_shadows(std::size_t capacity, const config_type& config)
         : tracking_(capacity, "best_of_shadows"), config_(validated(config)),
-          rate_(std::min(1.0, static_cast<double>(config.shadow_items) / static_cast<double>(capacity))),
+          rate_(std::min({1.0, config.sample_rate,
+                          static_cast<double>(config.shadow_items) / static_cast<double>(capacity)})),
           sample_below_(rate_ >= 1.0 ? ~std::uint64_t{0} : static_cast<std::uint64_t>(std::ldexp(rate_, 64))),
           shadow_capacity_(std::max<std::size_t>(1, static_cast<std::size_t>(std::llround(rate_ * static_cast<double>(capacity))))),
           real_(make_experts(capacity, config, std::index_sequence_for<Experts...>{})),
           shadows_(make_shadows(shadow_capacity_, config, std::index_sequence_for<Experts...>{})),
-          key_(capacity, 0),
+          key_(capacity, 0), stamp_(config.leader_only ? capacity : 0, 0), now_(config.leader_only ? capacity : 0, 0),
+          session_(config.leader_only ? capacity : 0, 0), uses_(config.leader_only ? capacity : 0, 0),
           halve_every_(std::max<std::uint64_t>(16, static_cast<std::uint64_t>(config.window * static_cast<double>(shadow_capacity_)))),
           choose_every_(std::max<std::uint64_t>(16, halve_every_ / 16)) {
-        for (std::size_t i = 1; i < expert_count; ++i) set_ordering(i, false);
+        if (!config_.leader_only)
+            for (std::size_t i = 1; i < expert_count; ++i) set_ordering(i, false);
     }
 
     void on_miss(const access_context& ctx) {
-        std::apply([&](auto&... p) { (p.on_miss(ctx), ...); }, real_);
+        each_real([&](auto& p) { p.on_miss(ctx); });
     }
     void on_insert(item_id id, const access_context& ctx) {
         tracking_.mark_inserted(id);
-        std::apply([&](auto&... p) { (p.on_insert(id, ctx), ...); }, real_);
+        each_real([&](auto& p) { p.on_insert(id, ctx); });
         key_[id.index()] = ctx.key;
+        note_reference(id, ctx, true, 1);
         if (sampled(ctx.key)) shadow_reference(ctx);
     }
     void on_access(item_id id, const access_context& ctx) {
         tracking_.mark_accessed(id);
-        std::apply([&](auto&... p) { (p.on_access(id, ctx), ...); }, real_);
+        each_real([&](auto& p) { p.on_access(id, ctx); });
+        note_reference(id, ctx, tracking_.is_evictable(id), 2);
         if (sampled(ctx.key)) shadow_reference(ctx);
     }
     void on_hold(item_id id) {
         tracking_.mark_held(id);
-        std::apply([&](auto&... p) { (p.on_hold(id), ...); }, real_);
+        each_real([&](auto& p) { p.on_hold(id); });
         const std::uint64_t key = key_[id.index()];
         if (sampled(key))
             std::apply([&](auto&... s) { (s.hold(key), ...); }, shadows_);
     }
     void on_release(item_id id, const access_context& ctx) {
         tracking_.mark_released(id);
-        std::apply([&](auto&... p) { (p.on_release(id, ctx), ...); }, real_);
+        each_real([&](auto& p) { p.on_release(id, ctx); });
+        note_reference(id, ctx, true);
         if (sampled(ctx.key))
             std::apply([&](auto&... s) { (s.release(ctx), ...); }, shadows_);
     }
     void on_erase(item_id id) {
         (void)tracking_.mark_erased(id);  // held or not, every expert forgets it
-        std::apply([&](auto&... p) { (p.on_erase(id), ...); }, real_);
+        each_real([&](auto& p) { p.on_erase(id); });
         const std::uint64_t key = key_[id.index()];
         if (sampled(key))
             std::apply([&](auto&... s) { (s.forget(key), ...); }, shadows_);
@@ -169,7 +213,7 @@ public:
         const auto tell = [&](auto& policy) {
             if constexpr (hears_session_ends<std::remove_cvref_t<decltype(policy)>>) policy.on_session_end(session, now);
         };
-        std::apply([&](auto&... p) { (tell(p), ...); }, real_);
+        each_real(tell);
         std::apply([&](auto&... s) { (tell(s.policy), ...); }, shadows_);
     }
     std::optional<item_id> pop_victim(timestamp now) {
@@ -200,9 +244,27 @@ public:
     [[nodiscard]] double sample_rate() const noexcept { return rate_; }
     /// Items each shadow holds at most.
     [[nodiscard]] std::size_t shadow_capacity() const noexcept { return shadow_capacity_; }
-    /// Expert `I`, as it orders the cached items (tests).
+    /// Whether every expert keeps state over the cached items
+    /// (config leader_only false) or only the followed one.
+    [[nodiscard]] bool leader_only() const noexcept { return config_.leader_only; }
+    /// Expert `I`, as it orders the cached items (tests); with leader_only,
+    /// an expert not followed exists only as its shadow's policy, over the
+    /// sampled keys, and that is what this returns.
     template <std::size_t I>
-    [[nodiscard]] const auto& expert() const noexcept { return std::get<I>(real_); }
+    [[nodiscard]] const auto& expert() const noexcept {
+        const auto& real = std::get<I>(real_);
+        return real ? *real : std::get<I>(shadows_).policy;
+    }
+    /// Each shadow's hits and sampled references since the start, not
+    /// halved: hits / references is the shadow's hit ratio, an estimate of
+    /// its expert's hit ratio at full size (tests, bench/shadow_error).
+    [[nodiscard]] std::array<std::uint64_t, expert_count> shadow_total_hits() const {
+        std::array<std::uint64_t, expert_count> out{};
+        std::size_t i = 0;
+        std::apply([&](const auto&... s) { ((out[i++] = s.total_hits), ...); }, shadows_);
+        return out;
+    }
+    [[nodiscard]] std::uint64_t shadow_references() const noexcept { return references_; }
 
 private:
     // One expert over the sampled keys, as a flat cache that holds and
@@ -216,6 +278,7 @@ private:
         std::vector<std::uint32_t> freed;    // slots of keys the real cache erased
         std::uint32_t used = 0;
         double hits = 0.0;
+        std::uint64_t total_hits = 0;
 
         shadow(std::size_t capacity, const typename P::config_type& config)
             : policy(capacity, config), where(capacity), key_of(capacity, 0), held(capacity, 0) {}
@@ -225,6 +288,7 @@ private:
             std::uint32_t slot = where.find(ctx.key);
             if (slot != no_index) {
                 hits += 1.0;
+                ++total_hits;
                 policy.on_access(item_id{slot}, ctx);
                 return true;
             }
@@ -272,6 +336,10 @@ private:
         if (c.shadow_items == 0)
             throw config_error("best_of_shadows: shadow_items 0 leaves the shadows nothing to measure; give at least 1 "
                                "(4096 samples keys at 4096 / capacity)");
+        if (!(c.sample_rate > 0.0) || !(c.sample_rate <= 1.0))
+            throw config_error("best_of_shadows: sample_rate " + std::to_string(c.sample_rate) +
+                               " must be in (0, 1] (the most keys sampled into the shadows, as a share; 1: up to "
+                               "shadow_items keys, 0.05: one key in 20)");
         if (!(c.window > 0.0) || !(c.window <= 1e9))
             throw config_error("best_of_shadows: window " + std::to_string(c.window) +
                                " must be in (0, 1e9] (shadow hits halve every window x shadow capacity references)");
@@ -281,9 +349,30 @@ private:
                                "deviations)");
         return c;
     }
+    // Every expert, or with leader_only the first (followed first).
     template <std::size_t... I>
-    static std::tuple<Experts...> make_experts(std::size_t capacity, const config_type& c, std::index_sequence<I...>) {
-        return std::tuple<Experts...>(Experts(capacity, std::get<I>(c.experts))...);
+    static std::tuple<std::optional<Experts>...> make_experts(std::size_t capacity, const config_type& c,
+                                                              std::index_sequence<I...>) {
+        std::tuple<std::optional<Experts>...> out;
+        ((!c.leader_only || I == 0 ? (void)std::get<I>(out).emplace(capacity, std::get<I>(c.experts)) : void()), ...);
+        return out;
+    }
+    // `f` on every expert that keeps state now.
+    template <class F>
+    void each_real(F&& f) {
+        std::apply([&](auto&... p) { ((p ? (void)f(*p) : void()), ...); }, real_);
+    }
+    // leader_only: the order of the item's last placement (LRU's), and the
+    // time and session of its last reference, to rebuild a new leader from.
+    void note_reference(item_id id, const access_context& ctx, bool placed, std::uint32_t use = 0) noexcept {
+        if (!config_.leader_only) return;
+        if (placed) stamp_[id.index()] = ++stamp_counter_;
+        now_[id.index()] = ctx.now;
+        session_[id.index()] = ctx.session.value;
+        if (use == 1)
+            uses_[id.index()] = 1;
+        else if (use == 2 && uses_[id.index()] < max_uses)
+            ++uses_[id.index()];
     }
     template <std::size_t... I>
     static std::tuple<shadow<Experts>...> make_shadows(std::size_t capacity, const config_type& c, std::index_sequence<I...>) {
@@ -315,8 +404,12 @@ private:
         const double lead = only_[best][followed_] - only_[followed_][best];
         const double discordant = only_[best][followed_] + only_[followed_][best];
         if (best != followed_ && lead > config_.switch_sigmas * std::sqrt(discordant)) {
-            set_ordering(best, true);
-            set_ordering(followed_, false);
+            if (config_.leader_only) {
+                rebuild(best, std::index_sequence_for<Experts...>{});
+            } else {
+                set_ordering(best, true);
+                set_ordering(followed_, false);
+            }
             followed_ = best;
             ++switches_;
         }
@@ -326,18 +419,51 @@ private:
     void set_ordering(std::size_t expert, bool on) {
         std::size_t i = 0;
         const auto set = [&](auto& policy) {
-            if constexpr (orders_on_demand<std::remove_cvref_t<decltype(policy)>>) {
-                if (i == expert) on ? policy.resume_order() : policy.suspend_order();
+            if constexpr (orders_on_demand<std::remove_cvref_t<decltype(*policy)>>) {
+                if (i == expert) on ? policy->resume_order() : policy->suspend_order();
             }
             ++i;
         };
         std::apply([&](auto&... p) { (set(p), ...); }, real_);
     }
+    // leader_only: expert `to` is built over the cached items, placed in the
+    // order of their last placement (an LRU order: exactly LRU's when `to`
+    // is lru), each as inserted at its last reference's time by its session
+    // and accessed as many more times as it was referenced since it came in
+    // (at that same time: a frequency for LRFU, up to max_uses), the held
+    // ones then held; the followed expert is dropped. What the new expert
+    // would have learned otherwise (when those references were, evicted
+    // blocks' histories, a session's gaps, release hints) starts afresh;
+    // O(n log n).
+    template <std::size_t... I>
+    void rebuild(std::size_t to, std::index_sequence<I...>) {
+        std::vector<std::uint32_t> cached;
+        cached.reserve(tracking_.size());
+        for (std::uint32_t x = 0; x < key_.size(); ++x)
+            if (tracking_.contains(item_id{x})) cached.push_back(x);
+        std::sort(cached.begin(), cached.end(),
+                  [&](std::uint32_t a, std::uint32_t b) { return stamp_[a] < stamp_[b]; });
+        const auto build = [&](auto& slot, const auto& config) {
+            auto& p = slot.emplace(tracking_.capacity(), config);
+            timestamp now = 0;  // never decreasing, as experts' clocks expect
+            for (const std::uint32_t x : cached) {
+                access_context ctx;
+                ctx.now = now = std::max(now, now_[x]);
+                ctx.key = key_[x];
+                ctx.session = session_id{session_[x]};
+                p.on_insert(item_id{x}, ctx);
+                for (std::uint32_t u = 1; u < uses_[x]; ++u) p.on_access(item_id{x}, ctx);
+                if (tracking_.is_held(item_id{x})) p.on_hold(item_id{x});
+            }
+        };
+        ((I == to ? build(std::get<I>(real_), std::get<I>(config_.experts)) : void()), ...);
+        ((I == followed_ ? std::get<I>(real_).reset() : void()), ...);
+    }
     template <std::size_t... I>
     std::optional<item_id> pop_followed(timestamp now, std::index_sequence<I...>) {
         std::optional<item_id> v;
-        ((I == followed_ ? (void)(v = std::get<I>(real_).pop_victim(now)) : void()), ...);
-        if (v) ((I != followed_ ? std::get<I>(real_).on_erase(*v) : void()), ...);
+        ((I == followed_ ? (void)(v = std::get<I>(real_)->pop_victim(now)) : void()), ...);
+        if (v) ((I != followed_ && std::get<I>(real_) ? std::get<I>(real_)->on_erase(*v) : void()), ...);
         return v;
     }
 
@@ -346,9 +472,15 @@ private:
     double rate_;                        // share of keys sampled into the shadows
     std::uint64_t sample_below_;         // a key is sampled if mix64(key) is below this
     std::size_t shadow_capacity_;
-    std::tuple<Experts...> real_;        // every expert over every cached item
+    std::tuple<std::optional<Experts>...> real_;  // every expert over every cached item, or the followed one
     std::tuple<shadow<Experts>...> shadows_;
     std::vector<std::uint64_t> key_;     // [capacity] stable key of each item
+    std::vector<std::uint64_t> stamp_;   // [capacity] with leader_only: order of the last placement
+    std::vector<timestamp> now_;         // [capacity] with leader_only: time of the last reference
+    std::vector<std::uint64_t> session_; // [capacity] with leader_only: session of the last reference
+    std::vector<std::uint16_t> uses_;    // [capacity] with leader_only: references since inserted, up to max_uses
+    static constexpr std::uint16_t max_uses = 64;
+    std::uint64_t stamp_counter_ = 0;
     std::uint64_t halve_every_;          // sampled references between halvings of the hit counts
     std::uint64_t choose_every_;         // sampled references between choices
     std::uint64_t references_ = 0;       // sampled references so far
@@ -367,11 +499,29 @@ private:
 /// session ends reach the choice: given exact return hints, adaptive_kv
 /// comes within 0.005 of session_aware_lru's hit ratio in 7 of README
 /// "Which policy"'s 9 cells.
+///
+/// Its defaults put it near LRU's price (issue 36; docs/performance.md):
+/// only the followed expert keeps per-item state (leader_only), and the
+/// shadows sample at most `default_sample_rate` of the keys and hold at
+/// most `default_shadow_items` items each.
 class adaptive_kv
     : public best_of_shadows<lru, basic_lrfu<2>, basic_lrfu<8>, basic_lrfu<32>, superseded_lru, session_aware_lru> {
 public:
+    using base_type = best_of_shadows<lru, basic_lrfu<2>, basic_lrfu<8>, basic_lrfu<32>, superseded_lru, session_aware_lru>;
+    static constexpr double default_sample_rate = 0.05;
+    static constexpr std::size_t default_shadow_items = 1024;
+    /// best_of_shadows' configuration with adaptive_kv's defaults.
+    struct config_type : base_type::config_type {
+        config_type() {
+            shadow_items = default_shadow_items;
+            sample_rate = default_sample_rate;
+            leader_only = true;
+        }
+    };
+
     static constexpr std::string_view name = "adaptive_kv";
-    using best_of_shadows::best_of_shadows;
+    explicit adaptive_kv(std::size_t capacity) : base_type(capacity, config_type{}) {}
+    adaptive_kv(std::size_t capacity, const config_type& config) : base_type(capacity, config) {}
 };
 static_assert(eviction_policy<adaptive_kv>);
 static_assert(hears_session_ends<adaptive_kv>);

@@ -1,0 +1,288 @@
+// best_of_shadows' sampled shadows and leader-only state (issue 36):
+// - at sample rate 1 each shadow hits exactly where its expert, run alone at
+//   full size on the same references, hits;
+// - at a lower rate each shadow's hit ratio is within a bound derived from
+//   the sample (below) of its expert's full-size hit ratio, on long random
+//   skewed traces;
+// - with leader_only, only the followed expert exists; a switch to LRU
+//   rebuilds LRU's order exactly (the victims are those of an LRU that saw
+//   every operation), and under random operations with holds, erases and
+//   session ends and a choice that moves often, every victim is a cached,
+//   unheld item (the driver's checks);
+// - with leader_only and no switch, the victims are those of the full mode.
+#include <catch2/catch.hpp>
+
+#include <kvpolicy/eviction/best_of_shadows.hpp>
+#include <kvpolicy/eviction/lrfu.hpp>
+#include <kvpolicy/eviction/lru.hpp>
+#include <kvpolicy/eviction/superseded_lru.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <unordered_map>
+#include <vector>
+
+#include "support/policy_driver.hpp"
+
+using namespace kvpolicy;
+using namespace kvpolicy::testing;
+
+namespace {
+
+struct reference_step {
+    std::uint64_t key;
+    std::uint64_t session;
+};
+
+// Zipf(alpha)-distributed keys over `universe` keys (inverse CDF), a session
+// per key.
+std::vector<reference_step> zipf_trace(std::size_t n, std::uint64_t universe, double alpha, std::uint64_t seed) {
+    std::vector<double> cdf(universe);
+    double sum = 0.0;
+    for (std::uint64_t k = 0; k < universe; ++k) cdf[k] = sum += std::pow(static_cast<double>(k + 1), -alpha);
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> u(0.0, sum);
+    std::vector<reference_step> out(n);
+    for (auto& s : out) {
+        const auto k = static_cast<std::uint64_t>(std::lower_bound(cdf.begin(), cdf.end(), u(rng)) - cdf.begin());
+        // Spread the ranks over the key space, differently per seed: the
+        // sample (by hash) is another set of ranks for each seed.
+        s.key = (k + 1) * 0x9E3779B97F4A7C15ull + seed * 0xD1B54A32D192ED03ull;
+        s.session = k % 61;
+    }
+    return out;
+}
+
+// A flat cache in front of `p`: hits, and each key's hits.
+template <class Policy>
+std::uint64_t replay(Policy& p, const std::vector<reference_step>& trace,
+                     std::unordered_map<std::uint64_t, std::uint64_t>* key_hits = nullptr) {
+    std::unordered_map<std::uint64_t, std::uint32_t> where;
+    std::vector<std::uint64_t> key_of(p.capacity());
+    std::uint32_t used = 0;
+    std::uint64_t hits = 0;
+    timestamp now = 0;
+    for (const reference_step& s : trace) {
+        access_context ctx;
+        ctx.now = ++now;
+        ctx.key = s.key;
+        ctx.session = session_id{s.session};
+        if (auto it = where.find(s.key); it != where.end()) {
+            ++hits;
+            if (key_hits) ++(*key_hits)[s.key];
+            p.on_access(item_id{it->second}, ctx);
+            continue;
+        }
+        p.on_miss(ctx);
+        std::uint32_t slot;
+        if (used < p.capacity()) {
+            slot = used++;
+        } else {
+            slot = p.pop_victim(now)->value;
+            where.erase(key_of[slot]);
+        }
+        where[s.key] = slot;
+        key_of[slot] = s.key;
+        p.on_insert(item_id{slot}, ctx);
+    }
+    return hits;
+}
+
+template <class Expert>
+double full_hit_ratio(std::size_t capacity, const std::vector<reference_step>& trace,
+                      std::unordered_map<std::uint64_t, std::uint64_t>* key_hits = nullptr) {
+    Expert alone(capacity);
+    return static_cast<double>(replay(alone, trace, key_hits)) / static_cast<double>(trace.size());
+}
+
+using three = best_of_shadows<lru, lrfu, superseded_lru>;
+
+}  // namespace
+
+TEST_CASE("sampled shadows at rate 1 hit exactly where each expert alone at full size hits",
+          "[eviction][best_of_shadows][sampled]") {
+    const std::uint64_t seed = GENERATE(1u, 2u);
+    const auto trace = zipf_trace(200'000, 20'000, 0.8, seed);
+    const std::size_t capacity = 1500;
+    // Every key sampled, no halving of the counts: the shadows' totals are
+    // their experts' hits.
+    for (const bool leader_only : {false, true}) {
+        three p(capacity, {.shadow_items = capacity, .sample_rate = 1.0, .window = 1e9, .leader_only = leader_only});
+        REQUIRE(p.sample_rate() == 1.0);
+        REQUIRE(p.shadow_capacity() == capacity);
+        (void)replay(p, trace);
+        REQUIRE(p.shadow_references() == trace.size());
+        const auto hits = p.shadow_total_hits();
+        lru a(capacity);
+        lrfu b(capacity);
+        superseded_lru c(capacity);
+        REQUIRE(hits[0] == replay(a, trace));
+        REQUIRE(hits[1] == replay(b, trace));
+        REQUIRE(hits[2] == replay(c, trace));
+        REQUIRE(hits[0] != hits[1]);  // the experts differ on this trace
+    }
+}
+
+// The bound. A shadow at rate R sees the references of the keys whose hash
+// falls below R, each key in or out independently of its popularity, and
+// its hit ratio is hits / references over those keys: a ratio estimator of
+// the full cache's hit ratio h over N references. Were each sampled key hit
+// in the shadow as often as in the full cache (SHARDS: the shadow at R x C
+// items sees each reference's reuse distance scaled by R), its variance is,
+// to first order, (1 - R) / R x sum over keys of (hits_k - h refs_k)^2 / N^2,
+// computed here from the full run (sigma_sample). The shadow's distances are
+// R x d only on average: a binomial count of sampled keys, off by about
+// sqrt(R C) at the capacity boundary, so the shadow behaves as a full cache
+// of C x (1 +- z / sqrt(R C)) items; the hit ratio of the full cache at
+// C x (1 -+ 3 / sqrt(R C)) bounds that blur (blur). The test allows
+// 4 sigma_sample + blur.
+TEST_CASE("a sampled shadow's hit ratio is its expert's at full size within the sample's error",
+          "[eviction][best_of_shadows][sampled]") {
+    const std::uint64_t seed = GENERATE(1u, 2u);
+    const double alpha = GENERATE(0.5, 0.7);
+    const double rate = GENERATE(0.25, 0.5);
+    const std::size_t capacity = 4000;
+    const std::uint64_t universe = 40'000;
+    const auto trace = zipf_trace(300'000, universe, alpha, seed);
+    three p(capacity, {.shadow_items = capacity, .sample_rate = rate, .window = 1e9, .leader_only = true});
+    REQUIRE(p.sample_rate() == Approx(rate));
+    REQUIRE(p.shadow_capacity() == static_cast<std::size_t>(std::llround(rate * capacity)));
+    (void)replay(p, trace);
+    const auto hits = p.shadow_total_hits();
+    const double references = static_cast<double>(p.shadow_references());
+    // The sample is about R of the references.
+    REQUIRE(references > 0.5 * rate * static_cast<double>(trace.size()));
+
+    std::unordered_map<std::uint64_t, std::uint64_t> refs;
+    for (const reference_step& s : trace) ++refs[s.key];
+    const double n = static_cast<double>(trace.size());
+    const double delta = 3.0 / std::sqrt(rate * static_cast<double>(capacity));
+    const auto lower = static_cast<std::size_t>(static_cast<double>(capacity) * (1.0 - delta));
+    const auto upper = static_cast<std::size_t>(static_cast<double>(capacity) * (1.0 + delta));
+    const auto check = [&]<class Expert>(std::size_t i) {
+        std::unordered_map<std::uint64_t, std::uint64_t> key_hits;
+        const double h = full_hit_ratio<Expert>(capacity, trace, &key_hits);
+        double spread = 0.0;
+        for (const auto& [key, r] : refs) {
+            const double e = static_cast<double>(key_hits[key]) - h * static_cast<double>(r);
+            spread += e * e;
+        }
+        const double sigma = std::sqrt((1.0 - rate) / rate * spread) / n;
+        const double blur = std::max(h - full_hit_ratio<Expert>(lower, trace), full_hit_ratio<Expert>(upper, trace) - h);
+        const double sampled = static_cast<double>(hits[i]) / references;
+        INFO("expert " << i << " seed " << seed << " alpha " << alpha << " rate " << rate << ": full " << h
+                       << ", sampled " << sampled << ", sigma " << sigma << ", blur " << blur);
+        REQUIRE(blur >= 0.0);
+        REQUIRE(std::abs(sampled - h) <= 4.0 * sigma + blur);
+        // And the bound is tighter than the hit ratio itself: the test can fail.
+        REQUIRE(4.0 * sigma + blur < 0.5 * h);
+    };
+    check.operator()<lru>(0);
+    check.operator()<lrfu>(1);
+    check.operator()<superseded_lru>(2);
+}
+
+TEST_CASE("leader_only: only the followed expert keeps state, and a switch to LRU rebuilds LRU's order exactly",
+          "[eviction][best_of_shadows][leader_only]") {
+    // LRFU (32 capacities) first, so the rebuild of LRU is what makes the
+    // victims; phases of frequent keys that go out of use make LRU lead.
+    using lrfu_or_lru = best_of_shadows<basic_lrfu<32>, lru>;
+    const std::size_t capacity = 100;
+    lrfu_or_lru p(capacity, {.window = 1.0, .switch_sigmas = 1.0, .leader_only = true});
+    REQUIRE(p.leader_only());
+    // The LRU a full-state expert would be: every operation, and the
+    // followed expert's victims erased.
+    lru shadow_lru(capacity);
+    std::unordered_map<std::uint64_t, std::uint32_t> where;
+    std::vector<std::uint64_t> key_of(capacity);
+    std::uint32_t used = 0;
+    timestamp now = 0;
+    std::size_t compared = 0;
+    std::mt19937_64 rng(7);
+    for (std::size_t ph = 0; ph < 12; ++ph) {
+        for (std::size_t i = 0; i < 6000; ++i) {
+            const std::uint64_t k = ph * 1000 + (rng() % 3 == 0 ? 100 + rng() % 400 : rng() % 80);
+            access_context ctx;
+            ctx.now = ++now;
+            ctx.key = k;
+            if (auto it = where.find(k); it != where.end()) {
+                p.on_access(item_id{it->second}, ctx);
+                shadow_lru.on_access(item_id{it->second}, ctx);
+                continue;
+            }
+            p.on_miss(ctx);
+            std::uint32_t slot;
+            if (used < capacity) {
+                slot = used++;
+            } else {
+                const bool lru_led = p.followed() == 1;
+                slot = p.pop_victim(now)->value;
+                if (lru_led) {
+                    REQUIRE(shadow_lru.pop_victim(now)->value == slot);
+                    ++compared;
+                } else {
+                    shadow_lru.on_erase(item_id{slot});
+                }
+                where.erase(key_of[slot]);
+            }
+            where[k] = slot;
+            key_of[slot] = k;
+            p.on_insert(item_id{slot}, ctx);
+            shadow_lru.on_insert(item_id{slot}, ctx);
+        }
+    }
+    REQUIRE(p.switches() > 0);
+    REQUIRE(compared > 1000);
+}
+
+TEST_CASE("leader_only under random operations, holds, erases and session ends, switching often: every victim "
+          "cached and unheld",
+          "[eviction][best_of_shadows][leader_only]") {
+    const std::uint64_t seed = GENERATE(1u, 2u, 3u);
+    const double rate = GENERATE(1.0, 0.25);
+    const std::size_t capacity = 97;
+    adaptive_kv::config_type config;
+    config.sample_rate = rate;
+    config.window = 1.0;
+    config.switch_sigmas = 0.0;
+    config.leader_only = true;
+    adaptive_kv p(capacity, config);
+    const auto victims = drive(p, {.capacity = capacity, .operations = 100'000, .seed = seed,
+                                   .key_universe = 4 * capacity + 8, .sessions = 7, .foreign_every = 8});
+    REQUIRE(p.counters().evictions == victims.size());
+    REQUIRE(victims.size() > 1000);
+    INFO("seed " << seed << " rate " << rate);
+    REQUIRE(p.switches() > 2);
+}
+
+TEST_CASE("leader_only makes the full mode's victims while it follows one expert",
+          "[eviction][best_of_shadows][leader_only]") {
+    // A choice that never moves (an unreachable threshold): the followed
+    // expert sees the same calls in both modes.
+    const std::uint64_t seed = GENERATE(1u, 2u);
+    const std::size_t capacity = 97;
+    three full(capacity, {.sample_rate = 0.5, .switch_sigmas = 1e300, .leader_only = false});
+    three leader(capacity, {.sample_rate = 0.5, .switch_sigmas = 1e300, .leader_only = true});
+    const driver_options opt{.capacity = capacity, .operations = 50'000, .seed = seed, .key_universe = 4 * capacity + 8,
+                             .sessions = 7, .foreign_every = 8};
+    const auto a = drive(full, opt);
+    const auto b = drive(leader, opt);
+    REQUIRE(a.size() > 1000);
+    REQUIRE(a == b);
+    REQUIRE(full.switches() == 0);
+    REQUIRE(leader.switches() == 0);
+}
+
+TEST_CASE("best_of_shadows refuses a sample rate outside (0, 1], naming the setting and the fix",
+          "[eviction][best_of_shadows][errors]") {
+    using Catch::Matchers::Contains;
+    for (const double bad : {0.0, -0.5, 1.5, std::nan("")}) {
+        INFO(bad);
+        REQUIRE_THROWS_WITH(three(8, {.sample_rate = bad}), Contains("best_of_shadows: sample_rate") &&
+                                                                Contains("must be in (0, 1]"));
+    }
+    REQUIRE(three(100'000, {.shadow_items = 4096, .sample_rate = 0.01}).sample_rate() == Approx(0.01));
+    REQUIRE(three(100'000, {.shadow_items = 4096, .sample_rate = 0.01}).shadow_capacity() == 1000);
+    REQUIRE(three(1000, {.shadow_items = 4096, .sample_rate = 0.05}).shadow_capacity() == 50);
+}
