@@ -109,6 +109,9 @@ class KvpolicyConan(ConanFile):
                 remote.requires.append("hiredis::hiredislib" if "hiredislib" in components else "hiredis::hiredis")
             else:
                 remote.system_libs = ["hiredis"]  # the system's hiredis; its headers are under <hiredis/...>
+            # OpenSSL from the system (Debian libssl-dev), as the CMake build finds it: libssl for TLS
+            # to the store, libcrypto for the SHA-256 block identity and HMAC.
+            remote.system_libs += ["ssl", "crypto"]
             remote.bindirs = []
             remote.libdirs = []
 
