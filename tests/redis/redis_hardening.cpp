@@ -375,3 +375,31 @@ TEST_CASE("redis scan_reply: it calls a reply complete exactly when hiredis's re
         if (hiredis_takes) REQUIRE(s.length == text.size());
     }
 }
+
+TEST_CASE("redis deadlines: a node whose connect failed is down for the rest of the batch, then backs off",
+          "[redis][deadline]") {
+    // Connection 0 works until a GET, which it answers by hanging up; later
+    // connections answer PING with an error (a failed open) until `healthy`.
+    std::atomic<bool> healthy{false};
+    fake_redis server([&](const std::vector<std::string>& args, int conn, int) {
+        if (conn == 0 && args[0] == "GET") return fake_reply::hang_up();
+        if (conn > 0 && args[0] == "PING" && !healthy) return fake_reply::send("-ERR not now\r\n");
+        return fake_reply::normal();
+    });
+    redis::store_config c = config_for(server.port());
+    c.max_in_flight_bytes = 1;  // every op its own round trip: 16 sends in one execute
+    rig r(c, 16);
+    REQUIRE(count(r.write_back(), transfer_status::done) == 16);
+    REQUIRE(server.connections() == 1);
+    // The first GET loses the connection; the next send's connect fails
+    // (PING refused): the node is down for the other 14 sends of the batch.
+    REQUIRE(count(r.fetch(), transfer_status::failed) == 16);
+    REQUIRE(server.connections() == 2);
+    // The batch right after is within the backoff (100 ms) unless this
+    // machine is slow: at most one more connect.
+    REQUIRE(count(r.fetch(), transfer_status::failed) == 16);
+    REQUIRE(server.connections() <= 3);
+    healthy = true;
+    std::this_thread::sleep_for(ms(500));  // past the backoff, doubled at most twice
+    REQUIRE(count(r.fetch(), transfer_status::done) == 16);
+}
