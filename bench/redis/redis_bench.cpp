@@ -9,6 +9,15 @@
 // bytes, no header, no check, no copy. Best of `--runs` runs, each side
 // on an empty server, which side goes first alternating; the ratio is
 // engine GB/s over raw GB/s, same run, same server.
+// Each size runs four engines against the same raw side: `plain` (items
+// named by their 64-bit key), `digest` (named by a 32-byte block digest:
+// ns.identities, a 64-hex-digit key and the digest in the header), `hmac`
+// (digest plus HMAC-SHA-256 of header and payload under a deployment
+// secret, made on SET and checked on GET) and `poly` (digest plus
+// redis::poly1305_mac). `--mode plain|digest|hmac|poly` runs one.
+// Then the block identity's hashing cost: 16-token blocks hashed by the
+// 64-bit chain hash (kvpolicy::hash_blocks, mix64) and by SHA-256 through
+// OpenSSL (redis::sha256_block_hasher), same run.
 // Then the latency a step's remote lookup adds: 256 requests of 2k tokens
 // (128 blocks of 16), each asking the store how far its prefix extends,
 // one pipelined EXISTS batch per request (admit_through) against one batch
@@ -17,6 +26,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
+#include <random>
 #include <ctime>
 #include <cstdio>
 #include <cstdlib>
@@ -138,28 +149,74 @@ figures engine_run(redis::engine& engine, std::size_t bytes, std::size_t count) 
     return f;
 }
 
+// Blocks hashed per second: the 64-bit chain hash and SHA-256, `blocks`
+// blocks of 16 random token ids, best of `runs`.
+void hash_speed(int runs) {
+    const std::size_t blocks = std::size_t{1} << 18, block_size = 16;
+    std::vector<std::int32_t> tokens(blocks * block_size);
+    std::mt19937 rng(1);
+    for (auto& t : tokens) t = static_cast<std::int32_t>(rng() % 150000);
+    std::vector<block_hash> h64(blocks);
+    std::vector<block_digest> h256(blocks);
+    redis::sha256_block_hasher sha;
+    double best64 = 1e9, best256 = 1e9;
+    std::uint64_t sink = 0;
+    for (int r = 0; r < runs; ++r) {
+        auto t0 = clock_type::now();
+        if (hash_blocks(tokens, block_size, h64) != blocks) std::abort();
+        best64 = std::min(best64, seconds_since(t0));
+        t0 = clock_type::now();
+        if (sha.hash_blocks(tokens, block_size, h256) != blocks) std::abort();
+        best256 = std::min(best256, seconds_since(t0));
+        sink += h64[blocks - 1] + digest_handle(h256[blocks - 1]);
+    }
+    const double n = static_cast<double>(blocks);
+    std::printf("block identity, %zu blocks of %zu tokens (checksum %llx):\n"
+                "  64-bit chain hash (mix64): %7.1f ns per block, %6.2f M blocks/s\n"
+                "  SHA-256 (OpenSSL EVP):     %7.1f ns per block, %6.2f M blocks/s, %.1fx the 64-bit hash's time\n",
+                blocks, block_size, static_cast<unsigned long long>(sink & 0xffff), best64 * 1e9 / n, n / best64 / 1e6,
+                best256 * 1e9 / n, n / best256 / 1e6, best256 / best64);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     std::size_t mib = 128;
     int runs = 3;
+    std::string only;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (std::strcmp(argv[i], "--mib") == 0) mib = std::strtoul(argv[i + 1], nullptr, 10);
         else if (std::strcmp(argv[i], "--runs") == 0) runs = std::atoi(argv[i + 1]);
+        else if (std::strcmp(argv[i], "--mode") == 0) only = argv[i + 1];
     }
     kvpolicy::testing::redis_server server({"--maxmemory", "0"});
     std::printf("redis_bench: redis-server on 127.0.0.1:%d, %zu MiB per size and direction, best of %d\n",
                 server.port(), mib, runs);
-    std::printf("%10s %12s %12s %7s %12s %12s %7s %21s\n", "block", "raw SET", "engine SET", "ratio", "raw GET",
-                "engine GET", "ratio", "GET client CPU s");
-    for (const std::size_t bytes : {std::size_t{64} << 10, std::size_t{256} << 10, std::size_t{1} << 20, std::size_t{2} << 20}) {
+    std::printf("%10s %7s %12s %12s %7s %12s %12s %7s %21s\n", "block", "mode", "raw SET", "engine SET", "ratio",
+                "raw GET", "engine GET", "ratio", "GET client CPU s");
+    for (const std::size_t bytes : {std::size_t{64} << 10, std::size_t{256} << 10, std::size_t{1} << 20, std::size_t{2} << 20})
+    for (const std::string mode : {"plain", "digest", "hmac", "poly"}) {
+        if (!only.empty() && mode != only) continue;
         redis::store_config c;
         c.nodes = {{"127.0.0.1", server.port()}};
         c.io_timeout = std::chrono::milliseconds(30000);
-        c.ns = {.model = "bench", .item_bytes = static_cast<std::uint32_t>(bytes)};
+        c.ns.model = "bench";
+        c.ns.item_bytes = static_cast<std::uint32_t>(bytes);
+        const std::size_t count = (mib << 20) / bytes;
+        if (mode != "plain") {  // each item named by a random 32-byte digest
+            c.ns.identities = std::make_shared<remote_identities>();
+            std::mt19937_64 rng(bytes);
+            for (std::size_t i = 0; i < count; ++i) {
+                block_digest d{};
+                for (auto& b : d) b = static_cast<std::uint8_t>(rng());
+                c.ns.identities->bind(0x1000 + i, d, 0);
+            }
+        }
+        const std::string_view secret = "bench-deployment-secret-0123456789";
+        if (mode == "hmac") c.ns.mac = std::make_shared<redis::hmac_sha256>(secret);
+        if (mode == "poly") c.ns.mac = std::make_shared<redis::poly1305_mac>(secret);
         redis::store store(c);
         raw_connection raw(server.port());
-        const std::size_t count = (mib << 20) / bytes;
         std::vector<std::byte> payload(bytes, std::byte{0x5a});
         block_arena gpu(count, bytes), cpu(count, bytes);
         // Both arenas touched first, as pinned host memory is before serving.
@@ -183,16 +240,19 @@ int main(int argc, char** argv) {
                 else keep_best(best_engine, engine_run(engine, bytes, count));
                 server.call({"FLUSHALL"});
             }
-        std::printf("%7zu KiB %8.2f GB/s %8.2f GB/s %6.2fx %8.2f GB/s %8.2f GB/s %6.2fx   raw %.3f engine %.3f\n",
-                    bytes >> 10, best_raw.set_gbs, best_engine.set_gbs, best_engine.set_gbs / best_raw.set_gbs,
+        std::printf("%7zu KiB %7s %8.2f GB/s %8.2f GB/s %6.2fx %8.2f GB/s %8.2f GB/s %6.2fx   raw %.3f engine %.3f\n",
+                    bytes >> 10, mode.c_str(), best_raw.set_gbs, best_engine.set_gbs, best_engine.set_gbs / best_raw.set_gbs,
                     best_raw.get_gbs, best_engine.get_gbs, best_engine.get_gbs / best_raw.get_gbs, best_raw.get_cpu_s,
                     best_engine.get_cpu_s);
     }
 
+    hash_speed(runs);
+
     // A step's remote lookup: 256 requests x 128 blocks, half of each prefix in the store.
     redis::store_config c;
     c.nodes = {{"127.0.0.1", server.port()}};
-    c.ns = {.model = "bench", .item_bytes = 64};
+    c.ns.model = "bench";
+    c.ns.item_bytes = 64;
     redis::store store(c);
     std::vector<std::vector<std::uint64_t>> requests(256, std::vector<std::uint64_t>(128));
     for (std::size_t r = 0; r < requests.size(); ++r)

@@ -122,6 +122,28 @@ struct digest_instance {
         return out;
     }
 
+    // One step of several requests, asked of the store in one batch (admit_all_through).
+    std::vector<remote_admission> step_all(const std::vector<std::vector<block_digest>>& docs) {
+        cache.begin_step();
+        std::vector<step_digest_request> requests;
+        for (std::size_t r = 0; r < docs.size(); ++r)
+            requests.push_back({session_id{100 + r}, std::span<const block_digest>(docs[r]), {}});
+        const auto out = admit_all_through(cache, store, *ids, std::span<const step_digest_request>(requests));
+        const swap_plan& plan = cache.end_step();
+        std::vector<transfer_status> status;
+        execute_plan(plan, engine, status);
+        const transfer_report report = cache.complete_transfers(plan, status);
+        for (std::size_t r = 0; r < docs.size(); ++r)
+            for (std::size_t i = out[r].local.match.run; i < docs[r].size(); ++i) {
+                const std::uint64_t key = cache.item_key(digest_handle(docs[r][i]), 0);
+                kvpolicy::testing::write_pattern(gpu.block(*cache.gpu().cached_block(key)), seed(key));
+            }
+        for (const recompute_item& x : report.recompute) kvpolicy::testing::write_pattern(gpu.block(x.block), seed(x.key));
+        for (std::size_t r = 0; r < docs.size(); ++r) cache.free_session(session_id{100 + r});
+        forget_identities(cache, *ids);
+        return out;
+    }
+
     // Computes `doc`, then pushes it out of both tiers with other documents,
     // so that every block of it is written back to the store.
     void publish(const std::vector<block_digest>& doc, std::mt19937_64& rng) {
@@ -239,6 +261,51 @@ TEST_CASE("identity: HMAC-SHA-256 gives RFC 4231's answers, over header and payl
     REQUIRE(split == out);
     REQUIRE_THROWS_WITH(redis::hmac_sha256(std::string_view("short")),
                         Catch::Contains("the secret has 5 bytes") && Catch::Contains("at least 16"));
+}
+
+TEST_CASE("identity: poly1305_mac is Poly1305 under HMAC-SHA-256(secret, label, nonce), and refuses any change",
+          "[redis][identity]") {
+    const std::string secret = "poly-deployment-secret-0123456789";
+    const redis::poly1305_mac mac(secret);
+    std::mt19937_64 rng(3304);
+    for (int round = 0; round < 50; ++round) {
+        std::vector<std::byte> head(80), payload(rng() % 5000);
+        for (auto& b : head) b = std::byte(rng() & 0xff);
+        for (auto& b : payload) b = std::byte(rng() & 0xff);
+        std::array<std::byte, 32> out{};
+        mac.sign(head, payload, out);
+        REQUIRE(mac.verify(head, payload, out));
+        // The reference: OpenSSL's one-shot EVP_Q_mac, key then tag.
+        std::vector<unsigned char> kin(redis::poly1305_mac::key_label.begin(), redis::poly1305_mac::key_label.end());
+        for (std::size_t i = 16; i < 32; ++i) kin.push_back(std::to_integer<unsigned char>(out[i]));
+        unsigned char key[32], tag[16];
+        std::size_t n = 0;
+        char sha[] = "SHA256";
+        REQUIRE(EVP_Q_mac(nullptr, "HMAC", nullptr, sha, nullptr, secret.data(), secret.size(), kin.data(), kin.size(),
+                          key, sizeof key, &n) != nullptr);
+        std::vector<unsigned char> msg;
+        for (std::byte b : head) msg.push_back(std::to_integer<unsigned char>(b));
+        for (std::byte b : payload) msg.push_back(std::to_integer<unsigned char>(b));
+        REQUIRE(EVP_Q_mac(nullptr, "POLY1305", nullptr, nullptr, nullptr, key, sizeof key, msg.data(), msg.size(), tag,
+                          sizeof tag, &n) != nullptr);
+        REQUIRE(std::memcmp(tag, out.data(), 16) == 0);
+        // Any one bit of the tag, the nonce, the head or the payload changed: refused.
+        const std::size_t where = rng() % (32 + head.size() + payload.size());
+        const auto bit = std::byte{static_cast<unsigned char>(1u << (rng() % 8))};
+        if (where < 32) out[where] ^= bit;
+        else if (where < 32 + head.size()) head[where - 32] ^= bit;
+        else payload[where - 32 - head.size()] ^= bit;
+        REQUIRE_FALSE(mac.verify(head, payload, out));
+    }
+    // Fresh nonces: two MACs of one message differ, both verify; another secret's do not.
+    std::array<std::byte, 32> a{}, b{};
+    const std::vector<std::byte> m(100, std::byte{1});
+    mac.sign(m, m, a);
+    mac.sign(m, m, b);
+    REQUIRE(a != b);
+    REQUIRE((mac.verify(m, m, a) && mac.verify(m, m, b)));
+    REQUIRE_FALSE(redis::poly1305_mac(std::string_view("another-secret-0123456789")).verify(m, m, a));
+    REQUIRE_THROWS_WITH(redis::poly1305_mac(std::string_view("short")), Catch::Contains("at least 16"));
 }
 
 TEST_CASE("identity: a forged value with a recomputed checksum but no valid MAC is refused", "[redis][identity]") {
@@ -414,7 +481,10 @@ TEST_CASE("identity: with a deployment MAC, values planted by a writer without t
     redis_server server;
     std::mt19937_64 rng(3303);
     redis::store_config guarded = scoped_config(server.port());
-    guarded.ns.mac = std::make_shared<redis::hmac_sha256>(secret_a());
+    const bool poly = GENERATE(false, true);
+    INFO("the deployment's MAC: " << (poly ? "poly1305_mac" : "hmac_sha256"));
+    if (poly) guarded.ns.mac = std::make_shared<redis::poly1305_mac>(secret_a());
+    else guarded.ns.mac = std::make_shared<redis::hmac_sha256>(secret_a());
     const std::vector<block_digest> doc = digest_instance::random_doc(rng, 4);
 
     SECTION("a writer with the secret: its values are used") {
@@ -468,4 +538,36 @@ TEST_CASE("identity: with a deployment MAC, values planted by a writer without t
         REQUIRE(r.report.recompute.size() == doc.size());
         REQUIRE(v.check_bytes().empty());
     }
+}
+
+TEST_CASE("identity: a step's requests by digests in one store batch, and a handle clash in any of them changes nothing",
+          "[redis][identity]") {
+    redis_server server;
+    std::mt19937_64 rng(3305);
+    const redis::store_config sc = scoped_config(server.port());
+    const std::vector<block_digest> doc = digest_instance::random_doc(rng, 3);
+    digest_instance w(sc);
+    w.publish(doc, rng);
+    digest_instance r(sc, 8, 8);
+    const std::vector<block_digest> fresh = digest_instance::random_doc(rng, 2);
+    const auto out = r.step_all({doc, fresh});
+    REQUIRE(out.size() == 2);
+    REQUIRE(out[0].remote_blocks == doc.size());
+    REQUIRE(out[1].remote_blocks == 0);
+    REQUIRE(r.engine.rejected_values() == 0);
+    REQUIRE(r.check_bytes().empty());
+    // r holds doc now: a step with a new request and doc's twin is refused whole.
+    r.step(doc);
+    const std::size_t bound = r.ids->size();
+    const std::vector<block_digest> other = digest_instance::random_doc(rng, 2);
+    const std::vector<block_digest> twin = same_handles(doc);
+    r.cache.begin_step();
+    const std::vector<step_digest_request> requests = {{session_id{7}, other, {}}, {session_id{8}, twin, {}}};
+    REQUIRE_THROWS_WITH(admit_all_through(r.cache, r.store, *r.ids, std::span<const step_digest_request>(requests)),
+                        Catch::Contains("is another block's"));
+    REQUIRE(r.ids->size() == bound);  // other's bindings undone too
+    REQUIRE(r.cache.held_by(session_id{7}).empty());
+    REQUIRE(r.cache.lookup(digest_instance::handles(other)).run == 0);
+    r.cache.end_step();
+    REQUIRE(r.check_bytes().empty());
 }

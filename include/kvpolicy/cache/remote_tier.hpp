@@ -74,6 +74,33 @@ remote_admission admit_through(Cache& cache, Store& store, session_id session, s
     return out;
 }
 
+namespace detail {
+// bind_identities, adding the items it bound fresh to `fresh`; on a clash,
+// forgets every item in `fresh` (this call's and the caller's earlier ones).
+template <class Cache>
+std::vector<block_hash> bind_identities(const Cache& cache, remote_identities& ids, std::span<const block_digest> digests,
+                                        std::vector<std::uint64_t>& fresh) {
+    std::vector<block_hash> hashes(digests.size());
+    const std::uint32_t per_block = cache.items_per_block();
+    for (std::size_t i = 0; i < digests.size(); ++i) {
+        hashes[i] = digest_handle(digests[i]);
+        for (std::uint32_t l = 0; l < per_block; ++l) {
+            const std::uint64_t item = cache.item_key(hashes[i], l);
+            const bool is_new = !ids.find(item).has_value();
+            if (!ids.bind(item, digests[i], l)) {
+                for (const std::uint64_t b : fresh) ids.forget(b);
+                throw usage_error("bind_identities: block " + std::to_string(i) + "'s 64-bit handle " +
+                                  std::to_string(hashes[i]) + " is another block's (the first 8 bytes of two digests "
+                                  "are equal); compute this request without the cache, or retry once the other "
+                                  "block has left (forget_identities)");
+            }
+            if (is_new) fresh.push_back(item);
+        }
+    }
+    return hashes;
+}
+}  // namespace detail
+
 /// Binds every item of the blocks `digests` (their handles are
 /// digest_handle(d)) to its digest and layer in `ids`, and returns the
 /// handles. Throws: usage_error naming the block when a handle is already
@@ -81,25 +108,8 @@ remote_admission admit_through(Cache& cache, Store& store, session_id session, s
 /// instance cannot hold both under one handle), with nothing bound.
 template <class Cache>
 std::vector<block_hash> bind_identities(const Cache& cache, remote_identities& ids, std::span<const block_digest> digests) {
-    std::vector<block_hash> hashes(digests.size());
-    std::vector<std::uint64_t> bound;
-    const std::uint32_t per_block = cache.items_per_block();
-    for (std::size_t i = 0; i < digests.size(); ++i) {
-        hashes[i] = digest_handle(digests[i]);
-        for (std::uint32_t l = 0; l < per_block; ++l) {
-            const std::uint64_t item = cache.item_key(hashes[i], l);
-            const bool fresh = !ids.find(item).has_value();
-            if (!ids.bind(item, digests[i], l)) {
-                for (const std::uint64_t b : bound) ids.forget(b);
-                throw usage_error("bind_identities: block " + std::to_string(i) + "'s 64-bit handle " +
-                                  std::to_string(hashes[i]) + " is another block's (the first 8 bytes of two digests "
-                                  "are equal); compute this request without the cache, or retry once the other "
-                                  "block has left (forget_identities)");
-            }
-            if (fresh) bound.push_back(item);
-        }
-    }
-    return hashes;
+    std::vector<std::uint64_t> fresh;
+    return detail::bind_identities(cache, ids, digests, fresh);
 }
 
 /// admit_through for blocks named by their digests (a collision-resistant
@@ -186,6 +196,30 @@ std::vector<remote_admission> admit_all_through(Cache& cache, Store& store, std:
         out[r].local = cache.admit(q.session, q.hashes, q.ctx);
     }
     return out;
+}
+
+/// One request of a step named by its blocks' digests, for admit_all_through.
+struct step_digest_request {
+    session_id session{};
+    std::span<const block_digest> digests;
+    access_context ctx{};
+};
+
+/// admit_all_through for requests named by digests, bound in `ids` as the
+/// digest admit_through binds them. Throws: usage_error outside a step, and
+/// bind_identities' usage_error for any request's handle clash, before
+/// anything changes (no request admitted, nothing bound); then as below.
+template <class Cache, remote_batch_directory Store>
+std::vector<remote_admission> admit_all_through(Cache& cache, Store& store, remote_identities& ids,
+                                                std::span<const step_digest_request> requests) {
+    if (!cache.in_step()) throw usage_error("admit_all_through: no step is open; call begin_step() first");
+    std::vector<std::uint64_t> fresh;
+    std::vector<std::vector<block_hash>> hashes;
+    hashes.reserve(requests.size());
+    for (const step_digest_request& q : requests) hashes.push_back(detail::bind_identities(cache, ids, q.digests, fresh));
+    std::vector<step_request> plain(requests.size());
+    for (std::size_t r = 0; r < requests.size(); ++r) plain[r] = {requests[r].session, hashes[r], requests[r].ctx};
+    return admit_all_through(cache, store, std::span<const step_request>(plain));
 }
 
 }  // namespace kvpolicy

@@ -251,16 +251,27 @@ private:
     std::size_t collisions_ = 0;
 };
 
-/// A keyed MAC over a value's header and payload (kvpolicy/redis/identity.hpp:
-/// HMAC-SHA-256 under a deployment secret). The core names the seam only, so
-/// it needs no crypto library.
+/// A keyed MAC over a value's header and payload under a deployment secret
+/// (kvpolicy/redis/identity.hpp: hmac_sha256, and poly1305_mac, the fast
+/// one). The core names the seam only, so it needs no crypto library.
 class remote_mac {
 public:
     static constexpr std::size_t size = 32;
     virtual ~remote_mac() = default;
-    /// The MAC of `head` followed by `payload`, into `out`. Thread-safe.
+    /// The MAC of `head` followed by `payload`, into `out` (a MAC may hold
+    /// a fresh nonce there, so two calls may differ). Thread-safe.
     virtual void sign(std::span<const std::byte> head, std::span<const std::byte> payload,
                       std::span<std::byte, size> out) const = 0;
+    /// Whether `mac` is a MAC of `head` followed by `payload`, in constant
+    /// time. The default: sign, compare (a deterministic MAC). Thread-safe.
+    [[nodiscard]] virtual bool verify(std::span<const std::byte> head, std::span<const std::byte> payload,
+                                      std::span<const std::byte, size> mac) const {
+        std::array<std::byte, size> want{};
+        sign(head, payload, want);
+        unsigned diff = 0;
+        for (std::size_t i = 0; i < size; ++i) diff |= std::to_integer<unsigned>(want[i] ^ mac[i]);
+        return diff == 0;
+    }
 };
 
 /// Where an instance's items live in the store: two instances share an
@@ -468,16 +479,13 @@ inline void sign_remote_value(const remote_mac& mac, remote_value_header& h, std
     return remote_value_check::ok;
 }
 
-/// With ns.mac: whether h.mac is the MAC of the header and `payload`
-/// (compared in constant time); ok without one.
+/// With ns.mac: whether h.mac is a MAC of the header and `payload`
+/// (ns.mac->verify, constant time); ok without one.
 [[nodiscard]] inline remote_value_check check_remote_mac(const remote_value_header& h, const remote_namespace& ns,
                                                          std::span<const std::byte> payload) {
     if (!ns.mac) return remote_value_check::ok;
-    remote_value_header want = h;
-    detail::sign_remote_value(*ns.mac, want, payload);
-    unsigned diff = 0;
-    for (std::size_t i = 0; i < remote_mac::size; ++i) diff |= std::to_integer<unsigned>(want.mac[i] ^ h.mac[i]);
-    return diff == 0 ? remote_value_check::ok : remote_value_check::bad_mac;
+    const auto head = std::as_bytes(std::span<const remote_value_header, 1>(&h, 1)).first(remote_value_header::signed_size);
+    return ns.mac->verify(head, payload, h.mac) ? remote_value_check::ok : remote_value_check::bad_mac;
 }
 
 /// Writes the header of `payload` (item `key`) into `out` (size bytes).
