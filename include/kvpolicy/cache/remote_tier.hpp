@@ -208,7 +208,9 @@ struct step_digest_request {
 /// admit_all_through for requests named by digests, bound in `ids` as the
 /// digest admit_through binds them. Throws: usage_error outside a step, and
 /// bind_identities' usage_error for any request's handle clash, before
-/// anything changes (no request admitted, nothing bound); then as below.
+/// anything changes (no request admitted, nothing bound); then as the hash
+/// form above. Bindings made for a request that is not admitted stay until
+/// forget_identities.
 template <class Cache, remote_batch_directory Store>
 std::vector<remote_admission> admit_all_through(Cache& cache, Store& store, remote_identities& ids,
                                                 std::span<const step_digest_request> requests) {
