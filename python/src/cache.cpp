@@ -106,6 +106,9 @@ struct any_cache {
     virtual std::vector<block_id> held_by(session_id) const = 0;
     virtual std::size_t release(session_id, std::uint64_t output_tokens, timestamp expected_return) = 0;
     virtual std::size_t free_session(session_id, bool) = 0;
+    virtual void enqueue(std::uint64_t, session_id, std::span<const block_hash>) = 0;
+    virtual session_id dequeue(std::uint64_t) = 0;
+    virtual std::size_t queued_requests() const = 0;
     virtual transfer_report complete_transfers(const swap_plan&, std::span<const transfer_status>) = 0;
     virtual cache_metrics metrics() const = 0;
     virtual item_state where(block_hash, std::uint32_t) const = 0;
@@ -131,6 +134,9 @@ struct cache_model final : any_cache {
         return c.release(s, output_tokens, expected_return);
     }
     std::size_t free_session(session_id s, bool f) override { return c.free_session(s, f); }
+    void enqueue(std::uint64_t r, session_id s, std::span<const block_hash> h) override { c.enqueue(r, s, h); }
+    session_id dequeue(std::uint64_t r) override { return c.dequeue(r); }
+    std::size_t queued_requests() const override { return c.queued_requests(); }
     transfer_report complete_transfers(const swap_plan& p, std::span<const transfer_status> st) override {
         return c.complete_transfers(p, st);
     }
@@ -225,6 +231,16 @@ public:
     std::size_t free_session(std::uint64_t s, bool forget) {
         return unlocked([&] { return impl_->free_session(session_id{s}, forget); });
     }
+
+    void enqueue(std::uint64_t request, std::uint64_t session, nb::handle hashes) {
+        nb::object keep;
+        const auto h = as_span<std::uint64_t>(hashes, "enqueue: block_hashes", keep);
+        unlocked([&] { impl_->enqueue(request, session_id{session}, h); });
+    }
+    std::uint64_t dequeue(std::uint64_t request) {
+        return unlocked([&] { return impl_->dequeue(request).value; });
+    }
+    std::size_t queued_requests() const { return impl_->queued_requests(); }
 
     nb::dict complete_transfers(nb::handle statuses) {
         nb::object keep;
@@ -329,6 +345,15 @@ void bind_cache(nb::module_& m) {
              "(after now; 0 = no hint; kvpolicy.NEVER: it will not return): session_aware_lru takes it\n"
              "over its own prediction. Raises UsageError for a hint not after now, releasing nothing.")
         .def("free_session", &c::free_session, nb::arg("session"), nb::arg("forget_blocks") = false)
+        .def("enqueue", &c::enqueue, nb::arg("request"), nb::arg("session"), nb::arg("block_hashes"),
+             "Request `request` (an id unique among queued requests) of `session` is queued and will read\n"
+             "block_hashes: queue-aware policies (queue_aware_*) keep what queued requests read, the one\n"
+             "read last going first; others are unaffected. Call dequeue(request) when it starts (before\n"
+             "its admit) or is dropped. Raises UsageError if the request is already queued.")
+        .def("dequeue", &c::dequeue, nb::arg("request"),
+             "The request left the queue (started, or dropped); returns its session. Raises UsageError\n"
+             "for a request not queued (dequeued twice, or never enqueued), changing nothing.")
+        .def_prop_ro("queued_requests", &c::queued_requests, "Requests queued now.")
         .def("complete_transfers", &c::complete_transfers, nb::arg("statuses"),
              "Reports the last plan's copies (0 done, 1 failed, one per transfer, in order).")
         .def("metrics", &c::metrics, "The cache's counters as a dict.")

@@ -75,6 +75,9 @@ public:
     void on_erase(item_id id) { impl_->on_erase(id); }
     /// Heard by the concrete policies that hear session ends; a no-op for the rest.
     void on_session_end(session_id s, timestamp now) { impl_->on_session_end(s, now); }
+    /// Heard by the concrete policies that hear the waiting queue (queue_aware_*); a no-op for the rest.
+    void on_queued(item_id id, std::uint64_t position) { impl_->on_queued(id, position); }
+    void on_unqueued(item_id id, const access_context& c) { impl_->on_unqueued(id, c); }
     std::optional<item_id> pop_victim(timestamp now) { return impl_->pop_victim(now); }
     std::size_t pop_victims(std::span<item_id> out, timestamp now) { return impl_->pop_victims(out, now); }
     [[nodiscard]] std::size_t capacity() const { return impl_->capacity(); }
@@ -105,6 +108,8 @@ private:
         virtual void on_release(item_id, const access_context&) = 0;
         virtual void on_erase(item_id) = 0;
         virtual void on_session_end(session_id, timestamp) = 0;
+        virtual void on_queued(item_id, std::uint64_t) = 0;
+        virtual void on_unqueued(item_id, const access_context&) = 0;
         virtual std::optional<item_id> pop_victim(timestamp) = 0;
         virtual std::size_t pop_victims(std::span<item_id>, timestamp) = 0;
         [[nodiscard]] virtual std::size_t capacity() const = 0;
@@ -133,6 +138,12 @@ private:
         void on_erase(item_id id) override { p.on_erase(id); }
         void on_session_end(session_id s, timestamp now) override {
             if constexpr (hears_session_ends<P>) p.on_session_end(s, now);
+        }
+        void on_queued(item_id id, std::uint64_t position) override {
+            if constexpr (hears_waiting_queue<P>) p.on_queued(id, position);
+        }
+        void on_unqueued(item_id id, const access_context& c) override {
+            if constexpr (hears_waiting_queue<P>) p.on_unqueued(id, c);
         }
         std::optional<item_id> pop_victim(timestamp now) override { return p.pop_victim(now); }
         std::size_t pop_victims(std::span<item_id> out, timestamp now) override { return p.pop_victims(out, now); }

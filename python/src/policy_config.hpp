@@ -125,6 +125,12 @@ inline std::vector<config_field<retention_value<>::config_type>> fields_of(std::
              }}};
 }
 
+/// queue_aware<Base> takes Base's options (its config is Base's).
+template <class Base>
+auto fields_of(std::type_identity<queue_aware<Base>>) -> decltype(fields_of(std::type_identity<Base>{})) {
+    return fields_of(std::type_identity<Base>{});
+}
+
 template <class P>
 concept has_options = requires { fields_of(std::type_identity<P>{}); };
 

@@ -12,9 +12,10 @@ ALL = kvpolicy.policies()
 
 
 def test_policies_lists_the_registry():
-    assert len(ALL) == len(set(ALL)) == 24
+    assert len(ALL) == len(set(ALL)) == 26
     for name in ("lru", "fifo", "arc", "s3fifo", "sieve", "belady", "retention_value", "w_tinylfu",
-                 "tail_aware_lru", "session_aware_lru", "reuse_oracle_lru", "lrfu", "superseded_lru", "adaptive_kv"):
+                 "tail_aware_lru", "session_aware_lru", "reuse_oracle_lru", "lrfu", "superseded_lru", "adaptive_kv",
+                 "queue_aware_lru", "queue_aware_adaptive_kv"):
         assert name in ALL
     assert kvpolicy.policy_options("lru") == []
     assert "small_fraction" in kvpolicy.policy_options("s3fifo")
@@ -28,6 +29,7 @@ def test_policies_lists_the_registry():
     ]
     assert kvpolicy.policy_options("lrfu") == ["half_life", "ghost_factor"]
     assert kvpolicy.policy_options("adaptive_kv") == ["shadow_items", "window", "switch_sigmas"]
+    assert kvpolicy.policy_options("queue_aware_adaptive_kv") == kvpolicy.policy_options("adaptive_kv")
 
 
 class NaiveLRU:

@@ -4,6 +4,7 @@
 //                --policy NAME[,NAME...] --capacity N|P%[,...] [--cpu-capacity N] [--bounds] [--match-lru]
 //                [--block-size T] [--layers L] [--output table|csv|json]
 //                [--plot FILE.png] [--seed S] [--threads K] [--return-hints ends|oracle[:SIGMA]|file:PATH]
+//                [--lookahead D | --serve-rate TOKENS_PER_S]
 //
 // Other programs script this contract: keep it.
 #include <algorithm>
@@ -85,6 +86,15 @@ int main(int argc, char** argv) {
                    "(that gap off by a factor e^(SIGMA x N(0,1))), or your predictor's, file:PATH (a line per "
                    "request: milliseconds until its session's next request, never, or empty for none); prefix "
                    "and tiered modes, one instance");
+    app.add_option("--lookahead", o.replay.lookahead,
+                   "the waiting queue, D requests deep: before each request starts the cache is told of the next D "
+                   "(tiered_cache::enqueue), as an engine knows the requests it has queued; policies that hear it "
+                   "(queue_aware_*) keep what they read; prefix and tiered modes, one instance");
+    app.add_option("--serve-rate", o.replay.serve_rate,
+                   "the waiting queue from load: one instance prefills uncached tokens at this many per second, "
+                   "requests start in arrival order (the trace's timestamps), and the queue holds those arrived and "
+                   "not started; prefix and tiered modes, one instance")
+        ->check(CLI::PositiveNumber);
     auto* wl = app.add_option_group("built-in workload");
     wl->add_option("--sessions", o.workload.sessions, "chat sessions");
     wl->add_option("--session-rate", o.workload.session_rate_per_s, "session arrivals per second (Poisson)");
@@ -121,6 +131,12 @@ int main(int argc, char** argv) {
             throw config_error("--remote-capacity and --instances need --mode tiered (remote hits are staged "
                                "through the CPU tier) and --cpu-capacity N");
         if (!return_hints.empty()) set_return_hints(o, return_hints);
+        if (o.replay.lookahead > 0 && o.replay.serve_rate > 0)
+            throw config_error("--lookahead and --serve-rate both model the waiting queue; give one");
+        if ((o.replay.lookahead > 0 || o.replay.serve_rate > 0) &&
+            (o.mode == sim::replay_mode::flat || o.instances > 1 || o.remote_capacity > 0))
+            throw config_error("--lookahead and --serve-rate apply to prefix and tiered modes with one instance "
+                               "and no remote store (requests queue at one engine)");
         if (o.layers > 1 && o.mode == sim::replay_mode::flat)
             throw config_error("--layers applies to prefix and tiered modes; flat mode replays blocks");
         for (const auto& p : CLI::detail::split(policy_list, ',')) {
@@ -185,6 +201,15 @@ int main(int argc, char** argv) {
                          (o.return_hint_error > 0.0 ? " off by e^(" + o.return_hints.substr(7) + " x N(0,1))"
                                                     : std::string{}) +
                          " (--return-hints reads the future)";
+            if (o.replay.lookahead > 0)
+                title += "; the cache hears the next " + std::to_string(o.replay.lookahead) +
+                         " requests as queued (--lookahead)";
+            else if (o.replay.serve_rate > 0) {
+                char rate[32];
+                std::snprintf(rate, sizeof rate, "%g", o.replay.serve_rate);
+                title += std::string("; requests queue at one instance prefilling ") + rate +
+                         " uncached tokens/s (--serve-rate)";
+            }
             sim::write_table(std::cout, results, title);
         }
         for (const auto& [file, json] : {std::pair{csv_file, false}, std::pair{json_file, true}}) {

@@ -362,7 +362,12 @@ public:
     /// twice, or never enqueued). Nothing changes then.
     session_id dequeue(std::uint64_t request);
 
-    /// The waiting queue as the cache knows it.
+    /// Requests queued now.
+    [[nodiscard]] std::size_t queued_requests() const {
+        std::scoped_lock lock(mutex_);
+        return queue_.size();
+    }
+    /// The waiting queue as the cache knows it (unlocked: single-threaded use, tests).
     [[nodiscard]] const waiting_queue& queue() const noexcept { return queue_; }
 
     /// Pins every item of block `hash` on the GPU: never evicted until

@@ -16,6 +16,7 @@
 #include "kvpolicy/eviction/lru.hpp"
 #include "kvpolicy/eviction/predictive.hpp"
 #include "kvpolicy/eviction/qos_aware.hpp"
+#include "kvpolicy/eviction/queue_aware.hpp"
 #include "kvpolicy/eviction/retention_value.hpp"
 #include "kvpolicy/eviction/reuse_oracle_lru.hpp"
 #include "kvpolicy/eviction/round_robin.hpp"
@@ -30,6 +31,6 @@
 
 namespace kvpolicy {
 
-using eviction_policies = type_list<fifo, lru, round_robin, lfu, clock, sieve, slru, two_q, qos_aware, predictive, retention_value<>, lexicographic_checkerboard, arc, s3fifo, lirs, w_tinylfu, gdsf<>, tail_aware_lru, session_aware_lru, lrfu, superseded_lru, adaptive_kv, reuse_oracle_lru, belady>;
+using eviction_policies = type_list<fifo, lru, round_robin, lfu, clock, sieve, slru, two_q, qos_aware, predictive, retention_value<>, lexicographic_checkerboard, arc, s3fifo, lirs, w_tinylfu, gdsf<>, tail_aware_lru, session_aware_lru, lrfu, superseded_lru, adaptive_kv, queue_aware<lru>, queue_aware<adaptive_kv>, reuse_oracle_lru, belady>;
 
 }  // namespace kvpolicy

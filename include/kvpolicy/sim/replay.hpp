@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <deque>
 #include <concepts>
 #include <functional>
 #include <istream>
@@ -84,6 +85,11 @@ struct replay_result {
     std::uint64_t remote_hits = 0;            ///< blocks staged from the store that arrived
     std::uint64_t remote_failed_fetches = 0;  ///< staged blocks the store had dropped by fetch time
     double isolated_hit_ratio = -1;           ///< the same instances, each with its own share of the store
+    // the waiting queue (request_replay_config::lookahead, serve_rate)
+    bool queue_modelled = false;
+    double queue_depth_mean = 0;  ///< requests queued when each request started
+    std::size_t queue_depth_p50 = 0;
+    std::size_t queue_depth_p99 = 0;
     // prefix and tiered: seed 002's figures
     std::uint64_t sessions = 0;        ///< sessions with a lookup (named by the trace, else derived)
     double fairness = std::numeric_limits<double>::quiet_NaN();  ///< Jain's index over sessions' hit ratios
@@ -371,6 +377,14 @@ struct request_replay_config {
     /// back (compute_expected_returns); null: releases carry no hint.
     /// replay_requests only.
     const std::vector<timestamp>* expected_returns = nullptr;
+    /// The waiting queue the cache hears (tiered_cache::enqueue), one of:
+    /// `lookahead` D > 0: before each request starts, the next D are queued;
+    /// `serve_rate` > 0: one instance prefills new (uncached) tokens at this
+    /// many per second, requests start in arrival order (the trace's
+    /// timestamps) once the previous one is done, and the queue holds those
+    /// arrived and not yet started. 0 and 0: no queue. replay_requests only.
+    std::size_t lookahead = 0;
+    double serve_rate = 0;
 };
 
 /// The "now" of each request, and each block's next use in those units
@@ -560,9 +574,38 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
     r.cpu_capacity = mode == replay_mode::tiered ? cfg.cpu_capacity : 0;
     r.mode = mode;
     const double transfer_s = cfg.kv_bytes_per_token * cfg.block_size / cfg.bandwidth_bytes_per_s;
-    request_record req;
+    if (cfg.lookahead > 0 && cfg.serve_rate > 0)
+        throw config_error("the waiting queue: give a lookahead or a serve rate, not both");
+    if (cfg.serve_rate < 0 || !std::isfinite(cfg.serve_rate))
+        throw config_error("serve rate " + std::to_string(cfg.serve_rate) +
+                           " tokens/s: give a finite rate > 0 (or 0 for no queue)");
+    r.queue_modelled = cfg.lookahead > 0 || cfg.serve_rate > 0;
+    // Requests read from the source and not yet served: the first is served
+    // next, the others queued (enqueued) once they have arrived.
+    struct pending {
+        request_record req;
+        std::size_t index;
+        timestamp now;
+        session_id session;
+        bool queued;
+    };
+    std::deque<pending> ahead;
+    std::size_t read = 0;
     timestamp now = 0;
     session_deriver sessions;
+    auto read_one = [&]() -> bool {
+        pending p;
+        if (!source.next(p.req)) return false;
+        p.index = read++;
+        now = times ? times->now[p.index] : request_time(now, p.req.timestamp_ms);
+        p.now = now;
+        p.session = session_id{p.req.has_session ? p.req.session : sessions.session_of(p.req, cfg.block_size)};
+        p.queued = false;
+        ahead.push_back(std::move(p));
+        return true;
+    };
+    double free_at = 0;  // serve_rate: when the instance finishes the request it is serving
+    std::vector<std::uint32_t> depths;
     std::unordered_set<std::uint64_t> seen_sessions;  // admitted with a block: those fairness counts
     std::unordered_set<std::uint64_t> computed;       // every block some request computed
     // Misses from block `from` on: count those computed before, remember all.
@@ -573,15 +616,40 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
         }
     };
     const auto t0 = std::chrono::steady_clock::now();
-    while (source.next(req)) {
-        const std::size_t index = r.requests++;
-        now = times ? times->now[index] : request_time(now, req.timestamp_ms);
-        cache.clock().set(now);
+    for (;;) {
+        if (ahead.empty() && !read_one()) break;
+        // The queue when ahead.front() starts: the next `lookahead` requests,
+        // or those arrived by the time the instance is free.
+        double start = 0;
+        if (cfg.lookahead > 0) {
+            while (ahead.size() <= cfg.lookahead && read_one()) {}
+        } else if (cfg.serve_rate > 0) {
+            start = std::max(static_cast<double>(ahead.front().req.timestamp_ms) / 1000.0, free_at);
+            while (static_cast<double>(ahead.back().req.timestamp_ms) / 1000.0 <= start && read_one()) {}
+        }
+        if (r.queue_modelled) {
+            std::uint32_t depth = 0;
+            for (std::size_t k = 1; k < ahead.size(); ++k) {
+                pending& q = ahead[k];
+                if (cfg.serve_rate > 0 && static_cast<double>(q.req.timestamp_ms) / 1000.0 > start) break;
+                ++depth;
+                if (!q.queued) cache.enqueue(q.index, q.session, q.req.hash_ids);
+                q.queued = true;
+            }
+            depths.push_back(depth);
+        }
+        pending p = std::move(ahead.front());
+        ahead.pop_front();
+        const request_record& req = p.req;
+        const std::size_t index = p.index;
+        ++r.requests;
+        cache.clock().set(p.now);
+        if (p.queued) (void)cache.dequeue(index);
         const std::size_t n = req.hash_ids.size();
         r.accesses += n;
         const std::uint64_t tokens = std::max<std::uint64_t>(req.input_length, n * cfg.block_size);
         r.tokens += tokens;
-        const session_id session{req.has_session ? req.session : sessions.session_of(req, cfg.block_size)};
+        const session_id session = p.session;
         cache.begin_step();
         admission a;
         try {
@@ -592,6 +660,7 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
             ++r.bypassed_requests;
             r.misses += n;
             count_reprefill(req.hash_ids, 0);
+            free_at = start + (cfg.serve_rate > 0 ? static_cast<double>(tokens) / cfg.serve_rate : 0.0);
             continue;
         } catch (const usage_error& e) {
             (void)cache.end_step();
@@ -600,6 +669,7 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
             r.bad_lines.add(bad);
             r.accesses -= n;
             r.tokens -= tokens;
+            free_at = start;
             continue;
         }
         (void)cache.end_step();
@@ -612,9 +682,23 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
         r.hits += a.match.run;
         r.misses += n - a.match.run;
         count_reprefill(req.hash_ids, a.match.run);
-        r.hit_tokens += std::min<std::uint64_t>(a.match.run * cfg.block_size, tokens);
+        const std::uint64_t hit_tokens = std::min<std::uint64_t>(a.match.run * cfg.block_size, tokens);
+        r.hit_tokens += hit_tokens;
         for (std::size_t i = 0; i < a.match.run; ++i) r.prefill_seconds_saved += cfg.cost.cost(i * cfg.block_size);
         r.prefill_seconds_saved -= static_cast<double>(a.match.cpu_blocks) * transfer_s;
+        if (cfg.serve_rate > 0) free_at = start + static_cast<double>(tokens - hit_tokens) / cfg.serve_rate;
+    }
+    if (!depths.empty()) {
+        double sum = 0;
+        for (std::uint32_t d : depths) sum += d;
+        r.queue_depth_mean = sum / static_cast<double>(depths.size());
+        auto quantile = [&](double q) {
+            const auto k = static_cast<std::ptrdiff_t>(q * static_cast<double>(depths.size() - 1));
+            std::nth_element(depths.begin(), depths.begin() + k, depths.end());
+            return static_cast<std::size_t>(depths[static_cast<std::size_t>(k)]);
+        };
+        r.queue_depth_p50 = quantile(0.5);
+        r.queue_depth_p99 = quantile(0.99);
     }
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const cache_metrics m = cache.metrics();
@@ -683,6 +767,9 @@ template <eviction_policy Gpu, eviction_policy Cpu, cache_traits Traits = defaul
 replay_result replay_instances(RequestSource& source, const request_replay_config& cfg, std::size_t instances,
                                std::size_t remote_capacity, bool shared) {
     if (instances == 0) throw config_error("--instances 0: give at least one serving instance");
+    if (cfg.lookahead > 0 || cfg.serve_rate > 0)
+        throw config_error("the waiting queue (--lookahead, --serve-rate) is modelled for one instance without a "
+                           "remote store; drop it, or --instances and --remote-capacity");
     if (cfg.cpu_capacity == 0)
         throw config_error("the remote tier stages its hits through the CPU tier: give --cpu-capacity N (blocks)");
     const std::uint32_t items = cfg.num_layers;

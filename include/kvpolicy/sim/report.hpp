@@ -142,6 +142,9 @@ inline void write_json_lines(std::ostream& out, const std::vector<replay_result>
             o << ", \"instances\": " << r.instances << ", \"remote_capacity\": " << r.remote_capacity
               << ", \"remote_hits\": " << r.remote_hits << ", \"remote_failed_fetches\": " << r.remote_failed_fetches
               << ", \"isolated_hit_ratio\": " << r.isolated_hit_ratio;
+        if (r.queue_modelled)
+            o << ", \"queue_depth_mean\": " << r.queue_depth_mean << ", \"queue_depth_p50\": " << r.queue_depth_p50
+              << ", \"queue_depth_p99\": " << r.queue_depth_p99;
         if (r.bad_lines.count > 0) o << ", \"bad_lines\": " << r.bad_lines.count;
         o << "}\n";
         out << o.str();
@@ -151,7 +154,9 @@ inline void write_json_lines(std::ostream& out, const std::vector<replay_result>
 inline void write_csv(std::ostream& out, const std::vector<replay_result>& results) {
     out << "policy,capacity,mode,requests,accesses,hits,misses,miss_ratio,hit_ratio,evictions,seconds,"
            "accesses_per_second,token_hit_ratio,gpu_hits,cpu_hits,recomputed_blocks,swap_out_blocks,"
-           "prefill_seconds_saved,gap_closed,lru_match_capacity,capacity_saved,sessions,fairness,re_prefill_share\n";
+           "prefill_seconds_saved,gap_closed,lru_match_capacity,capacity_saved,sessions,fairness,re_prefill_share";
+    const bool queue = std::ranges::any_of(results, [](const replay_result& r) { return r.queue_modelled; });
+    out << (queue ? ",queue_depth_mean,queue_depth_p50,queue_depth_p99\n" : "\n");
     for (const replay_result& r : results) {
         out << r.policy << ',' << r.capacity << ',' << to_string(r.mode) << ',' << r.requests << ',' << r.accesses
             << ',' << r.hits << ',' << r.misses << ',' << detail::fixed(r.miss_ratio(), 6) << ','
@@ -165,6 +170,8 @@ inline void write_csv(std::ostream& out, const std::vector<replay_result>& resul
             out << r.sessions << ',' << detail::fixed_or(r.fairness, 6, "") << ',' << detail::fixed(r.re_prefill_share(), 6);
         else
             out << ",,";
+        if (queue)
+            out << ',' << detail::fixed(r.queue_depth_mean, 3) << ',' << r.queue_depth_p50 << ',' << r.queue_depth_p99;
         out << '\n';
     }
 }
@@ -196,6 +203,8 @@ inline void write_table(std::ostream& out, const std::vector<replay_result>& res
         if (matched) out << "  cap for lru  saved";
         if (mode != replay_mode::flat) out << "  token hit  fairness  re-prefill";
         if (mode == replay_mode::tiered) out << "   gpu hits   cpu hits  swap-outs  prefill s saved";
+        const bool queue = rows.front()->queue_modelled;
+        if (queue) out << "  queue mean/p50/p99";
         out << "  accesses/s\n";
         int rank = 0;
         for (const replay_result* r : rows) {
@@ -218,6 +227,11 @@ inline void write_table(std::ostream& out, const std::vector<replay_result>& res
                 std::snprintf(line, sizeof line, " %10llu %10llu %10llu %16.1f",
                               static_cast<unsigned long long>(r->gpu_hits), static_cast<unsigned long long>(r->cpu_hits),
                               static_cast<unsigned long long>(r->swap_out_blocks), r->prefill_seconds_saved);
+                out << line;
+            }
+            if (queue) {
+                std::snprintf(line, sizeof line, "  %7.1f/%zu/%zu", r->queue_depth_mean, r->queue_depth_p50,
+                              r->queue_depth_p99);
                 out << line;
             }
             std::snprintf(line, sizeof line, "  %10.3g\n", r->accesses_per_second());
