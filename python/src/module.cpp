@@ -84,6 +84,8 @@ policy_options options_from(const nb::dict& kwargs, const char* what) {
     return out;
 }
 
+void bind_lmcache_policy(nb::module_& m);  // lmcache_policy.cpp (declared here: bindings.hpp is in every unit)
+
 }  // namespace kvpolicy::python
 
 using namespace kvpolicy::python;
@@ -158,4 +160,5 @@ NB_MODULE(_kvpolicy, m) {
     bind_offload(m);
     bind_simulate(m);
     bind_vllm_policy(m);
+    bind_lmcache_policy(m);
 }

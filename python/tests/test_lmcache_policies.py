@@ -226,6 +226,48 @@ def test_isolated_lru_decides_as_lmcache_isolated_lru_on_random_histories(lmc, s
           isolated=True)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_arc_decides_as_lmcache_arc_without_ghost_feedback(lmc, seed):
+    """LMCache's ARC is a variant (a ghost made when a removal completes, the
+    vLLM tie rule); on histories without ghost feedback (every key created
+    once; a victim removed before the next eviction cycle and never used
+    again) its target stays 0 and both ARCs must choose exactly alike: T1's
+    LRU end first, T2's after, a touch or a second creation moving T1 to T2.
+    (Not covered, because the two differ there: a named victim or a key the
+    filter refused waits at the head of kvpolicy's line, where LMCache's ARC
+    would offer T1's newer keys before a T2 key.)"""
+    rng = random.Random(200 + seed)
+    theirs, ours = lmc.ARC(), kl.eviction_policy("arc")
+    resident: list = []
+    pending: list = []
+    fresh = 0
+    for step in range(2500):
+        op = rng.random()
+        if pending:
+            call = ("on_keys_removed", pending)
+            resident = [r for r in resident if r not in pending]
+            pending = []
+        elif op < 0.4:
+            batch = [okey(lmc, fresh + i) for i in range(rng.randint(1, 6))]
+            fresh += len(batch)
+            batch += rng.sample(resident, k=min(len(resident), rng.randint(0, 2)))
+            rng.shuffle(batch)
+            call = ("on_keys_created", batch)
+            resident += [k for k in dict.fromkeys(batch) if k not in resident]
+        elif op < 0.75:
+            call = ("on_keys_touched", rng.sample(resident, k=min(len(resident), rng.randint(1, 6))))
+        else:
+            ratio = rng.choice([0.01, 0.1, 0.3, 1.0])
+            a = victims(theirs.get_eviction_actions(ratio))
+            assert a == victims(ours.get_eviction_actions(ratio)), (seed, step)
+            pending = a
+            continue
+        getattr(theirs, call[0])(call[1])
+        getattr(ours, call[0])(call[1])
+        assert theirs.get_num_tracked_keys() == ours.get_num_tracked_keys(), (seed, step)
+    assert theirs.get_debug_state()["target_t1_size"] == 0  # no feedback happened
+
+
 # --- the contract every offered policy keeps ----------------------------------
 
 POLICIES = kl.policy_names()
@@ -447,3 +489,40 @@ def test_bad_names_and_options_raise_naming_them(lmc):
     with pytest.raises(ValueError, match="restore needs a capture"):
         p.restore({"buckets": [["", []]]})
     assert p.get_num_tracked_keys() == 1  # unchanged
+
+
+# --- the documentation's examples (docs/getting-started/lmcache.md) -------------
+
+def test_documented_registrations(lmc):
+    try:
+        # example-begin lmcache-install
+        import kvpolicy.lmcache
+
+        kvpolicy.lmcache.install("s3fifo", small_fraction=0.2)  # before LMCache's MP server starts
+
+        # What LMCache's eviction controllers then build for --eviction-policy LRU:
+        from lmcache.v1.distributed.config import EvictionConfig
+        from lmcache.v1.distributed.eviction_policy import CreateEvictionPolicy
+
+        policy = CreateEvictionPolicy(EvictionConfig(eviction_policy="LRU"))
+        assert policy.kvpolicy_name == "s3fifo"
+        # example-end
+    finally:
+        kl.uninstall()
+    names = []
+    try:
+        # example-begin lmcache-local
+        import kvpolicy.lmcache
+
+        names = kvpolicy.lmcache.register_cache_policies(s3fifo={"small_fraction": 0.2})
+
+        # What LMCache's local CPU and disk backends then build for
+        # cache_policy: kvpolicy_s3fifo (or LMCACHE_CACHE_POLICY=kvpolicy_s3fifo):
+        from lmcache.v1.storage_backend.cache_policy import get_cache_policy
+
+        policy = get_cache_policy("kvpolicy_s3fifo")
+        assert policy.kvpolicy_name == "s3fifo"
+        # example-end
+    finally:
+        for n in names:
+            lmc.cache_policy.POLICY_MAPPING.pop(n, None)

@@ -195,3 +195,63 @@ def test_bad_names_and_options_raise_naming_them(sgl):
         ks.strategy("lru", x=1)
     with pytest.raises(kvpolicy.ConfigError, match="must be a dict"):
         ks.install(retention_value=3)
+
+
+# --- registration --------------------------------------------------------------------
+
+@pytest.fixture
+def sglang_server(sgl, monkeypatch):
+    """Stand-ins for SGLang 0.5.10.post1's ``server_args`` (its choice list and
+    ``add_radix_eviction_policy_choices``) and ``radix_cache`` (``RadixCache.__init__``'s
+    if/elif on ``params.eviction_policy``): SGLang's own modules import the engine
+    (torch, triton, transformers, IPython, device probes) on import."""
+    import types
+
+    server_args = types.ModuleType("sglang.srt.server_args")
+    server_args.RADIX_EVICTION_POLICY_CHOICES = ["lru", "lfu", "slru"]
+    server_args.add_radix_eviction_policy_choices = server_args.RADIX_EVICTION_POLICY_CHOICES.extend
+    radix_cache = types.ModuleType("sglang.srt.mem_cache.radix_cache")
+
+    class RadixCache:
+        def __init__(self, params):
+            self.eviction_policy = params.eviction_policy.lower()
+            strategies = {"lru": sgl.LRUStrategy, "lfu": sgl.LFUStrategy, "slru": sgl.SLRUStrategy}
+            if self.eviction_policy not in strategies:
+                raise ValueError(f"Unknown eviction policy: {self.eviction_policy}.")
+            self.eviction_strategy = strategies[self.eviction_policy]()
+
+    radix_cache.RadixCache = RadixCache
+    monkeypatch.setitem(sys.modules, "sglang.srt.server_args", server_args)
+    monkeypatch.setitem(sys.modules, "sglang.srt.mem_cache.radix_cache", radix_cache)
+    monkeypatch.setattr(sys.modules["sglang.srt"], "server_args", server_args, raising=False)
+    sys.modules["sglang.srt.mem_cache"].radix_cache = radix_cache
+    return server_args, radix_cache
+
+
+def test_install_adds_the_names_and_builds_the_strategy(sglang_server):
+    server_args, radix_cache = sglang_server
+    # example-begin sglang-install
+    import kvpolicy.sglang
+
+    kvpolicy.sglang.install(retention_value={"alpha": 0.002})
+    # then SGLang's launch_server in this process, --radix-eviction-policy kvpolicy_retention_value
+
+    # What SGLang's radix cache then builds:
+    params = CacheInitParams(eviction_policy="kvpolicy_retention_value")
+    cache = RadixCache(params)
+    assert cache.eviction_strategy.kvpolicy_name == "retention_value"
+    # example-end
+    assert cache.eviction_strategy.alpha == 0.002 and params.eviction_policy == "kvpolicy_retention_value"
+    assert set(ks.policy_names()) <= set(server_args.RADIX_EVICTION_POLICY_CHOICES)
+    assert type(RadixCache(CacheInitParams(eviction_policy="lfu")).eviction_strategy).__name__ == "LFUStrategy"
+    with pytest.raises(kvpolicy.ConfigError, match="unknown policy 'kvpolicy_arc'"):
+        RadixCache(CacheInitParams(eviction_policy="kvpolicy_arc"))
+
+
+class CacheInitParams:  # the field RadixCache reads of SGLang's CacheInitParams
+    def __init__(self, eviction_policy: str):
+        self.eviction_policy = eviction_policy
+
+
+def RadixCache(params):
+    return sys.modules["sglang.srt.mem_cache.radix_cache"].RadixCache(params)

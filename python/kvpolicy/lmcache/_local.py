@@ -77,7 +77,7 @@ def cache_policy(policy: str, *, max_keys: int = DEFAULT_MAX_KEYS, **options: An
             return _Resident(self._order)
 
         def update_on_hit(self, key, cache_dict) -> None:
-            self._order.put((key,), touch_only=True)
+            self._order.put((key,), False, True)
 
         def update_on_put(self, key) -> None:
             self._order.put((key,))

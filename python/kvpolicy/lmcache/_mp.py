@@ -91,7 +91,7 @@ def _policy_class():
                 return
             with self._lock:
                 for salt, group in self._by_salt(keys).items():
-                    self._order_of(salt).put(reversed(group))
+                    self._order_of(salt).put(group, True)
 
         def on_keys_touched(self, keys) -> None:
             if not keys:
@@ -100,7 +100,7 @@ def _policy_class():
                 for salt, group in self._by_salt(keys).items():
                     o = self._orders.get(salt)
                     if o is not None:
-                        o.put(reversed(group), touch_only=True)
+                        o.put(group, True, True)
 
         def on_keys_removed(self, keys) -> None:
             if not keys:
@@ -162,8 +162,9 @@ def _policy_class():
                 if self._isolation:
                     o = orders[salt] = KeyOrder(self.kvpolicy_name, self._max_keys, self._options)
                 else:
-                    o = orders.get(None) or orders.setdefault(
-                        None, KeyOrder(self.kvpolicy_name, self._max_keys, self._options))
+                    o = orders.get(None)
+                    if o is None:
+                        o = orders[None] = KeyOrder(self.kvpolicy_name, self._max_keys, self._options)
                 o.put(keys)
             with self._lock:
                 self._orders = orders

@@ -171,9 +171,6 @@ def strategy(policy: str, **options: Any):
     return obj
 
 
-_installed: Dict[str, Any] = {}
-
-
 def install(**options_by_policy: Dict[str, Any]) -> List[str]:
     """Makes ``kvpolicy_<name>`` a ``--radix-eviction-policy`` choice that
     SGLang's ``RadixCache`` builds; ``options_by_policy``:
@@ -187,7 +184,8 @@ def install(**options_by_policy: Dict[str, Any]) -> List[str]:
 
     names = policy_names()
     server_args.add_radix_eviction_policy_choices([n for n in names if n not in server_args.RADIX_EVICTION_POLICY_CHOICES])
-    original = _installed.setdefault("init", radix_cache.RadixCache.__init__)
+    cls = radix_cache.RadixCache
+    original = getattr(cls.__init__, "kvpolicy_original", cls.__init__)  # installed twice: wrap SGLang's once
 
     def __init__(self, params):
         wanted = str(params.eviction_policy).lower()
@@ -202,5 +200,6 @@ def install(**options_by_policy: Dict[str, Any]) -> List[str]:
         self.eviction_policy = wanted
         self.eviction_strategy = chosen
 
-    radix_cache.RadixCache.__init__ = __init__
+    __init__.kvpolicy_original = original
+    cls.__init__ = __init__
     return names
