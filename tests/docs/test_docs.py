@@ -36,6 +36,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 docs_plots = __import__("docs-plots")
 
 SOURCES = ["tests/readme_examples.cpp", "python/tests/test_readme_example.py", "python/tests/test_vllm_policies.py",
+           "python/tests/test_lmcache_policies.py", "python/tests/test_sglang_strategies.py",
            "test_package/CMakeLists.txt", "scripts/check-packaging.sh"]
 CHECKED_LANGUAGES = {"cpp", "c++", "python", "cmake", "ini"}
 MARKER = re.compile(r"^<!-- (example|excerpt|run): (.+?) -->$")
