@@ -32,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "support/naive_queue_cache.hpp"
 #include "support/require_throws.hpp"
 
 using namespace kvpolicy;
@@ -285,111 +286,6 @@ TEST_CASE("queue_aware<lru> chooses the victims of its naive model", "[eviction]
 }
 
 // ------------------------------------------------------- through the cache
-
-// Chains from a prefix tree: a shared system prompt of 2 blocks, then each
-// conversation's own blocks; a request reads a conversation's first `len`.
-std::vector<block_hash> chain(std::uint64_t conversation, std::size_t len) {
-    std::vector<block_hash> h;
-    for (std::size_t j = 0; j < len; ++j)
-        h.push_back(j < 2 ? 1000 + j : (conversation + 1) * 100'000 + j);
-    return h;
-}
-
-// The cache in prefix mode (one GPU tier, whole blocks) with LRU beyond the
-// queue, by scanning: at each eviction every cached block's earliest
-// queued read is recomputed from the queued requests. LRU's order is a
-// stamp taken whenever a block becomes a candidate for LRU: inserted, or
-// neither held nor queued any more (a release, or the queue letting go).
-class naive_prefix_cache {
-public:
-    explicit naive_prefix_cache(std::size_t capacity) : capacity_(capacity) {}
-
-    void enqueue(std::uint64_t id, std::vector<block_hash> hashes) { queue_.push_back({id, next_position_++, std::move(hashes)}); }
-    void dequeue(std::uint64_t id) {
-        const auto it = std::find_if(queue_.begin(), queue_.end(), [&](const queued& q) { return q.id == id; });
-        const queued q = *it;
-        queue_.erase(it);
-        // The blocks it read that no queued request reads any more, cached
-        // and unheld, are released by the queue, last first: LRU stamps them.
-        for (auto h = q.hashes.rbegin(); h != q.hashes.rend(); ++h) {
-            auto b = blocks_.find(*h);
-            if (b != blocks_.end() && b->second.refs == 0 && !earliest(*h)) b->second.stamp = ++clock_;
-        }
-    }
-    /// The hit run; nullopt if it does not fit (nothing changes then).
-    std::optional<std::size_t> admit(std::uint64_t session, const std::vector<block_hash>& hashes) {
-        std::size_t run = 0;
-        while (run < hashes.size() && blocks_.contains(hashes[run])) ++run;
-        std::size_t missing = 0, own_evictable = 0, evictable = 0;
-        for (block_hash h : hashes) {
-            auto b = blocks_.find(h);
-            if (b == blocks_.end()) ++missing;
-            else if (b->second.refs == 0) ++own_evictable;
-        }
-        for (const auto& [h, b] : blocks_) evictable += b.refs == 0 ? 1 : 0;
-        const std::size_t free = capacity_ - blocks_.size();
-        if (missing > free + evictable - own_evictable) return std::nullopt;
-        std::vector<block_hash>& held = holds_[session];
-        for (block_hash h : hashes)
-            if (auto b = blocks_.find(h); b != blocks_.end()) hold(b->second);
-        std::size_t victims = missing > free ? missing - free : 0;
-        while (victims-- > 0) evict();
-        for (std::size_t i = 0; i < hashes.size(); ++i) {
-            if (!blocks_.contains(hashes[i])) blocks_[hashes[i]] = {1, ++clock_, static_cast<std::uint32_t>(i)};
-            held.push_back(hashes[i]);
-        }
-        return run;
-    }
-    void release(std::uint64_t session) {
-        const auto it = holds_.find(session);
-        for (auto h = it->second.rbegin(); h != it->second.rend(); ++h) {
-            block& b = blocks_.at(*h);
-            if (--b.refs == 0 && !earliest(*h)) b.stamp = ++clock_;
-        }
-        holds_.erase(it);
-    }
-    [[nodiscard]] bool cached(block_hash h) const { return blocks_.contains(h); }
-
-private:
-    struct block {
-        std::uint32_t refs = 0;
-        std::uint64_t stamp = 0;
-        std::uint32_t depth = 0;
-    };
-    struct queued {
-        std::uint64_t id, position;
-        std::vector<block_hash> hashes;
-    };
-    [[nodiscard]] std::optional<std::uint64_t> earliest(block_hash h) const {
-        for (const queued& q : queue_)
-            if (std::find(q.hashes.begin(), q.hashes.end(), h) != q.hashes.end()) return q.position;
-        return std::nullopt;
-    }
-    void hold(block& b) { ++b.refs; }
-    void evict() {
-        std::optional<block_hash> best;
-        for (const auto& [h, b] : blocks_)
-            if (b.refs == 0 && !earliest(h) && (!best || b.stamp < blocks_.at(*best).stamp)) best = h;
-        if (!best)
-            for (const auto& [h, b] : blocks_) {
-                if (b.refs != 0) continue;
-                if (!best) {
-                    best = h;
-                    continue;
-                }
-                const block& x = blocks_.at(*best);
-                if (std::pair(*earliest(h), b.depth) > std::pair(*earliest(*best), x.depth)) best = h;
-            }
-        blocks_.erase(*best);
-    }
-
-    std::size_t capacity_;
-    std::map<block_hash, block> blocks_;
-    std::map<std::uint64_t, std::vector<block_hash>> holds_;
-    std::vector<queued> queue_;
-    std::uint64_t next_position_ = 0;
-    std::uint64_t clock_ = 0;
-};
 
 TEST_CASE("tiered_cache<queue_aware<lru>> keeps what its naive model keeps, requests in flight and dropped",
           "[eviction][queue][differential][cache]") {
