@@ -59,7 +59,7 @@ def test_bad_queue_calls_are_refused_and_change_nothing():
     assert c.dequeue(7) == 1
     with pytest.raises(kvpolicy.UsageError, match=r"^dequeue: request 7 is not queued"):
         c.dequeue(7)
-    with pytest.raises(TypeError):
+    with pytest.raises(kvpolicy.UsageError, match=r"^enqueue: block_hashes: expected integers"):
         c.enqueue(9, 1, "not hashes")
     assert c.queued_requests == 0
 
