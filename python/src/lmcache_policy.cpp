@@ -33,11 +33,26 @@ namespace kvpolicy::python {
 
 namespace {
 
+// Dict operations with the key's hash computed once per key and call: keys
+// such as LMCache's ObjectKey (a frozen dataclass) hash in Python, several
+// hundred ns each, more than the rest of the bookkeeping.
+#if PY_VERSION_HEX < 0x030D0000
+PyObject* dict_get(PyObject* d, PyObject* k, Py_hash_t h) { return _PyDict_GetItem_KnownHash(d, k, h); }
+int dict_set(PyObject* d, PyObject* k, PyObject* v, Py_hash_t h) { return _PyDict_SetItem_KnownHash(d, k, v, h); }
+int dict_del(PyObject* d, PyObject* k, Py_hash_t h) { return _PyDict_DelItem_KnownHash(d, k, h); }
+#else
+PyObject* dict_get(PyObject* d, PyObject* k, Py_hash_t) { return PyDict_GetItemWithError(d, k); }
+int dict_set(PyObject* d, PyObject* k, PyObject* v, Py_hash_t) { return PyDict_SetItem(d, k, v); }
+int dict_del(PyObject* d, PyObject* k, Py_hash_t) { return PyDict_DelItem(d, k); }
+#endif
+
 class key_order {
 public:
     key_order(const std::string& policy, std::size_t capacity, const nb::dict& options)
         : policy_(capacity, {policy, options_from(options, policy.c_str())}),
           keys_(capacity),
+          ids_obj_(capacity),
+          hash_(capacity, 0),
           last_(capacity, 0),
           mark_(capacity, 0) {
         free_.resize(capacity);
@@ -60,30 +75,32 @@ public:
         begin_run(false);
         for (Py_ssize_t j = 0; j < n; ++j) {
             PyObject* key = items[reversed ? n - 1 - j : j];
-            PyObject* found = PyDict_GetItemWithError(ids_.ptr(), key);
+            const Py_hash_t h = PyObject_Hash(key);
+            if (h == -1 && PyErr_Occurred()) throw nb::python_error();  // an unhashable key
+            PyObject* found = dict_get(ids_.ptr(), key, h);
             if (found != nullptr) {
                 const auto id = static_cast<std::uint32_t>(PyLong_AsUnsignedLong(found));
                 if (inserting_ || mark_[id] == generation_) begin_run(false);
                 add(id, 0);
                 continue;
             }
-            if (PyErr_Occurred()) throw nb::python_error();  // an unhashable key
-            const int at_front = PyDict_Contains(front_.ptr(), key);
-            if (at_front < 0) throw nb::python_error();
-            if (at_front == 0 && touch_only) continue;
-            const Py_hash_t h = PyObject_Hash(key);
-            if (h == -1 && PyErr_Occurred()) throw nb::python_error();
+            if (PyErr_Occurred()) throw nb::python_error();
+            const bool at_front = dict_get(front_.ptr(), key, h) != nullptr;
+            if (PyErr_Occurred()) throw nb::python_error();
+            if (!at_front && touch_only) continue;
             if (!inserting_) begin_run(true);
             if (free_.empty()) {
                 begin_run(true);
                 pop_to_front(1);
+                if (free_.empty()) throw usage_error("kvpolicy.lmcache: no key can be moved out of the order");
             }
-            if (at_front && PyDict_DelItem(front_.ptr(), key) != 0) throw nb::python_error();
+            if (at_front && dict_del(front_.ptr(), key, h) != 0) throw nb::python_error();
             const std::uint32_t id = free_.back();
-            nb::object idobj = nb::int_(id);
-            if (PyDict_SetItem(ids_.ptr(), key, idobj.ptr()) != 0) throw nb::python_error();
+            if (!ids_obj_[id].is_valid()) ids_obj_[id] = nb::int_(id);
+            if (dict_set(ids_.ptr(), key, ids_obj_[id].ptr(), h) != 0) throw nb::python_error();
             free_.pop_back();
             keys_[id] = nb::borrow(key);
+            hash_[id] = h;
             add(id, static_cast<std::uint64_t>(h));
         }
         flush();
@@ -98,17 +115,19 @@ public:
         std::vector<item_id> gone;
         for (Py_ssize_t j = 0; j < n; ++j) {
             PyObject* key = items[j];
-            PyObject* found = PyDict_GetItemWithError(ids_.ptr(), key);
+            const Py_hash_t h = PyObject_Hash(key);
+            if (h == -1 && PyErr_Occurred()) throw nb::python_error();
+            PyObject* found = dict_get(ids_.ptr(), key, h);
             if (found == nullptr) {
                 if (PyErr_Occurred()) throw nb::python_error();
-                if (PyDict_DelItem(front_.ptr(), key) != 0) {
+                if (dict_del(front_.ptr(), key, h) != 0) {
                     if (!PyErr_ExceptionMatches(PyExc_KeyError)) throw nb::python_error();
                     PyErr_Clear();
                 }
                 continue;
             }
             const auto id = static_cast<std::uint32_t>(PyLong_AsUnsignedLong(found));
-            if (PyDict_DelItem(ids_.ptr(), key) != 0) throw nb::python_error();
+            if (dict_del(ids_.ptr(), key, h) != 0) throw nb::python_error();
             keys_[id] = nb::object();
             free_.push_back(id);
             gone.push_back(item_id{id});
@@ -210,7 +229,8 @@ private:
         for (item_id id : got) {
             nb::object key = std::move(keys_[id.index()]);
             keys_[id.index()] = nb::object();
-            if (PyDict_DelItem(ids_.ptr(), key.ptr()) != 0 || PyDict_SetItem(front_.ptr(), key.ptr(), Py_None) != 0)
+            const Py_hash_t h = hash_[id.index()];
+            if (dict_del(ids_.ptr(), key.ptr(), h) != 0 || dict_set(front_.ptr(), key.ptr(), Py_None, h) != 0)
                 throw nb::python_error();
             free_.push_back(id.value);
         }
@@ -220,6 +240,8 @@ private:
     nb::dict ids_;                       // key -> id, for the keys the policy orders
     nb::dict front_;                     // key -> None: named, not yet removed; in order
     std::vector<nb::object> keys_;       // [capacity] the key of each id
+    std::vector<nb::object> ids_obj_;    // [capacity] each id as a Python int, made once
+    std::vector<Py_hash_t> hash_;        // [capacity] the key's hash
     std::vector<std::uint32_t> free_;    // ids not in use, the next at the back
     std::vector<std::uint64_t> last_;    // [capacity] sequence number of the id's last event
     std::vector<std::uint32_t> mark_;    // [capacity] generation of the run that last listed the id
