@@ -115,6 +115,37 @@ TEST_CASE("waiting_queue gives every key's earliest queued read and says when it
     }
 }
 
+TEST_CASE("waiting_queue: one request queued while thousands come and go", "[queue]") {
+    // Request 1 stays queued while 10,000 others reading one of its keys are
+    // queued and started behind it: the earliest read stays request 1's, and
+    // once it leaves, the positions behind it are dropped and new ones work.
+    waiting_queue q;
+    auto none = [](auto&&...) {};
+    const std::vector<std::uint64_t> first{1, 2}, other{2, 3};
+    q.enqueue(1, session_id{1}, first, none);
+    for (std::uint64_t r = 2; r < 10'002; ++r) {
+        q.enqueue(r, session_id{r}, other, none);
+        REQUIRE(q.next_read(2) == std::optional<std::uint64_t>{0});
+        REQUIRE(q.next_read(3) == std::optional<std::uint64_t>{r - 1});
+        (void)q.dequeue(r, none);
+        REQUIRE(!q.next_read(3));
+    }
+    q.enqueue(20'000, session_id{2}, other, none);
+    std::vector<std::pair<std::uint64_t, std::optional<std::uint64_t>>> heard;
+    (void)q.dequeue(1, [&](std::uint64_t k, std::optional<std::uint64_t> next) { heard.emplace_back(k, next); });
+    REQUIRE(heard == std::vector<std::pair<std::uint64_t, std::optional<std::uint64_t>>>{
+                             {2, std::optional<std::uint64_t>{10'001}}, {1, std::nullopt}});
+    for (std::uint64_t r = 30'000; r < 35'000; ++r) {
+        q.enqueue(r, session_id{r}, first, none);
+        REQUIRE(q.next_read(1) == std::optional<std::uint64_t>{r - 30'000 + 10'002});
+        (void)q.dequeue(r, none);
+    }
+    REQUIRE(q.next_read(2) == std::optional<std::uint64_t>{10'001});
+    (void)q.dequeue(20'000, none);
+    REQUIRE(q.empty());
+    REQUIRE(q.queued_keys() == 0);
+}
+
 TEST_CASE("waiting_queue refuses a request queued twice or dequeued twice, changing nothing", "[queue][errors]") {
     waiting_queue q;
     const std::vector<std::uint64_t> keys{1, 2, 3};

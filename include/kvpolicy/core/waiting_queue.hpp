@@ -11,12 +11,13 @@
 // Positions are arrival sequence numbers: the n-th request enqueued has
 // position n, so "sooner" is "queued earlier", the order a FIFO scheduler
 // starts them in. Each key keeps the positions of the queued requests that
-// read it, ascending (positions only grow, so an enqueue appends). A request
-// that leaves the queue (started or dropped) is unmarked, and each of its
-// keys drops dead positions from its front: every position is appended and
-// removed once, so enqueue and dequeue cost O(1) amortised per block, and a
-// dead position behind a live one waits, harmlessly, until it reaches the
-// front.
+// read it, ascending (positions only grow, so an enqueue appends), as a list
+// of nodes from one pool. A request that leaves the queue (started or
+// dropped) is marked dead in a dense array indexed by position, and each of
+// its keys drops dead positions from its front: every position is appended
+// and removed once, so enqueue and dequeue cost O(1) amortised per block with
+// no allocation once the pool has grown, and a dead position behind a live
+// one waits, harmlessly, until it reaches the front.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +25,6 @@
 #include <span>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "kvpolicy/core/error.hpp"
@@ -46,12 +46,15 @@ public:
                               " is already queued; dequeue it (started or dropped) before queueing it again");
         const std::uint64_t position = next_position_++;
         requests_.emplace(request, queued_request{position, session, {keys.begin(), keys.end()}});
-        live_.insert(position);
+        alive_.push_back(1);
         blocks_ += keys.size();
         for (std::uint64_t key : keys) {
-            reads& r = reads_[key];
-            const bool first = r.live_front() == nullptr;
-            r.positions.push_back(position);
+            reads& r = reads_.try_emplace(key).first->second;
+            const bool first = r.head == no_node;
+            const std::uint32_t n = new_node(position);
+            if (first) r.head = n;
+            else nodes_[r.tail].next = n;
+            r.tail = n;
             if (first) now_read(key, position);
         }
     }
@@ -59,8 +62,9 @@ public:
     /// Records that request `request` left the queue: it started, or it was
     /// dropped. Calls `changed(key, next)`, last key first (as a finished
     /// request releases its blocks, so a dropped request's tail goes before
-    /// its prefix), for every key whose earliest read was this request: `next` is the position of the next queued request
-    /// that reads it, or empty if none does. Returns the request's session.
+    /// its prefix), for every key whose earliest read was this request:
+    /// `next` is the position of the next queued request that reads it, or
+    /// empty if none does. Returns the request's session.
     /// Throws: usage_error, changing nothing, for a request that is not
     /// queued (never enqueued, or dequeued already).
     template <class Changed>
@@ -71,21 +75,27 @@ public:
                               " is not queued (dequeued twice, or never enqueued); dequeue each queued request once");
         const queued_request q = std::move(it->second);
         requests_.erase(it);
-        live_.erase(q.position);
+        alive_[q.position - alive_base_] = 0;
         blocks_ -= q.keys.size();
         for (auto k = q.keys.rbegin(); k != q.keys.rend(); ++k) {
             const std::uint64_t key = *k;
             const auto r = reads_.find(key);
             if (r == reads_.end()) continue;  // a key twice in the request: done at its first
-            if (r->second.front() != q.position) continue;  // an earlier request still reads it first
-            r->second.drop_dead_front(live_);
-            if (r->second.empty()) {
+            if (nodes_[r->second.head].position != q.position) continue;  // an earlier request still reads it first
+            std::uint32_t& head = r->second.head;
+            while (head != no_node && !alive(nodes_[head].position)) {
+                const std::uint32_t dead = head;
+                head = nodes_[dead].next;
+                free_node(dead);
+            }
+            if (head == no_node) {
                 reads_.erase(r);
                 changed(key, std::optional<std::uint64_t>{});
             } else {
-                changed(key, std::optional<std::uint64_t>{r->second.front()});
+                changed(key, std::optional<std::uint64_t>{nodes_[head].position});
             }
         }
+        trim_alive();
         return q.session;
     }
 
@@ -94,7 +104,7 @@ public:
     [[nodiscard]] std::optional<std::uint64_t> next_read(std::uint64_t key) const noexcept {
         const auto r = reads_.find(key);
         if (r == reads_.end()) return std::nullopt;
-        return r->second.front();
+        return nodes_[r->second.head].position;
     }
 
     [[nodiscard]] bool contains(std::uint64_t request) const noexcept { return requests_.contains(request); }
@@ -107,32 +117,61 @@ public:
     [[nodiscard]] std::size_t queued_keys() const noexcept { return reads_.size(); }
 
 private:
+    static constexpr std::uint32_t no_node = ~std::uint32_t{0};
     struct queued_request {
         std::uint64_t position;
         session_id session;
         std::vector<std::uint64_t> keys;
     };
-    // Positions of the requests that read one key, ascending, from `head`.
-    // Invariant between calls: the front one (if any) is live.
-    struct reads {
-        std::vector<std::uint64_t> positions;
-        std::uint32_t head = 0;
-
-        [[nodiscard]] bool empty() const noexcept { return head == positions.size(); }
-        [[nodiscard]] std::uint64_t front() const noexcept { return positions[head]; }
-        [[nodiscard]] const std::uint64_t* live_front() const noexcept { return empty() ? nullptr : &positions[head]; }
-        void drop_dead_front(const std::unordered_set<std::uint64_t>& live) {
-            while (!empty() && !live.contains(positions[head])) ++head;
-            if (head > 0 && head * 2 >= positions.size()) {  // keep the vector from growing without bound
-                positions.erase(positions.begin(), positions.begin() + head);
-                head = 0;
-            }
-        }
+    struct node {
+        std::uint64_t position;
+        std::uint32_t next;
     };
+    // The positions of the queued requests that read one key, ascending, as
+    // a list of pool nodes. Invariant between calls: the head is live.
+    struct reads {
+        std::uint32_t head = no_node;
+        std::uint32_t tail = no_node;
+    };
+
+    std::uint32_t new_node(std::uint64_t position) {
+        if (free_nodes_ != no_node) {
+            const std::uint32_t n = free_nodes_;
+            free_nodes_ = nodes_[n].next;
+            nodes_[n] = {position, no_node};
+            return n;
+        }
+        if (nodes_.size() >= no_node)
+            throw usage_error("enqueue: more than 2^32 - 1 queued block reads; dequeue requests that started");
+        nodes_.push_back({position, no_node});
+        return static_cast<std::uint32_t>(nodes_.size() - 1);
+    }
+    void free_node(std::uint32_t n) noexcept {
+        nodes_[n].next = free_nodes_;
+        free_nodes_ = n;
+    }
+    [[nodiscard]] bool alive(std::uint64_t position) const noexcept {
+        return position >= alive_base_ && alive_[position - alive_base_] != 0;
+    }
+    // Moves alive_head_ past the dead positions at the front of alive_ (each
+    // once), and drops them in batches, so that alive_ spans only from the
+    // oldest queued request on.
+    void trim_alive() {
+        while (alive_head_ < alive_.size() && alive_[alive_head_] == 0) ++alive_head_;
+        if (alive_head_ == alive_.size() || alive_head_ >= 4096) {
+            alive_.erase(alive_.begin(), alive_.begin() + static_cast<std::ptrdiff_t>(alive_head_));
+            alive_base_ += alive_head_;
+            alive_head_ = 0;
+        }
+    }
 
     std::unordered_map<std::uint64_t, queued_request> requests_;
     std::unordered_map<std::uint64_t, reads> reads_;  // only keys some queued request reads
-    std::unordered_set<std::uint64_t> live_;          // positions of queued requests
+    std::vector<node> nodes_;                         // every list's nodes; the free ones linked from free_nodes_
+    std::uint32_t free_nodes_ = no_node;
+    std::vector<std::uint8_t> alive_;                 // [position - alive_base_]: 1 while queued
+    std::uint64_t alive_base_ = 0;                    // the position of alive_[0]
+    std::size_t alive_head_ = 0;                      // alive_[0, alive_head_) are all 0
     std::uint64_t next_position_ = 0;
     std::size_t blocks_ = 0;
 };
