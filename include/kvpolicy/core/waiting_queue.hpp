@@ -20,6 +20,7 @@
 // one waits, harmlessly, until it reaches the front.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
