@@ -274,7 +274,7 @@ TEST_CASE("leader_only makes the full mode's victims while it follows one expert
     REQUIRE(leader.switches() == 0);
 }
 
-TEST_CASE("best_of_shadows refuses a sample rate outside (0, 1], naming the setting and the fix",
+TEST_CASE("best_of_shadows refuses a sample rate outside 0 to 1 and names the setting and the fix",
           "[eviction][best_of_shadows][errors]") {
     using Catch::Matchers::Contains;
     for (const double bad : {0.0, -0.5, 1.5, std::nan("")}) {
