@@ -53,6 +53,11 @@ public:
 
     explicit fake_redis(script_fn script = {}) : script_(std::move(script)) {
         listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        // A fuzzer makes one server per input, hundreds a second: without
+        // these, closed connections keep their ports in TIME_WAIT and, after
+        // about a minute, no port is left to listen on.
+        const int reuse = 1;
+        if (listen_fd_ >= 0) (void)::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &reuse, sizeof reuse);
         sockaddr_in a{};
         a.sin_family = AF_INET;
         a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -73,7 +78,11 @@ public:
             for (const int fd : client_fds_) ::shutdown(fd, SHUT_RDWR);
         }
         for (auto& t : handlers_) t.join();
-        for (const int fd : client_fds_) ::close(fd);
+        const linger abort_on_close{1, 0};  // RST, not FIN: no TIME_WAIT left behind (see the constructor)
+        for (const int fd : client_fds_) {
+            (void)::setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort_on_close, sizeof abort_on_close);
+            ::close(fd);
+        }
         ::close(listen_fd_);
     }
     fake_redis(const fake_redis&) = delete;
