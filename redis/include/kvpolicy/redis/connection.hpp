@@ -457,10 +457,17 @@ public:
         in_.clear();
         in_pos_ = 0;
     }
+    /// Gives the connection up (`why`: what went wrong). Aborted, not closed:
+    /// its bytes are out of step anyway, and a reset leaves no TIME_WAIT, so a
+    /// server that keeps breaking connections cannot use up the client's ports.
     void close(std::string why) noexcept {
         last_error_ = std::move(why);
         if (!tls_error_.empty()) last_error_ += " (TLS: " + tls_error_ + ")";
         tls_error_.clear();
+        if (fd_ >= 0) {
+            const linger abort_on_close{1, 0};
+            (void)::setsockopt(fd_, SOL_SOCKET, SO_LINGER, &abort_on_close, sizeof abort_on_close);
+        }
         close();
     }
 
