@@ -11,6 +11,9 @@
 # sanitize: runs every CUDA test program under compute-sanitizer memcheck
 #           (with leak check), racecheck and synccheck;
 # bench:    runs the benchmarks (tables and JSON).
+#   KVPOLICY_GPU_TESTS="cuda_minference" KVPOLICY_GPU_BENCHES="minference_bench" scripts/gpu-check.sh OUT
+#           the same steps for the named programs only (an empty
+#           KVPOLICY_GPU_BENCHES builds and times no benchmark).
 # Every step's log, the benchmarks' output and a summary go to OUT_DIR. It
 # goes on after a failed step so one run collects everything, and exits 1 if
 # any step failed.
@@ -69,8 +72,12 @@ step() {  # step NAME COMMAND...: run, log to OUT_DIR/NAME.log, remember failure
 
 touch "$out/summary.txt"
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1 || true
-cuda_tests=(cuda_device_smoke cuda_select_score cuda_sparse_ring cuda_16bit cuda_minference)
-benches=(select_bench loader_bench quest_bench minference_bench)
+# KVPOLICY_GPU_TESTS / KVPOLICY_GPU_BENCHES (space-separated names) narrow
+# every step to those programs: a short device lease builds, tests,
+# sanitizes and times only what changed.
+read -r -a cuda_tests <<<"${KVPOLICY_GPU_TESTS:-cuda_device_smoke cuda_select_score cuda_sparse_ring cuda_16bit cuda_minference}"
+read -r -a benches <<<"${KVPOLICY_GPU_BENCHES-select_bench loader_bench quest_bench minference_bench}"
+test_regex="^cuda: ($(IFS='|'; echo "${cuda_tests[*]}"))\$|^compile_fail: cuda"
 
 if wants build; then
     step configure cmake --preset cuda "${cmake_args[@]}" || { echo "configure failed (log: $out/configure.log)"; exit 1; }
@@ -78,7 +85,7 @@ if wants build; then
         { echo "build failed (log: $out/build.log)"; exit 1; }
 fi
 if wants test; then
-    step ctest ctest --preset cuda -L "cuda|compile_fail" -R "cuda" --output-on-failure
+    step ctest ctest --preset cuda -L "cuda|compile_fail" -R "$test_regex" --output-on-failure
     step cuda_offload "$build/examples/cuda_offload"
 fi
 if wants sanitize; then
