@@ -403,3 +403,45 @@ TEST_CASE("redis deadlines: a node whose connect failed is down for the rest of 
     std::this_thread::sleep_for(ms(500));  // past the backoff, doubled at most twice
     REQUIRE(count(r.fetch(), transfer_status::done) == 16);
 }
+
+TEST_CASE("redis DNS: a host name is resolved off the batch's thread and kept; one that does not resolve is refused naming it",
+          "[redis][errors][deadline]") {
+    redis_server server;
+    redis::store_config c = config_for(server.port());
+    SECTION("'localhost' resolves, and a reconnect after the server restarts uses the kept addresses") {
+        c.nodes[0].host = "localhost";
+        rig r(c, 4);
+        REQUIRE(count(r.write_back(), transfer_status::done) == 4);
+        server.kill();
+        REQUIRE(count(r.fetch(), transfer_status::failed) == 4);  // down: misses, nothing thrown
+        server.start();
+        std::this_thread::sleep_for(ms(150));  // past the node's first backoff (100 ms)
+        const auto status = r.fetch();  // a fresh server: no values, but the node answers
+        REQUIRE(count(status, transfer_status::failed) == 4);
+        REQUIRE(count(r.write_back(), transfer_status::done) == 4);
+        REQUIRE(count(r.fetch(), transfer_status::done) == 4);
+    }
+    SECTION("a name that does not resolve: a config_error naming the host and the fix, at construction") {
+        c.nodes[0].host = "kvpolicy-no-such-host.invalid";  // RFC 6761: never resolves
+        REQUIRE_THROWS_WITH(redis::store(c), Catch::Contains("kvpolicy-no-such-host.invalid") &&
+                                                 Catch::Contains("resolve") &&
+                                                 Catch::Contains("give a host name this machine resolves"));
+    }
+}
+
+TEST_CASE("redis DNS: async_resolver answers off the caller's thread, once per lookup", "[redis][deadline]") {
+    redis::async_resolver r;
+    REQUIRE_FALSE(r.pending());
+    REQUIRE_FALSE(r.take(std::chrono::steady_clock::now() + ms(10)).has_value());  // none started
+    r.start("localhost", 6379);
+    REQUIRE(r.pending());
+    const auto answer = r.take(std::chrono::steady_clock::now() + std::chrono::seconds(30));
+    REQUIRE(answer.has_value());
+    REQUIRE(answer->rc == 0);
+    REQUIRE_FALSE(answer->addresses.empty());
+    REQUIRE_FALSE(r.pending());  // taken
+    const auto numeric = redis::async_resolver::lookup("127.0.0.1", "6379", AI_NUMERICHOST);
+    REQUIRE(numeric.rc == 0);
+    REQUIRE(numeric.addresses.size() == 1);
+    REQUIRE(redis::async_resolver::lookup("localhost", "6379", AI_NUMERICHOST).rc != 0);  // a name is never looked up so
+}

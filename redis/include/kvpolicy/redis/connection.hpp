@@ -31,6 +31,17 @@
 // from the socket straight into the caller's buffers, its checksum
 // computed piece by piece as it lands.
 //
+// Host names. A node given by name is resolved off the calling thread
+// (async_resolver: getaddrinfo on a thread of its own), and a connect waits
+// for the answer until its own deadline at most: at construction, a name
+// that does not resolve is a config_error naming the host; in a batch, a
+// resolver that has not answered by the deadline marks the node down for
+// the batch like a failed connect, and its answer is used when it comes.
+// Addresses are kept once resolved: a reconnect uses them at once, and a
+// connect that fails on all of them starts a fresh lookup in the background
+// for the next one (a server that moved), never waited on past a deadline.
+// An IP address is never looked up (AI_NUMERICHOST).
+//
 // Errors at construction name the node's address, the field and the fix:
 // nothing listening there, a password or user the server refuses (or
 // needs), a TLS certificate that does not verify (CA, server name), a
@@ -54,16 +65,21 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -162,6 +178,86 @@ struct bulk_sink {
     in_addr a4{};
     return ::inet_pton(AF_INET, host.c_str(), &a4) == 1 || ::inet_pton(AF_INET6, host.c_str(), &a6) == 1;
 }
+
+/// getaddrinfo on a thread of its own, waited for until a deadline at most.
+/// The lookup's state is shared with its thread, so a resolver (or its
+/// connection) can go while a lookup is still running.
+class async_resolver {
+public:
+    struct address {
+        sockaddr_storage addr{};
+        socklen_t len = 0;
+        int family = 0, socktype = 0, protocol = 0;
+    };
+    struct result {
+        int rc = 0;  ///< getaddrinfo's: 0, or an EAI_ code (gai_strerror)
+        std::vector<address> addresses;
+    };
+
+    /// Starts a lookup of host:port unless one is running.
+    void start(const std::string& host, int port) {
+        if (running_ && !running_->done.load(std::memory_order_acquire)) return;
+        auto st = std::make_shared<state>();
+        running_ = st;
+        std::thread([st, host, service = std::to_string(port)] {
+            result r = lookup(host, service, 0);
+            {
+                std::scoped_lock lock(st->mutex);
+                st->answer = std::move(r);
+            }
+            st->done.store(true, std::memory_order_release);
+            st->cv.notify_all();
+        }).detach();
+    }
+    /// Whether a lookup was started and has not been taken.
+    [[nodiscard]] bool pending() const noexcept { return running_ != nullptr; }
+    /// The running lookup's answer once it is in, waiting until `until` at
+    /// most; nothing (still running, or none started) otherwise.
+    std::optional<result> take(std::chrono::steady_clock::time_point until) {
+        if (!running_) return std::nullopt;
+        std::unique_lock lock(running_->mutex);
+        if (!running_->cv.wait_until(lock, until, [&] { return running_->done.load(std::memory_order_acquire); }))
+            return std::nullopt;
+        result r = std::move(running_->answer);
+        lock.unlock();
+        running_.reset();
+        return r;
+    }
+
+    /// getaddrinfo of host:service now, on this thread (`flags`: AI_NUMERICHOST
+    /// for an IP address, which needs no DNS).
+    static result lookup(const std::string& host, const std::string& service, int flags) {
+        addrinfo hints{};
+        hints.ai_family = AF_UNSPEC;
+        hints.ai_socktype = SOCK_STREAM;
+        hints.ai_flags = flags;
+        addrinfo* found = nullptr;
+        result r;
+        r.rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found);
+        if (r.rc != 0) return r;
+        for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+            if (a->ai_addrlen > sizeof(sockaddr_storage)) continue;
+            address x;
+            std::memcpy(&x.addr, a->ai_addr, a->ai_addrlen);
+            x.len = a->ai_addrlen;
+            x.family = a->ai_family;
+            x.socktype = a->ai_socktype;
+            x.protocol = a->ai_protocol;
+            r.addresses.push_back(x);
+        }
+        ::freeaddrinfo(found);
+        return r;
+    }
+
+private:
+    struct state {
+        std::mutex mutex;
+        std::condition_variable cv;
+        std::atomic<bool> done{false};
+        result answer;
+    };
+    std::shared_ptr<state> running_;
+};
 
 namespace detail {
 // OpenSSL's socket BIO writes with write(2), which raises SIGPIPE on a dead
@@ -610,22 +706,40 @@ private:
         out_text_.clear();
     }
 
-    // A non-blocking TCP connection to at_, by `until`. Empty `why`: done.
-    bool connect_tcp(deadline_clock::time_point until, std::string& why) {
-        addrinfo hints{};
-        hints.ai_family = AF_UNSPEC;
-        hints.ai_socktype = SOCK_STREAM;
-        addrinfo* found = nullptr;
-        const std::string port = std::to_string(at_.port);
-        if (const int rc = ::getaddrinfo(at_.host.c_str(), port.c_str(), &hints, &found); rc != 0) {
-            why = std::string("cannot resolve the host: ") + ::gai_strerror(rc);
+    // The node's addresses: an IP address at once; a name from the last
+    // lookup, or, with none yet, from a lookup waited for until `until` at
+    // most (resolver_, see the header comment). False with `why` when there
+    // are none.
+    bool addresses(deadline_clock::time_point until, std::string& why) {
+        if (addresses_.empty() && is_ip_address(at_.host)) {
+            const async_resolver::result r = async_resolver::lookup(at_.host, std::to_string(at_.port), AI_NUMERICHOST);
+            addresses_ = r.addresses;
+        }
+        if (addresses_.empty() && !resolver_.pending()) resolver_.start(at_.host, at_.port);
+        if (resolver_.pending()) {  // an answer waited for only when there are no addresses yet
+            const auto r = resolver_.take(addresses_.empty() ? until : deadline_clock::time_point{});
+            if (r && r->rc == 0 && !r->addresses.empty()) addresses_ = r->addresses;
+            if (r && r->rc != 0 && addresses_.empty()) {
+                why = "cannot resolve the host name \"" + at_.host + "\" (" + ::gai_strerror(r->rc) + ")";
+                return false;
+            }
+        }
+        if (addresses_.empty()) {
+            why = "the host name \"" + at_.host + "\" did not resolve by the deadline (DNS slow or unreachable; the "
+                  "lookup goes on in the background)";
             return false;
         }
+        return true;
+    }
+
+    // A non-blocking TCP connection to at_, by `until`. Empty `why`: done.
+    bool connect_tcp(deadline_clock::time_point until, std::string& why) {
+        if (!addresses(until, why)) return false;
         why = "nothing answered";
-        for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-            fd_ = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+        for (const async_resolver::address& a : addresses_) {
+            fd_ = ::socket(a.family, a.socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a.protocol);
             if (fd_ < 0) continue;
-            int rc = ::connect(fd_, a->ai_addr, a->ai_addrlen);
+            int rc = ::connect(fd_, reinterpret_cast<const sockaddr*>(&a.addr), a.len);
             if (rc != 0 && errno == EINPROGRESS) {
                 if (!wait_for(POLLOUT, until)) {
                     why = "connect timed out";
@@ -642,14 +756,15 @@ private:
             if (rc == 0) {
                 const int one = 1;
                 (void)::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-                ::freeaddrinfo(found);
                 why.clear();
                 return true;
             }
             ::close(fd_);
             fd_ = -1;
         }
-        ::freeaddrinfo(found);
+        // None answered: a name is looked up again in the background, for
+        // the next connect (the server may have moved).
+        if (!is_ip_address(at_.host)) resolver_.start(at_.host, at_.port);
         return false;
     }
 
@@ -745,6 +860,10 @@ private:
         const auto now = deadline_clock::now();
         const auto connect_until = std::min(deadline_, now + config_->connect_timeout);
         std::string detail;
+        if (!addresses(connect_until, detail))
+            return failed_open(why, "redis at " + at_.str() + ": " + detail +
+                                        "; give a host name this machine resolves, or the server's IP address "
+                                        "(store_config::nodes)");
         if (!connect_tcp(connect_until, detail)) {
             return failed_open(why, "redis at " + at_.str() + ": cannot connect (" + detail +
                                         "); start redis-server there or fix the address (store_config::nodes)");
@@ -828,6 +947,8 @@ private:
 
     endpoint at_;
     const store_config* config_;
+    std::vector<async_resolver::address> addresses_;  // the node's, once resolved
+    async_resolver resolver_;
     int fd_ = -1;
     SSL* ssl_ = nullptr;
     std::unique_ptr<SSL_CTX, ssl_ctx_deleter> ssl_ctx_;
