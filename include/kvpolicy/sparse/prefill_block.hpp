@@ -12,7 +12,7 @@
 //   softmax     each row's max of the 16 partials; the online softmax
 //               update (running max m, denominator l, rescaled
 //               accumulators); P -> shared; V rows -> shared (K's buffer)  | sync
-//   accumulate  O[ty*4 + r][32 j + 2 tx + e] += P V in registers           | sync
+//   accumulate  O[ty*4 + r][64 j + 4 tx + e] += P V in registers           | sync
 // and finally sums each row's 16 partial denominators and writes o = acc / l
 // and lse = m + log l (natural log; a row without keys: o 0, lse -inf).
 // Dense causal attention walks the tiles [0, 64), [64, 128), ... below i1;
@@ -502,8 +502,9 @@ KVPOLICY_HOST_DEVICE inline void prefill_block_load_values(const prefill_block_c
                                  [&](std::uint32_t r) { return detail::prefill_row_key(c, tile, r); });
 }
 
-/// Phase 4, thread t: acc[r][2 j + e] += sum over the tile's slots of
-/// P[ty*4 + r][slot] * V[slot][32 j + 2 tx + e], slots in order.
+/// Phase 4, thread t: acc[r][4 j + e] += sum over the tile's slots of
+/// P[ty*4 + r][slot] * V[slot][64 j + 4 tx + e], slots in order (float4
+/// reads of V: D is a multiple of 64).
 template <std::uint32_t D>
 KVPOLICY_HOST_DEVICE inline void prefill_block_accumulate(const prefill_key_tile& tile, const prefill_block_shared& sh,
                                                           std::uint32_t t, prefill_block_thread<D>& th) noexcept {
@@ -518,14 +519,14 @@ KVPOLICY_HOST_DEVICE inline void prefill_block_accumulate(const prefill_key_tile
         for (std::uint32_t r = 0; r < prefill_block_tm; ++r) pa[r] = detail::prefill_load4(p + r * p_stride + k, true);
         KVPOLICY_UNROLL
         for (std::uint32_t e = 0; e < 4; ++e) {
-            const float* v = sh.kv + std::size_t{k + e} * stride + 2 * tx;
+            const float* v = sh.kv + std::size_t{k + e} * stride + 4 * tx;
             KVPOLICY_UNROLL
-            for (std::uint32_t j = 0; j < D / 32; ++j) {
-                const float v0 = v[32 * j], v1 = v[32 * j + 1];
+            for (std::uint32_t j = 0; j < D / 64; ++j) {
+                const detail::prefill_f4 x = detail::prefill_load4(v + 64 * j, true);
                 KVPOLICY_UNROLL
                 for (std::uint32_t r = 0; r < prefill_block_tm; ++r) {
-                    th.acc[r][2 * j] += pa[r].v[e] * v0;
-                    th.acc[r][2 * j + 1] += pa[r].v[e] * v1;
+                    KVPOLICY_UNROLL
+                    for (std::uint32_t u = 0; u < 4; ++u) th.acc[r][4 * j + u] += pa[r].v[e] * x.v[u];
                 }
             }
         }
@@ -560,12 +561,11 @@ KVPOLICY_HOST_DEVICE inline void prefill_block_store(const prefill_block_ctx& c,
         const std::size_t out = std::size_t{i} * c.a.num_q_heads + c.h;
         float* o = c.a.o + out * d;
         KVPOLICY_UNROLL
-        for (std::uint32_t j = 0; j < D / 32; ++j) {
-            const std::uint32_t ch = 32 * j + 2 * tx;
-            if (ch < d) {
-                o[ch] = l > 0.0f ? th.acc[r][2 * j] / l : 0.0f;
-                o[ch + 1] = l > 0.0f ? th.acc[r][2 * j + 1] / l : 0.0f;
-            }
+        for (std::uint32_t j = 0; j < D / 64; ++j) {
+            const std::uint32_t ch = 64 * j + 4 * tx;
+            if (ch >= d) continue;  // d is a multiple of 32: all four or none
+            KVPOLICY_UNROLL
+            for (std::uint32_t u = 0; u < 4; ++u) o[ch + u] = l > 0.0f ? th.acc[r][4 * j + u] / l : 0.0f;
         }
         if (tx == 0) c.a.lse[out] = th.m[r] == -INFINITY || !(l > 0.0f) ? -INFINITY : th.m[r] + detail::prefill_log(l);
     }
