@@ -8,6 +8,10 @@
 // - sparse attention over the device's index == the double reference over
 //   the same index; with a budget that keeps everything == dense causal
 //   attention; the dense kernel == the host dense attention;
+// - the tiled kernels over head_dim 32 .. 256, GQA 1 / 4 / 8, prompts below
+//   and not a multiple of a 64-query block, random indices (empty lists,
+//   overlapping columns and diagonals) and unaligned q, k, v == the double
+//   reference;
 // - a NaN in q is reported by wait(); shapes the kernel does not take throw
 //   before anything is enqueued.
 // Exits 77 (CTest: skipped) without a GPU.
@@ -171,6 +175,72 @@ void full_budget_is_dense(std::uint64_t seed, std::uint32_t n, std::uint32_t d) 
     expect_close_arrays(p.lse(), lse_ref, 2e-5);
 }
 
+// Random ascending lists without repeats, `nv` columns and `ns` offsets per head.
+vertical_slash_index random_index(std::mt19937_64& rng, std::uint32_t heads, std::uint32_t n, std::uint32_t nv,
+                                  std::uint32_t ns) {
+    vertical_slash_index x{heads, n, nv, ns, std::vector<std::uint32_t>(std::size_t{heads} * nv),
+                           std::vector<std::uint32_t>(std::size_t{heads} * ns)};
+    std::vector<std::uint32_t> all(n);
+    for (std::uint32_t j = 0; j < n; ++j) all[j] = j;
+    for (std::uint32_t h = 0; h < heads; ++h) {
+        std::shuffle(all.begin(), all.end(), rng);
+        std::sort(all.begin(), all.begin() + nv);
+        std::copy_n(all.begin(), nv, x.verticals.begin() + std::ptrdiff_t{h} * nv);
+        std::shuffle(all.begin(), all.end(), rng);
+        std::sort(all.begin(), all.begin() + ns);
+        std::copy_n(all.begin(), ns, x.slashes.begin() + std::ptrdiff_t{h} * ns);
+    }
+    return x;
+}
+
+// The CTA-tiled kernels over shapes and indices the estimate does not make:
+// head_dim 32 .. 256 (the 64/128/256 templates and the padded ones), GQA 1,
+// 4, 8, prompts below one 64-query block and not a multiple of it, empty
+// lists, overlapping columns and diagonals, and q, k, v at an address that
+// is not 16-byte aligned (`shift` floats in: scalar loads). Dense == the
+// double reference over every offset; sparse == the double reference over
+// the index.
+void tiled_shapes(std::uint64_t seed, std::uint32_t n, std::uint32_t qh, std::uint32_t kvh, std::uint32_t d,
+                  std::uint32_t shift) {
+    std::mt19937_64 rng(seed);
+    device_prompt p(rng, n, qh, kvh, d);
+    const std::size_t q_size = p.q.size(), kv_size = p.k.size();
+    device_buffer<float> raw(q_size + 2 * kv_size + 3 * std::size_t{shift} + 1);
+    float* base = raw.get();
+    const auto put = [&](const std::vector<float>& h, float* at) {
+        KVPOLICY_CUDA_CHECK(cudaMemcpy(at, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
+        return device_span<const float>{at, h.size()};
+    };
+    const device_prefill_qkv_view in{.q = put(p.q, base + shift), .k = put(p.k, base + q_size + 2 * shift),
+                                     .v = put(p.v, base + q_size + kv_size + 3 * shift), .num_tokens = n,
+                                     .num_q_heads = qh, .num_kv_heads = kvh, .head_dim = d, .scale = p.scale()};
+    settle();
+    const std::size_t rows = std::size_t{n} * qh;
+    std::vector<float> o_ref(rows * d), lse_ref(rows);
+
+    vertical_slash_index every{qh, n, 0, n, {}, std::vector<std::uint32_t>(rows)};
+    for (std::uint32_t h = 0; h < qh; ++h)
+        for (std::uint32_t o = 0; o < n; ++o) every.slashes[std::size_t{h} * n + o] = o;
+    vertical_slash_attention_reference(p.host(), every, {.o = o_ref, .lse = lse_ref});
+    prefill_attention_dense(in, p.poisoned_output(), cudaStreamPerThread);
+    KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
+    expect_close_arrays(p.o(), o_ref, 2e-5);
+    expect_close_arrays(p.lse(), lse_ref, 2e-5);
+
+    const std::vector<std::pair<std::uint32_t, std::uint32_t>> sizes = {
+        {0, 0}, {0, std::min(n, 3u)}, {std::min(n, 5u), 0}, {n / 6, n / 9}, {n / 2, n / 2}};
+    for (const auto& [nv, ns] : sizes) {
+        const vertical_slash_index index = random_index(rng, qh, n, nv, ns);
+        device_buffer<std::uint32_t> dv, ds;
+        const device_vertical_slash_index di{upload(index.verticals, dv), upload(index.slashes, ds), nv, ns};
+        vertical_slash_attention_reference(p.host(), index, {.o = o_ref, .lse = lse_ref});
+        prefill_attention_vertical_slash(in, di, p.poisoned_output(), cudaStreamPerThread);
+        KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
+        expect_close_arrays(p.o(), o_ref, 2e-5);
+        expect_close_arrays(p.lse(), lse_ref, 2e-5);
+    }
+}
+
 void bad_input() {
     std::mt19937_64 rng(99);
     device_prompt p(rng, 100, 2, 1, 64);
@@ -220,6 +290,15 @@ int run() {
                                                        .num_recent_diags = 20, .last_q = 32});
         full_budget_is_dense(seed + 20, 257 + static_cast<std::uint32_t>(seed) * 50, seed % 2 == 0 ? 64 : 128);
     }
+    tiled_shapes(31, 1, 1, 1, 32, 0);
+    tiled_shapes(32, 37, 2, 1, 32, 1);
+    tiled_shapes(33, 64, 4, 4, 64, 0);
+    tiled_shapes(34, 300, 4, 1, 64, 3);
+    tiled_shapes(35, 129, 8, 1, 128, 0);
+    tiled_shapes(36, 1000, 8, 2, 128, 0);
+    tiled_shapes(37, 200, 2, 1, 96, 2);
+    tiled_shapes(38, 150, 2, 1, 256, 0);
+    tiled_shapes(39, 90, 2, 2, 224, 1);
     bad_input();
     std::printf("cuda_minference: %d failures\n", failures);
     return failures == 0 ? 0 : 1;
