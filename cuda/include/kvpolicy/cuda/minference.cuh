@@ -14,16 +14,24 @@
 //   kind through select.cuh's `select_lowest` (ties to the lower index, as
 //   on the host), and the kept ids sorted ascending by a mark / exclusive
 //   scan / scatter pass;
-// - attention: one warp per (query, head), walking the query's candidate
-//   keys 32 at a time: each lane scores one candidate, then every lane folds
-//   the tile into its channels' online softmax. Returns (o, lse), so the LSE
-//   merge (merge.cuh) composes with it (chunked prefill).
-// Departures from the paper's kernels: fp32 on CUDA cores, no tensor cores,
-// no block-sparse tiling of the slashes (the paper's Triton kernel loads
-// 64-query blocks and merges the slash blocks); the dense kernel has the same
-// design, so the bench's ratio measures the sparsity, and the bench reports
-// both against the FLOP and byte bounds. head_dim must be a multiple of 32,
-// at most 256.
+// - attention: CTA-tiled FlashAttention-2 on CUDA cores (sparse/prefill_block.hpp
+//   holds the math and the phases; the kernel only maps (head, query block)
+//   to a CTA and synchronises between phases): a CTA of 256 threads owns 64
+//   queries of one head, stages 64-key tiles of K then V in shared memory,
+//   keeps a 4 x 4 score micro-tile and a 4 x head_dim/16 output tile per
+//   thread in registers; dense causal skips the tiles past the diagonal and
+//   masks only the diagonal one; vertical-slash walks the merged union of
+//   the kept diagonals' key intervals of the block as contiguous tiles, then
+//   the kept columns outside it, with exact per-key masks (no rounding to
+//   64-key blocks). Returns (o, lse), so the LSE merge (merge.cuh) composes
+//   with it (chunked prefill). Blocks are launched heaviest first.
+// Departures from the paper's kernels: fp32 on CUDA cores, no tensor cores.
+// head_dim must be a multiple of 32, at most 256 (templates for 64, 128 and
+// 256; other multiples run on the next with zero channels). A device whose
+// opt-in shared memory per block is below a template's need (head_dim 256
+// needs 156 KB) runs the previous design instead: one warp per (query,
+// head), prefill_attention_kernel below, which the bench also times as its
+// baseline.
 //
 // Memory spaces are in the types (core/memory_space.hpp): the entry points
 // take device_prefill_qkv_view / device_prefill_output_view, so host views
@@ -50,6 +58,7 @@
 #include "kvpolicy/sparse/minference.hpp"
 #include "kvpolicy/sparse/minference_estimate.hpp"
 #include "kvpolicy/sparse/prefill_attention.hpp"
+#include "kvpolicy/sparse/prefill_block.hpp"
 #include "kvpolicy/sparse/prefill_tile.hpp"
 
 namespace kvpolicy::cuda {
@@ -132,7 +141,8 @@ struct prefill_index_args {
     std::uint32_t slash_count = 0;
 };
 
-// grid (ceil(n / prefill_warps), heads), one warp per query.
+// The previous design (fallback and the bench's baseline): grid
+// (ceil(n / prefill_warps), heads), one warp per query.
 template <bool Dense>
 __global__ void __launch_bounds__(prefill_warps * 32)
     prefill_attention_kernel(prefill_head_args a, std::uint32_t n, prefill_index_args index) {
@@ -183,6 +193,70 @@ __global__ void __launch_bounds__(prefill_warps * 32)
     if (lane == 0) a.lse[row] = lse;
 }
 
+inline unsigned blocks_for(std::size_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
+
+// CTA-tiled prefill attention: grid (heads, blocks), block y = gridDim.y - 1
+// - blockIdx.y (the longest query blocks start first), prefill_block_threads
+// threads, prefill_block_layout<D>::bytes of dynamic shared memory.
+template <bool Dense, std::uint32_t D>
+__global__ void __launch_bounds__(prefill_block_threads, D == 256 ? 1 : 2)
+    prefill_block_kernel(prefill_head_args a, std::uint32_t n, prefill_index_args index, bool vec) {
+    extern __shared__ float4 prefill_block_smem[];
+    const prefill_block_shared sh = prefill_block_carve<D>(reinterpret_cast<float*>(prefill_block_smem));
+    const std::uint32_t h = blockIdx.x, block = gridDim.y - 1 - blockIdx.y, t = threadIdx.x;
+    prefill_block_thread<D> th;
+    const auto threads = [&](auto&& phase) {
+        phase(t, th);
+        __syncthreads();
+    };
+    if constexpr (Dense) {
+        const prefill_block_ctx c = prefill_block_context(a, n, h, block, vec);
+        prefill_block_attention<D>(c, dense_block_tiles::make(c), sh, threads);
+    } else {
+        const prefill_block_ctx c = prefill_block_context(
+            a, n, h, block, vec, index.verticals + std::size_t{h} * index.vertical_count, index.vertical_count,
+            index.slashes + std::size_t{h} * index.slash_count, index.slash_count);
+        prefill_block_attention<D>(c, vertical_slash_block_tiles::make(c), sh, threads);
+    }
+}
+
+// Launches the tiled kernel for head_dim template D; false (nothing
+// launched) if the device cannot give a block its shared memory.
+template <bool Dense, std::uint32_t D>
+bool launch_prefill_block(const prefill_head_args& a, std::uint32_t n, const prefill_index_args& index,
+                          cudaStream_t stream) {
+    constexpr std::size_t bytes = prefill_block_layout<D>::bytes;
+    int dev = 0, optin = 0;
+    KVPOLICY_CUDA_CHECK(cudaGetDevice(&dev));
+    KVPOLICY_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (bytes > static_cast<std::size_t>(optin)) return false;
+    KVPOLICY_CUDA_CHECK(cudaFuncSetAttribute(prefill_block_kernel<Dense, D>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    const auto address = [](const float* p) { return reinterpret_cast<std::uintptr_t>(p); };
+    const bool vec = ((address(a.q) | address(a.k) | address(a.v)) % 16) == 0;
+    prefill_block_kernel<Dense, D>
+        <<<dim3(a.num_q_heads, prefill_blocks(n)), prefill_block_threads, bytes, stream>>>(a, n, index, vec);
+    KVPOLICY_CUDA_CHECK(cudaGetLastError());
+    return true;
+}
+
+// The tiled kernel for a.head_dim, or the warp-per-query one where the
+// device lacks the shared memory.
+template <bool Dense>
+void launch_prefill(const prefill_head_args& a, std::uint32_t n, const prefill_index_args& index,
+                    cudaStream_t stream) {
+    bool done = false;
+    switch (prefill_block_dim(a.head_dim)) {
+    case 64: done = launch_prefill_block<Dense, 64>(a, n, index, stream); break;
+    case 128: done = launch_prefill_block<Dense, 128>(a, n, index, stream); break;
+    default: done = launch_prefill_block<Dense, 256>(a, n, index, stream); break;
+    }
+    if (done) return;
+    prefill_attention_kernel<Dense>
+        <<<dim3(blocks_for(n, prefill_warps), a.num_q_heads), prefill_warps * 32, 0, stream>>>(a, n, index);
+    KVPOLICY_CUDA_CHECK(cudaGetLastError());
+}
+
 inline void check_device_prefill(const char* who, const device_prefill_qkv_view& in) {
     ::kvpolicy::detail::check_prefill_input(who, in);
     if (in.head_dim % 32 != 0 || in.head_dim > 32 * prefill_max_per_lane)
@@ -197,23 +271,18 @@ inline void check_device_prefill(const char* who, const device_prefill_qkv_view&
             .scale = in.scale};
 }
 
-inline unsigned blocks_for(std::size_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
-
 }  // namespace detail
 
 /// Effects: enqueues dense causal prefill attention (every query i over
 /// keys 0 .. i): o and lse of every row. The baseline of the sparse kernel,
-/// of the same design. Throws: usage_error for a shape that disagrees or a
+/// of the same design (CTA-tiled). Throws: usage_error for a shape that disagrees or a
 /// head_dim the kernel does not take (nothing enqueued); cuda_error.
 inline void prefill_attention_dense(const device_prefill_qkv_view& in, const device_prefill_output_view& out,
                                     cudaStream_t stream) {
     detail::check_device_prefill("prefill_attention_dense", in);
     ::kvpolicy::detail::check_prefill_views("prefill_attention_dense", in, out);
     if (in.num_tokens == 0) return;
-    detail::prefill_attention_kernel<true>
-        <<<dim3(detail::blocks_for(in.num_tokens, detail::prefill_warps), in.num_q_heads), detail::prefill_warps * 32,
-           0, stream>>>(detail::device_head_args(in, out), in.num_tokens, {});
-    KVPOLICY_CUDA_CHECK(cudaGetLastError());
+    detail::launch_prefill<true>(detail::device_head_args(in, out), in.num_tokens, {}, stream);
 }
 
 /// One vertical-slash index on the device: per query head, `vertical_count`
