@@ -1,6 +1,9 @@
 // MInference on the GPU: vertical-slash sparse prefill attention (index
-// estimation + sparse attention) against the dense causal prefill attention
-// kernel of the same design, at 32K and 128K tokens, one layer.
+// estimation + sparse attention) against dense causal prefill attention, both
+// the CTA-tiled kernels of kvpolicy/cuda/minference.cuh, at 32K and 128K
+// tokens, one layer; and, at the smallest length only, the previous design
+// (one warp per (query, head), kept in the header as the fallback) as the
+// baseline of the tiled dense kernel, measured in the same run.
 //
 // Shape: 32 query heads, 8 KV heads (GQA 4), head dim 128, fp32 q/k/v.
 // Rows per prompt length: dense causal attention; MInference with seed 004's
@@ -14,7 +17,10 @@
 // from the hardware is visible next to the ratio. Random inputs have no
 // vertical-slash structure, so accuracy is not the point here (the tests
 // cover it); the kernels' work depends only on the index sizes. Medians of
-// --reps runs (default 3: dense 128K runs for seconds).
+// --reps runs after a warm-up (default 3); without --reps, a row whose first
+// run takes a second or more is timed by that run alone (launch and lazy
+// loading cost microseconds against seconds), which keeps the default run
+// near a minute at 10 TFLOP/s (dense 128K is 141 TFLOP).
 //
 //   minference_bench [--reps N] [--json FILE] [--tokens N[,N...]]   (default 32768,131072)
 #include <kvpolicy/cuda/minference.cuh>
@@ -52,6 +58,33 @@ peaks device_peaks() {
     return {static_cast<double>(sms) * lanes * 2.0 * clock_khz * 1e3, 2.0 * mem_khz * 1e3 * bus_bits / 8.0};
 }
 
+// Median microseconds of `reps` runs after a warm-up; with `long_once`, a
+// first run of a second or more is the measurement.
+template <class F>
+double time_row_us(cudaStream_t stream, int reps, bool long_once, F&& enqueue) {
+    if (long_once) {
+        kvpolicy::cuda::event_handle start(true), stop(true);
+        KVPOLICY_CUDA_CHECK(cudaEventRecord(start.get(), stream));
+        enqueue();
+        KVPOLICY_CUDA_CHECK(cudaEventRecord(stop.get(), stream));
+        KVPOLICY_CUDA_CHECK(cudaEventSynchronize(stop.get()));
+        float ms = 0.0f;
+        KVPOLICY_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+        if (ms >= 1000.0f) return 1000.0 * ms;
+    }
+    return bench::time_gpu_us(stream, reps, enqueue);
+}
+
+// The previous dense kernel: one warp per (query, head).
+void dense_warp_per_query(const device_prefill_qkv_view& in, const device_prefill_output_view& out,
+                          cudaStream_t stream) {
+    namespace kd = kvpolicy::cuda::detail;
+    kd::prefill_attention_kernel<true>
+        <<<dim3(kd::blocks_for(in.num_tokens, kd::prefill_warps), in.num_q_heads), kd::prefill_warps * 32, 0,
+           stream>>>(kd::device_head_args(in, out), in.num_tokens, {});
+    KVPOLICY_CUDA_CHECK(cudaGetLastError());
+}
+
 // Keys scored per query-head, summed: dense i + 1; sparse the candidates of
 // vertical_slash_keys (columns <= i plus offsets <= i).
 double scored_keys_dense(std::uint32_t n, std::uint32_t heads) {
@@ -78,6 +111,8 @@ int run(int argc, char** argv) {
     try {
         constexpr std::uint32_t q_heads = 32, kv_heads = 8, d = 128;
         const int reps = opt.reps > 0 ? opt.reps : 3;
+        const bool long_once = opt.reps <= 0;
+        const std::uint32_t smallest = *std::min_element(lengths.begin(), lengths.end());
         const peaks peak = device_peaks();
         cudaStream_t stream = cudaStreamPerThread;
         bench::json_rows json;
@@ -116,22 +151,29 @@ int run(int argc, char** argv) {
             };
 
             const double dense_us =
-                bench::time_gpu_us(stream, reps, [&] { prefill_attention_dense(in, out, stream); });
+                time_row_us(stream, reps, long_once, [&] { prefill_attention_dense(in, out, stream); });
             row("dense causal", dense_us, scored_keys_dense(n, q_heads), dense_us);
+            if (n == smallest) {
+                const double warp_us =
+                    time_row_us(stream, reps, long_once, [&] { dense_warp_per_query(in, out, stream); });
+                row("dense, warp per query", warp_us, scored_keys_dense(n, q_heads), dense_us);
+                std::printf("%-8u tiled dense kernel over the warp-per-query one (same run): %.1fx faster\n", n,
+                            warp_us / dense_us);
+            }
 
             const minference_config budget{};  // seed 004: adaptive_budget 0.3
             const minference_config fixed{.adaptive_budget = std::nullopt};  // 1000 columns, 6096 diagonals
             for (const auto& [label, cfg] : {std::pair{std::string("budget 0.3"), budget},
                                              std::pair{std::string("fixed 1000/6096"), fixed}}) {
                 device_minference dm(cfg, stream);
-                const double est_us = bench::time_gpu_us(stream, reps, [&] { dm.estimate(in); });
+                const double est_us = time_row_us(stream, reps, long_once, [&] { dm.estimate(in); });
                 dm.wait();
                 const vertical_slash_index index = dm.copy_index(n);
                 const double keys = scored_keys_sparse(index);
-                const double attn_us = bench::time_gpu_us(
-                    stream, reps, [&] { prefill_attention_vertical_slash(in, dm.index(), out, stream); });
-                const double total_us = bench::time_gpu_us(
-                    stream, reps, [&] { dm.sparse_prefill_attention(in, layer_index{0}, out); });
+                const double attn_us = time_row_us(
+                    stream, reps, long_once, [&] { prefill_attention_vertical_slash(in, dm.index(), out, stream); });
+                const double total_us = time_row_us(
+                    stream, reps, long_once, [&] { dm.sparse_prefill_attention(in, layer_index{0}, out); });
                 dm.wait();
                 row(label + ": estimate", est_us, 0.0, dense_us);
                 row(label + ": attention", attn_us, keys, dense_us);
