@@ -5,7 +5,7 @@
 // The method, its parameters and its departures from the paper are the host
 // selector's (sparse/minference.hpp; Jiang et al., "MInference 1.0",
 // NeurIPS 2024). The per-thread math is shared with the host
-// (sparse/minference_estimate.hpp, sparse/prefill_tile.hpp, tested on the
+// (sparse/minference_estimate.hpp, sparse/prefill_block.hpp, tested on the
 // CPU thread by thread); the kernels here only map indices:
 // - estimation: logits of the last last_q queries against every key (one
 //   thread per (head, row, key)), each row's log-sum-exp (one block per row,
@@ -310,11 +310,10 @@ inline void prefill_attention_vertical_slash(const device_prefill_qkv_view& in,
                           std::to_string(index.slashes.size()) + " offsets; give [num_q_heads][vertical_count] and "
                           "[num_q_heads][slash_count]");
     if (in.num_tokens == 0) return;
-    detail::prefill_attention_kernel<false>
-        <<<dim3(detail::blocks_for(in.num_tokens, detail::prefill_warps), in.num_q_heads), detail::prefill_warps * 32,
-           0, stream>>>(detail::device_head_args(in, out), in.num_tokens,
-                        {index.verticals.data(), index.slashes.data(), index.vertical_count, index.slash_count});
-    KVPOLICY_CUDA_CHECK(cudaGetLastError());
+    detail::launch_prefill<false>(detail::device_head_args(in, out), in.num_tokens,
+                                  {index.verticals.data(), index.slashes.data(), index.vertical_count,
+                                   index.slash_count},
+                                  stream);
 }
 
 /// MInference as a device sparse selector: the host `minference`'s contract
