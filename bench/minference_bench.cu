@@ -1,9 +1,10 @@
 // MInference on the GPU: vertical-slash sparse prefill attention (index
 // estimation + sparse attention) against dense causal prefill attention, both
-// the CTA-tiled kernels of kvpolicy/cuda/minference.cuh, at 32K and 128K
-// tokens, one layer; and, at the smallest length only, the previous design
-// (one warp per (query, head), kept in the header as the fallback) as the
-// baseline of the tiled dense kernel, measured in the same run.
+// the CTA-tiled kernels of kvpolicy/cuda/minference.cuh, at 32K and 64K
+// tokens by default (--tokens 131072 for 128K), one layer; and, at the
+// smallest length only, the previous design (one warp per (query, head),
+// kept in the header as the fallback) as the baseline of the tiled dense
+// kernel, measured in the same run.
 //
 // Shape: 32 query heads, 8 KV heads (GQA 4), head dim 128, fp32 q/k/v.
 // Rows per prompt length: dense causal attention; MInference with seed 004's
@@ -16,13 +17,17 @@
 // written once, at the memory bandwidth) allow, so the kernels' distance
 // from the hardware is visible next to the ratio. Random inputs have no
 // vertical-slash structure, so accuracy is not the point here (the tests
-// cover it); the kernels' work depends only on the index sizes. Medians of
-// --reps runs after a warm-up (default 3); without --reps, a row whose first
-// run takes a second or more is timed by that run alone (launch and lazy
-// loading cost microseconds against seconds), which keeps the default run
-// near a minute at 10 TFLOP/s (dense 128K is 141 TFLOP).
+// cover it); the kernels' work depends only on the index sizes (and on how
+// the kept diagonals spread: random inputs spread them evenly, so their key
+// intervals cover nearly every key of each query block and the tiled sparse
+// kernel does close to dense tile work). Medians of --reps runs after a
+// warm-up (default 3); without --reps, a row whose first run takes a second
+// or more is timed by that run alone (launch and lazy loading cost
+// microseconds against seconds). Default lengths 32K and 64K: at 10 TFLOP/s
+// the default run takes about 50 s (the warp-per-query baseline at 32K about
+// 9 s of it); 128K rows are 1.4e14 FLOP each, 14 s per dense run.
 //
-//   minference_bench [--reps N] [--json FILE] [--tokens N[,N...]]   (default 32768,131072)
+//   minference_bench [--reps N] [--json FILE] [--tokens N[,N...]]   (default 32768,65536)
 #include <kvpolicy/cuda/minference.cuh>
 
 #include <algorithm>
@@ -106,7 +111,7 @@ double scored_keys_sparse(const vertical_slash_index& x) {
 int run(int argc, char** argv) {
     const bench::options opt = bench::parse(argc, argv, /*takes_tokens=*/true);
     const std::vector<std::uint32_t> lengths =
-        opt.tokens.empty() ? std::vector<std::uint32_t>{32768u, 131072u} : opt.tokens;
+        opt.tokens.empty() ? std::vector<std::uint32_t>{32768u, 65536u} : opt.tokens;
     if (int rc = bench::skip_without_gpu("minference_bench")) return rc;
     try {
         constexpr std::uint32_t q_heads = 32, kv_heads = 8, d = 128;
