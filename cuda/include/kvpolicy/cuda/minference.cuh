@@ -195,15 +195,15 @@ __global__ void __launch_bounds__(prefill_warps * 32)
 
 inline unsigned blocks_for(std::size_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
-// CTA-tiled prefill attention: grid (heads, blocks), block y = gridDim.y - 1
-// - blockIdx.y (the longest query blocks start first), prefill_block_threads
+// CTA-tiled prefill attention: grid (blocks, heads), block x = gridDim.x - 1
+// - blockIdx.x (each head's longest query blocks start first), prefill_block_threads
 // threads, prefill_block_layout<D>::bytes of dynamic shared memory.
 template <bool Dense, std::uint32_t D>
 __global__ void __launch_bounds__(prefill_block_threads, D == 256 ? 1 : 2)
     prefill_block_kernel(prefill_head_args a, std::uint32_t n, prefill_index_args index, bool vec) {
     extern __shared__ float4 prefill_block_smem[];
     const prefill_block_shared sh = prefill_block_carve<D>(reinterpret_cast<float*>(prefill_block_smem));
-    const std::uint32_t h = blockIdx.x, block = gridDim.y - 1 - blockIdx.y, t = threadIdx.x;
+    const std::uint32_t h = blockIdx.y, block = gridDim.x - 1 - blockIdx.x, t = threadIdx.x;
     prefill_block_thread<D> th;
     const auto threads = [&](auto&& phase) {
         phase(t, th);
@@ -235,7 +235,7 @@ bool launch_prefill_block(const prefill_head_args& a, std::uint32_t n, const pre
     const auto address = [](const float* p) { return reinterpret_cast<std::uintptr_t>(p); };
     const bool vec = ((address(a.q) | address(a.k) | address(a.v)) % 16) == 0;
     prefill_block_kernel<Dense, D>
-        <<<dim3(a.num_q_heads, prefill_blocks(n)), prefill_block_threads, bytes, stream>>>(a, n, index, vec);
+        <<<dim3(prefill_blocks(n), a.num_q_heads), prefill_block_threads, bytes, stream>>>(a, n, index, vec);
     KVPOLICY_CUDA_CHECK(cudaGetLastError());
     return true;
 }
