@@ -62,7 +62,11 @@ ctest --test-dir build -j "$jobs" --output-on-failure
 venv=build/python-venv
 rm -rf "$venv"
 python3 -m venv "$venv"
-"$venv/bin/pip" install -q --config-settings=cmake.define.KVPOLICY_PYTHON_WARNINGS_AS_ERRORS=ON . pytest numpy \
+# KVPOLICY_REDIS=ON: the package's remote tier (TieredCache(remote=...),
+# python/tests/test_remote.py against real redis-server processes) must be
+# built here, linking hiredis and OpenSSL as install-deps.sh installed them.
+"$venv/bin/pip" install -q --config-settings=cmake.define.KVPOLICY_PYTHON_WARNINGS_AS_ERRORS=ON \
+    --config-settings=cmake.define.KVPOLICY_REDIS=ON . pytest numpy \
     msgspec prometheus_client typing_extensions  # vLLM's offloading modules import these (python/tests/peers)
 KVPOLICY_SIM=build/tools/kvpolicy-sim "$venv/bin/python" -m pytest -q -p no:cacheprovider python/tests
 # The docs site (docs/, MkDocs Material; scripts/docs.sh): tests/docs checks

@@ -8,7 +8,8 @@ double release, a malformed hash chain), ``CapacityError`` (a
 ``RuntimeError``: more blocks than are free or evictable) and ``ParseError``.
 
 ``kvpolicy.vllm.OffloadingManager`` is a drop-in for vLLM V1's
-scheduler-side OffloadingManager.
+scheduler-side OffloadingManager. ``TieredCache(..., remote={...})`` adds
+the remote tier (Redis) where the package was built with it (``HAS_REDIS``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from ._kvpolicy import (
+    HAS_REDIS,
     CapacityError,
     ConfigError,
     NEVER,
@@ -28,12 +30,15 @@ from ._kvpolicy import (
     UsageError,
     VictimBatchSelector,
     _simulate_json,
+    block_digests,
+    digest_handles,
     policies,
     policy_options,
     select_victims,
 )
 
 __all__ = [
+    "HAS_REDIS",
     "CapacityError",
     "ConfigError",
     "Error",
@@ -44,6 +49,8 @@ __all__ = [
     "UnknownNameError",
     "UsageError",
     "VictimBatchSelector",
+    "block_digests",
+    "digest_handles",
     "policies",
     "policy_options",
     "select_victims",

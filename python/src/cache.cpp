@@ -8,9 +8,25 @@
 // `tiered_cache<dyn_policy, dyn_policy>` and its thread-safe twin. The
 // cache's own work (lookup, allocation, sheltering, the plan) stays
 // statically compiled; bench/python measures the whole path per block.
+//
+// The remote tier (remote={...}, where the package was built with Redis
+// support: KVPOLICY_PYTHON_REDIS) composes what a C++ engine composes
+// (tests/redis/): a redis::store from the dict, two host arenas (the GPU and
+// CPU tiers' bytes, NumPy views gpu_arena/cpu_arena) and a redis::engine over
+// them; admit_through asks the store past the local prefix (remote_tier.hpp)
+// and run_plan runs a step's copies through the engine and reports them.
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <climits>
+#include <cstring>
 #include <mutex>
 
+#include <kvpolicy/cache/block_hasher.hpp>
 #include <kvpolicy/cache/tiered_cache.hpp>
+#ifdef KVPOLICY_PYTHON_REDIS
+#include <kvpolicy/redis.hpp>
+#endif
 
 #include "bindings.hpp"
 #include "dyn_policy.hpp"
@@ -118,6 +134,13 @@ struct any_cache {
     virtual bool in_step() const = 0;
     virtual void set_time(timestamp) = 0;
     virtual timestamp time() = 0;
+    virtual bool gpu_room_for(std::span<const block_hash>) const = 0;
+#ifdef KVPOLICY_PYTHON_REDIS
+    virtual remote_admission admit_through(redis::store&, session_id, std::span<const block_hash>) = 0;
+    virtual remote_admission admit_through(redis::store&, remote_identities&, session_id,
+                                           std::span<const block_digest>) = 0;
+    virtual std::size_t forget_identities(remote_identities&) = 0;
+#endif
 };
 
 template <class Traits>
@@ -148,14 +171,233 @@ struct cache_model final : any_cache {
     bool in_step() const override { return c.in_step(); }
     void set_time(timestamp t) override { c.clock().set(t); }
     timestamp time() override { return c.clock().now(); }
+    bool gpu_room_for(std::span<const block_hash> h) const override { return c.gpu_room_for(h); }
+#ifdef KVPOLICY_PYTHON_REDIS
+    remote_admission admit_through(redis::store& s, session_id id, std::span<const block_hash> h) override {
+        return kvpolicy::admit_through(c, s, id, h);
+    }
+    remote_admission admit_through(redis::store& s, remote_identities& ids, session_id id,
+                                   std::span<const block_digest> d) override {
+        return kvpolicy::admit_through(c, s, ids, id, d);
+    }
+    std::size_t forget_identities(remote_identities& ids) override { return kvpolicy::forget_identities(c, ids); }
+#endif
 };
+
+// str(h) for messages.
+std::string py_type_name(nb::handle h) { return nb::cast<std::string>(h.type().attr("__name__")); }
+
+// Digests from a 2-D (n, 32) uint8 array or a sequence of 32-byte bytes objects (vLLM's BlockHash).
+std::vector<block_digest> digests_of(nb::handle obj, const char* what) {
+    std::vector<block_digest> out;
+    using digest_array = nb::ndarray<const std::uint8_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+    if (digest_array a; nb::try_cast(obj, a, false)) {
+        if (a.shape(1) != 32)
+            throw usage_error(std::string(what) + ": a digest array must be (n, 32) uint8, got (" +
+                              std::to_string(a.shape(0)) + ", " + std::to_string(a.shape(1)) + ")");
+        out.resize(a.shape(0));
+        if (!out.empty()) std::memcpy(out.data(), a.data(), out.size() * 32);
+        return out;
+    }
+    if (nb::isinstance<nb::bytes>(obj) || nb::isinstance<nb::str>(obj) || !PySequence_Check(obj.ptr()))
+        throw usage_error(std::string(what) + ": this remote tier names blocks by 32-byte digests (remote "
+                          "identity='digest'); give a sequence of 32-byte bytes (vLLM's block hashes, "
+                          "kvpolicy.block_digests) or an (n, 32) uint8 array, got " + py_type_name(obj));
+    std::size_t i = 0;
+    for (nb::handle v : obj) {
+        const bool is_bytes = nb::isinstance<nb::bytes>(v);
+        if (!is_bytes || nb::len(v) != 32)
+            throw usage_error(std::string(what) + "[" + std::to_string(i) + "]: expected 32 bytes (a block digest), got " +
+                              (is_bytes ? std::to_string(nb::len(v)) + " bytes" : py_type_name(v)) +
+                              (nb::isinstance<nb::int_>(v) ? "; a 64-bit hash needs remote identity='hash64'" : ""));
+        block_digest d{};
+        std::memcpy(d.data(), nb::borrow<nb::bytes>(v).c_str(), 32);
+        out.push_back(d);
+        ++i;
+    }
+    return out;
+}
+
+#ifdef KVPOLICY_PYTHON_REDIS
+// The remote tier's parts, made from TieredCache's remote={...}.
+struct remote_parts {
+    std::shared_ptr<remote_identities> ids;  // set: blocks are named by 32-byte digests
+    std::unique_ptr<redis::store> store;
+    std::unique_ptr<block_arena> gpu, cpu;
+    std::unique_ptr<redis::engine> engine;
+    std::mutex mutex;  // the store and the engine serve one call at a time
+};
+
+// remote={...}'s fields, each read once; an unknown one is refused.
+class remote_fields {
+public:
+    explicit remote_fields(const nb::dict& d) : d_(d) {
+        for (auto [k, v] : d) {
+            if (!nb::isinstance<nb::str>(k))
+                throw config_error("TieredCache remote: the keys are field names (str), got " + py_type_name(k));
+            const std::string name = nb::cast<std::string>(k);
+            if (std::find(std::begin(known), std::end(known), name) == std::end(known)) {
+                std::string all;
+                for (const char* f : known) all += std::string(all.empty() ? "" : ", ") + f;
+                throw config_error("TieredCache remote: unknown field '" + name + "'; the fields are: " + all);
+            }
+        }
+    }
+    [[nodiscard]] bool has(const char* f) const { return d_.contains(f) && !d_[f].is_none(); }
+    std::string str(const char* f, std::string fallback) const {
+        if (!has(f)) return fallback;
+        nb::handle v = d_[f];
+        if (!nb::isinstance<nb::str>(v))
+            throw config_error(std::string("TieredCache remote['") + f + "']: expected a str, got " + py_type_name(v));
+        return nb::cast<std::string>(v);
+    }
+    bool flag(const char* f, bool fallback) const {
+        if (!has(f)) return fallback;
+        nb::handle v = d_[f];
+        if (!nb::isinstance<nb::bool_>(v))
+            throw config_error(std::string("TieredCache remote['") + f + "']: expected True or False, got " + py_type_name(v));
+        return nb::cast<bool>(v);
+    }
+    // An integer in [lo, hi]: C++'s own checks (validate) say what is wrong with one in range.
+    long long integer(const char* f, long long fallback, long long lo, long long hi) const {
+        if (!has(f)) return fallback;
+        return integer_of(d_[f], std::string("TieredCache remote['") + f + "']", lo, hi);
+    }
+    static long long integer_of(nb::handle v, const std::string& what, long long lo, long long hi) {
+        if (!nb::isinstance<nb::int_>(v) || nb::isinstance<nb::bool_>(v))
+            throw config_error(what + ": expected an int, got " + py_type_name(v));
+        const nb::int_ lo_(lo), hi_(hi);
+        if (PyObject_RichCompareBool(v.ptr(), lo_.ptr(), Py_LT) == 1 || PyObject_RichCompareBool(v.ptr(), hi_.ptr(), Py_GT) == 1)
+            throw config_error(what + " is " + nb::cast<std::string>(nb::str(v)) + "; give " + std::to_string(lo) + " to " +
+                               std::to_string(hi));
+        return nb::cast<long long>(v);
+    }
+    std::string bytes(const char* f) const {
+        if (!has(f)) return {};
+        nb::handle v = d_[f];
+        if (nb::isinstance<nb::bytes>(v)) {
+            const nb::bytes b = nb::borrow<nb::bytes>(v);
+            return std::string(b.c_str(), b.size());
+        }
+        if (nb::isinstance<nb::str>(v)) return nb::cast<std::string>(v);
+        throw config_error(std::string("TieredCache remote['") + f + "']: expected bytes (or a str), got " + py_type_name(v));
+    }
+    [[nodiscard]] nb::handle get(const char* f) const { return d_[f]; }
+
+    static constexpr const char* known[] = {
+        "host", "port", "nodes", "cluster", "user", "password", "tls", "tls_ca_file", "tls_cert_file", "tls_key_file",
+        "tls_server_name", "connect_timeout_ms", "io_timeout_ms", "max_in_flight_bytes", "required_memory_bytes",
+        "model", "dtype", "layout_version", "tp_rank", "tp_size", "pp_rank", "pp_size", "tenant", "mac_secret", "mac",
+        "identity"};
+
+private:
+    const nb::dict& d_;
+};
+
+// "host:port", or (host, port).
+redis::endpoint endpoint_of(nb::handle v, std::size_t i) {
+    const std::string what = "TieredCache remote['nodes'][" + std::to_string(i) + "]";
+    if (nb::isinstance<nb::str>(v)) {
+        const std::string text = nb::cast<std::string>(v);
+        const auto colon = text.rfind(':');
+        if (colon == std::string::npos)
+            throw config_error(what + " is \"" + text + "\"; give \"host:port\" (e.g. \"10.0.0.5:6379\") or (host, port)");
+        std::string host = text.substr(0, colon);
+        if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);  // [::1]:6379
+        int port = 0;
+        const char* end = text.data() + text.size();
+        const auto r = std::from_chars(text.data() + colon + 1, end, port);
+        if (r.ec != std::errc() || r.ptr != end || colon + 1 == text.size())
+            throw config_error(what + " is \"" + text + "\": the port is not a number; give \"host:port\"");
+        return {host, port};
+    }
+    if (nb::isinstance<nb::tuple>(v) && nb::len(v) == 2 && nb::isinstance<nb::str>(v[0]))
+        return {nb::cast<std::string>(v[0]), static_cast<int>(remote_fields::integer_of(v[1], what + "'s port", INT_MIN, INT_MAX))};
+    throw config_error(what + ": expected \"host:port\" or a (host, port) tuple, got " + py_type_name(v));
+}
+
+// TieredCache's remote={...} as a store_config: the fields the user gives,
+// the cache's block size and item bytes, the checks C++ makes (validate,
+// remote_namespace::validate) when the store is built.
+redis::store_config store_config_from(const remote_fields& f, std::uint32_t block_size, std::size_t item_bytes,
+                                      bool& digests) {
+    redis::store_config c;
+    if (f.has("nodes")) {
+        if (f.has("host") || f.has("port"))
+            throw config_error("TieredCache remote: 'nodes' and 'host'/'port' both given; give one server as host and "
+                               "port, or a cluster's seeds (or one server) as nodes");
+        nb::handle list = f.get("nodes");
+        if (!nb::isinstance<nb::list>(list) && !nb::isinstance<nb::tuple>(list))
+            throw config_error("TieredCache remote['nodes']: expected a list of \"host:port\" or (host, port), got " +
+                               py_type_name(list));
+        c.nodes.clear();
+        std::size_t i = 0;
+        for (nb::handle v : list) c.nodes.push_back(endpoint_of(v, i++));
+    } else {
+        c.nodes = {{f.str("host", "127.0.0.1"),
+                    static_cast<int>(f.integer("port", 6379, INT_MIN, INT_MAX))}};
+    }
+    c.cluster = f.flag("cluster", false);
+    c.user = f.str("user", "");
+    c.password = f.str("password", "");
+    c.tls.enabled = f.flag("tls", false);
+    c.tls.ca_file = f.str("tls_ca_file", "");
+    c.tls.cert_file = f.str("tls_cert_file", "");
+    c.tls.key_file = f.str("tls_key_file", "");
+    c.tls.server_name = f.str("tls_server_name", "");
+    if (!c.tls.enabled)
+        for (const char* t : {"tls_ca_file", "tls_cert_file", "tls_key_file", "tls_server_name"})
+            if (f.has(t))
+                throw config_error(std::string("TieredCache remote['") + t +
+                                   "'] is set but 'tls' is not True; set 'tls': True to connect over TLS");
+    constexpr long long max_ms = 24LL * 3600 * 1000;
+    c.connect_timeout = std::chrono::milliseconds(f.integer("connect_timeout_ms", 500, LLONG_MIN, max_ms));
+    c.io_timeout = std::chrono::milliseconds(f.integer("io_timeout_ms", 1000, LLONG_MIN, max_ms));
+    c.max_in_flight_bytes = static_cast<std::size_t>(f.integer("max_in_flight_bytes", 64LL << 20, 1, LLONG_MAX));
+    c.required_memory_bytes = static_cast<std::size_t>(f.integer("required_memory_bytes", 0, 0, LLONG_MAX));
+    c.ns.model = f.str("model", "model");
+    c.ns.dtype = f.str("dtype", "default");
+    c.ns.layout_version = static_cast<std::uint32_t>(f.integer("layout_version", 1, 0, UINT32_MAX));
+    c.ns.tp_rank = static_cast<std::uint32_t>(f.integer("tp_rank", 0, 0, UINT32_MAX));
+    c.ns.tp_size = static_cast<std::uint32_t>(f.integer("tp_size", 1, 0, UINT32_MAX));
+    c.ns.pp_rank = static_cast<std::uint32_t>(f.integer("pp_rank", 0, 0, UINT32_MAX));
+    c.ns.pp_size = static_cast<std::uint32_t>(f.integer("pp_size", 1, 0, UINT32_MAX));
+    c.ns.tenant = f.str("tenant", "");
+    c.ns.block_size = block_size;
+    if (item_bytes == 0 || item_bytes > UINT32_MAX)
+        throw config_error("TieredCache: a remote tier needs item_bytes, the bytes of one item (a block, or one layer "
+                           "of it with per_layer=True), from 1 to " + std::to_string(UINT32_MAX) + "; got " +
+                           std::to_string(item_bytes));
+    c.ns.item_bytes = static_cast<std::uint32_t>(item_bytes);
+    const std::string identity = f.str("identity", "digest");
+    if (identity != "digest" && identity != "hash64")
+        throw config_error("TieredCache remote['identity'] is '" + identity +
+                           "'; give 'digest' (blocks named by 32-byte digests, collision resistant: the default) or "
+                           "'hash64' (the cache's 64-bit chain hashes)");
+    digests = identity == "digest";
+    if (digests) c.ns.identities = std::make_shared<remote_identities>();
+    const std::string secret = f.bytes("mac_secret");
+    const std::string mac = f.str("mac", "poly1305");
+    if (mac != "poly1305" && mac != "hmac-sha256")
+        throw config_error("TieredCache remote['mac'] is '" + mac + "'; give 'poly1305' (the fast one) or 'hmac-sha256'");
+    if (f.has("mac") && !f.has("mac_secret"))
+        throw config_error("TieredCache remote['mac'] is set but remote['mac_secret'] is not; give the deployment's "
+                           "secret (at least 16 random bytes, the same on every instance that shares the store)");
+    if (f.has("mac_secret")) {
+        if (mac == "poly1305") c.ns.mac = std::make_shared<redis::poly1305_mac>(std::string_view(secret));
+        else c.ns.mac = std::make_shared<redis::hmac_sha256>(std::string_view(secret));
+    }
+    return c;
+}
+
+#endif
 
 class cache_handle {
 public:
     cache_handle(std::size_t gpu_blocks, std::size_t cpu_blocks, const std::string& gpu_policy,
                  const std::string& cpu_policy, bool inclusive, std::uint32_t block_size, std::uint32_t num_layers,
                  bool per_layer, bool verify_chain, bool thread_safe, std::size_t item_bytes,
-                 const nb::dict& gpu_options, const nb::dict& cpu_options)
+                 const nb::dict& gpu_options, const nb::dict& cpu_options, std::optional<nb::dict> remote)
         : thread_safe_(thread_safe) {
         const cache_config cfg{.gpu_capacity = gpu_blocks,
                                .cpu_capacity = cpu_blocks,
@@ -164,11 +406,44 @@ public:
                                .items = per_layer ? granularity::per_layer : granularity::whole_block,
                                .item_bytes = item_bytes,
                                .inclusive = inclusive,
-                               .verify_chain = verify_chain};
+                               .verify_chain = verify_chain,
+                               .remote = remote.has_value()};
         const dyn_policy::config_type g{gpu_policy, options_from(gpu_options, gpu_policy.c_str())};
         const dyn_policy::config_type c{cpu_policy, options_from(cpu_options, cpu_policy.c_str())};
+#ifdef KVPOLICY_PYTHON_REDIS
+        // The store's configuration is checked before the cache is made and
+        // before anything connects; the store connects last.
+        std::unique_ptr<remote_parts> parts;
+        redis::store_config store_cfg;
+        if (remote) {
+            parts = std::make_unique<remote_parts>();
+            bool digests = true;
+            store_cfg = store_config_from(remote_fields(*remote), block_size, item_bytes, digests);
+            store_cfg.ns.validate();
+            redis::validate(store_cfg);
+            parts->ids = store_cfg.ns.identities;
+        }
+#else
+        if (remote)
+            throw config_error("TieredCache: remote=... needs the Redis remote tier, but this kvpolicy package was built "
+                               "without Redis support (hiredis or OpenSSL was not found when it was built); install "
+                               "libhiredis-dev and libssl-dev (scripts/install-deps.sh) and reinstall kvpolicy, or "
+                               "leave remote=None");
+#endif
         if (thread_safe) impl_ = std::make_unique<cache_model<thread_safe_traits>>(cfg, g, c);
         else impl_ = std::make_unique<cache_model<default_cache_traits>>(cfg, g, c);
+#ifdef KVPOLICY_PYTHON_REDIS
+        if (parts) {
+            parts->gpu = std::make_unique<block_arena>(gpu_blocks, item_bytes);
+            parts->cpu = std::make_unique<block_arena>(cpu_blocks, item_bytes);
+            {
+                nb::gil_scoped_release release;  // connecting waits up to connect_timeout + io_timeout
+                parts->store = std::make_unique<redis::store>(std::move(store_cfg));
+            }
+            parts->engine = std::make_unique<redis::engine>(*parts->gpu, *parts->cpu, *parts->store);
+            remote_ = std::move(parts);
+        }
+#endif
         gpu_policy_ = gpu_policy;
         cpu_policy_ = cpu_policy;
     }
@@ -251,7 +526,10 @@ public:
                 std::scoped_lock lock(plan_mutex_);
                 plan = last_plan_;
             }
-            return impl_->complete_transfers(plan, {reinterpret_cast<const transfer_status*>(st.data()), st.size()});
+            transfer_report rep =
+                impl_->complete_transfers(plan, {reinterpret_cast<const transfer_status*>(st.data()), st.size()});
+            reported_step_ = plan.step;
+            return rep;
         });
         nb::dict d;
         d["failed"] = r.failed;
@@ -266,6 +544,145 @@ public:
         d["recompute_sessions"] = to_numpy(std::move(rs));
         return d;
     }
+
+    [[nodiscard]] bool has_remote() const {
+#ifdef KVPOLICY_PYTHON_REDIS
+        return remote_ != nullptr;
+#else
+        return false;
+#endif
+    }
+
+#ifdef KVPOLICY_PYTHON_REDIS
+    remote_parts& remote_or_throw(const char* call) const {
+        if (!remote_)
+            throw usage_error(std::string("TieredCache.") + call + ": this cache has no remote tier; construct it with "
+                              "remote={...} (the store's address and namespace)");
+        return *remote_;
+    }
+
+    /// admit with the store asked past the local prefix (kvpolicy::admit_through).
+    nb::dict admit_through(std::uint64_t session, nb::handle blocks, std::optional<timestamp> now) {
+        remote_parts& r = remote_or_throw("admit_through");
+        nb::object keep;
+        std::vector<block_digest> digests;
+        std::span<const std::uint64_t> hashes;
+        if (r.ids) digests = digests_of(blocks, "admit_through: blocks");
+        else hashes = as_span<std::uint64_t>(blocks, "admit_through: blocks (64-bit hashes: remote identity='hash64')", keep);
+        std::vector<std::uint64_t> handles(digests.size());
+        for (std::size_t i = 0; i < digests.size(); ++i) handles[i] = digest_handle(digests[i]);
+        const std::span<const std::uint64_t> h = r.ids ? std::span<const std::uint64_t>(handles) : hashes;
+        const bool own_step = !impl_->in_step();
+        if (now) impl_->set_time(*now);
+        remote_admission a;
+        std::vector<block_id> held;
+        unlocked([&] {  // the store answers within io_timeout; other threads run meanwhile if thread_safe
+            std::scoped_lock lock(r.mutex);
+            if (own_step) impl_->begin_step();
+            try {
+                if (r.ids) a = impl_->admit_through(*r.store, *r.ids, session_id{session}, digests);
+                else a = impl_->admit_through(*r.store, session_id{session}, hashes);
+            } catch (...) {
+                if (own_step) remember(impl_->end_step());
+                throw;
+            }
+            held = impl_->held_by(session_id{session});
+        });
+        nb::dict d = own_step ? end_step() : nb::dict();
+        d["hit_blocks"] = a.local.match.run;
+        d["gpu_hits"] = a.local.match.gpu_blocks;
+        d["cpu_hits"] = a.local.match.cpu_blocks;
+        d["remote_blocks"] = a.remote_blocks;
+        d["computed_blocks"] = a.local.computed_blocks;
+        d["gpu_evictions"] = a.local.gpu_evictions;
+        std::vector<std::uint32_t> b(held.size());
+        for (std::size_t i = 0; i < held.size(); ++i) b[i] = held[i].value;
+        d["blocks"] = to_numpy(std::move(b));
+        d["hashes"] = to_numpy(std::vector<std::uint64_t>(h.begin(), h.end()));
+        return d;
+    }
+
+    /// Runs the last plan through the engine and reports it (complete_transfers).
+    nb::dict run_plan() {
+        remote_parts& r = remote_or_throw("run_plan");
+        swap_plan plan;
+        std::vector<transfer_status> status;
+        transfer_report rep;
+        unlocked([&] {
+            std::scoped_lock lock(r.mutex);
+            {
+                std::scoped_lock plan_lock(plan_mutex_);
+                plan = last_plan_;
+            }
+            if (impl_->in_step())
+                throw usage_error("TieredCache.run_plan: a step is open; call end_step() first (run_plan runs its plan)");
+            if (plan.step == 0 || plan.step == reported_step_)
+                throw usage_error("TieredCache.run_plan: " +
+                                  (plan.step == 0 ? std::string("no step has ended yet")
+                                                  : "the last plan (step " + std::to_string(plan.step) + ") was already run or reported") +
+                                  "; run one step (begin_step, admit_through, end_step, or admit_through outside a step), "
+                                  "then run_plan() once");
+            execute_plan(plan, *r.engine, status);
+            rep = impl_->complete_transfers(plan, status);
+            reported_step_ = plan.step;
+            if (r.ids) (void)impl_->forget_identities(*r.ids);
+        });
+        std::vector<std::uint8_t> st(status.size());
+        std::vector<std::uint64_t> written, fetched;
+        for (std::size_t i = 0; i < status.size(); ++i) {
+            st[i] = static_cast<std::uint8_t>(status[i]);
+            if (status[i] != transfer_status::done) continue;
+            const block_transfer& t = plan.transfers[i];
+            if (t.to == tier::remote) written.push_back(plan.remote_keys[t.dst.index()]);
+            if (t.from == tier::remote) fetched.push_back(plan.remote_keys[t.src.index()]);
+        }
+        std::vector<std::uint64_t> dk, ds, rk, rs;
+        std::vector<std::uint32_t> rb;
+        for (const dropped_item& x : rep.drops) {
+            dk.push_back(x.key);
+            ds.push_back(x.owner.value);
+        }
+        for (const recompute_item& x : rep.recompute) {
+            rk.push_back(x.key);
+            rs.push_back(x.session.value);
+            rb.push_back(x.block.value);
+        }
+        nb::dict d;
+        d["statuses"] = to_numpy(std::move(st));
+        d["failed"] = rep.failed;
+        d["written_keys"] = to_numpy(std::move(written));
+        d["fetched_keys"] = to_numpy(std::move(fetched));
+        d["dropped_keys"] = to_numpy(std::move(dk));
+        d["dropped_sessions"] = to_numpy(std::move(ds));
+        d["recompute_keys"] = to_numpy(std::move(rk));
+        d["recompute_sessions"] = to_numpy(std::move(rs));
+        d["recompute_blocks"] = to_numpy(std::move(rb));
+        return d;
+    }
+
+    nb::dict remote_stats() const {
+        remote_parts& r = remote_or_throw("remote_stats");
+        std::scoped_lock lock(r.mutex);
+        nb::dict d;
+        d["round_trips"] = r.engine->round_trips();
+        d["bytes_sent"] = r.engine->bytes_sent();
+        d["bytes_received"] = r.engine->bytes_received();
+        d["rejected_values"] = r.engine->rejected_values();
+        d["redirects"] = r.store->redirects();
+        d["nodes"] = r.store->node_count();
+        d["identities"] = r.ids ? r.ids->size() : 0;
+        d["key_prefix"] = r.store->config().ns.prefix();
+        return d;
+    }
+
+    using arena_array = nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<2>>;
+    arena_array arena(bool gpu) const {
+        remote_parts& r = remote_or_throw(gpu ? "gpu_arena" : "cpu_arena");
+        block_arena& a = gpu ? *r.gpu : *r.cpu;
+        return arena_array(reinterpret_cast<std::uint8_t*>(a.block(block_id{0}).data()), {a.capacity(), a.block_bytes()},
+                           nb::handle());
+    }
+#endif
 
     nb::dict metrics() const { return metrics_dict(unlocked([&] { return impl_->metrics(); })); }
     std::string to_prometheus(const std::string& prefix) const {
@@ -303,10 +720,14 @@ private:
     }
 
     std::unique_ptr<any_cache> impl_;
+#ifdef KVPOLICY_PYTHON_REDIS
+    std::unique_ptr<remote_parts> remote_;  // declared after impl_: gone before the cache it serves
+#endif
     bool thread_safe_;
     std::string gpu_policy_, cpu_policy_;
     mutable std::mutex plan_mutex_;
     swap_plan last_plan_;  // what complete_transfers reports on
+    std::atomic<std::uint64_t> reported_step_{0};  // the step of the last plan reported (run_plan runs a plan once)
 };
 
 }  // namespace
@@ -321,12 +742,13 @@ void bind_cache(nb::module_& m) {
                   "plans are slots of each tier. thread_safe=True uses thread_safe_traits and releases\n"
                   "the GIL during calls.")
         .def(nb::init<std::size_t, std::size_t, const std::string&, const std::string&, bool, std::uint32_t,
-                      std::uint32_t, bool, bool, bool, std::size_t, const nb::dict&, const nb::dict&>(),
+                      std::uint32_t, bool, bool, bool, std::size_t, const nb::dict&, const nb::dict&,
+                      std::optional<nb::dict>>(),
              nb::arg("gpu_blocks"), nb::arg("cpu_blocks") = 0, nb::arg("gpu_policy") = "lru",
              nb::arg("cpu_policy") = "lru", nb::arg("inclusive") = false, nb::arg("block_size") = 16,
              nb::arg("num_layers") = 1, nb::arg("per_layer") = false, nb::arg("verify_chain") = true,
              nb::arg("thread_safe") = false, nb::arg("item_bytes") = 0, nb::arg("gpu_policy_options") = nb::dict(),
-             nb::arg("cpu_policy_options") = nb::dict())
+             nb::arg("cpu_policy_options") = nb::dict(), nb::arg("remote") = nb::none())
         .def("lookup", &c::lookup, nb::arg("block_hashes"),
              "{'run', 'gpu_blocks', 'cpu_blocks'}: the longest prefix cached in either tier.")
         .def("begin_step", &c::begin_step, nb::arg("now") = nb::none(), "Opens a step (several admits, one plan).")
@@ -362,9 +784,77 @@ void bind_cache(nb::module_& m) {
         .def("pin", &c::pin, nb::arg("block_hash"))
         .def("unpin", &c::unpin, nb::arg("block_hash"))
         .def("check_invariants", &c::check_invariants, "'' when every invariant holds, else what is broken.")
+        .def_prop_ro("has_remote", &c::has_remote, "Whether the cache has a remote tier (remote={...}).")
+#ifdef KVPOLICY_PYTHON_REDIS
+        .def("admit_through", &c::admit_through, nb::arg("session"), nb::arg("blocks"), nb::arg("now") = nb::none(),
+             "admit with the remote store asked past the local prefix: the store's run of blocks is staged\n"
+             "into the CPU tier with a planned fetch each, then admitted (C++ kvpolicy::admit_through).\n"
+             "blocks: 32-byte digests (a sequence of bytes, or an (n, 32) uint8 array) with identity='digest'\n"
+             "(the default), 64-bit chain hashes with identity='hash64'. Returns admit's dict plus\n"
+             "'remote_blocks' (staged from the store) and 'hashes' (the blocks' 64-bit handles). Outside an\n"
+             "open step it runs a whole step (call run_plan() next). Raises UsageError, changing nothing, for\n"
+             "a digest whose handle is another held block's (two digests sharing their first 8 bytes).")
+        .def("run_plan", &c::run_plan,
+             "Runs the last plan's copies through the remote tier's engine (local copies between gpu_arena and\n"
+             "cpu_arena, write-backs as SET, fetches as GET verified by digest, namespace and MAC, one\n"
+             "deadline, io_timeout_ms, per batch) and reports them (complete_transfers). Returns 'statuses'\n"
+             "(0 done, 1 failed per transfer), 'failed', 'written_keys', 'fetched_keys', 'dropped_keys'/\n"
+             "'dropped_sessions' (items whose only copy was lost) and 'recompute_keys'/'recompute_sessions'/\n"
+             "'recompute_blocks' (GPU slots to compute again). A store that is down makes misses and failed\n"
+             "copies, never an exception.")
+        .def("remote_stats", &c::remote_stats,
+             "The remote engine's counters: round_trips, bytes_sent, bytes_received, rejected_values (refused\n"
+             "by verification), redirects, nodes, identities, key_prefix.")
+        .def_prop_ro("gpu_arena", [](const c& h) { return h.arena(true); }, nb::rv_policy::reference_internal,
+                     "The GPU tier's bytes, (gpu_blocks, item_bytes) uint8, slot i = the plans' GPU block i.")
+        .def_prop_ro("cpu_arena", [](const c& h) { return h.arena(false); }, nb::rv_policy::reference_internal,
+                     "The CPU tier's bytes, (cpu_blocks, item_bytes) uint8.")
+#endif
         .def_prop_ro("thread_safe", &c::thread_safe)
         .def_prop_ro("gpu_policy", &c::gpu_policy)
         .def_prop_ro("cpu_policy", &c::cpu_policy);
+
+#ifdef KVPOLICY_PYTHON_REDIS
+    m.attr("HAS_REDIS") = true;
+    m.def(
+        "block_digests",
+        [](nb::handle tokens, std::uint32_t block_size, nb::bytes extra) {
+            nb::object keep;
+            const auto t = as_span<std::int32_t>(tokens, "block_digests: tokens", keep);
+            if (block_size == 0) throw usage_error("block_digests: block_size is 0; give the tokens per block");
+            std::vector<block_digest> out(t.size() / block_size);
+            redis::sha256_block_hasher hasher;
+            const auto x = std::as_bytes(std::span<const char>(extra.c_str(), extra.size()));
+            (void)hasher.hash_blocks(t, block_size, out, x);
+            auto* owned = new std::vector<block_digest>(std::move(out));
+            nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<block_digest>*>(p); });
+            return nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<2>>(reinterpret_cast<std::uint8_t*>(owned->data()),
+                                                                      {owned->size(), std::size_t{32}}, owner);
+        },
+        nb::arg("tokens"), nb::arg("block_size") = 16, nb::arg("extra") = nb::bytes(""),
+        "SHA-256 chained digests of the full blocks of `tokens` ((n, 32) uint8), as C++'s\n"
+        "redis::sha256_block_hasher: each block's digest covers its parent's, `extra` (a LoRA id, a cache\n"
+        "salt) and its token ids.");
+#else
+    m.attr("HAS_REDIS") = false;
+    m.def(
+        "block_digests",
+        [](nb::handle, std::uint32_t, nb::bytes) -> nb::object {
+            throw config_error("block_digests: this kvpolicy package was built without Redis support (hiredis or "
+                               "OpenSSL was not found when it was built); install libhiredis-dev and libssl-dev and "
+                               "reinstall kvpolicy");
+        },
+        nb::arg("tokens"), nb::arg("block_size") = 16, nb::arg("extra") = nb::bytes(""));
+#endif
+    m.def(
+        "digest_handles",
+        [](nb::handle digests) {
+            const std::vector<block_digest> d = digests_of(digests, "digest_handles: digests");
+            std::vector<std::uint64_t> h(d.size());
+            for (std::size_t i = 0; i < d.size(); ++i) h[i] = digest_handle(d[i]);
+            return to_numpy(std::move(h));
+        },
+        nb::arg("digests"), "The 64-bit handles (first 8 bytes) the cache keys digests by.");
 }
 
 }  // namespace kvpolicy::python

@@ -9,10 +9,23 @@
 // without a call each, and a list of the last list's objects not at all
 // (hash_reader). An int is taken modulo 2^64; bytes (vLLM's sha256
 // block hashes) are folded into 64 bits; other objects by Python's hash().
-// Two blocks whose 64-bit keys collide would be taken for one: for 10^7
-// stored blocks the chance is about 3e-6.
+//
+// Bytes hashes are kept whole: the fold is where a block's key starts, not
+// its identity. The manager's slot of a key keeps the caller's bytes object
+// (objects_), and offload_core::resolve compares a bytes hash with the
+// bytes held under its fold; another block's there (two 32-byte hashes with
+// one fold: by chance, about 3e-6 for 10^7 blocks, or crafted, since the
+// fold is not collision resistant) sends it to the next key of a probe
+// sequence, so two distinct hashes always stay two blocks. A hash stored
+// past its fold is remembered (probed_) so that it is found whatever leaves
+// before it. Ints and other objects are their 64-bit keys, as before; a
+// block stored through a uint64 array has no bytes and is named by its key.
+#include <algorithm>
 #include <bit>
 #include <cstring>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
 #include <memory>
 #include <optional>
 #include <string>
@@ -390,42 +403,61 @@ private:
     std::vector<std::uint64_t> keys_;   // the keys of the last list converted
 };
 
+struct string_hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view v) const noexcept { return std::hash<std::string_view>{}(v); }
+};
+
 class offload_core {
 public:
     offload_core(std::size_t num_blocks, const std::string& policy, bool enable_events, const nb::kwargs& options)
         : m_(any_offload_manager::make(num_blocks, policy, options_from(options, policy.c_str()), enable_events)) {}
 
+    /// Tests: bytes hashes fold to (fold & mask) instead of the full fold,
+    /// so that distinct hashes collide at will (mask 0: all of them).
+    void set_fold_mask_for_testing(std::uint64_t mask) {
+        if (m_->size() != 0)
+            throw usage_error("_set_fold_mask_for_testing: the manager holds blocks; set it on an empty manager");
+        fold_mask_ = mask;
+    }
+    [[nodiscard]] std::size_t probed_hashes() const noexcept { return probed_.size(); }
+
     std::size_t lookup(nb::handle hashes) {
         std::optional<int64_buffer> buffer;  // outlives h, whose keys may view it
         const hash_list h = reader_.read(hashes, buffer);
-        return m_->lookup(h.keys);
+        const std::span<const std::uint64_t> keys = resolve(h);
+        return m_->lookup(keys);
     }
 
     out_array<std::uint32_t> prepare_load(nb::handle hashes) {
         std::optional<int64_buffer> buffer;  // outlives h, whose keys may view it
         const hash_list h = reader_.read(hashes, buffer);
-        std::vector<std::uint32_t> slots(h.keys.size());
-        m_->prepare_load(h.keys, slots);
+        const std::span<const std::uint64_t> keys = resolve(h);
+        std::vector<std::uint32_t> slots(keys.size());
+        m_->prepare_load(keys, slots);
         return to_numpy(std::move(slots));
     }
 
     void touch(nb::handle hashes) {
         std::optional<int64_buffer> buffer;  // outlives h, whose keys may view it
         const hash_list h = reader_.read(hashes, buffer);
-        m_->touch(h.keys);
+        const std::span<const std::uint64_t> keys = resolve(h);
+        m_->touch(keys);
     }
 
     void complete_load(nb::handle hashes) {
         std::optional<int64_buffer> buffer;  // outlives h, whose keys may view it
         const hash_list h = reader_.read(hashes, buffer);
-        m_->complete_load(h.keys);
+        const std::span<const std::uint64_t> keys = resolve(h);
+        m_->complete_load(keys);
     }
 
     /// None, or (hashes to store, their slots, hashes evicted).
     nb::object prepare_store(nb::handle hashes) {
         std::optional<int64_buffer> buffer;  // outlives h, whose keys may view it
         const hash_list h = reader_.read(hashes, buffer);
-        std::optional<store_plan> plan = m_->prepare_store(h.keys);
+        const std::span<const std::uint64_t> keys = resolve(h);
+        std::optional<store_plan> plan = m_->prepare_store(keys);
         if (!plan) return nb::none();
         // The evicted blocks' own objects, read before their slots are reused below.
         nb::object evicted = answer(plan->evicted, plan->evicted_slots, h.is_array);
@@ -438,6 +470,8 @@ public:
             to_store = new_list(plan->positions.size());
             for (std::size_t j = 0; j < plan->positions.size(); ++j) {
                 nb::object o = h.item(plan->positions[j]);
+                if (PyBytes_Check(o.ptr()) && keys[plan->positions[j]] != fold_of(h.keys[plan->positions[j]]))
+                    remember_probed(o.ptr(), keys[plan->positions[j]]);
                 PyList_SET_ITEM(to_store.ptr(), static_cast<Py_ssize_t>(j), nb::object(o).release().ptr());
                 objects_[plan->slots[j]] = std::move(o);
             }
@@ -451,7 +485,8 @@ public:
     void complete_store(nb::handle hashes, bool success) {
         std::optional<int64_buffer> buffer;  // outlives h, whose keys may view it
         const hash_list h = reader_.read(hashes, buffer);
-        m_->complete_store(h.keys, success);
+        const std::span<const std::uint64_t> keys = resolve(h);
+        m_->complete_store(keys, success);
         take_events();
     }
 
@@ -479,13 +514,117 @@ public:
 
     /// (state, loads in flight) of one block: state 'ready', 'storing' or None.
     nb::tuple block_state(nb::handle hash) const {
-        const std::uint64_t k = key_of(hash.ptr(), "block_hash");
+        const std::uint64_t k0 = key_of(hash.ptr(), "block_hash");
+        const std::uint64_t k = PyBytes_Check(hash.ptr()) ? resolve_bytes(hash.ptr(), fold_of(k0), nullptr) : k0;
         const std::uint32_t s = m_->find(k);
         if (s == no_index) return nb::make_tuple(nb::none(), 0);
         return nb::make_tuple(m_->state(s) == slot_state::ready ? "ready" : "storing", m_->loads(s));
     }
 
 private:
+    [[nodiscard]] std::uint64_t fold_of(std::uint64_t k) const noexcept { return k & fold_mask_; }
+
+    // Whether the block in slot `s` is the bytes hash `b`: its object is b,
+    // or bytes equal to b's. A slot stored through an array has no object
+    // (named by its key): taken as b's.
+    [[nodiscard]] bool holds(std::uint32_t s, PyObject* b) const noexcept {
+        if (objects_.empty() || !objects_[s].is_valid()) return true;
+        PyObject* o = objects_[s].ptr();
+        if (o == b) return true;
+        if (!PyBytes_Check(o)) return false;  // an int or other object with b's key: another block
+        const Py_ssize_t n = PyBytes_GET_SIZE(o);
+        return n == PyBytes_GET_SIZE(b) && std::memcmp(PyBytes_AS_STRING(o), PyBytes_AS_STRING(b), static_cast<std::size_t>(n)) == 0;
+    }
+
+    // The k-th key of the probe sequence after `fold` (k >= 1).
+    static std::uint64_t probe(std::uint64_t fold, std::uint64_t k) noexcept {
+        return mix64(fold + 0x9e3779b97f4a7c15ULL * k) | 1;  // never 0: a mask-0 fold's own key
+    }
+
+    // The key of bytes hash `b` whose fold is `fold`: the key it is stored
+    // under, else the first key of its probe sequence that holds no block
+    // (and is not in `taken`, the keys this call gave other hashes).
+    std::uint64_t resolve_bytes(PyObject* b, std::uint64_t fold, const std::vector<std::uint64_t>* taken) const {
+        if (!probed_.empty()) {
+            const auto it = probed_.find(std::string_view(PyBytes_AS_STRING(b), static_cast<std::size_t>(PyBytes_GET_SIZE(b))));
+            if (it != probed_.end()) {
+                const std::uint32_t s = m_->find(it->second);
+                if (s != no_index && holds(s, b)) return it->second;
+            }
+        }
+        std::uint64_t key = fold;
+        for (std::uint64_t k = 1;; ++k) {
+            const std::uint32_t s = m_->find(key);
+            if (s != no_index ? holds(s, b) : (taken == nullptr || std::find(taken->begin(), taken->end(), key) == taken->end()))
+                return key;
+            key = probe(fold, k);
+        }
+    }
+
+    // The manager's keys for one call's hashes: each bytes hash resolved
+    // (above), the others as read. Two distinct bytes hashes of one call
+    // that resolve to one free key (one fold, neither stored) are told apart.
+    std::span<const std::uint64_t> resolve(const hash_list& h) {
+        if (h.is_array) return h.keys;
+        const std::size_t n = h.keys.size();
+        resolved_.assign(h.keys.begin(), h.keys.end());
+        free_.clear();
+        bool any = false;
+        for (std::size_t i = 0; i < n; ++i) {
+            PyObject* o = PyList_GET_ITEM(h.source.ptr(), static_cast<Py_ssize_t>(i));
+            if (!PyBytes_Check(o)) continue;
+            any = true;
+            resolved_[i] = resolve_bytes(o, fold_of(h.keys[i]), nullptr);
+            if (m_->find(resolved_[i]) == no_index) free_.push_back({resolved_[i], static_cast<std::uint32_t>(i)});
+        }
+        if (!any || free_.size() < 2) return resolved_;
+        std::sort(free_.begin(), free_.end());
+        bool clash = false;
+        for (std::size_t j = 1; j < free_.size() && !clash; ++j)
+            clash = free_[j].first == free_[j - 1].first && !same_bytes(h, free_[j].second, free_[j - 1].second);
+        if (!clash) return resolved_;
+        // The slow path (a fold shared within the call): resolve again in
+        // order, each free key given to the first hash that asks for it.
+        std::vector<std::uint64_t> taken;
+        std::vector<std::uint32_t> owner;  // taken[j] went to item owner[j]
+        for (std::size_t i = 0; i < n; ++i) {
+            PyObject* o = PyList_GET_ITEM(h.source.ptr(), static_cast<Py_ssize_t>(i));
+            if (!PyBytes_Check(o)) continue;
+            bool again = false;  // the same bytes earlier in the call: the same key
+            for (std::size_t j = 0; j < taken.size() && !again; ++j)
+                if (same_bytes(h, owner[j], static_cast<std::uint32_t>(i))) {
+                    resolved_[i] = taken[j];
+                    again = true;
+                }
+            if (again) continue;
+            resolved_[i] = resolve_bytes(o, fold_of(h.keys[i]), &taken);
+            if (m_->find(resolved_[i]) == no_index) {
+                taken.push_back(resolved_[i]);
+                owner.push_back(static_cast<std::uint32_t>(i));
+            }
+        }
+        return resolved_;
+    }
+    static bool same_bytes(const hash_list& h, std::uint32_t a, std::uint32_t b) noexcept {
+        PyObject* x = PyList_GET_ITEM(h.source.ptr(), static_cast<Py_ssize_t>(a));
+        PyObject* y = PyList_GET_ITEM(h.source.ptr(), static_cast<Py_ssize_t>(b));
+        return x == y || (PyBytes_GET_SIZE(x) == PyBytes_GET_SIZE(y) &&
+                          std::memcmp(PyBytes_AS_STRING(x), PyBytes_AS_STRING(y), static_cast<std::size_t>(PyBytes_GET_SIZE(x))) == 0);
+    }
+
+    // A bytes hash stored under a key past its fold; entries whose block
+    // left are dropped when there are more of them than slots.
+    void remember_probed(PyObject* b, std::uint64_t key) {
+        if (probed_.size() >= m_->capacity())
+            std::erase_if(probed_, [&](const auto& e) {
+                const std::uint32_t s = m_->find(e.second);
+                return s == no_index || objects_.empty() || !objects_[s].is_valid() || !PyBytes_Check(objects_[s].ptr()) ||
+                       std::string_view(PyBytes_AS_STRING(objects_[s].ptr()),
+                                        static_cast<std::size_t>(PyBytes_GET_SIZE(objects_[s].ptr()))) != e.first;
+            });
+        probed_.insert_or_assign(std::string(PyBytes_AS_STRING(b), static_cast<std::size_t>(PyBytes_GET_SIZE(b))), key);
+    }
+
     // The blocks' hashes as the caller gave them: an array for array callers,
     // else each block's own object (its int key where none was kept).
     nb::object answer(const std::vector<std::uint64_t>& keys, const std::vector<std::uint32_t>& slots, bool as_array) {
@@ -520,6 +659,10 @@ private:
     // until a list is stored (an array caller never pays for it).
     std::vector<nb::object> objects_;
     nb::list events_;
+    std::uint64_t fold_mask_ = ~std::uint64_t{0};
+    std::vector<std::uint64_t> resolved_;                       // scratch: one call's keys
+    std::vector<std::pair<std::uint64_t, std::uint32_t>> free_;  // scratch: its bytes hashes on free keys
+    std::unordered_map<std::string, std::uint64_t, string_hash, std::equal_to<>> probed_;  // bytes hash -> key past its fold
 };
 
 }  // namespace
@@ -549,6 +692,9 @@ void bind_offload(nb::module_& m) {
         .def("_set_arc_target", &c::set_arc_target, nb::arg("target"),
              "vllm_arc: sets target_t1_size (vLLM's tests set it). UsageError outside [0, num_blocks] "
              "or for another policy.")
+        .def("_set_fold_mask_for_testing", &c::set_fold_mask_for_testing, nb::arg("mask"),
+             "Tests: bytes hashes fold to (fold & mask), so that distinct hashes collide (mask 0: all).")
+        .def_prop_ro("_probed_hashes", &c::probed_hashes, "Bytes hashes remembered past their fold.")
         .def_static("_key", &c::key, nb::arg("block_hash"), "The 64-bit key kvpolicy keeps for a block hash.")
         .def("block_state", &c::block_state, nb::arg("block_hash"),
              "(state, loads): state 'ready', 'storing' or None (not offloaded).")

@@ -37,7 +37,7 @@ docs_plots = __import__("docs-plots")
 
 SOURCES = ["tests/readme_examples.cpp", "python/tests/test_readme_example.py", "python/tests/test_vllm_policies.py",
            "python/tests/test_lmcache_policies.py", "python/tests/test_sglang_strategies.py",
-           "test_package/CMakeLists.txt", "scripts/check-packaging.sh"]
+           "python/tests/test_remote.py", "test_package/CMakeLists.txt", "scripts/check-packaging.sh"]
 CHECKED_LANGUAGES = {"cpp", "c++", "python", "cmake", "ini"}
 MARKER = re.compile(r"^<!-- (example|excerpt|run): (.+?) -->$")
 FENCE = re.compile(r"^(```+)(\S*)\s*$")
