@@ -172,6 +172,7 @@ int main(int argc, char** argv) {
     add.operator()<session_aware_lru>("session_aware_lru +hints", says::output_and_return);
     add.operator()<adaptive_kv>("adaptive_kv", says::output);
     add.operator()<adaptive_kv>("adaptive_kv +hints", says::output_and_return);
+    add.operator()<adaptive_kv_fast>("adaptive_kv_fast", says::output);
 
     std::printf("%-30s", "policy");
     for (const std::size_t n : sizes) std::printf(" %13s %6s %6s", ("ns/block@" + std::to_string(n)).c_str(), "x lru", "miss");

@@ -19,6 +19,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <deque>
 #include <random>
 #include <unordered_map>
 #include <vector>
@@ -285,4 +286,294 @@ TEST_CASE("best_of_shadows refuses a sample rate outside 0 to 1 and names the se
     REQUIRE(three(100'000, {.shadow_items = 4096, .sample_rate = 0.01}).sample_rate() == Approx(0.01));
     REQUIRE(three(100'000, {.shadow_items = 4096, .sample_rate = 0.01}).shadow_capacity() == 1000);
     REQUIRE(three(1000, {.shadow_items = 4096, .sample_rate = 0.05}).shadow_capacity() == 50);
+}
+
+namespace {
+
+// LRFU restated over each key's references, for a cache whose half-life
+// changes at switches: each reference is (T, halvings per reference of the
+// LRFU in force when it was made), and the value at an item's last reference
+// is summed recursively, crf <- 1 + crf x 2^(-h x (t - t_prev)) with the h of
+// the newer reference, as an LRFU that took another's values at a switch and
+// went on at its own rate computes it. A victim has the lowest log2(crf) +
+// h_now x T_last; equal values (within 1e-9) go to the earliest placed. A
+// victim's references go to a ghost deque of `ghost_capacity` keys.
+struct switching_lrfu_model {
+    struct entry {
+        std::vector<std::pair<std::uint64_t, double>> refs;
+        std::uint64_t stamp = 0;
+    };
+    std::unordered_map<std::uint32_t, entry> items;  // slot -> entry
+    std::unordered_map<std::uint32_t, std::uint64_t> key_of;
+    std::deque<std::pair<std::uint64_t, std::vector<std::pair<std::uint64_t, double>>>> ghosts;
+    std::size_t ghost_capacity;
+    std::uint64_t references = 0, step_start = 0, clock = 0;
+    timestamp step_now = 0;
+    bool started = false;
+
+    explicit switching_lrfu_model(std::size_t ghosts_kept) : ghost_capacity(ghosts_kept) {}
+
+    std::uint64_t reference(timestamp now) {
+        if (!started || now != step_now) {
+            started = true;
+            step_now = now;
+            step_start = references;
+        }
+        ++references;
+        return step_start;
+    }
+    static double crf(const entry& e) {
+        double c = 0.0;
+        std::uint64_t prev = e.refs.front().first;
+        for (const auto& [t, h] : e.refs) {
+            c = 1.0 + c * std::exp2(-h * static_cast<double>(t - prev));
+            prev = t;
+        }
+        return c;
+    }
+    void insert(std::uint32_t slot, std::uint64_t key, timestamp now, double h) {
+        entry e;
+        for (auto it = ghosts.begin(); it != ghosts.end(); ++it)
+            if (it->first == key) {
+                e.refs = it->second;
+                ghosts.erase(it);
+                break;
+            }
+        e.refs.emplace_back(reference(now), h);
+        e.stamp = clock++;
+        items[slot] = std::move(e);
+        key_of[slot] = key;
+    }
+    void access(std::uint32_t slot, timestamp now, double h) {
+        entry& e = items.at(slot);
+        e.refs.emplace_back(reference(now), h);
+        e.stamp = clock++;
+    }
+    std::uint32_t pop(double h_now) {
+        std::uint32_t victim = 0;
+        double best = 0.0;
+        std::uint64_t best_stamp = 0;
+        bool any = false;
+        for (const auto& [slot, e] : items) {
+            const double s = std::log2(crf(e)) + h_now * static_cast<double>(e.refs.back().first);
+            if (!any || s < best - 1e-9 || (s <= best + 1e-9 && e.stamp < best_stamp)) {
+                victim = slot;
+                best = s;
+                best_stamp = e.stamp;
+                any = true;
+            }
+        }
+        std::erase_if(ghosts, [&](const auto& g) { return g.first == key_of[victim]; });
+        ghosts.emplace_back(key_of[victim], items[victim].refs);
+        if (ghosts.size() > ghost_capacity) ghosts.pop_front();
+        items.erase(victim);
+        return victim;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("leader_only: a switch from one LRFU to another carries values, times and ghosts, as a naive LRFU "
+          "whose half-life changes at each switch",
+          "[eviction][best_of_shadows][leader_only][carry]") {
+    const std::uint64_t seed = GENERATE(1u, 2u);
+    using two_lrfus = best_of_shadows<basic_lrfu<1>, basic_lrfu<32>>;
+    const std::size_t capacity = 64;
+    two_lrfus p(capacity, {.window = 1.0, .switch_sigmas = 0.5, .leader_only = true});
+    const double h[2] = {1.0 / (1.0 * capacity), 1.0 / (32.0 * capacity)};  // halvings per reference
+    switching_lrfu_model model(4 * capacity);
+    std::unordered_map<std::uint64_t, std::uint32_t> where;
+    std::vector<std::uint64_t> key_of(capacity);
+    std::uint32_t used = 0;
+    timestamp now = 0;
+    std::mt19937_64 rng(seed);
+    std::size_t compared = 0, after_switch = 0;
+    for (std::size_t ph = 0; ph < 16; ++ph) {
+        for (std::size_t i = 0; i < 2500; ++i) {
+            // Phases alternate a hot set under a scan (frequency wins) and a
+            // drifting working set (recency wins); a few keys per step.
+            const std::uint64_t k = ph % 2 == 0 ? (rng() % 2 == 0 ? rng() % 40 : 1000 + rng() % 100000)
+                                                : 500 + (i / 40) * 7 + rng() % 60;
+            if (rng() % 3 != 0) ++now;
+            const double h_now = h[p.followed()];
+            access_context ctx;
+            ctx.now = now;
+            ctx.key = k;
+            if (auto it = where.find(k); it != where.end()) {
+                p.on_access(item_id{it->second}, ctx);
+                model.access(it->second, now, h_now);
+                continue;
+            }
+            p.on_miss(ctx);
+            std::uint32_t slot;
+            if (used < capacity) {
+                slot = used++;
+            } else {
+                slot = p.pop_victim(now)->value;
+                REQUIRE(model.pop(h_now) == slot);
+                ++compared;
+                if (p.switches() > 0) ++after_switch;
+                where.erase(key_of[slot]);
+            }
+            where[k] = slot;
+            key_of[slot] = k;
+            p.on_insert(item_id{slot}, ctx);
+            model.insert(slot, k, now, h_now);
+        }
+    }
+    INFO("seed " << seed << ", switches " << p.switches());
+    REQUIRE(p.switches() >= 2);
+    REQUIRE(after_switch > 1000);
+    REQUIRE(compared > 2000);
+}
+
+TEST_CASE("leader_only: a switch to session_aware_lru carries its shadow's session rhythms, each session's "
+          "mean gap as a naive running mean over all its requests",
+          "[eviction][best_of_shadows][leader_only][carry]") {
+    const std::uint64_t seed = GENERATE(1u, 2u, 3u);
+    using lru_or_sessions = best_of_shadows<lru, session_aware_lru>;
+    const std::size_t capacity = 80;
+    // Rate 1: the shadow sees every request, so what it carries is the whole truth.
+    lru_or_sessions p(capacity, {.shadow_items = capacity, .window = 1.0, .switch_sigmas = 0.0, .leader_only = true});
+    const double weight = session_aware_lru::config_type{}.gap_weight;
+    struct naive_session {
+        timestamp last = 0;
+        double mean = 0.0;
+        bool has_gap = false;
+    };
+    std::unordered_map<std::uint64_t, naive_session> naive;
+    std::unordered_map<std::uint64_t, std::uint32_t> where;
+    std::vector<std::uint64_t> key_of(capacity);
+    std::uint32_t used = 0;
+    timestamp now = 0;
+    std::mt19937_64 rng(seed);
+    std::size_t checks = 0, entered = 0;
+    std::size_t was = p.followed();
+    for (std::size_t r = 0; r < 6000; ++r) {
+        // A request: a session (some come back often, some rarely) reads a
+        // few blocks of its own and one shared block, all at one time.
+        const std::uint64_t session = rng() % 4 == 0 ? 100 + rng() % 60 : rng() % 12;
+        now += 1 + rng() % 3;
+        auto [it, fresh] = naive.try_emplace(session);
+        if (fresh) {
+            it->second.last = now;
+        } else {
+            const double gap = static_cast<double>(now - it->second.last);
+            it->second.mean = it->second.has_gap ? it->second.mean + weight * (gap - it->second.mean) : gap;
+            it->second.has_gap = true;
+            it->second.last = now;
+        }
+        const std::size_t blocks = 1 + rng() % 4;
+        for (std::size_t b = 0; b <= blocks; ++b) {
+            const std::uint64_t k = b == blocks ? 7 : session * 1000 + rng() % 8;
+            access_context ctx;
+            ctx.now = now;
+            ctx.key = k;
+            ctx.session = session_id{session};
+            if (auto w = where.find(k); w != where.end()) {
+                p.on_access(item_id{w->second}, ctx);
+                continue;
+            }
+            p.on_miss(ctx);
+            std::uint32_t slot;
+            if (used < capacity) {
+                slot = used++;
+            } else {
+                slot = p.pop_victim(now)->value;
+                where.erase(key_of[slot]);
+            }
+            where[k] = slot;
+            key_of[slot] = k;
+            p.on_insert(item_id{slot}, ctx);
+        }
+        if (p.followed() == 1 && was != 1) {
+            ++entered;
+            // Just rebuilt: every session's rhythm is the naive one.
+            for (const auto& [s, n] : naive) {
+                INFO("session " << s);
+                REQUIRE(p.expert<1>().mean_gap(session_id{s}) == Approx(n.has_gap ? n.mean : 0.0).epsilon(1e-12));
+                ++checks;
+            }
+        }
+        was = p.followed();
+    }
+    INFO("seed " << seed << ", switches " << p.switches());
+    REQUIRE(entered >= 1);
+    REQUIRE(checks > 50);
+}
+
+TEST_CASE("leader_only: renumbering the placement stamps changes no victim",
+          "[eviction][best_of_shadows][leader_only]") {
+    const std::uint64_t seed = GENERATE(1u, 2u);
+    const std::size_t capacity = 97;
+    adaptive_kv::config_type config;
+    config.sample_rate = 0.5;
+    config.window = 1.0;
+    config.switch_sigmas = 0.0;
+    config.leader_only = true;
+    adaptive_kv plain(capacity, config), renumbered(capacity, config);
+    const auto trace = zipf_trace(60'000, 600, 0.7, seed);
+    std::unordered_map<std::uint64_t, std::uint32_t> where;
+    std::vector<std::uint64_t> key_of(capacity);
+    std::uint32_t used = 0;
+    timestamp now = 0;
+    std::size_t victims = 0;
+    for (const reference_step& s : trace) {
+        access_context ctx;
+        ctx.now = ++now;
+        ctx.key = s.key;
+        ctx.session = session_id{s.session};
+        if (now % 997 == 0) renumbered.renumber_stamps();
+        if (auto it = where.find(s.key); it != where.end()) {
+            plain.on_access(item_id{it->second}, ctx);
+            renumbered.on_access(item_id{it->second}, ctx);
+            continue;
+        }
+        plain.on_miss(ctx);
+        renumbered.on_miss(ctx);
+        std::uint32_t slot;
+        if (used < capacity) {
+            slot = used++;
+        } else {
+            slot = plain.pop_victim(now)->value;
+            REQUIRE(renumbered.pop_victim(now)->value == slot);
+            ++victims;
+            where.erase(key_of[slot]);
+        }
+        where[s.key] = slot;
+        key_of[slot] = s.key;
+        plain.on_insert(item_id{slot}, ctx);
+        renumbered.on_insert(item_id{slot}, ctx);
+    }
+    REQUIRE(victims > 10'000);
+    REQUIRE(plain.switches() > 2);
+    REQUIRE(plain.switches() == renumbered.switches());
+}
+
+TEST_CASE("lrfu::adopt_history refuses an lrfu that holds items or another capacity, naming both, and changes "
+          "nothing",
+          "[eviction][lrfu][carry]") {
+    using Catch::Matchers::Contains;
+    basic_lrfu<2> from(8);
+    access_context ctx;
+    ctx.now = 1;
+    ctx.key = 11;
+    from.on_insert(item_id{0}, ctx);
+    basic_lrfu<32> other_capacity(9);
+    REQUIRE_THROWS_WITH(other_capacity.adopt_history(from),
+                        Contains("lrfu::adopt_history") && Contains("capacity 9") && Contains("capacity 8") &&
+                            Contains("same capacity"));
+    REQUIRE(other_capacity.size() == 0);
+    basic_lrfu<32> holding(8);
+    ctx.key = 12;
+    holding.on_insert(item_id{3}, ctx);
+    REQUIRE_THROWS_WITH(holding.adopt_history(from), Contains("holds 1 items"));
+    REQUIRE(holding.size() == 1);
+    REQUIRE(holding.contains(item_id{3}));
+    REQUIRE(!holding.contains(item_id{0}));
+    basic_lrfu<32> empty(8);
+    empty.adopt_history(from);
+    REQUIRE(empty.contains(item_id{0}));
+    REQUIRE(empty.value(item_id{0}) == from.value(item_id{0}));
+    REQUIRE(empty.pop_victim(2)->value == 0u);
 }

@@ -64,17 +64,32 @@
 //
 // Leader-only state (config leader_only, adaptive_kv's default): only the
 // followed expert exists over the cached items; a switch builds the new one
-// from what this class keeps per item (last placement order, last reference
-// time and session, references since inserted), as lrfu's resume_order
-// rebuilds its heap. LRU's order comes back exactly; LRFU's values come back
-// as reference counts and a session expert relearns its sessions' gaps, so
-// the first victims after a switch differ from a full-state expert's.
+// from what this class keeps per item (a 32-byte record: key, last
+// placement order, last reference time and session, references since
+// inserted, whether a second session read it, whether it came in as its
+// session's last chunk), as lrfu's resume_order rebuilds its heap. LRU's
+// order comes back exactly. What a switch would lose is carried where the
+// new leader can take it: an LRFU replacing another LRFU takes its values,
+// times and ghosts (lrfu::adopt_history; only the half-life changes), and
+// session_aware_lru takes from its own shadow what it learned about the
+// workload rather than the items: the sessions' rhythms, the return-gap
+// fit, the margin's tuner and the tails' reuse rates
+// (session_aware_lru::adopt_learning; the shadow saw the same sessions'
+// requests, and in a shadow at R x capacity an item waits about as long to
+// be evicted as at full size, so the margin and rates mean the same). An
+// LRFU built after another expert starts from reference counts without
+// ghosts. Without the carry the rebuilt leaders lost up to 0.043 of hit
+// ratio (agentic trace at 1%: the margin, relearned from 16 after each of
+// 211 switches); with it, within 0.005 of the full state in every cell of
+// README "Which policy" (docs/performance.md).
 //
 // Cost: full state: the experts' costs added (each does every operation) plus
 // R times the same for the shadows, a key hash and k^2 counter updates per
 // sampled reference (k experts), and 8 bytes per item. leader_only: the
-// followed expert's cost, 34 bytes per item more, R times the experts' costs
-// for the shadows, and an O(n log n) rebuild per switch.
+// followed expert's cost, a 32-byte record per item touched on every
+// reference (while LRU leads, a cache miss about as dear as LRU's own at
+// 10^5 items and more: docs/performance.md), R times the experts' costs for
+// the shadows, and an O(n log n) rebuild per switch.
 #pragma once
 
 #include <algorithm>
@@ -136,7 +151,7 @@ public:
         /// Only the followed expert keeps per-item state; the others exist
         /// only in their shadows, and a switch builds the new expert over
         /// the cached items, replayed in the order of their last reference
-        /// (what it needs kept here: 34 bytes per item). False: every expert keeps
+        /// (what it needs kept here: 32 bytes per item). False: every expert keeps
         /// its order over every cached item, and a switch costs nothing.
         bool leader_only = false;
     };
@@ -159,8 +174,7 @@ public:
           shadow_capacity_(std::max<std::size_t>(1, static_cast<std::size_t>(std::llround(rate_ * static_cast<double>(capacity))))),
           real_(make_experts(capacity, config, std::index_sequence_for<Experts...>{})),
           shadows_(make_shadows(shadow_capacity_, config, std::index_sequence_for<Experts...>{})),
-          key_(capacity, 0), stamp_(config.leader_only ? capacity : 0, 0), now_(config.leader_only ? capacity : 0, 0),
-          session_(config.leader_only ? capacity : 0, 0), uses_(config.leader_only ? capacity : 0, 0),
+          items_(capacity),
           halve_every_(std::max<std::uint64_t>(16, static_cast<std::uint64_t>(config.window * static_cast<double>(shadow_capacity_)))),
           choose_every_(std::max<std::uint64_t>(16, halve_every_ / 16)) {
         if (!config_.leader_only)
@@ -173,7 +187,7 @@ public:
     void on_insert(item_id id, const access_context& ctx) {
         tracking_.mark_inserted(id);
         each_real([&](auto& p) { p.on_insert(id, ctx); });
-        key_[id.index()] = ctx.key;
+        items_[id.index()].key = ctx.key;
         note_reference(id, ctx, true, 1);
         if (sampled(ctx.key)) shadow_reference(ctx);
     }
@@ -186,7 +200,7 @@ public:
     void on_hold(item_id id) {
         tracking_.mark_held(id);
         each_real([&](auto& p) { p.on_hold(id); });
-        const std::uint64_t key = key_[id.index()];
+        const std::uint64_t key = items_[id.index()].key;
         if (sampled(key))
             std::apply([&](auto&... s) { (s.hold(key), ...); }, shadows_);
     }
@@ -200,7 +214,7 @@ public:
     void on_erase(item_id id) {
         (void)tracking_.mark_erased(id);  // held or not, every expert forgets it
         each_real([&](auto& p) { p.on_erase(id); });
-        const std::uint64_t key = key_[id.index()];
+        const std::uint64_t key = items_[id.index()].key;
         if (sampled(key))
             std::apply([&](auto&... s) { (s.forget(key), ...); }, shadows_);
     }
@@ -265,6 +279,21 @@ public:
         return out;
     }
     [[nodiscard]] std::uint64_t shadow_references() const noexcept { return references_; }
+
+    /// leader_only: renumbers the cached items' placement stamps (kept for
+    /// a rebuild) as 1..n in the same order, so the 32-bit counter goes on
+    /// from n. Done when the counter would wrap, once per 2^32 placements;
+    /// it changes no decision (tests call it to check that). O(n log n).
+    void renumber_stamps() {
+        std::vector<std::uint32_t> cached;
+        cached.reserve(tracking_.size());
+        for (std::uint32_t x = 0; x < items_.size(); ++x)
+            if (tracking_.contains(item_id{x})) cached.push_back(x);
+        std::sort(cached.begin(), cached.end(),
+                  [&](std::uint32_t a, std::uint32_t b) { return items_[a].stamp < items_[b].stamp; });
+        stamp_counter_ = 0;
+        for (const std::uint32_t x : cached) items_[x].stamp = ++stamp_counter_;
+    }
 
 private:
     // One expert over the sampled keys, as a flat cache that holds and
@@ -366,13 +395,20 @@ private:
     // time and session of its last reference, to rebuild a new leader from.
     void note_reference(item_id id, const access_context& ctx, bool placed, std::uint32_t use = 0) noexcept {
         if (!config_.leader_only) return;
-        if (placed) stamp_[id.index()] = ++stamp_counter_;
-        now_[id.index()] = ctx.now;
-        session_[id.index()] = ctx.session.value;
-        if (use == 1)
-            uses_[id.index()] = 1;
-        else if (use == 2 && uses_[id.index()] < max_uses)
-            ++uses_[id.index()];
+        item_record& r = items_[id.index()];
+        if (placed) {
+            if (stamp_counter_ == max_stamp) renumber_stamps();
+            r.stamp = ++stamp_counter_;
+        }
+        r.now = ctx.now;
+        if (use == 1) {
+            const bool tail = std::uint64_t{ctx.chunk.value} + 1 >= ctx.session_total_chunks;
+            r.uses = static_cast<std::uint16_t>(tail ? 1u | tail_bit : 1u);
+        } else if (use == 2) {
+            if (r.session != ctx.session.value) r.uses |= shared_bit;
+            if (count_of(r.uses) < max_uses) ++r.uses;
+        }
+        r.session = ctx.session.value;
     }
     template <std::size_t... I>
     static std::tuple<shadow<Experts>...> make_shadows(std::size_t capacity, const config_type& c, std::index_sequence<I...>) {
@@ -430,33 +466,54 @@ private:
     // order of their last placement (an LRU order: exactly LRU's when `to`
     // is lru), each as inserted at its last reference's time by its session
     // and accessed as many more times as it was referenced since it came in
-    // (at that same time: a frequency for LRFU, up to max_uses), the held
-    // ones then held; the followed expert is dropped. What the new expert
-    // would have learned otherwise (when those references were, evicted
-    // blocks' histories, a session's gaps, release hints) starts afresh;
+    // (at that same time: a frequency for LRFU, up to max_uses), as a tail
+    // or not, marked shared if a second session read it, the held ones then
+    // held; the followed expert is dropped. An LRFU after an LRFU takes the
+    // outgoing one's history instead; session_aware_lru first takes its
+    // shadow's learning. What else the new expert would have learned (when
+    // the references were, evicted blocks' histories) starts afresh;
     // O(n log n).
     template <std::size_t... I>
     void rebuild(std::size_t to, std::index_sequence<I...>) {
         std::vector<std::uint32_t> cached;
         cached.reserve(tracking_.size());
-        for (std::uint32_t x = 0; x < key_.size(); ++x)
+        for (std::uint32_t x = 0; x < items_.size(); ++x)
             if (tracking_.contains(item_id{x})) cached.push_back(x);
         std::sort(cached.begin(), cached.end(),
-                  [&](std::uint32_t a, std::uint32_t b) { return stamp_[a] < stamp_[b]; });
-        const auto build = [&](auto& slot, const auto& config) {
+                  [&](std::uint32_t a, std::uint32_t b) { return items_[a].stamp < items_[b].stamp; });
+        const auto build = [&](auto& slot, const auto& config, const auto& shadow_policy) {
             auto& p = slot.emplace(tracking_.capacity(), config);
+            // What the expert learned about the workload, not about the
+            // items (session_aware_lru's sessions' rhythms), its shadow has
+            // learned from the same requests: carried over.
+            if constexpr (requires { p.adopt_learning(shadow_policy); }) p.adopt_learning(shadow_policy);
+            // From one LRFU to another: the outgoing one's values, times and
+            // ghosts, not counts.
+            bool carried = false;
+            const auto carry = [&](const auto& from) {
+                if constexpr (requires { p.adopt_history(*from); }) {
+                    p.adopt_history(*from);
+                    carried = true;
+                }
+            };
+            ((I == followed_ ? carry(std::get<I>(real_)) : void()), ...);
+            if (carried) return;
             timestamp now = 0;  // never decreasing, as experts' clocks expect
             for (const std::uint32_t x : cached) {
+                const item_record& r = items_[x];
                 access_context ctx;
-                ctx.now = now = std::max(now, now_[x]);
-                ctx.key = key_[x];
-                ctx.session = session_id{session_[x]};
+                ctx.now = now = std::max(now, r.now);
+                ctx.key = r.key;
+                ctx.session = session_id{r.session};
+                ctx.session_total_chunks = r.uses & tail_bit ? 1 : 2;  // chunk 0: a tail or not
                 p.on_insert(item_id{x}, ctx);
-                for (std::uint32_t u = 1; u < uses_[x]; ++u) p.on_access(item_id{x}, ctx);
+                for (std::uint32_t u = 1; u < count_of(r.uses); ++u) p.on_access(item_id{x}, ctx);
+                if constexpr (requires { p.mark_shared(item_id{x}); })
+                    if (r.uses & shared_bit) p.mark_shared(item_id{x});
                 if (tracking_.is_held(item_id{x})) p.on_hold(item_id{x});
             }
         };
-        ((I == to ? build(std::get<I>(real_), std::get<I>(config_.experts)) : void()), ...);
+        ((I == to ? build(std::get<I>(real_), std::get<I>(config_.experts), std::get<I>(shadows_).policy) : void()), ...);
         ((I == followed_ ? std::get<I>(real_).reset() : void()), ...);
     }
     template <std::size_t... I>
@@ -474,13 +531,23 @@ private:
     std::size_t shadow_capacity_;
     std::tuple<std::optional<Experts>...> real_;  // every expert over every cached item, or the followed one
     std::tuple<shadow<Experts>...> shadows_;
-    std::vector<std::uint64_t> key_;     // [capacity] stable key of each item
-    std::vector<std::uint64_t> stamp_;   // [capacity] with leader_only: order of the last placement
-    std::vector<timestamp> now_;         // [capacity] with leader_only: time of the last reference
-    std::vector<std::uint64_t> session_; // [capacity] with leader_only: session of the last reference
-    std::vector<std::uint16_t> uses_;    // [capacity] with leader_only: references since inserted, up to max_uses
+    // What is kept per item, in one record (one cache line touched per
+    // operation): its key, and with leader_only what a rebuild needs.
+    struct item_record {
+        std::uint64_t key = 0;      // stable key
+        timestamp now = 0;          // time of the last reference
+        std::uint64_t session = 0;  // session of the last reference
+        std::uint32_t stamp = 0;    // order of the last placement (renumbered before it wraps)
+        std::uint16_t uses = 0;     // references since inserted, up to max_uses; shared_bit, tail_bit
+    };
+    static_assert(sizeof(item_record) == 32);
+    std::vector<item_record> items_;     // [capacity]
     static constexpr std::uint16_t max_uses = 64;
-    std::uint64_t stamp_counter_ = 0;
+    static constexpr std::uint16_t shared_bit = 0x8000;  // in uses_: accessed by a second session
+    static constexpr std::uint16_t tail_bit = 0x4000;    // in uses_: inserted as its session's last chunk
+    [[nodiscard]] static std::uint32_t count_of(std::uint16_t uses) noexcept { return uses & 0x3fffu; }
+    static constexpr std::uint32_t max_stamp = ~std::uint32_t{0};
+    std::uint32_t stamp_counter_ = 0;
     std::uint64_t halve_every_;          // sampled references between halvings of the hit counts
     std::uint64_t choose_every_;         // sampled references between choices
     std::uint64_t references_ = 0;       // sampled references so far
@@ -502,16 +569,23 @@ private:
 /// defaults; with them, 0.1488 against 0.1676 on the conversation trace at
 /// 1%).
 ///
-/// Its defaults put it near LRU's price (issue 36; docs/performance.md):
-/// only the followed expert keeps per-item state (leader_only), and the
-/// shadows sample at most `default_sample_rate` of the keys and hold at
-/// most `default_shadow_items` items each.
+/// Its defaults (issue 36; docs/performance.md, "adaptive_kv on sampled
+/// shadows"): only the followed expert keeps per-item state (leader_only;
+/// a switch carries what the new leader can take: an LRFU's values and
+/// ghosts from the LRFU it replaces, session_aware_lru's learning from its
+/// shadow), and each shadow holds `default_shadow_items` items (all keys
+/// below that capacity; SHARDS' fixed-size sample above it). Shadows of
+/// 2048 items kept its hit ratio within 0.005 of the full-state version's
+/// in every cell of README "Which policy"; smaller ones did not on the
+/// Mooncake traces (a shadow of 91 items at 1,827 blocks misjudged which
+/// LRFU leads). Below about 40,000 items that costs more than LRU's price:
+/// adaptive_kv_fast samples at most 5% there.
 class adaptive_kv
     : public best_of_shadows<lru, basic_lrfu<2>, basic_lrfu<8>, basic_lrfu<32>, superseded_lru, session_aware_lru> {
 public:
     using base_type = best_of_shadows<lru, basic_lrfu<2>, basic_lrfu<8>, basic_lrfu<32>, superseded_lru, session_aware_lru>;
-    static constexpr double default_sample_rate = 0.05;
-    static constexpr std::size_t default_shadow_items = 1024;
+    static constexpr double default_sample_rate = 1.0;
+    static constexpr std::size_t default_shadow_items = 2048;
     /// best_of_shadows' configuration with adaptive_kv's defaults.
     struct config_type : base_type::config_type {
         config_type() {
@@ -525,8 +599,30 @@ public:
     explicit adaptive_kv(std::size_t capacity) : base_type(capacity, config_type{}) {}
     adaptive_kv(std::size_t capacity, const config_type& config) : base_type(capacity, config) {}
 };
+
+/// adaptive_kv with its shadows sampling at most 5% of the keys and holding
+/// at most 1024 items each: the same cost as adaptive_kv above about 40,000
+/// items, far less below (at 10^3 items its shadows hold 50 items, not
+/// 1,000), for a hit ratio up to 0.009 lower on the Mooncake traces at
+/// 1-10% of their blocks (docs/performance.md).
+class adaptive_kv_fast : public adaptive_kv {
+public:
+    static constexpr double default_sample_rate = 0.05;
+    static constexpr std::size_t default_shadow_items = 1024;
+    struct config_type : adaptive_kv::config_type {
+        config_type() {
+            shadow_items = default_shadow_items;
+            sample_rate = default_sample_rate;
+        }
+    };
+
+    static constexpr std::string_view name = "adaptive_kv_fast";
+    explicit adaptive_kv_fast(std::size_t capacity) : adaptive_kv(capacity, config_type{}) {}
+    adaptive_kv_fast(std::size_t capacity, const config_type& config) : adaptive_kv(capacity, config) {}
+};
 static_assert(eviction_policy<adaptive_kv>);
 static_assert(hears_session_ends<adaptive_kv>);
+static_assert(eviction_policy<adaptive_kv_fast>);
 static_assert(eviction_policy<best_of_shadows<lru, lrfu>>);
 static_assert(!hears_session_ends<best_of_shadows<lru, lrfu>>);
 

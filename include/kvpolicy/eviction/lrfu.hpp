@@ -164,6 +164,43 @@ public:
             if (tracking_.is_evictable(item_id{x})) evictable.push_back(x);
         heap_.assign(evictable, [&](std::uint32_t x) { return rank_of(x); });
     }
+    /// Takes `from`'s items and their history as its own: each item's value,
+    /// time and placement, the reference clock, and the remembered victims
+    /// (if both remember as many); this one must hold no item and have
+    /// `from`'s capacity. The values are `from`'s, summed at its half-life,
+    /// and from here on decay at this one's: an item referenced k times
+    /// lately has about k in either, while a value learned over a longer
+    /// half-life than this one's decays from there at this one's rate.
+    /// best_of_shadows switching from one LRFU to another carries the
+    /// history so (a rebuild would know only how often each cached item
+    /// was referenced). O(n).
+    /// Throws: usage_error if this one holds items or the capacities differ
+    /// (nothing changed).
+    template <std::uint32_t H>
+    void adopt_history(const basic_lrfu<H>& from) {
+        if (tracking_.size() != 0 || from.capacity() != capacity())
+            throw usage_error("lrfu::adopt_history: this lrfu holds " + std::to_string(tracking_.size()) +
+                              " items at capacity " + std::to_string(capacity()) + ", the other has capacity " +
+                              std::to_string(from.capacity()) +
+                              "; adopt only into an empty lrfu of the same capacity");
+        tracking_ = from.tracking_;
+        crf_ = from.crf_;
+        time_ = from.time_;
+        placed_ = from.placed_;
+        key_ = from.key_;
+        if (from.ghosts_.capacity() == ghosts_.capacity()) {
+            ghosts_ = from.ghosts_;
+            ghost_crf_ = from.ghost_crf_;
+            ghost_time_ = from.ghost_time_;
+        }
+        references_ = from.references_;
+        step_start_ = from.step_start_;
+        step_now_ = from.step_now_;
+        started_ = from.started_;
+        stamp_ = from.stamp_;
+        ordered_ = false;
+        resume_order();
+    }
     [[nodiscard]] bool keeps_order() const noexcept { return ordered_; }
 
     [[nodiscard]] const config_type& config() const noexcept { return config_; }
@@ -172,6 +209,8 @@ public:
     [[nodiscard]] double value(item_id id) const noexcept { return crf_[id.index()]; }
 
 private:
+    template <std::uint32_t>
+    friend class basic_lrfu;
     struct rank {
         double score;         // log2(crf) + T / (half_life x capacity): crf scaled to one time
         std::uint64_t stamp;  // placement order: the earlier first among equal scores

@@ -228,6 +228,51 @@ public:
         if (it == sessions_.end() || it->second.expected_gap <= 0.0) return std::nullopt;
         return rank_of(session.value, it->second).back;
     }
+    /// Takes what `from` has learned about the workload rather than about
+    /// the items it holds: each session's rhythm (latest request, gaps,
+    /// output tokens, the engine's hint, expected gap), the return-gap fit,
+    /// the margin's tuner and the tails' reuse rates. Meant for a policy that
+    /// holds no item yet: best_of_shadows builds a newly followed expert so
+    /// from its shadow, which saw every request of the sessions with a
+    /// sampled block, and in which, sampled at rate R at R x the capacity,
+    /// an item waits about as long to be evicted as here (SHARDS), so the
+    /// margin and the tail rates mean the same. Sessions this one already
+    /// knows keep their own. O(sessions).
+    void adopt_learning(const session_aware_lru& from) {
+        for (const auto& [id, theirs] : from.sessions_) {
+            auto [it, fresh] = sessions_.try_emplace(id);
+            if (!fresh) continue;
+            session_state& s = it->second;
+            s.last = theirs.last;
+            s.latest_gap = theirs.latest_gap;
+            s.mean_gap = theirs.mean_gap;
+            s.has_gap = theirs.has_gap;
+            s.output_tokens = theirs.output_tokens;
+            s.hint = theirs.hint;
+            s.expected_gap = theirs.expected_gap;
+        }
+        if (sessions_.size() >= forget_at_) forget_sessions();
+        gaps_ = from.gaps_;
+        tuner_ = from.tuner_;
+        learner_.adopt_rates(from.learner_);
+    }
+    /// Cached item `id` has been used by more than one session (a shared
+    /// prefix): it belongs to no session from now, as if a second session
+    /// had read it (best_of_shadows rebuilding a newly followed expert).
+    void mark_shared(item_id id) {
+        const std::uint32_t x = id.value;
+        if (!tracking_.contains(id) || shared_[x]) return;
+        shared_[x] = 1;
+        if (where_[x] != in_oldest_and_own) return;
+        session_state& s = sessions_.find(session_[x])->second;  // kept while it owns blocks
+        const bool first = s.own.front == x;
+        own_links_.remove(s.own, x);
+        if (first) {
+            if (farthest_.contains(x)) farthest_.erase(x);
+            refile(session_[x], s);
+        }
+        where_[x] = in_oldest;
+    }
     /// Whether unreused tails are demoted now.
     [[nodiscard]] bool demoting() const noexcept { return learner_.demoting(); }
     /// Sessions remembered now.

@@ -78,6 +78,14 @@ public:
     /// `x` was erased (not evicted): forgotten, no ghost.
     void erased(std::uint32_t x) noexcept { fresh_[x] = none; }
 
+    /// Takes `from`'s reuse counts per class (what demoting() reads), not
+    /// its items or ghosts.
+    void adopt_rates(const tail_reuse_learner& from) noexcept {
+        for (int c = 0; c < 2; ++c) {
+            inserted_[c] = from.inserted_[c];
+            reused_[c] = from.reused_[c];
+        }
+    }
     /// Whether `x` is a tail not yet reused.
     [[nodiscard]] bool fresh_tail(std::uint32_t x) const noexcept { return fresh_[x] == tail; }
     /// Whether unreused tails should be evicted first now.
