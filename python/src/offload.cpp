@@ -21,6 +21,7 @@
 // before it. Ints and other objects are their 64-bit keys, as before; a
 // block stored through a uint64 array has no bytes and is named by its key.
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstring>
 #include <string_view>
@@ -62,6 +63,7 @@ public:
     [[nodiscard]] virtual std::size_t num_free() const noexcept = 0;
     [[nodiscard]] virtual std::size_t size() const noexcept = 0;
     [[nodiscard]] virtual std::uint32_t find(std::uint64_t hash) const noexcept = 0;
+    virtual void find_all(std::span<const std::uint64_t> hashes, std::span<std::uint32_t> slots) const noexcept = 0;
     [[nodiscard]] virtual slot_state state(std::uint32_t slot) const noexcept = 0;
     [[nodiscard]] virtual std::uint32_t loads(std::uint32_t slot) const noexcept = 0;
     [[nodiscard]] virtual std::string_view policy_name() const noexcept = 0;
@@ -93,6 +95,9 @@ public:
     [[nodiscard]] std::size_t num_free() const noexcept override { return m_.num_free(); }
     [[nodiscard]] std::size_t size() const noexcept override { return m_.size(); }
     [[nodiscard]] std::uint32_t find(std::uint64_t h) const noexcept override { return m_.find(h); }
+    void find_all(std::span<const std::uint64_t> h, std::span<std::uint32_t> s) const noexcept override {
+        m_.find_all(h, s);
+    }
     [[nodiscard]] slot_state state(std::uint32_t s) const noexcept override { return m_.state(s); }
     [[nodiscard]] std::uint32_t loads(std::uint32_t s) const noexcept override { return m_.loads(s); }
     [[nodiscard]] std::string_view policy_name() const noexcept override { return Order::name; }
@@ -275,9 +280,11 @@ private:
 
 /// The 64-bit keys of one call's hashes, and what the caller passed.
 struct hash_list {
+    static constexpr std::size_t not_memo = ~std::size_t{0};
     std::span<const std::uint64_t> keys;
     nb::object source;  // the array, or the list of the caller's objects
     bool is_array = false;
+    std::size_t memo_at = not_memo;  // keys are the reader's memo's from here (its whole list or a part)
 
     [[nodiscard]] nb::object item(std::size_t i) const {
         return nb::borrow(PyList_GET_ITEM(source.ptr(), static_cast<Py_ssize_t>(i)));
@@ -342,7 +349,7 @@ public:
         } else {
             h.source = nb::borrow(obj);
         }
-        if (const auto keys = plain_keys_of(h.source.ptr())) {
+        if (const auto keys = plain_keys_of(h.source.ptr(), h.memo_at)) {
             h.keys = *keys;
             return h;
         }
@@ -363,16 +370,24 @@ private:
     // The keys of a list of ints and bytes (from the memo when its items are
     // the last list's, or a prefix or suffix of them); empty, with nothing
     // kept, when an item is another object.
-    std::optional<std::span<const std::uint64_t>> plain_keys_of(PyObject* list) {
+    std::optional<std::span<const std::uint64_t>> plain_keys_of(PyObject* list, std::size_t& memo_at) {
         const std::size_t n = static_cast<std::size_t>(PyList_GET_SIZE(list));
         PyObject* const* items = PySequence_Fast_ITEMS(list);
         const std::size_t bytes = n * sizeof(PyObject*);
         if (n > 0 && n <= objects_.size()) {
             const std::size_t tail = objects_.size() - n;
-            if (std::memcmp(items, objects_.data(), bytes) == 0) return std::span(keys_.data(), n);
-            if (std::memcmp(items, objects_.data() + tail, bytes) == 0) return std::span(keys_.data() + tail, n);
+            if (std::memcmp(items, objects_.data(), bytes) == 0) {
+                memo_at = 0;
+                return std::span(keys_.data(), n);
+            }
+            if (std::memcmp(items, objects_.data() + tail, bytes) == 0) {
+                memo_at = tail;
+                return std::span(keys_.data() + tail, n);
+            }
         }
         forget();
+        ++memo_id_;
+        memo_at = 0;
         keys_.resize(n);
         objects_.resize(n);
         // One pass: the objects are read from memory once (each a likely
@@ -393,6 +408,13 @@ private:
         }
         return std::span<const std::uint64_t>(keys_);
     }
+
+public:
+    /// Which list the memo holds (a new number each time it is replaced), and its length.
+    [[nodiscard]] std::uint64_t memo_id() const noexcept { return memo_id_; }
+    [[nodiscard]] std::size_t memo_size() const noexcept { return objects_.size(); }
+
+private:
     void forget() noexcept {
         // Only ints and bytes are kept: freeing them runs no Python code.
         for (PyObject* o : objects_) Py_DECREF(o);
@@ -401,6 +423,7 @@ private:
 
     std::vector<PyObject*> objects_;    // the last list's items (strong references), if all ints or bytes
     std::vector<std::uint64_t> keys_;   // the keys of the last list converted
+    std::uint64_t memo_id_ = 0;
 };
 
 struct string_hash {
@@ -419,6 +442,7 @@ public:
         if (m_->size() != 0)
             throw usage_error("_set_fold_mask_for_testing: the manager holds blocks; set it on an empty manager");
         fold_mask_ = mask;
+        ++generation_;
     }
     [[nodiscard]] std::size_t probed_hashes() const noexcept { return probed_.size(); }
 
@@ -457,6 +481,7 @@ public:
         std::optional<int64_buffer> buffer;  // outlives h, whose keys may view it
         const hash_list h = reader_.read(hashes, buffer);
         const std::span<const std::uint64_t> keys = resolve(h);
+        const bool memo_keys = last_from_memo_;
         std::optional<store_plan> plan = m_->prepare_store(keys);
         if (!plan) return nb::none();
         // The evicted blocks' own objects, read before their slots are reused below.
@@ -466,10 +491,14 @@ public:
         if (h.is_array) {
             to_store = nb::cast(to_numpy(std::move(plan->to_store)));
         } else {
-            if (objects_.empty()) objects_.resize(m_->capacity());
+            if (objects_.empty()) {
+                objects_.resize(m_->capacity());
+                held_.assign(m_->capacity(), held_row{});
+            }
             to_store = new_list(plan->positions.size());
             for (std::size_t j = 0; j < plan->positions.size(); ++j) {
                 nb::object o = h.item(plan->positions[j]);
+                hold(plan->slots[j], o.ptr());
                 if (PyBytes_Check(o.ptr()) && keys[plan->positions[j]] != fold_of(h.keys[plan->positions[j]]))
                     remember_probed(o.ptr(), keys[plan->positions[j]]);
                 PyList_SET_ITEM(to_store.ptr(), static_cast<Py_ssize_t>(j), nb::object(o).release().ptr());
@@ -477,7 +506,18 @@ public:
             }
         }
         if (h.is_array && !objects_.empty())
-            for (std::uint32_t s : plan->slots) objects_[s] = nb::object();
+            for (std::uint32_t s : plan->slots) {
+                objects_[s] = nb::object();
+                held_[s].tag = tag_key;
+            }
+        if (!plan->slots.empty()) {
+            // Keys now name blocks that resolve() saw free. The memo's list
+            // stays resolved when these keys were its own: its keys are
+            // pairwise distinct (resolve_now tells one call's apart), so the
+            // blocks stored took the keys of exactly the items stored.
+            ++generation_;
+            if (memo_keys) resolved_generation_ = generation_;
+        }
         nb::object slots = nb::cast(to_numpy(std::move(plan->slots)));
         return nb::make_tuple(to_store, slots, evicted);
     }
@@ -528,12 +568,31 @@ private:
     // or bytes equal to b's. A slot stored through an array has no object
     // (named by its key): taken as b's.
     [[nodiscard]] bool holds(std::uint32_t s, PyObject* b) const noexcept {
-        if (objects_.empty() || !objects_[s].is_valid()) return true;
-        PyObject* o = objects_[s].ptr();
-        if (o == b) return true;
-        if (!PyBytes_Check(o)) return false;  // an int or other object with b's key: another block
-        const Py_ssize_t n = PyBytes_GET_SIZE(o);
-        return n == PyBytes_GET_SIZE(b) && std::memcmp(PyBytes_AS_STRING(o), PyBytes_AS_STRING(b), static_cast<std::size_t>(n)) == 0;
+        if (held_.empty()) return true;
+        const std::uint8_t tag = held_[s].tag;
+        const auto n = static_cast<std::size_t>(PyBytes_GET_SIZE(b));
+        if (tag <= inline_bytes) return n == tag && std::memcmp(held_[s].bytes.data(), PyBytes_AS_STRING(b), n) == 0;
+        if (tag == tag_key) return true;
+        if (tag == tag_other) return false;  // an int or other object with b's key: another block
+        PyObject* o = objects_[s].ptr();  // tag_long: a bytes hash longer than inline_bytes
+        return o == b || (static_cast<std::size_t>(PyBytes_GET_SIZE(o)) == n &&
+                          std::memcmp(PyBytes_AS_STRING(o), PyBytes_AS_STRING(b), n) == 0);
+    }
+
+    // Slot `s` now holds the block of hash object `o`: its bytes kept inline
+    // (vLLM's 32), so that holds() reads one dense row, not the object.
+    void hold(std::uint32_t s, PyObject* o) noexcept {
+        if (!PyBytes_Check(o)) {
+            held_[s].tag = tag_other;
+            return;
+        }
+        const auto n = static_cast<std::size_t>(PyBytes_GET_SIZE(o));
+        if (n > inline_bytes) {
+            held_[s].tag = tag_long;
+            return;
+        }
+        std::memcpy(held_[s].bytes.data(), PyBytes_AS_STRING(o), n);
+        held_[s].tag = static_cast<std::uint8_t>(n);
     }
 
     // The k-th key of the probe sequence after `fold` (k >= 1).
@@ -544,19 +603,25 @@ private:
     // The key of bytes hash `b` whose fold is `fold`: the key it is stored
     // under, else the first key of its probe sequence that holds no block
     // (and is not in `taken`, the keys this call gave other hashes).
-    std::uint64_t resolve_bytes(PyObject* b, std::uint64_t fold, const std::vector<std::uint64_t>* taken) const {
+    std::uint64_t resolve_bytes(PyObject* b, std::uint64_t fold, const std::vector<std::uint64_t>* taken,
+                                bool* is_free = nullptr) const {
         if (!probed_.empty()) {
             const auto it = probed_.find(std::string_view(PyBytes_AS_STRING(b), static_cast<std::size_t>(PyBytes_GET_SIZE(b))));
             if (it != probed_.end()) {
                 const std::uint32_t s = m_->find(it->second);
-                if (s != no_index && holds(s, b)) return it->second;
+                if (s != no_index && holds(s, b)) {
+                    if (is_free) *is_free = false;
+                    return it->second;
+                }
             }
         }
         std::uint64_t key = fold;
         for (std::uint64_t k = 1;; ++k) {
             const std::uint32_t s = m_->find(key);
-            if (s != no_index ? holds(s, b) : (taken == nullptr || std::find(taken->begin(), taken->end(), key) == taken->end()))
+            if (s != no_index ? holds(s, b) : (taken == nullptr || std::find(taken->begin(), taken->end(), key) == taken->end())) {
+                if (is_free) *is_free = s == no_index;
                 return key;
+            }
             key = probe(fold, k);
         }
     }
@@ -567,15 +632,50 @@ private:
     std::span<const std::uint64_t> resolve(const hash_list& h) {
         if (h.is_array) return h.keys;
         const std::size_t n = h.keys.size();
+        // The memo's list (or a part of it) again, with no block stored since
+        // it was resolved: the same keys (a block that left since only frees
+        // its key, which is a miss either way, and probed_ names what is
+        // stored past its fold). vLLM's connector passes one request's list,
+        // or its prefix or tail, to lookup, touch, the loads and the store.
+        const bool memo = h.memo_at != hash_list::not_memo;
+        last_from_memo_ = memo && resolved_memo_id_ == reader_.memo_id() && resolved_generation_ == generation_ &&
+                          h.memo_at + n <= resolved_memo_.size();
+        if (last_from_memo_) return std::span<const std::uint64_t>(resolved_memo_.data() + h.memo_at, n);
+        const std::span<const std::uint64_t> out = resolve_now(h);
+        if (memo && h.memo_at == 0 && n == reader_.memo_size()) {
+            resolved_memo_.assign(out.begin(), out.end());
+            resolved_memo_id_ = reader_.memo_id();
+            resolved_generation_ = generation_;
+            last_from_memo_ = true;
+        }
+        return out;
+    }
+    std::span<const std::uint64_t> resolve_now(const hash_list& h) {
+        const std::size_t n = h.keys.size();
         resolved_.assign(h.keys.begin(), h.keys.end());
         free_.clear();
         bool any = false;
+        for (std::size_t i = 0; i < n; ++i)
+            if (PyBytes_Check(PyList_GET_ITEM(h.source.ptr(), static_cast<Py_ssize_t>(i)))) {
+                resolved_[i] = fold_of(resolved_[i]);
+                any = true;
+            }
+        if (!any) return resolved_;
+        // Each fold's slot, probed in a pipeline; then each bytes hash is the
+        // block there (its row compared), a miss, or (another block there,
+        // or some hash stored past its fold) resolved the slow way.
+        found_.resize(n);
+        m_->find_all(resolved_, found_);
+        constexpr std::size_t ahead = 8;
         for (std::size_t i = 0; i < n; ++i) {
+            if (i + ahead < n && found_[i + ahead] != no_index && !held_.empty()) __builtin_prefetch(&held_[found_[i + ahead]]);
             PyObject* o = PyList_GET_ITEM(h.source.ptr(), static_cast<Py_ssize_t>(i));
             if (!PyBytes_Check(o)) continue;
-            any = true;
-            resolved_[i] = resolve_bytes(o, fold_of(h.keys[i]), nullptr);
-            if (m_->find(resolved_[i]) == no_index) free_.push_back({resolved_[i], static_cast<std::uint32_t>(i)});
+            const std::uint32_t s = found_[i];
+            bool is_free = s == no_index;
+            if (!probed_.empty() || (!is_free && !holds(s, o)))
+                resolved_[i] = resolve_bytes(o, fold_of(h.keys[i]), nullptr, &is_free);
+            if (is_free) free_.push_back({resolved_[i], static_cast<std::uint32_t>(i)});
         }
         if (!any || free_.size() < 2) return resolved_;
         std::sort(free_.begin(), free_.end());
@@ -660,6 +760,21 @@ private:
     std::vector<nb::object> objects_;
     nb::list events_;
     std::uint64_t fold_mask_ = ~std::uint64_t{0};
+    // [slot] how the block there is named: its bytes inline (tag = length),
+    // or tag_key (stored through an array: by its key), tag_other (an int or
+    // other object), tag_long (bytes past inline_bytes: compare objects_).
+    static constexpr std::size_t inline_bytes = 32;
+    static constexpr std::uint8_t tag_long = 253, tag_other = 254, tag_key = 255;
+    struct held_row {
+        std::array<char, inline_bytes> bytes{};
+        std::uint8_t tag = tag_key;
+    };
+    std::vector<held_row> held_;
+    std::vector<std::uint32_t> found_;  // scratch: resolve_now's slots
+    std::uint64_t generation_ = 0;  // prepare_stores that stored something (resolve's memo)
+    std::vector<std::uint64_t> resolved_memo_;  // the reader's memo list's keys, resolved
+    std::uint64_t resolved_memo_id_ = ~std::uint64_t{0}, resolved_generation_ = 0;
+    bool last_from_memo_ = false;  // the last resolve() answered with the memo's keys
     std::vector<std::uint64_t> resolved_;                       // scratch: one call's keys
     std::vector<std::pair<std::uint64_t, std::uint32_t>> free_;  // scratch: its bytes hashes on free keys
     std::unordered_map<std::string, std::uint64_t, string_hash, std::equal_to<>> probed_;  // bytes hash -> key past its fold

@@ -166,6 +166,17 @@ public:
     [[nodiscard]] Order& order() noexcept { return order_; }
     /// The slot of a block, or no_index.
     [[nodiscard]] std::uint32_t find(std::uint64_t hash) const noexcept { return index_.find(hash); }
+    /// find() of each of `hashes` into `slots` (the first min of both
+    /// sizes), the probes pipelined: each is a cache miss in a large tier.
+    void find_all(std::span<const std::uint64_t> hashes, std::span<std::uint32_t> slots) const noexcept {
+        constexpr std::size_t ahead = 8;
+        const std::size_t n = std::min(hashes.size(), slots.size());
+        for (std::size_t i = 0; i < std::min(ahead, n); ++i) index_.prefetch(hashes[i]);
+        for (std::size_t i = 0; i < n; ++i) {
+            if (i + ahead < n) index_.prefetch(hashes[i + ahead]);
+            slots[i] = index_.find(hashes[i]);
+        }
+    }
     [[nodiscard]] slot_state state(std::uint32_t slot) const noexcept { return state_[slot]; }
     [[nodiscard]] std::uint32_t loads(std::uint32_t slot) const noexcept { return loads_[slot]; }
     [[nodiscard]] std::uint64_t key(std::uint32_t slot) const noexcept { return key_[slot]; }
