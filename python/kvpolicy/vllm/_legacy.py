@@ -62,7 +62,10 @@ scores) put a block whose pin or protection ends at their most-recent end
 
 Hashes answered back (``block_hashes_to_store``, ``block_hashes_evicted``,
 events) are the caller's own objects, or arrays for array callers. Keys are
-64 bits (ints modulo 2^64, bytes folded, other objects by ``hash()``).
+64 bits (ints modulo 2^64, other objects by ``hash()``), but bytes hashes
+(vLLM's 32-byte ``BlockHash``) are kept whole: a bytes hash's key starts at
+a 64-bit fold, and two distinct hashes with one fold stay two blocks (the
+slot keeps the bytes and compares them; see python/src/offload.cpp).
 """
 
 from __future__ import annotations
