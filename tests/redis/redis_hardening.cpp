@@ -445,3 +445,27 @@ TEST_CASE("redis DNS: async_resolver answers off the caller's thread, once per l
     REQUIRE(numeric.addresses.size() == 1);
     REQUIRE(redis::async_resolver::lookup("localhost", "6379", AI_NUMERICHOST).rc != 0);  // a name is never looked up so
 }
+
+TEST_CASE("redis DNS: a cluster node named by a host that does not resolve is down for the batch, its ops failed, nothing thrown",
+          "[redis][deadline]") {
+    fake_redis server;
+    const std::string bad_host = "kvpolicy-no-such-host.invalid";
+    // Slots 0-8000 on the server that answers, the rest on a node named by a host no resolver knows.
+    server.set_cluster_slots("*2\r\n*3\r\n:0\r\n:8000\r\n*2\r\n$9\r\n127.0.0.1\r\n:" + std::to_string(server.port()) +
+                             "\r\n*3\r\n:8001\r\n:16383\r\n*2\r\n$" + std::to_string(bad_host.size()) + "\r\n" + bad_host +
+                             "\r\n:" + std::to_string(server.port()) + "\r\n");
+    redis::store_config c = config_for(server.port(), true);
+    c.nodes.push_back({bad_host, server.port()});  // a seed by name, so the slot map may name it
+    rig r(c, 32);
+    std::size_t reachable = 0;
+    for (const std::uint64_t k : r.keys) reachable += redis::hash_slot(c.ns.key(k)) <= 8000 ? 1 : 0;
+    REQUIRE(reachable > 0);
+    REQUIRE(reachable < r.keys.size());
+    for (int batch = 0; batch < 3; ++batch) {  // the lookup is tried again after the backoff, never thrown
+        const auto written = r.write_back();
+        REQUIRE(count(written, transfer_status::done) == reachable);
+        const auto fetched = r.fetch();
+        REQUIRE(count(fetched, transfer_status::done) == reachable);
+    }
+    REQUIRE(r.store.node_count() == 2);
+}
