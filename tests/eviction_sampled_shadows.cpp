@@ -293,19 +293,22 @@ namespace {
 // LRFU restated over each key's references, for a cache whose half-life
 // changes at switches: each reference is (T, halvings per reference of the
 // LRFU in force when it was made), and the value at an item's last reference
-// is summed recursively, crf <- 1 + crf x 2^(-h x (t - t_prev)) with the h of
-// the newer reference, as an LRFU that took another's values at a switch and
-// went on at its own rate computes it. A victim has the lowest log2(crf) +
-// h_now x T_last; equal values (within 1e-9) go to the earliest placed. A
-// victim's references go to a ghost deque of `ghost_capacity` keys.
+// is summed recursively from its base, crf <- 1 + crf x 2^(-h x (t - t_prev))
+// with the h of the newer reference. At a switch every value (a ghost's too)
+// becomes a base: its value decayed at the old h to the switch's T. A victim
+// has the lowest log2(crf) + h_now x T_last; equal values (within 1e-9) go
+// to the earliest placed. A victim's history goes to a ghost deque of
+// `ghost_capacity` keys.
 struct switching_lrfu_model {
     struct entry {
-        std::vector<std::pair<std::uint64_t, double>> refs;
+        double base = 0.0;  // value at base_t (0: none)
+        std::uint64_t base_t = 0;
+        std::vector<std::pair<std::uint64_t, double>> refs;  // after base_t
         std::uint64_t stamp = 0;
     };
     std::unordered_map<std::uint32_t, entry> items;  // slot -> entry
     std::unordered_map<std::uint32_t, std::uint64_t> key_of;
-    std::deque<std::pair<std::uint64_t, std::vector<std::pair<std::uint64_t, double>>>> ghosts;
+    std::deque<std::pair<std::uint64_t, entry>> ghosts;
     std::size_t ghost_capacity;
     std::uint64_t references = 0, step_start = 0, clock = 0;
     timestamp step_now = 0;
@@ -322,20 +325,31 @@ struct switching_lrfu_model {
         ++references;
         return step_start;
     }
+    static std::uint64_t last(const entry& e) { return e.refs.empty() ? e.base_t : e.refs.back().first; }
     static double crf(const entry& e) {
-        double c = 0.0;
-        std::uint64_t prev = e.refs.front().first;
+        double c = e.base;
+        std::uint64_t prev = e.base_t;
         for (const auto& [t, h] : e.refs) {
             c = 1.0 + c * std::exp2(-h * static_cast<double>(t - prev));
             prev = t;
         }
         return c;
     }
+    // A switch away from the LRFU whose rate was h_old.
+    void rebase(double h_old) {
+        const auto at_switch = [&](entry& e) {
+            e.base = crf(e) * std::exp2(-h_old * static_cast<double>(step_start - last(e)));
+            e.base_t = step_start;
+            e.refs.clear();
+        };
+        for (auto& [slot, e] : items) at_switch(e);
+        for (auto& [key, e] : ghosts) at_switch(e);
+    }
     void insert(std::uint32_t slot, std::uint64_t key, timestamp now, double h) {
         entry e;
         for (auto it = ghosts.begin(); it != ghosts.end(); ++it)
             if (it->first == key) {
-                e.refs = it->second;
+                e = it->second;
                 ghosts.erase(it);
                 break;
             }
@@ -355,7 +369,7 @@ struct switching_lrfu_model {
         std::uint64_t best_stamp = 0;
         bool any = false;
         for (const auto& [slot, e] : items) {
-            const double s = std::log2(crf(e)) + h_now * static_cast<double>(e.refs.back().first);
+            const double s = std::log2(crf(e)) + h_now * static_cast<double>(last(e));
             if (!any || s < best - 1e-9 || (s <= best + 1e-9 && e.stamp < best_stamp)) {
                 victim = slot;
                 best = s;
@@ -364,7 +378,7 @@ struct switching_lrfu_model {
             }
         }
         std::erase_if(ghosts, [&](const auto& g) { return g.first == key_of[victim]; });
-        ghosts.emplace_back(key_of[victim], items[victim].refs);
+        ghosts.emplace_back(key_of[victim], items[victim]);
         if (ghosts.size() > ghost_capacity) ghosts.pop_front();
         items.erase(victim);
         return victim;
@@ -399,9 +413,11 @@ TEST_CASE("leader_only: a switch from one LRFU to another carries values, times 
             access_context ctx;
             ctx.now = now;
             ctx.key = k;
+            const std::size_t leader = p.followed();
             if (auto it = where.find(k); it != where.end()) {
                 p.on_access(item_id{it->second}, ctx);
                 model.access(it->second, now, h_now);
+                if (p.followed() != leader) model.rebase(h_now);
                 continue;
             }
             p.on_miss(ctx);
@@ -419,6 +435,7 @@ TEST_CASE("leader_only: a switch from one LRFU to another carries values, times 
             key_of[slot] = k;
             p.on_insert(item_id{slot}, ctx);
             model.insert(slot, k, now, h_now);
+            if (p.followed() != leader) model.rebase(h_now);
         }
     }
     INFO("seed " << seed << ", switches " << p.switches());

@@ -164,13 +164,14 @@ public:
             if (tracking_.is_evictable(item_id{x})) evictable.push_back(x);
         heap_.assign(evictable, [&](std::uint32_t x) { return rank_of(x); });
     }
-    /// Takes `from`'s items and their history as its own: each item's value,
-    /// time and placement, the reference clock, and the remembered victims
-    /// (if both remember as many); this one must hold no item and have
-    /// `from`'s capacity. The values are `from`'s, summed at its half-life,
-    /// and from here on decay at this one's: an item referenced k times
-    /// lately has about k in either, while a value learned over a longer
-    /// half-life than this one's decays from there at this one's rate.
+    /// Takes `from`'s items and their history as its own: each item's value
+    /// and placement, the reference clock, and the remembered victims (if
+    /// both remember as many); this one must hold no item and have `from`'s
+    /// capacity. Every value (a ghost's too) is decayed at `from`'s rate to
+    /// the current step and from there decays at this one's: the order at
+    /// the switch is `from`'s, and a request's ancestors still never rank
+    /// below its descendants (a value summed at one half-life and decayed
+    /// at another from each item's own last reference would break that).
     /// best_of_shadows switching from one LRFU to another carries the
     /// history so (a rebuild would know only how often each cached item
     /// was referenced). O(n).
@@ -198,6 +199,15 @@ public:
         step_now_ = from.step_now_;
         started_ = from.started_;
         stamp_ = from.stamp_;
+        const std::uint64_t now = step_start_;  // every time kept is at or before it
+        for (std::size_t x = 0; x < crf_.size(); ++x) {
+            crf_[x] = from.decayed(crf_[x], time_[x], now);
+            time_[x] = now;
+        }
+        for (std::size_t g = 0; g < ghost_crf_.size(); ++g) {
+            ghost_crf_[g] = from.decayed(ghost_crf_[g], ghost_time_[g], now);
+            ghost_time_[g] = now;
+        }
         ordered_ = false;
         resume_order();
     }
