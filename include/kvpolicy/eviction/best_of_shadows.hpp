@@ -575,17 +575,18 @@ private:
 /// ghosts from the LRFU it replaces, session_aware_lru's learning from its
 /// shadow), and each shadow holds `default_shadow_items` items (all keys
 /// below that capacity; SHARDS' fixed-size sample above it). Shadows of
-/// 2048 items kept its hit ratio within 0.005 of the full-state version's
-/// in every cell of README "Which policy"; smaller ones did not on the
-/// Mooncake traces (a shadow of 91 items at 1,827 blocks misjudged which
-/// LRFU leads). Below about 40,000 items that costs more than LRU's price:
+/// 4096 items kept its hit ratio within 0.005 of the full-state version's
+/// and above LRU's in every cell of README "Which policy"; 2048 put it
+/// 0.0007 below LRU on the synthetic trace at 5%, and 5% samples (91 items
+/// at 1,827 blocks) misjudged which LRFU leads on the conversation trace.
+/// Below about 80,000 items that costs more than LRU's price:
 /// adaptive_kv_fast samples at most 5% there.
 class adaptive_kv
     : public best_of_shadows<lru, basic_lrfu<2>, basic_lrfu<8>, basic_lrfu<32>, superseded_lru, session_aware_lru> {
 public:
     using base_type = best_of_shadows<lru, basic_lrfu<2>, basic_lrfu<8>, basic_lrfu<32>, superseded_lru, session_aware_lru>;
     static constexpr double default_sample_rate = 1.0;
-    static constexpr std::size_t default_shadow_items = 2048;
+    static constexpr std::size_t default_shadow_items = 4096;
     /// best_of_shadows' configuration with adaptive_kv's defaults.
     struct config_type : base_type::config_type {
         config_type() {
@@ -601,10 +602,10 @@ public:
 };
 
 /// adaptive_kv with its shadows sampling at most 5% of the keys and holding
-/// at most 1024 items each: the same cost as adaptive_kv above about 40,000
-/// items, far less below (at 10^3 items its shadows hold 50 items, not
-/// 1,000), for a hit ratio up to 0.009 lower on the Mooncake traces at
-/// 1-10% of their blocks (docs/performance.md).
+/// at most 1024 items each: far cheaper than adaptive_kv below about 80,000
+/// items (at 10^3 items its shadows hold 50 items, not 1,000), for a hit
+/// ratio up to 0.009 lower on the Mooncake traces at 1-10% of their blocks
+/// (docs/performance.md).
 class adaptive_kv_fast : public adaptive_kv {
 public:
     static constexpr double default_sample_rate = 0.05;
