@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "support/naive_prefill_attention.hpp"
+#include "support/random_vertical_slash.hpp"
 #include "support/require_throws.hpp"
 
 using namespace kvpolicy;
@@ -103,23 +104,7 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
     return e;
 }
 
-// A random index: `nv` columns and `ns` offsets per head, ascending, no repeats.
-vertical_slash_index random_index(std::mt19937_64& rng, std::uint32_t heads, std::uint32_t n, std::uint32_t nv,
-                                  std::uint32_t ns) {
-    vertical_slash_index x{heads, n, nv, ns, std::vector<std::uint32_t>(std::size_t{heads} * nv),
-                           std::vector<std::uint32_t>(std::size_t{heads} * ns)};
-    std::vector<std::uint32_t> all(n);
-    std::iota(all.begin(), all.end(), 0u);
-    for (std::uint32_t h = 0; h < heads; ++h) {
-        std::shuffle(all.begin(), all.end(), rng);
-        std::sort(all.begin(), all.begin() + nv);
-        std::copy_n(all.begin(), nv, x.verticals.begin() + std::ptrdiff_t{h} * nv);
-        std::shuffle(all.begin(), all.end(), rng);
-        std::sort(all.begin(), all.begin() + ns);
-        std::copy_n(all.begin(), ns, x.slashes.begin() + std::ptrdiff_t{h} * ns);
-    }
-    return x;
-}
+using kvpolicy::testing::random_index;
 
 // Seeded vertical-slash pattern. Per KV head: columns `cols` that every
 // query reads (channel 0: q = 1, k = A on those columns) and diagonals

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "support/naive_prefill_attention.hpp"
+#include "support/random_vertical_slash.hpp"
 
 using namespace kvpolicy;
 using kvpolicy::testing::naive_prefill_attention;
@@ -54,23 +55,7 @@ prefill_qkv_view view_of(const prompt& p) {
             .num_kv_heads = p.s.num_kv_heads, .head_dim = p.s.head_dim, .scale = p.s.scale};
 }
 
-// `nv` columns and `ns` offsets per head, ascending, no repeats.
-vertical_slash_index random_index(std::mt19937_64& rng, std::uint32_t heads, std::uint32_t n, std::uint32_t nv,
-                                  std::uint32_t ns) {
-    vertical_slash_index x{heads, n, nv, ns, std::vector<std::uint32_t>(std::size_t{heads} * nv),
-                           std::vector<std::uint32_t>(std::size_t{heads} * ns)};
-    std::vector<std::uint32_t> all(n);
-    std::iota(all.begin(), all.end(), 0u);
-    for (std::uint32_t h = 0; h < heads; ++h) {
-        std::shuffle(all.begin(), all.end(), rng);
-        std::sort(all.begin(), all.begin() + nv);
-        std::copy_n(all.begin(), nv, x.verticals.begin() + std::ptrdiff_t{h} * nv);
-        std::shuffle(all.begin(), all.end(), rng);
-        std::sort(all.begin(), all.begin() + ns);
-        std::copy_n(all.begin(), ns, x.slashes.begin() + std::ptrdiff_t{h} * ns);
-    }
-    return x;
-}
+using kvpolicy::testing::random_index;
 
 // Every block of every head, thread by thread. index == nullptr: dense.
 template <std::uint32_t D>

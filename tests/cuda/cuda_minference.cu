@@ -27,6 +27,7 @@
 #include <kvpolicy/sparse/prefill_attention.hpp>
 
 #include "cuda_test.cuh"
+#include "../support/random_vertical_slash.hpp"
 
 namespace cuda_minference {
 using namespace kvpolicy;
@@ -175,23 +176,7 @@ void full_budget_is_dense(std::uint64_t seed, std::uint32_t n, std::uint32_t d) 
     expect_close_arrays(p.lse(), lse_ref, 2e-5);
 }
 
-// Random ascending lists without repeats, `nv` columns and `ns` offsets per head.
-vertical_slash_index random_index(std::mt19937_64& rng, std::uint32_t heads, std::uint32_t n, std::uint32_t nv,
-                                  std::uint32_t ns) {
-    vertical_slash_index x{heads, n, nv, ns, std::vector<std::uint32_t>(std::size_t{heads} * nv),
-                           std::vector<std::uint32_t>(std::size_t{heads} * ns)};
-    std::vector<std::uint32_t> all(n);
-    for (std::uint32_t j = 0; j < n; ++j) all[j] = j;
-    for (std::uint32_t h = 0; h < heads; ++h) {
-        std::shuffle(all.begin(), all.end(), rng);
-        std::sort(all.begin(), all.begin() + nv);
-        std::copy_n(all.begin(), nv, x.verticals.begin() + std::ptrdiff_t{h} * nv);
-        std::shuffle(all.begin(), all.end(), rng);
-        std::sort(all.begin(), all.begin() + ns);
-        std::copy_n(all.begin(), ns, x.slashes.begin() + std::ptrdiff_t{h} * ns);
-    }
-    return x;
-}
+using kvpolicy::testing::random_index;
 
 // The CTA-tiled kernels over shapes and indices the estimate does not make:
 // head_dim 32 .. 256 (the 64/128/256 templates and the padded ones), GQA 1,
