@@ -404,7 +404,7 @@ TEST_CASE("redis deadlines: a node whose connect failed is down for the rest of 
     REQUIRE(count(r.fetch(), transfer_status::done) == 16);
 }
 
-TEST_CASE("redis DNS: a host name is resolved off the batch's thread and kept; one that does not resolve is refused naming it",
+TEST_CASE("redis DNS: a host name is resolved off the batch's thread and kept, one that does not resolve is refused naming it",
           "[redis][errors][deadline]") {
     redis_server server;
     redis::store_config c = config_for(server.port());
