@@ -7,11 +7,11 @@
 // against its full-size run (issue 36: SHARDS sampling of the shadows).
 //
 //   adaptive_kv_sweep --trace FILE --block-size N --capacity C1,C2,...
-//                     [--setting RATE:SHADOW_ITEMS:LEADER_ONLY[:SIGMAS]]... [--reference]
+//                     [--setting RATE:SHADOW_ITEMS:LEADER_ONLY[:SIGMAS[:GAIN]]]... [--reference]
 //
 // A setting's fields: the most keys sampled (sample_rate, in (0, 1]), the
 // shadow size cap (shadow_items), leader_only 0 or 1, and optionally
-// switch_sigmas. Default: adaptive_kv's own configuration.
+// switch_sigmas and switch_gain. Default: adaptive_kv's own configuration.
 #include <kvpolicy/eviction/best_of_shadows.hpp>
 #include <kvpolicy/sim/replay.hpp>
 #include <kvpolicy/sim/trace.hpp>
@@ -120,15 +120,16 @@ int main(int argc, char** argv) {
             for (const auto& c : split(value(), ',')) capacities.push_back(std::stoul(c));
         } else if (a == "--setting") {
             const auto f = split(value(), ':');
-            if (f.size() != 3 && f.size() != 4) {
-                std::fprintf(stderr, "adaptive_kv_sweep: --setting RATE:SHADOW_ITEMS:LEADER_ONLY[:SIGMAS], e.g. 0.05:4096:1\n");
+            if (f.size() < 3 || f.size() > 5) {
+                std::fprintf(stderr, "adaptive_kv_sweep: --setting RATE:SHADOW_ITEMS:LEADER_ONLY[:SIGMAS[:GAIN]], e.g. 0.05:4096:1\n");
                 return 2;
             }
             adaptive_kv::config_type c;
             c.sample_rate = std::stod(f[0]);
             c.shadow_items = std::stoul(f[1]);
             c.leader_only = f[2] == "1";
-            if (f.size() == 4) c.switch_sigmas = std::stod(f[3]);
+            if (f.size() >= 4) c.switch_sigmas = std::stod(f[3]);
+            if (f.size() == 5) c.switch_gain = std::stod(f[4]);
             settings.push_back(c);
         } else if (a == "--reference") {
             reference = true;
@@ -164,8 +165,8 @@ int main(int argc, char** argv) {
         for (const auto& c : settings) {
             const run_figures f = run(trace, block_size, capacity, c);
             const double rate = std::min({1.0, c.sample_rate, static_cast<double>(c.shadow_items) / static_cast<double>(capacity)});
-            std::printf("%-10zu %-8.4f %-8zu %-3d%-3g %-9.4f %-8.1f %-8llu %-7.4f", capacity, rate, c.shadow_items,
-                        c.leader_only ? 1 : 0, c.switch_sigmas, f.hit_ratio, f.seconds, static_cast<unsigned long long>(f.switches),
+            std::printf("%-10zu %-8.4f %-8zu %-3d%-3g/%-6g %-9.4f %-8.1f %-8llu %-7.4f", capacity, rate, c.shadow_items,
+                        c.leader_only ? 1 : 0, c.switch_sigmas, c.switch_gain, f.hit_ratio, f.seconds, static_cast<unsigned long long>(f.switches),
                         f.sampled_share);
             for (std::size_t i = 0; i < f.shadow.size(); ++i) {
                 std::printf(" %.4f", f.shadow[i]);

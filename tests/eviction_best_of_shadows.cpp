@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <kvpolicy/eviction/best_of_shadows.hpp>
+#include <kvpolicy/eviction/fifo.hpp>
 #include <kvpolicy/eviction/lrfu.hpp>
 #include <kvpolicy/eviction/lru.hpp>
 #include <kvpolicy/eviction/session_aware_lru.hpp>
@@ -13,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <random>
 #include <tuple>
 #include <type_traits>
 #include <unordered_map>
@@ -30,7 +32,8 @@ using lru_or_lrfu = best_of_shadows<lru, lrfu>;
 
 auto shadows_reference(std::size_t capacity, const lru_or_lrfu::config_type& c) {
     auto make = [](std::size_t n) { return std::tuple<ref_lru, ref_lrfu>{ref_lru{}, ref_lrfu(n, 2.0, 4.0)}; };
-    return ref_best_of_shadows<ref_lru, ref_lrfu>(capacity, c.shadow_items, c.window, c.switch_sigmas, make);
+    return ref_best_of_shadows<ref_lru, ref_lrfu>(capacity, c.shadow_items, c.window, c.switch_sigmas, make,
+                                                  c.switch_gain);
 }
 
 }  // namespace
@@ -42,7 +45,10 @@ TEST_CASE("best_of_shadows chooses the same victims as its reference model", "[e
     const std::size_t capacity = 97;
     // Short windows and low thresholds make the choice move often.
     const double sigmas = GENERATE(0.0, 1.0);
-    const lru_or_lrfu::config_type config{.shadow_items = shadow_items, .window = 1.0, .switch_sigmas = sigmas};
+    // A least lead of 2% of the window's references holds some switches back.
+    const double gain = GENERATE(0.0, 0.02);
+    const lru_or_lrfu::config_type config{
+        .shadow_items = shadow_items, .window = 1.0, .switch_sigmas = sigmas, .switch_gain = gain};
     lru_or_lrfu policy(capacity, config);
     auto reference = shadows_reference(capacity, config);
     const auto victims = drive(policy, {.capacity = capacity, .operations = 100'000, .seed = seed,
@@ -205,6 +211,38 @@ TEST_CASE("best_of_shadows follows LRU where frequent keys go out of use", "[evi
     REQUIRE(static_cast<double>(r.hits) > 0.98 * static_cast<double>(r.lru_hits));
 }
 
+TEST_CASE("best_of_shadows: switch_gain keeps the choice still between experts that hit alike, and lets a real "
+          "lead through",
+          "[eviction][best_of_shadows]") {
+    // Uniform random keys over twice the capacity: LRU and FIFO both hit
+    // half the references (neither can tell keys apart), so every lead is
+    // noise; with many references some of it passes two sigmas.
+    std::mt19937_64 rng(7);
+    std::uniform_int_distribution<std::uint64_t> key(0, 399);
+    std::vector<std::uint64_t> keys(400'000);
+    for (auto& k : keys) k = key(rng);
+    using lru_or_fifo = best_of_shadows<lru, fifo>;
+    // The window: about 1,600 sampled references, of which about a third
+    // are discordant, so a lead's noise is about 23 references (1.5% of
+    // them); a gain of 10% of the window is seven times that.
+    lru_or_fifo by_significance(200, {.window = 4.0, .switch_sigmas = 2.0});
+    lru_or_fifo with_gain(200, {.window = 4.0, .switch_sigmas = 2.0, .switch_gain = 0.1});
+    const std::uint64_t hits_significance = replay_flat(by_significance, keys);
+    const std::uint64_t hits_gain = replay_flat(with_gain, keys);
+    REQUIRE(by_significance.switches() > 0);
+    REQUIRE(with_gain.switches() == 0);
+    // Nothing was to be gained by switching, and nothing is lost by not.
+    REQUIRE(static_cast<double>(hits_gain) == Approx(static_cast<double>(hits_significance)).epsilon(0.01));
+
+    // A lead far above the gain (LRFU keeping a hot set a scan flushes from
+    // LRU) still makes it switch.
+    const auto scan = hot_set_with_scan(30'000);
+    best_of_shadows<lru, basic_lrfu<32>> both(100, {.switch_gain = 0.1});
+    const std::uint64_t hits = replay_flat(both, scan);
+    REQUIRE(both.followed() == 1);
+    REQUIRE(hits > scan.size() / 4);
+}
+
 TEST_CASE("best_of_shadows samples keys at shadow_items / capacity", "[eviction][best_of_shadows]") {
     const lru_or_lrfu small(1000);
     REQUIRE(small.sample_rate() == 1.0);
@@ -243,6 +281,9 @@ TEST_CASE("best_of_shadows refuses bad configurations, naming the setting and th
     REQUIRE_THROWS_WITH(lru_or_lrfu(8, {.switch_sigmas = -0.1}), Contains("switch_sigmas -0.100000 must be finite and >= 0"));
     REQUIRE_THROWS_WITH(lru_or_lrfu(8, {.switch_sigmas = std::numeric_limits<double>::infinity()}),
                         Contains("switch_sigmas"));
+    REQUIRE_THROWS_WITH(lru_or_lrfu(8, {.switch_gain = -0.01}), Contains("switch_gain -0.010000 must be in [0, 1)"));
+    REQUIRE_THROWS_WITH(lru_or_lrfu(8, {.switch_gain = 1.0}), Contains("switch_gain 1.000000 must be in [0, 1)"));
+    REQUIRE_THROWS_WITH(lru_or_lrfu(8, {.switch_gain = std::nan("")}), Contains("switch_gain"));
     // An expert's own configuration is checked by the expert.
     lru_or_lrfu::config_type bad;
     std::get<1>(bad.experts).half_life = -2.0;

@@ -1688,7 +1688,9 @@ struct ref_lrfu {
 /// is a reference to a key it holds. Every choose_every sampled references
 /// the expert with the most shadow hits (the first of them) is followed if
 /// its hits less the followed one's exceed `sigmas` x the square root of the
-/// references exactly one of the two hit; every halve_every, all counts halve.
+/// references exactly one of the two hit, and that lead is at least `gain` x
+/// the sampled references, each weighed 1/2 per halving since it; every
+/// halve_every, all counts halve.
 template <class... RefExperts>
 struct ref_best_of_shadows {
     struct shadow_slot {
@@ -1757,14 +1759,18 @@ struct ref_best_of_shadows {
     std::uint64_t halve_every, choose_every, references = 0;
     std::vector<std::vector<double>> only;  // [x][y] references shadow x hit and y missed, halved with the hits
     double sigmas;
+    double gain;
+    std::vector<std::uint64_t> per_halving;  // [k] sampled references between halvings k and k + 1
     std::size_t followed = 0;
 
     /// `make(capacity)` builds one of each reference expert, in order.
     template <class Make>
-    ref_best_of_shadows(std::size_t capacity, std::size_t shadow_items, double window, double switch_sigmas, Make make)
+    ref_best_of_shadows(std::size_t capacity, std::size_t shadow_items, double window, double switch_sigmas, Make make,
+                        double switch_gain = 0.0)
         : real(make(capacity)), shadows(shadows_of(make, capacity, shadow_items)), key_of(capacity, 0),
           rate(std::min(1.0, static_cast<double>(shadow_items) / static_cast<double>(capacity))),
-          only(sizeof...(RefExperts), std::vector<double>(sizeof...(RefExperts), 0.0)), sigmas(switch_sigmas) {
+          only(sizeof...(RefExperts), std::vector<double>(sizeof...(RefExperts), 0.0)), sigmas(switch_sigmas),
+          gain(switch_gain), per_halving(1, 0) {
             const std::size_t shadow_capacity = std::get<0>(shadows).slots.size();
             halve_every = std::max<std::uint64_t>(16, static_cast<std::uint64_t>(window * static_cast<double>(shadow_capacity)));
             choose_every = std::max<std::uint64_t>(16, halve_every / 16);
@@ -1795,16 +1801,24 @@ struct ref_best_of_shadows {
         for (std::size_t x = 0; x < hit.size(); ++x)
             for (std::size_t y = 0; y < hit.size(); ++y) only[x][y] += hit[x] && !hit[y] ? 1.0 : 0.0;
         ++references;
+        ++per_halving.back();
         if (references % choose_every == 0) {
             std::vector<double> hits;
             each_shadow([&](auto& s) { hits.push_back(s.hits); });
             std::size_t best = followed;
             for (std::size_t i = 0; i < hits.size(); ++i)
                 if (hits[i] > hits[best]) best = i;
+            double window_references = 0.0;
+            for (std::size_t k = 0; k < per_halving.size(); ++k)
+                window_references += static_cast<double>(per_halving[k]) *
+                                     std::pow(0.5, static_cast<double>(per_halving.size() - 1 - k));
             const double lead = only[best][followed] - only[followed][best];
-            if (best != followed && lead > sigmas * std::sqrt(only[best][followed] + only[followed][best])) followed = best;
+            if (best != followed && lead > sigmas * std::sqrt(only[best][followed] + only[followed][best]) &&
+                lead >= gain * window_references)
+                followed = best;
         }
         if (references % halve_every == 0) {
+            per_halving.push_back(0);
             each_shadow([](auto& s) { s.hits *= 0.5; });
             for (auto& row : only)
                 for (double& n : row) n *= 0.5;
