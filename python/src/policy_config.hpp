@@ -98,7 +98,8 @@ inline std::vector<config_field<adaptive_kv::config_type>> fields_of(std::type_i
     return {{"shadow_items",
              [](C& c, std::string_view p, double v) { c.shadow_items = detail::whole<std::size_t>(p, "shadow_items", v); }},
             {"window", [](C& c, std::string_view, double v) { c.window = v; }},
-            {"switch_sigmas", [](C& c, std::string_view, double v) { c.switch_sigmas = v; }}};
+            {"switch_sigmas", [](C& c, std::string_view, double v) { c.switch_sigmas = v; }},
+            {"switch_gain", [](C& c, std::string_view, double v) { c.switch_gain = v; }}};
 }
 inline std::vector<config_field<two_q::config_type>> fields_of(std::type_identity<two_q>) {
     using C = two_q::config_type;

@@ -28,7 +28,7 @@ def test_policies_lists_the_registry():
         "gap_min_samples",
     ]
     assert kvpolicy.policy_options("lrfu") == ["half_life", "ghost_factor"]
-    assert kvpolicy.policy_options("adaptive_kv") == ["shadow_items", "window", "switch_sigmas"]
+    assert kvpolicy.policy_options("adaptive_kv") == ["shadow_items", "window", "switch_sigmas", "switch_gain"]
     assert kvpolicy.policy_options("queue_aware_adaptive_kv") == kvpolicy.policy_options("adaptive_kv")
 
 
@@ -244,6 +244,8 @@ def test_options_reach_the_policy():
         kvpolicy.EvictionPolicy("lrfu", 20, half_life=-1)
     with pytest.raises(kvpolicy.ConfigError, match=r"^best_of_shadows: window 0"):
         kvpolicy.EvictionPolicy("adaptive_kv", 20, window=0)
+    with pytest.raises(kvpolicy.ConfigError, match=r"^best_of_shadows: switch_gain 1.500000 must be in \[0, 1\)"):
+        kvpolicy.EvictionPolicy("adaptive_kv", 20, switch_gain=1.5)
     with pytest.raises(kvpolicy.ConfigError, match=r"^adaptive_kv: option shadow_items = 0.500000 is not a whole"):
         kvpolicy.EvictionPolicy("adaptive_kv", 20, shadow_items=0.5)
 
