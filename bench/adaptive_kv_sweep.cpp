@@ -7,11 +7,12 @@
 // against its full-size run (issue 36: SHARDS sampling of the shadows).
 //
 //   adaptive_kv_sweep --trace FILE --block-size N --capacity C1,C2,...
-//                     [--setting RATE:SHADOW_ITEMS:LEADER_ONLY[:SIGMAS[:GAIN]]]... [--reference]
+//                     [--setting RATE:SHADOW_ITEMS:LEADER_ONLY[:SIGMAS[:GAIN[:GHOSTS]]]]... [--reference]
 //
 // A setting's fields: the most keys sampled (sample_rate, in (0, 1]), the
 // shadow size cap (shadow_items), leader_only 0 or 1, and optionally
-// switch_sigmas and switch_gain. Default: adaptive_kv's own configuration.
+// switch_sigmas, switch_gain and the LRFU experts' ghost_factor. Default:
+// adaptive_kv's own configuration.
 #include <kvpolicy/eviction/best_of_shadows.hpp>
 #include <kvpolicy/sim/replay.hpp>
 #include <kvpolicy/sim/trace.hpp>
@@ -120,8 +121,8 @@ int main(int argc, char** argv) {
             for (const auto& c : split(value(), ',')) capacities.push_back(std::stoul(c));
         } else if (a == "--setting") {
             const auto f = split(value(), ':');
-            if (f.size() < 3 || f.size() > 5) {
-                std::fprintf(stderr, "adaptive_kv_sweep: --setting RATE:SHADOW_ITEMS:LEADER_ONLY[:SIGMAS[:GAIN]], e.g. 0.05:4096:1\n");
+            if (f.size() < 3 || f.size() > 6) {
+                std::fprintf(stderr, "adaptive_kv_sweep: --setting RATE:SHADOW_ITEMS:LEADER_ONLY[:SIGMAS[:GAIN[:GHOSTS]]], e.g. 0.05:4096:1\n");
                 return 2;
             }
             adaptive_kv::config_type c;
@@ -129,7 +130,12 @@ int main(int argc, char** argv) {
             c.shadow_items = std::stoul(f[1]);
             c.leader_only = f[2] == "1";
             if (f.size() >= 4) c.switch_sigmas = std::stod(f[3]);
-            if (f.size() == 5) c.switch_gain = std::stod(f[4]);
+            if (f.size() >= 5) c.switch_gain = std::stod(f[4]);
+            if (f.size() == 6) {
+                std::get<1>(c.experts).ghost_factor = std::stod(f[5]);
+                std::get<2>(c.experts).ghost_factor = std::stod(f[5]);
+                std::get<3>(c.experts).ghost_factor = std::stod(f[5]);
+            }
             settings.push_back(c);
         } else if (a == "--reference") {
             reference = true;
