@@ -19,7 +19,11 @@
 // difference, whose variance, were the two equally good, is the number of
 // references exactly one of them hit (McNemar's test for paired outcomes).
 // So noise does not make it switch back and forth, and no margin has to
-// suit every hit ratio. Sampling keys uniformly keeps each shadow a scaled
+// suit every hit ratio. With several rivals the best of them passes that
+// test by chance now and then, so a switch also needs a lead of at least
+// `switch_gain` of the window's references (a hit-ratio difference): with
+// leader_only a switch rebuilds the leader over every cached item, which
+// experts that hit alike are not worth. Sampling keys uniformly keeps each shadow a scaled
 // replica of a full-size cache (SHARDS), so which expert leads in the
 // shadows is which would lead at full size.
 //
