@@ -198,7 +198,12 @@ inline void write_table(std::ostream& out, const std::vector<replay_result>& res
         char line[256];
         bool matched = false;
         for (const replay_result* r : rows) matched = matched || r->lru_match_capacity > 0 || r->lru_match_unreachable;
-        std::snprintf(line, sizeof line, "  %-4s %-18s %9s %10s %7s", "rank", "policy", "hit ratio", "vs belady", "gap %");
+        // The policy column fits the longest name (queue_aware_adaptive_kv
+        // is 23), never narrower than the 18 every table had before.
+        int name_width = 18;
+        for (const replay_result* r : rows) name_width = std::max(name_width, static_cast<int>(r->policy.size()));
+        std::snprintf(line, sizeof line, "  %-4s %-*s %9s %10s %7s", "rank", name_width, "policy", "hit ratio", "vs belady",
+                      "gap %");
         out << line;
         if (matched) out << "  cap for lru  saved";
         if (mode != replay_mode::flat) out << "  token hit  fairness  re-prefill";
@@ -210,7 +215,7 @@ inline void write_table(std::ostream& out, const std::vector<replay_result>& res
         for (const replay_result* r : rows) {
             const std::string gap = opt == nullptr ? "-" : detail::fixed(r->hit_ratio() - opt->hit_ratio(), 4);
             const std::string closed = detail::fixed_or(100 * r->gap_closed, 1, "-");
-            std::snprintf(line, sizeof line, "  %-4d %-18s %9.4f %10s %7s", ++rank, r->policy.c_str(), r->hit_ratio(),
+            std::snprintf(line, sizeof line, "  %-4d %-*s %9.4f %10s %7s", ++rank, name_width, r->policy.c_str(), r->hit_ratio(),
                           gap.c_str(), closed.c_str());
             out << line;
             if (matched) {
