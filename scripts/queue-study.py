@@ -11,6 +11,11 @@ queue). Prints markdown tables of the share of the LRU -> Belady
 gap closed and writes every row as JSON lines to OUT/queue-study.jsonl.
 
     scripts/queue-study.py --sim build/tools/kvpolicy-sim [--out build/queue-study] [--traces ../shared/traces]
+                           [--return-hints ends]
+
+With --return-hints MODE every replay also carries kvpolicy-sim's --return-hints MODE (`ends`: a
+session's last request says, at its release, that the session will not return), so the bases and
+the queue-aware policies hear the queue and the session ends together.
 """
 import argparse
 import json
@@ -33,6 +38,8 @@ MEDIAN_QUEUES = [8, 32, 128]
 def sim(args, trace, block, policies, extra):
     cmd = [args.sim, "--trace", trace, "--block-size", str(block), "--policy", ",".join(policies),
            "--capacity", ",".join(CAPACITIES), "--output", "json", "--threads", str(args.threads)] + extra
+    if args.return_hints:
+        cmd += ["--return-hints", args.return_hints]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return [json.loads(line) for line in out.splitlines() if line.strip()]
 
@@ -48,6 +55,8 @@ def main():
     ap.add_argument("--out", default="build/queue-study")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--only", help="one trace name (conversation, synthetic, agentic)")
+    ap.add_argument("--return-hints", metavar="MODE",
+                    help="kvpolicy-sim's --return-hints for every replay (ends: sessions' ends known at release)")
     ap.add_argument("--tables-from", metavar="JSONL[,JSONL]",
                     help="print the tables of earlier runs' rows; replay nothing")
     args = ap.parse_args()
