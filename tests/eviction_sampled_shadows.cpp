@@ -445,7 +445,7 @@ TEST_CASE("leader_only: a switch from one LRFU to another carries values, times 
 }
 
 TEST_CASE("leader_only: a switch to session_aware_lru carries its shadow's session rhythms, each session's "
-          "mean gap as a naive running mean over all its requests",
+          "mean gap as a naive running mean over all its requests, and the margin of session_aware_lru alone",
           "[eviction][best_of_shadows][leader_only][carry]") {
     const std::uint64_t seed = GENERATE(1u, 2u, 3u);
     using lru_or_sessions = best_of_shadows<lru, session_aware_lru>;
@@ -462,6 +462,16 @@ TEST_CASE("leader_only: a switch to session_aware_lru carries its shadow's sessi
     std::unordered_map<std::uint64_t, std::uint32_t> where;
     std::vector<std::uint64_t> key_of(capacity);
     std::uint32_t used = 0;
+    // session_aware_lru alone over the same requests in a flat cache of the
+    // same size: what the rate-1 shadow is. Its margin is what its tuner
+    // learned from those requests; the rebuild's replay of the cached items
+    // is no request and must not move it (it did: each replayed insert of a
+    // key the shadow had evicted read as that block coming back).
+    session_aware_lru alone(capacity);
+    std::unordered_map<std::uint64_t, std::uint32_t> alone_where;
+    std::vector<std::uint64_t> alone_key_of(capacity);
+    std::uint32_t alone_used = 0;
+    std::size_t margins_moved = 0;
     timestamp now = 0;
     std::mt19937_64 rng(seed);
     std::size_t checks = 0, entered = 0;
@@ -487,6 +497,21 @@ TEST_CASE("leader_only: a switch to session_aware_lru carries its shadow's sessi
             ctx.now = now;
             ctx.key = k;
             ctx.session = session_id{session};
+            if (auto w = alone_where.find(k); w != alone_where.end()) {
+                alone.on_access(item_id{w->second}, ctx);
+            } else {
+                alone.on_miss(ctx);
+                std::uint32_t slot;
+                if (alone_used < capacity) {
+                    slot = alone_used++;
+                } else {
+                    slot = alone.pop_victim(now)->value;
+                    alone_where.erase(alone_key_of[slot]);
+                }
+                alone_where[k] = slot;
+                alone_key_of[slot] = k;
+                alone.on_insert(item_id{slot}, ctx);
+            }
             if (auto w = where.find(k); w != where.end()) {
                 p.on_access(item_id{w->second}, ctx);
                 continue;
@@ -505,6 +530,10 @@ TEST_CASE("leader_only: a switch to session_aware_lru carries its shadow's sessi
         }
         if (p.followed() == 1 && was != 1) {
             ++entered;
+            REQUIRE(p.expert<1>().far_factor() == alone.far_factor());
+            REQUIRE(p.expert<1>().margin_tuner().wins() == alone.margin_tuner().wins());
+            REQUIRE(p.expert<1>().margin_tuner().losses() == alone.margin_tuner().losses());
+            if (alone.far_factor() != session_aware_lru::config_type{}.far_factor) ++margins_moved;
             // Just rebuilt: every session's rhythm is the naive one.
             for (const auto& [s, n] : naive) {
                 INFO("session " << s);
@@ -517,6 +546,7 @@ TEST_CASE("leader_only: a switch to session_aware_lru carries its shadow's sessi
     INFO("seed " << seed << ", switches " << p.switches());
     REQUIRE(entered >= 1);
     REQUIRE(checks > 50);
+    REQUIRE(margins_moved >= 1);  // the margin had learned something by a switch
 }
 
 TEST_CASE("leader_only: renumbering the placement stamps changes no victim",

@@ -530,6 +530,15 @@ private:
                     if (r.uses & shared_bit) p.mark_shared(item_id{x});
                 if (tracking_.is_held(item_id{x})) p.on_hold(item_id{x});
             }
+            // The replay's inserts are no requests, but the expert heard them
+            // as such: its margin tuner scored each pending decision whose
+            // block is cached here as that block coming back (raising the
+            // margin until the session rule stopped acting: conversation trace
+            // at 5% with the waiting queue, 0.35 -> 0.24), and its gap fit
+            // and tails' rates saw arrivals. Taking the shadow's learning
+            // again undoes that (sessions it already took are kept as the
+            // replay left them).
+            if constexpr (requires { p.adopt_learning(shadow_policy); }) p.adopt_learning(shadow_policy);
         };
         ((I == to ? build(std::get<I>(real_), std::get<I>(config_.experts), std::get<I>(shadows_).policy) : void()), ...);
         ((I == followed_ ? std::get<I>(real_).reset() : void()), ...);

@@ -237,7 +237,10 @@ public:
     /// sampled block, and in which, sampled at rate R at R x the capacity,
     /// an item waits about as long to be evicted as here (SHARDS), so the
     /// margin and the tail rates mean the same. Sessions this one already
-    /// knows keep their own. O(sessions).
+    /// knows keep their own; the fit, the tuner and the rates are replaced
+    /// whenever it is called (best_of_shadows calls it again after replaying
+    /// the cached items into the new expert, which heard them as requests).
+    /// O(sessions).
     void adopt_learning(const session_aware_lru& from) {
         for (const auto& [id, theirs] : from.sessions_) {
             auto [it, fresh] = sessions_.try_emplace(id);
@@ -279,6 +282,9 @@ public:
     [[nodiscard]] std::size_t sessions() const noexcept { return sessions_.size(); }
     /// The margin rule 2 applies now.
     [[nodiscard]] double far_factor() const noexcept { return tuner_.margin(); }
+    /// What the margin was learned from: each bin's scored wins and losses
+    /// (tests, diagnostics).
+    [[nodiscard]] const pairwise_margin_tuner& margin_tuner() const noexcept { return tuner_; }
 
 private:
     struct time_rank {
