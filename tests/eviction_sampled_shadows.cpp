@@ -20,8 +20,10 @@
 #include <cmath>
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <random>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "support/policy_driver.hpp"
@@ -445,7 +447,8 @@ TEST_CASE("leader_only: a switch from one LRFU to another carries values, times 
 }
 
 TEST_CASE("leader_only: a switch to session_aware_lru carries its shadow's session rhythms, each session's "
-          "mean gap as a naive running mean over all its requests, and the margin of session_aware_lru alone",
+          "mean gap as a naive running mean over all its requests, and the margin of session_aware_lru alone, "
+          "with a waiting queue's holds let go later",
           "[eviction][best_of_shadows][leader_only][carry]") {
     const std::uint64_t seed = GENERATE(1u, 2u, 3u);
     using lru_or_sessions = best_of_shadows<lru, session_aware_lru>;
@@ -471,12 +474,39 @@ TEST_CASE("leader_only: a switch to session_aware_lru carries its shadow's sessi
     std::unordered_map<std::uint64_t, std::uint32_t> alone_where;
     std::vector<std::uint64_t> alone_key_of(capacity);
     std::uint32_t alone_used = 0;
+    std::unordered_set<std::uint64_t> alone_held;
     std::size_t margins_moved = 0;
     timestamp now = 0;
     std::mt19937_64 rng(seed);
     std::size_t checks = 0, entered = 0;
     std::size_t was = p.followed();
+    // A waiting queue's hold: before each request, one cached block is held
+    // (a queued request reads it) and let go before the next, released at
+    // that later time with its last access's context, as tiered_cache's
+    // queue does. A release is no request: no session's rhythm may move
+    // (a rebuild once replayed such a block as read by its last reader at
+    // the release's time).
+    std::unordered_map<std::uint64_t, std::uint64_t> last_reader;  // key -> session
+    std::optional<std::uint64_t> queued_key;
     for (std::size_t r = 0; r < 6000; ++r) {
+        if (queued_key) {
+            access_context let_go;
+            let_go.now = now + 1;
+            let_go.key = *queued_key;
+            let_go.session = session_id{last_reader[*queued_key]};
+            p.on_release(item_id{where.at(*queued_key)}, let_go);
+            if (auto w = alone_where.find(*queued_key); w != alone_where.end() && alone_held.erase(*queued_key))
+                alone.on_release(item_id{w->second}, let_go);
+            queued_key.reset();
+        }
+        if (used == capacity && rng() % 2 == 0) {
+            queued_key = key_of[rng() % capacity];
+            p.on_hold(item_id{where.at(*queued_key)});
+            if (auto w = alone_where.find(*queued_key); w != alone_where.end()) {
+                alone.on_hold(item_id{w->second});
+                alone_held.insert(*queued_key);
+            }
+        }
         // A request: a session (some come back often, some rarely) reads a
         // few blocks of its own and one shared block, all at one time.
         const std::uint64_t session = rng() % 4 == 0 ? 100 + rng() % 60 : rng() % 12;
@@ -497,6 +527,7 @@ TEST_CASE("leader_only: a switch to session_aware_lru carries its shadow's sessi
             ctx.now = now;
             ctx.key = k;
             ctx.session = session_id{session};
+            last_reader[k] = session;
             if (auto w = alone_where.find(k); w != alone_where.end()) {
                 alone.on_access(item_id{w->second}, ctx);
             } else {

@@ -415,6 +415,12 @@ private:
             if (stamp_counter_ == max_stamp) renumber_stamps();
             r.stamp = ++stamp_counter_;
         }
+        // A release places the item but references nothing: its context is
+        // the last access's (a queue letting go of the item passes that, at
+        // the time it lets go), and a rebuild replaying it as a reference
+        // made its session look back at that time (the session's end
+        // forgotten: conversation trace at 10% with the queue, 0.36 -> 0.35).
+        if (use == 0) return;
         r.now = ctx.now;
         if (use == 1) {
             const bool tail = std::uint64_t{ctx.chunk.value} + 1 >= ctx.session_total_chunks;
@@ -516,11 +522,18 @@ private:
             };
             ((I == followed_ ? carry(std::get<I>(real_)) : void()), ...);
             if (carried) return;
-            timestamp now = 0;  // never decreasing, as experts' clocks expect
+            // Each item is replayed at its own last reference's time, though
+            // the placement order need not follow those times (a release or
+            // a queue letting go places an item later than it was read):
+            // a session-aware expert takes the time as that session's
+            // arrival, and a running maximum made sessions that had ended
+            // look back at the rebuild (conversation trace at 10% with the
+            // queue: 0.3596 -> 0.3468). No expert needs the replay's times
+            // in order.
             for (const std::uint32_t x : cached) {
                 const item_record& r = items_[x];
                 access_context ctx;
-                ctx.now = now = std::max(now, r.now);
+                ctx.now = r.now;
                 ctx.key = r.key;
                 ctx.session = session_id{r.session};
                 ctx.session_total_chunks = r.uses & tail_bit ? 1 : 2;  // chunk 0: a tail or not
