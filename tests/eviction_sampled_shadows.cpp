@@ -480,6 +480,27 @@ TEST_CASE("leader_only: a switch to session_aware_lru carries its shadow's sessi
     std::mt19937_64 rng(seed);
     std::size_t checks = 0, entered = 0;
     std::size_t was = p.followed();
+    // One reference to a flat cache of `capacity` slots under `policy`:
+    // an access if cached, else a miss, a victim when full, an insert.
+    const auto reference_flat = [&](auto& policy, std::unordered_map<std::uint64_t, std::uint32_t>& at,
+                                    std::vector<std::uint64_t>& key_in, std::uint32_t& filled,
+                                    const access_context& ctx) {
+        if (auto w = at.find(ctx.key); w != at.end()) {
+            policy.on_access(item_id{w->second}, ctx);
+            return;
+        }
+        policy.on_miss(ctx);
+        std::uint32_t slot;
+        if (filled < capacity) {
+            slot = filled++;
+        } else {
+            slot = policy.pop_victim(ctx.now)->value;
+            at.erase(key_in[slot]);
+        }
+        at[ctx.key] = slot;
+        key_in[slot] = ctx.key;
+        policy.on_insert(item_id{slot}, ctx);
+    };
     // A waiting queue's hold: before each request, one cached block is held
     // (a queued request reads it) and let go before the next, released at
     // that later time with its last access's context, as tiered_cache's
@@ -528,36 +549,8 @@ TEST_CASE("leader_only: a switch to session_aware_lru carries its shadow's sessi
             ctx.key = k;
             ctx.session = session_id{session};
             last_reader[k] = session;
-            if (auto w = alone_where.find(k); w != alone_where.end()) {
-                alone.on_access(item_id{w->second}, ctx);
-            } else {
-                alone.on_miss(ctx);
-                std::uint32_t slot;
-                if (alone_used < capacity) {
-                    slot = alone_used++;
-                } else {
-                    slot = alone.pop_victim(now)->value;
-                    alone_where.erase(alone_key_of[slot]);
-                }
-                alone_where[k] = slot;
-                alone_key_of[slot] = k;
-                alone.on_insert(item_id{slot}, ctx);
-            }
-            if (auto w = where.find(k); w != where.end()) {
-                p.on_access(item_id{w->second}, ctx);
-                continue;
-            }
-            p.on_miss(ctx);
-            std::uint32_t slot;
-            if (used < capacity) {
-                slot = used++;
-            } else {
-                slot = p.pop_victim(now)->value;
-                where.erase(key_of[slot]);
-            }
-            where[k] = slot;
-            key_of[slot] = k;
-            p.on_insert(item_id{slot}, ctx);
+            reference_flat(alone, alone_where, alone_key_of, alone_used, ctx);
+            reference_flat(p, where, key_of, used, ctx);
         }
         if (p.followed() == 1 && was != 1) {
             ++entered;
