@@ -23,9 +23,9 @@
 // test by chance now and then, so a switch also needs a lead of at least
 // `switch_gain` of the window's references (a hit-ratio difference): with
 // leader_only a switch rebuilds the leader over every cached item, which
-// experts that hit alike are not worth. Sampling keys uniformly keeps each shadow a scaled
-// replica of a full-size cache (SHARDS), so which expert leads in the
-// shadows is which would lead at full size.
+// experts that hit alike are not worth. Sampling keys uniformly keeps each
+// shadow a scaled replica of a full-size cache (SHARDS), so which expert
+// leads in the shadows is which would lead at full size.
 //
 // Why. No single order serves every KV workload and capacity (README "Which
 // policy"): a long LRFU half-life closes 28% of the LRU -> Belady gap on the
