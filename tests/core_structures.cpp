@@ -6,12 +6,15 @@
 #include <kvpolicy/core/index_list.hpp>
 #include <kvpolicy/core/indexed_heap.hpp>
 #include <kvpolicy/core/key_index.hpp>
+#include <kvpolicy/core/time_queue.hpp>
 
 #include <algorithm>
 #include <deque>
 #include <list>
 #include <map>
 #include <random>
+#include <set>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -179,6 +182,57 @@ TEST_CASE("indexed_heap pops in (key, id) order under updates and erasures", "[c
         }
         REQUIRE(heap.size() == ref.size());
     }
+}
+
+// The naive model: every present item as (time, placement, id) in a set,
+// the front its first. Times mostly go forward (an engine's clock, with many
+// placements per step) and now and then step back (a rebuild's replay, a
+// queue letting go at an earlier access's time), so both the list and the
+// heap hold items and the front compares across them, ties included.
+TEST_CASE("time_queue's front is the earliest (time, placement) under in-order and late placements",
+          "[core][time_queue]") {
+    const std::uint64_t seed = GENERATE(21u, 22u, 23u);
+    const int late_in = GENERATE(2, 20, 1000);  // one placement in this many is at an earlier time
+    std::mt19937_64 rng(seed);
+    constexpr std::uint32_t n = 300;
+    time_queue q(n);
+    std::set<std::tuple<timestamp, std::uint64_t, std::uint32_t>> ref;
+    std::vector<std::pair<timestamp, std::uint64_t>> where(n, {0, 0});
+    std::vector<bool> present(n, false);
+    std::uint64_t placed = 0;
+    timestamp now = 1000;
+    std::size_t late_seen = 0;
+    for (int op = 0; op < 200'000; ++op) {
+        const std::uint32_t id = static_cast<std::uint32_t>(rng() % n);
+        REQUIRE(q.contains(id) == present[id]);
+        if (rng() % 4 == 0) now += rng() % 3;  // several placements share a step
+        const int action = static_cast<int>(rng() % 3);
+        if (!present[id] && action != 2) {
+            const timestamp t = rng() % static_cast<std::uint64_t>(late_in) == 0 ? now - rng() % 50 : now;
+            q.push(id, t);
+            ref.insert({t, placed, id});
+            where[id] = {t, placed++};
+            present[id] = true;
+            late_seen = std::max(late_seen, q.placed_out_of_order());
+        } else if (present[id] && action == 1) {
+            q.erase(id);
+            ref.erase({where[id].first, where[id].second, id});
+            present[id] = false;
+        } else if (!ref.empty()) {  // pop the front
+            const std::uint32_t front = std::get<2>(*ref.begin());
+            REQUIRE(q.front() == front);
+            REQUIRE(q.time(front) == std::get<0>(*ref.begin()));
+            q.erase(front);
+            ref.erase(ref.begin());
+            present[front] = false;
+        }
+        REQUIRE(q.size() == ref.size());
+        REQUIRE(q.empty() == ref.empty());
+    }
+    REQUIRE(late_seen > 0);  // the heap's side was exercised
+    q.clear();
+    REQUIRE(q.empty());
+    for (std::uint32_t id = 0; id < n; ++id) REQUIRE_FALSE(q.contains(id));
 }
 
 TEST_CASE("key_index matches std::unordered_map under insert, erase and reuse", "[core][key_index]") {

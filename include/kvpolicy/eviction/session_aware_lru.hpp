@@ -69,8 +69,9 @@
 // O(1) amortized. A block placed while its session is not in the table stays
 // in LRU order only.
 //
-// Cost: O(log n) per operation (an indexed heap over placement times, one
-// over the sessions' expected times keyed by each session's first block, a
+// Cost: O(log n) per operation (LRU's order by placement time, O(1) while
+// times come in order (time_queue.hpp), an indexed heap over the sessions'
+// expected times keyed by each session's first block, a
 // FIFO, per-session lists, the learner's ghosts, a hash map of sessions, the
 // tuner's fixed table of pairs; a 5x5 solve per request whose output was
 // known).
@@ -90,6 +91,7 @@
 #include "kvpolicy/core/error.hpp"
 #include "kvpolicy/core/index_list.hpp"
 #include "kvpolicy/core/indexed_heap.hpp"
+#include "kvpolicy/core/time_queue.hpp"
 #include "kvpolicy/eviction/item_tracking.hpp"
 #include "kvpolicy/eviction/pairwise_margin_tuner.hpp"
 #include "kvpolicy/eviction/return_gap_model.hpp"
@@ -186,12 +188,12 @@ public:
         if (!demoted_.empty()) {
             v = demoted_.front;
         } else if (!oldest_.empty()) {
-            v = oldest_.top();
+            v = oldest_.front();
             // The top session is expected back last; if its time has passed,
             // every session's has.
             if (!farthest_.empty() && farthest_.key(farthest_.top()).back > now) {
                 const std::uint32_t f = farthest_.top();
-                const double idle = static_cast<double>(now - std::min(now, oldest_.key(v).time));
+                const double idle = static_cast<double>(now - std::min(now, oldest_.time(v)));
                 const double wait = static_cast<double>(farthest_.key(f).back - now);
                 // Blocks of one session come back together: no lesson there.
                 if (session_[f] != session_[v]) tuner_.decision(key_[f], key_[v], wait / idle);
@@ -287,15 +289,6 @@ public:
     [[nodiscard]] const pairwise_margin_tuner& margin_tuner() const noexcept { return tuner_; }
 
 private:
-    struct time_rank {
-        timestamp time;
-        std::uint64_t stamp;  // placement order: the earlier first among equal times
-    };
-    struct earliest_first {
-        bool operator()(const time_rank& a, std::uint32_t, const time_rank& b, std::uint32_t) const noexcept {
-            return a.time < b.time || (a.time == b.time && a.stamp < b.stamp);
-        }
-    };
     // A session in `farthest_`, filed under its first placed block.
     struct session_rank {
         timestamp back;         // expected back: latest request + mean gap
@@ -413,7 +406,7 @@ private:
             where_[x] = in_demoted;
             return;
         }
-        oldest_.push(x, {now, stamp_++});
+        oldest_.push(x, now);
         where_[x] = in_oldest;
         if (shared_[x]) return;
         const auto it = sessions_.find(session_[x]);
@@ -446,7 +439,7 @@ private:
     item_tracking tracking_;
     config_type config_;
     tail_reuse_learner learner_;
-    indexed_heap<time_rank, earliest_first> oldest_;      // evictable, not demoted: by placement time
+    time_queue oldest_;                                   // evictable, not demoted: by placement time
     indexed_heap<session_rank, latest_first> farthest_;  // sessions with a gap and own blocks, by first block
     index_links links_;                                   // [capacity] the demoted FIFO's links
     index_list demoted_;                                  // evictable unreused tails, oldest first
@@ -458,7 +451,6 @@ private:
     std::size_t max_sessions_;
     std::size_t forget_at_;
     std::vector<timestamp> scratch_;
-    std::uint64_t stamp_ = 0;
     pairwise_margin_tuner tuner_;
     return_gap_model gaps_;
     std::vector<std::uint64_t> key_;  // [capacity] stable key of each item
