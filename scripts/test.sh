@@ -20,21 +20,28 @@ source scripts/install-deps.sh
 
 jobs=$(nproc 2>/dev/null || echo 2)
 start=$(date +%s)
+# Each stage's end, in seconds from the start, so a slow CI run says where
+# its time went (the whole suite should stay under 30 minutes).
+stage() { echo "test.sh: [$(( $(date +%s) - start )) s] $1 done"; }
 # KVPOLICY_REDIS=ON: the Redis tier and its tests (ctest -L redis, real
 # redis-server processes on loopback ports, about 10 s) must build and run
 # here; install-deps.sh above installed hiredis and redis-server.
 cmake --preset asan -DKVPOLICY_REDIS=ON
 cmake --build --preset asan -j "$jobs"
+stage "ASan + UBSan build"
 ctest --preset asan -j "$jobs"
+stage "ASan + UBSan tests"
 # The thread tests (label `threads`) again under TSan: only their targets are
 # built, so this costs about half a minute (25 s measured on 2 cores).
 cmake --preset tsan
 cmake --build --preset tsan -j "$jobs" --target cache_threads
 ctest --preset tsan -L threads -j "$jobs"
+stage "TSan thread tests"
 # The libFuzzer harnesses (fuzz/), each for FUZZ_SECONDS (default 60) from
 # the committed corpus; the asan suite above already replayed that corpus and
 # every crash reproducer.
 scripts/fuzz.sh
+stage "fuzzing"
 # The build a new user types, exactly as the docs show it: the whole tree
 # (tests, examples, tools, and the CUDA programs where nvcc is) in Release
 # with the system's g++ and no preset.
@@ -51,7 +58,9 @@ if grep -nE '(^|[: ])warning[: #]' "$plain_log"; then
     echo "test.sh: the plain Release build printed the warnings above; fix them (CI treats them as errors)" >&2
     exit 1
 fi
+stage "plain Release build"
 ctest --test-dir build -j "$jobs" --output-on-failure
+stage "plain Release tests"
 # The Python package (python/, kvpolicy from Python) as users install it:
 # pip builds the extension once from this checkout into a fresh virtual
 # environment (build isolation fetches scikit-build-core and nanobind from
@@ -69,6 +78,7 @@ python3 -m venv "$venv"
     --config-settings=cmake.define.KVPOLICY_REDIS=ON . pytest numpy \
     msgspec prometheus_client typing_extensions  # vLLM's offloading modules import these (python/tests/peers)
 KVPOLICY_SIM=build/tools/kvpolicy-sim "$venv/bin/python" -m pytest -q -p no:cacheprovider python/tests
+stage "Python package and its tests"
 # The docs site (docs/, MkDocs Material; scripts/docs.sh): tests/docs checks
 # that every code block of the site that claims to compile or run is the code
 # the tests above compiled or ran, verbatim, that the simulator page's flags
@@ -77,6 +87,7 @@ KVPOLICY_SIM=build/tools/kvpolicy-sim "$venv/bin/python" -m pytest -q -p no:cach
 # broken link, page, anchor or API reference fails), with the C++ API from the
 # headers through Doxygen and the Python API from the package just installed.
 KVPOLICY_PYTHON="$venv/bin/python" KVPOLICY_SIM=build/tools/kvpolicy-sim scripts/docs.sh check
+stage "docs"
 # kvpolicy as users take it: the installed package (CMake, pkg-config),
 # FetchContent and Conan, each built and run (about a minute).
 scripts/check-packaging.sh
