@@ -32,7 +32,7 @@ stage "ASan + UBSan build"
 ctest --preset asan -j "$jobs"
 stage "ASan + UBSan tests"
 # The thread tests (label `threads`) again under TSan: only their targets are
-# built, so this costs about half a minute (25 s measured on 2 cores).
+# built, so this costs under a minute (40 s measured on 2 cores).
 cmake --preset tsan
 cmake --build --preset tsan -j "$jobs" --target cache_threads
 ctest --preset tsan -L threads -j "$jobs"
@@ -66,8 +66,8 @@ stage "plain Release tests"
 # environment (build isolation fetches scikit-build-core and nanobind from
 # PyPI), with the project's warnings as errors, and pytest runs python/tests
 # against the installed package, with the plain build's kvpolicy-sim as
-# the simulator reference: 1.8 min wall in a clean clone on a 2-core machine (see
-# docs/getting-started/python.md).
+# the simulator reference: 5.9 min wall in a clean clone on a 2-core machine,
+# 1.8 of them pytest's (see docs/getting-started/python.md).
 venv=build/python-venv
 rm -rf "$venv"
 python3 -m venv "$venv"
