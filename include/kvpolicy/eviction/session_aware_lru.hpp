@@ -269,7 +269,7 @@ public:
         if (!tracking_.contains(id) || shared_[x]) return;
         shared_[x] = 1;
         if (where_[x] != in_oldest_and_own) return;
-        session_state& s = sessions_.find(session_[x])->second;  // kept while it owns blocks
+        session_state& s = *find_session(session_[x]);  // kept while it owns blocks
         const bool first = s.own.front == x;
         own_links_.remove(s.own, x);
         if (first) {
@@ -338,12 +338,26 @@ private:
             farthest_.push(s.own.front, rank_of(session, s));
     }
 
+    // sessions_'s entry for `session`, or nullptr.
+    session_state* find_session(std::uint64_t session) {
+        if (last_session_.state != nullptr && last_session_.id == session) return last_session_.state;
+        const auto it = sessions_.find(session);
+        if (it == sessions_.end()) return nullptr;
+        last_session_.remember(session, &it->second);
+        return &it->second;
+    }
     // A request of ctx.session at ctx.now: every block of one request shares
     // its time, so only the first that is later than the session's last
     // request is a new arrival.
     void note_arrival(const access_context& ctx) {
-        auto [it, fresh] = sessions_.try_emplace(ctx.session.value);
-        session_state& s = it->second;
+        bool fresh = false;
+        session_state* found = find_session(ctx.session.value);
+        if (found == nullptr) {
+            found = &sessions_.try_emplace(ctx.session.value).first->second;
+            fresh = true;
+            last_session_.remember(ctx.session.value, found);
+        }
+        session_state& s = *found;
         if (fresh) {
             s.last = ctx.now;
             if (sessions_.size() >= forget_at_) forget_sessions();
@@ -366,26 +380,26 @@ private:
     // ctx.output_tokens: its gap is predicted from them (once per request:
     // each of its blocks is released with the same count).
     void note_output(const access_context& ctx) {
-        const auto it = sessions_.find(ctx.session.value);
-        if (it == sessions_.end() || it->second.output_tokens == ctx.output_tokens) return;
-        session_state& s = it->second;
+        session_state* const found = find_session(ctx.session.value);
+        if (found == nullptr || found->output_tokens == ctx.output_tokens) return;
+        session_state& s = *found;
         s.output_tokens = ctx.output_tokens;
         if (!gaps_.ready() || s.hint != 0) return;  // the engine's hint knows better
         s.expected_gap = gaps_.predict(
                 return_gap_model::features_of(s.output_tokens, s.has_gap, s.latest_gap, s.mean_gap));
-        refile(it->first, s);
+        refile(ctx.session.value, s);
     }
     // The engine expects `session` back at `hint`: that is its expected
     // time until its next request, whatever the fit says (a hint at or
     // before its latest request means at once; `never`, rank_of's never - 1,
     // ranks it past every other).
     void take_hint(session_id session, timestamp hint) {
-        const auto it = sessions_.find(session.value);
-        if (it == sessions_.end() || it->second.hint == hint) return;
-        session_state& s = it->second;
+        session_state* const found = find_session(session.value);
+        if (found == nullptr || found->hint == hint) return;
+        session_state& s = *found;
         s.hint = hint;
         s.expected_gap = hint == never ? 2e19 : hint > s.last ? static_cast<double>(hint - s.last) : 1.0;
-        refile(it->first, s);
+        refile(session.value, s);
     }
     // Keeps the sessions that arrived most recently (those at or after the
     // max_sessions_-th latest arrival time) and those that own blocks. The
@@ -396,6 +410,7 @@ private:
         const auto cut = scratch_.begin() + static_cast<std::ptrdiff_t>(max_sessions_ - 1);
         std::nth_element(scratch_.begin(), cut, scratch_.end(), [](timestamp a, timestamp b) { return a > b; });
         const timestamp keep_from = *cut;
+        last_session_.forget();
         std::erase_if(sessions_, [&](const auto& kv) { return kv.second.last < keep_from && kv.second.own.empty(); });
         forget_at_ = std::max(2 * max_sessions_, sessions_.size() + max_sessions_);
     }
@@ -409,18 +424,17 @@ private:
         oldest_.push(x, now);
         where_[x] = in_oldest;
         if (shared_[x]) return;
-        const auto it = sessions_.find(session_[x]);
-        if (it == sessions_.end()) return;
-        session_state& s = it->second;
-        own_links_.push_back(s.own, x);
+        session_state* const s = find_session(session_[x]);
+        if (s == nullptr) return;
+        own_links_.push_back(s->own, x);
         where_[x] = in_oldest_and_own;
-        if (s.own.size == 1) refile(it->first, s);
+        if (s->own.size == 1) refile(session_[x], *s);
     }
     void unlink(std::uint32_t x) {
         switch (where_[x]) {
             case in_demoted: links_.remove(demoted_, x); break;
             case in_oldest_and_own: {
-                session_state& s = sessions_.find(session_[x])->second;  // kept while it owns blocks
+                session_state& s = *find_session(session_[x]);  // kept while it owns blocks
                 const bool first = s.own.front == x;
                 own_links_.remove(s.own, x);
                 if (first) {
@@ -448,6 +462,28 @@ private:
     std::vector<std::uint64_t> session_;                  // [capacity] session of the last touch
     std::vector<std::uint8_t> shared_;                    // [capacity] 1 once two sessions used it
     std::unordered_map<std::uint64_t, session_state> sessions_;
+    // The session looked up last: a request's blocks come one after another,
+    // each asking for its session on arrival, placement and unlinking, and a
+    // hash lookup among thousands of sessions is a cache miss or two. A
+    // pointer into sessions_ stays valid through rehashing; forget_sessions,
+    // the only erase, drops it, and a copy or a move of the policy starts
+    // without it (it would point into the other's map).
+    struct session_cache {
+        std::uint64_t id = 0;
+        session_state* state = nullptr;
+        session_cache() = default;
+        session_cache(const session_cache&) noexcept {}
+        session_cache& operator=(const session_cache&) noexcept {
+            forget();
+            return *this;
+        }
+        void remember(std::uint64_t session, session_state* s) noexcept {
+            id = session;
+            state = s;
+        }
+        void forget() noexcept { state = nullptr; }
+    };
+    session_cache last_session_;
     std::size_t max_sessions_;
     std::size_t forget_at_;
     std::vector<timestamp> scratch_;
