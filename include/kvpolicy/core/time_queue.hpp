@@ -18,9 +18,9 @@
 // placed out of order (none under an engine's clock, every replayed item in
 // a rebuild).
 //
-// Cost: 32 bytes per item (time, placement stamp, links, heap position)
-// plus the heap's 20 for each slot it may hold; O(1) per operation for items
-// placed in order, O(log m) for the m placed out of order.
+// Cost: 48 bytes per item (its time, placement stamp and list links, and a
+// heap slot: key, position, entry); O(1) per operation for items placed in
+// order, O(log m) for the m placed out of order.
 #pragma once
 
 #include <cstdint>
@@ -59,7 +59,7 @@ public:
         time_[id] = t;
         stamp_[id] = next_stamp_++;
         if (in_order_.empty() || t >= time_[in_order_.back]) links_.push_back(in_order_, id);
-        else late_.push(id, {t, stamp_[id]});
+        else late_.push(id, rank_of(id));
     }
     /// Precondition: contains(id).
     void erase(std::uint32_t id) noexcept {
@@ -74,7 +74,7 @@ public:
         const std::uint32_t h = late_.top();
         if (in_order_.empty()) return h;
         const std::uint32_t l = in_order_.front;
-        return earlier(h, l) ? h : l;
+        return earliest_first{}(rank_of(h), h, rank_of(l), l) ? h : l;
     }
     void clear() noexcept {
         while (!in_order_.empty()) links_.pop_front(in_order_);
@@ -91,9 +91,7 @@ private:
             return a.time < b.time || (a.time == b.time && a.stamp < b.stamp);
         }
     };
-    [[nodiscard]] bool earlier(std::uint32_t a, std::uint32_t b) const noexcept {
-        return time_[a] < time_[b] || (time_[a] == time_[b] && stamp_[a] < stamp_[b]);
-    }
+    [[nodiscard]] rank rank_of(std::uint32_t id) const noexcept { return {time_[id], stamp_[id]}; }
 
     std::vector<timestamp> time_;       // [capacity] placement time
     std::vector<std::uint64_t> stamp_;  // [capacity] placement order

@@ -463,11 +463,11 @@ private:
     std::vector<std::uint8_t> shared_;                    // [capacity] 1 once two sessions used it
     std::unordered_map<std::uint64_t, session_state> sessions_;
     // The session looked up last: a request's blocks come one after another,
-    // each asking for its session on arrival, placement and unlinking, and a
-    // hash lookup among thousands of sessions is a cache miss or two. A
-    // pointer into sessions_ stays valid through rehashing; forget_sessions,
-    // the only erase, drops it, and a copy or a move of the policy starts
-    // without it (it would point into the other's map).
+    // each asking for its session on arrival, placement, unlinking and
+    // release, and a hash lookup among thousands of sessions is a cache miss
+    // or two. A pointer into sessions_ stays valid through rehashing;
+    // forget_sessions, the only erase, drops it, and a copy or a move of the
+    // policy starts without it (it would point into the other's map).
     struct session_cache {
         std::uint64_t id = 0;
         session_state* state = nullptr;
