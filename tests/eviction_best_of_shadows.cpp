@@ -254,6 +254,28 @@ TEST_CASE("best_of_shadows samples keys at shadow_items / capacity", "[eviction]
     std::uint64_t in = 0;
     for (std::uint64_t k = 0; k < 200'000; ++k) in += mix64(k) < static_cast<std::uint64_t>(std::ldexp(0.04096, 64));
     REQUIRE(static_cast<double>(in) / 200'000.0 == Approx(0.04096).epsilon(0.05));
+    // Above large_capacity the smaller sample, at and below it the usual one.
+    const lru_or_lrfu::config_type step{.shadow_items = 4096, .large_capacity = 32'768, .large_shadow_items = 1024};
+    REQUIRE(lru_or_lrfu(32'768, step).shadow_capacity() == 4096);
+    REQUIRE(lru_or_lrfu(32'769, step).shadow_capacity() == 1024);
+    REQUIRE(lru_or_lrfu(100'000, step).sample_rate() == Approx(0.01024));
+    REQUIRE(lru_or_lrfu(1000, {.shadow_items = 4096, .large_capacity = 10, .large_shadow_items = 100})
+                .shadow_capacity() == 100);
+}
+
+TEST_CASE("adaptive_kv's shadows hold 4096 items up to 32,768 cached items and 1024 above; adaptive_kv_fast's "
+          "at most 5% and 1024",
+          "[eviction][best_of_shadows]") {
+    REQUIRE(adaptive_kv(1000).shadow_capacity() == 1000);
+    REQUIRE(adaptive_kv(1000).sample_rate() == 1.0);
+    REQUIRE(adaptive_kv(18'279).shadow_capacity() == 4096);
+    REQUIRE(adaptive_kv(32'768).shadow_capacity() == 4096);
+    REQUIRE(adaptive_kv(32'769).shadow_capacity() == 1024);
+    REQUIRE(adaptive_kv(100'000).shadow_capacity() == 1024);
+    REQUIRE(adaptive_kv_fast(1000).shadow_capacity() == 50);
+    REQUIRE(adaptive_kv_fast(100'000).shadow_capacity() == 1024);
+    // the generic default keeps one size at every capacity
+    REQUIRE(lru_or_lrfu(1'000'000).shadow_capacity() == 4096);
 }
 
 TEST_CASE("adaptive_kv is best_of_shadows over lru, lrfu at 2, 8 and 32 capacities, superseded_lru and "
@@ -275,6 +297,8 @@ TEST_CASE("best_of_shadows refuses bad configurations, naming the setting and th
     using Catch::Matchers::Contains;
     REQUIRE_THROWS_AS(lru_or_lrfu(0), config_error);
     REQUIRE_THROWS_WITH(lru_or_lrfu(8, {.shadow_items = 0}), Contains("best_of_shadows: shadow_items 0 leaves"));
+    REQUIRE_THROWS_WITH(lru_or_lrfu(8, {.large_shadow_items = 0}),
+                        Contains("best_of_shadows: large_shadow_items 0 leaves") && Contains("adaptive_kv: 1024"));
     REQUIRE_THROWS_WITH(lru_or_lrfu(8, {.window = 0.0}), Contains("best_of_shadows: window 0.000000 must be in (0, 1e9]"));
     REQUIRE_THROWS_WITH(lru_or_lrfu(8, {.window = std::nan("")}), Contains("window"));
     REQUIRE_THROWS_WITH(lru_or_lrfu(8, {.window = 1e300}), Contains("must be in (0, 1e9]"));

@@ -99,7 +99,14 @@ inline std::vector<config_field<adaptive_kv::config_type>> fields_of(std::type_i
              [](C& c, std::string_view p, double v) { c.shadow_items = detail::whole<std::size_t>(p, "shadow_items", v); }},
             {"window", [](C& c, std::string_view, double v) { c.window = v; }},
             {"switch_sigmas", [](C& c, std::string_view, double v) { c.switch_sigmas = v; }},
-            {"switch_gain", [](C& c, std::string_view, double v) { c.switch_gain = v; }}};
+            {"switch_gain", [](C& c, std::string_view, double v) { c.switch_gain = v; }},
+            {"large_capacity",
+             [](C& c, std::string_view p, double v) {
+                 c.large_capacity = detail::whole<std::size_t>(p, "large_capacity", v);
+             }},
+            {"large_shadow_items", [](C& c, std::string_view p, double v) {
+                 c.large_shadow_items = detail::whole<std::size_t>(p, "large_shadow_items", v);
+             }}};
 }
 inline std::vector<config_field<two_q::config_type>> fields_of(std::type_identity<two_q>) {
     using C = two_q::config_type;

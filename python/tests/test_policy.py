@@ -28,7 +28,8 @@ def test_policies_lists_the_registry():
         "gap_min_samples",
     ]
     assert kvpolicy.policy_options("lrfu") == ["half_life", "ghost_factor"]
-    assert kvpolicy.policy_options("adaptive_kv") == ["shadow_items", "window", "switch_sigmas", "switch_gain"]
+    assert kvpolicy.policy_options("adaptive_kv") == ["shadow_items", "window", "switch_sigmas", "switch_gain",
+                                                      "large_capacity", "large_shadow_items"]
     assert kvpolicy.policy_options("queue_aware_adaptive_kv") == kvpolicy.policy_options("adaptive_kv")
 
 
