@@ -10,7 +10,8 @@
 //                     [--setting RATE:SHADOW_ITEMS:LEADER_ONLY[:SIGMAS[:GAIN[:GHOSTS]]]]... [--reference]
 //
 // A setting's fields: the most keys sampled (sample_rate, in (0, 1]), the
-// shadow size cap (shadow_items), leader_only 0 or 1, and optionally
+// shadow size cap (shadow_items, at every capacity: a setting ignores
+// adaptive_kv's smaller shadows above 32,768 items), leader_only 0 or 1, and optionally
 // switch_sigmas, switch_gain and the LRFU experts' ghost_factor. Default:
 // adaptive_kv's own configuration.
 #include <kvpolicy/eviction/best_of_shadows.hpp>
@@ -20,6 +21,7 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -128,6 +130,7 @@ int main(int argc, char** argv) {
             adaptive_kv::config_type c;
             c.sample_rate = std::stod(f[0]);
             c.shadow_items = std::stoul(f[1]);
+            c.large_capacity = std::numeric_limits<std::size_t>::max();  // SHADOW_ITEMS at every capacity
             c.leader_only = f[2] == "1";
             if (f.size() >= 4) c.switch_sigmas = std::stod(f[3]);
             if (f.size() >= 5) c.switch_gain = std::stod(f[4]);
@@ -160,6 +163,7 @@ int main(int argc, char** argv) {
             adaptive_kv::config_type c;
             c.sample_rate = 1.0;
             c.shadow_items = capacity;
+            c.large_capacity = std::numeric_limits<std::size_t>::max();
             c.leader_only = false;
             full = run(trace, block_size, capacity, c);
             std::printf("%-10zu %-8s %-8zu %-6s %-9.4f %-8.1f %-8llu %-7.4f", capacity, "full", capacity, "0",
@@ -170,8 +174,10 @@ int main(int argc, char** argv) {
         }
         for (const auto& c : settings) {
             const run_figures f = run(trace, block_size, capacity, c);
-            const double rate = std::min({1.0, c.sample_rate, static_cast<double>(c.shadow_items) / static_cast<double>(capacity)});
-            std::printf("%-10zu %-8.4f %-8zu %-3d%-3g/%-6g %-9.4f %-8.1f %-8llu %-7.4f", capacity, rate, c.shadow_items,
+            // what the policy ran with (the default's shadows shrink above large_capacity)
+            const std::size_t items = capacity > c.large_capacity ? c.large_shadow_items : c.shadow_items;
+            const double rate = std::min({1.0, c.sample_rate, static_cast<double>(items) / static_cast<double>(capacity)});
+            std::printf("%-10zu %-8.4f %-8zu %-3d%-3g/%-6g %-9.4f %-8.1f %-8llu %-7.4f", capacity, rate, items,
                         c.leader_only ? 1 : 0, c.switch_sigmas, c.switch_gain, f.hit_ratio, f.seconds, static_cast<unsigned long long>(f.switches),
                         f.sampled_share);
             for (std::size_t i = 0; i < f.shadow.size(); ++i) {

@@ -263,7 +263,7 @@ TEST_CASE("best_of_shadows samples keys at shadow_items / capacity", "[eviction]
                 .shadow_capacity() == 100);
 }
 
-TEST_CASE("adaptive_kv's shadows hold 4096 items up to 32,768 cached items and 1024 above; adaptive_kv_fast's "
+TEST_CASE("adaptive_kv's shadows hold 4096 items up to 32,768 cached items and 1024 above, adaptive_kv_fast's "
           "at most 5% and 1024",
           "[eviction][best_of_shadows]") {
     REQUIRE(adaptive_kv(1000).shadow_capacity() == 1000);
