@@ -37,6 +37,8 @@ adaptive_kv::config_type g_config;
 std::array<std::uint64_t, adaptive_kv::expert_count> g_shadow_hits{};
 std::uint64_t g_shadow_references = 0;
 std::uint64_t g_switches = 0;
+double g_sample_rate = 0;
+std::size_t g_shadow_capacity = 0;
 
 class swept_adaptive_kv : public adaptive_kv {
 public:
@@ -58,6 +60,8 @@ public:
         g_shadow_hits = shadow_total_hits();
         g_shadow_references = shadow_references();
         g_switches = switches();
+        g_sample_rate = sample_rate();
+        g_shadow_capacity = shadow_capacity();
     }
 
 private:
@@ -70,6 +74,8 @@ struct run_figures {
     double sampled_share = 0;  // sampled block references / block references
     std::array<double, adaptive_kv::expert_count> shadow{};
     std::uint64_t switches = 0;
+    double sample_rate = 0;           // what the policy ran with
+    std::size_t shadow_capacity = 0;
 };
 
 run_figures run(const std::string& trace, std::uint32_t block_size, std::size_t capacity,
@@ -88,6 +94,8 @@ run_figures run(const std::string& trace, std::uint32_t block_size, std::size_t 
     for (std::size_t i = 0; i < f.shadow.size(); ++i)
         f.shadow[i] = g_shadow_references ? static_cast<double>(g_shadow_hits[i]) / static_cast<double>(g_shadow_references) : 0.0;
     f.switches = g_switches;
+    f.sample_rate = g_sample_rate;
+    f.shadow_capacity = g_shadow_capacity;
     return f;
 }
 
@@ -174,10 +182,7 @@ int main(int argc, char** argv) {
         }
         for (const auto& c : settings) {
             const run_figures f = run(trace, block_size, capacity, c);
-            // what the policy ran with (the default's shadows shrink above large_capacity)
-            const std::size_t items = capacity > c.large_capacity ? c.large_shadow_items : c.shadow_items;
-            const double rate = std::min({1.0, c.sample_rate, static_cast<double>(items) / static_cast<double>(capacity)});
-            std::printf("%-10zu %-8.4f %-8zu %-3d%-3g/%-6g %-9.4f %-8.1f %-8llu %-7.4f", capacity, rate, items,
+            std::printf("%-10zu %-8.4f %-8zu %-3d%-3g/%-6g %-9.4f %-8.1f %-8llu %-7.4f", capacity, f.sample_rate, f.shadow_capacity,
                         c.leader_only ? 1 : 0, c.switch_sigmas, c.switch_gain, f.hit_ratio, f.seconds, static_cast<unsigned long long>(f.switches),
                         f.sampled_share);
             for (std::size_t i = 0; i < f.shadow.size(); ++i) {
