@@ -58,9 +58,16 @@ public:
     /// Complexity: O(log n). Precondition: `id` present.
     void update(std::uint32_t id, const Key& k) noexcept {
         KVPOLICY_ASSERT(contains(id));
+        // Sift only the way the key moved: a raised key (LRFU, LFU and GDSF
+        // on an access) never climbs, so its parent, a cache miss in a large
+        // heap, is not read.
+        const bool lowered = less_(k, id, keys_[id], id);
         keys_[id] = k;
-        sift_up(pos_[id]);
-        sift_down(pos_[id]);
+        if (lowered) {
+            sift_up(pos_[id]);
+        } else {
+            sift_down(pos_[id]);
+        }
     }
 
     /// Complexity: O(log n). Precondition: `id` present.
