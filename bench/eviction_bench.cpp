@@ -307,6 +307,23 @@ private:
     }
 };
 
+// lrfu without its history of victims (ghost_factor 0): what the 4x
+// capacity ghosts cost in time, the part of lrfu's price a faster order
+// could not remove (adaptive_kv follows lrfu on this workload at 10^5
+// items; docs/performance.md, "What is missed").
+class lrfu_without_ghosts : public lrfu {
+public:
+    using config_type = lrfu::config_type;
+    explicit lrfu_without_ghosts(std::size_t capacity, const config_type& = {}) : lrfu(capacity, forgetful()) {}
+
+private:
+    static config_type forgetful() {
+        config_type c;
+        c.ghost_factor = 0.0;
+        return c;
+    }
+};
+
 // The fastest of `repeats` measurements.
 template <class P>
 measurement best_of(const workload& w, double seconds, int repeats) {
@@ -397,6 +414,14 @@ int main(int argc, char** argv) {
         for (const auto& w : workloads)
             r.by_size.push_back(fast ? best_of<lru_followed<adaptive_kv_fast>>(w, seconds, repeats)
                                      : best_of<lru_followed<adaptive_kv>>(w, seconds, repeats));
+        rows.insert(at + 1, std::move(r));
+    }
+
+    if (const auto at = std::find_if(rows.begin(), rows.end(), [](const row& r) { return r.name == "lrfu"; });
+        at != rows.end()) {
+        row r{"lrfu, no ghosts", 0, std::nullopt, {}};
+        r.bytes_per_item = static_cast<double>(heap_bytes_of([] { return lrfu_without_ghosts(100'000); })) / 100'000;
+        for (const auto& w : workloads) r.by_size.push_back(best_of<lrfu_without_ghosts>(w, seconds, repeats));
         rows.insert(at + 1, std::move(r));
     }
 
