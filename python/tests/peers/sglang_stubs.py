@@ -18,11 +18,11 @@ node's KV slot indices in int64 tensors and do no arithmetic on them beyond
 slicing, concatenating, copying and counting; a NumPy array does the same.
 
 The layout is chosen by what the release has (``layout(src)``), not by its
-version: ``unified`` where ``sglang/srt/mem_cache/unified_radix_cache.py``
-exists (0.5.23: ``UnifiedRadixCache``, strategies from
-``_EVICTION_POLICY_FACTORIES``, ``--radix-eviction-policy-config``), else
-``radix`` (0.5.10: ``RadixCache``'s if/elif, the choices in
-``server_args.py``).
+version: ``unified`` where the unified tree core builds its strategy through
+``get_eviction_strategy``'s ``_EVICTION_POLICY_FACTORIES`` (0.5.23:
+``UnifiedRadixCache``, ``--radix-eviction-policy-config``, the choices in
+``arg_groups``), ``radix`` where ``RadixCache`` picks it by if/elif (0.5.10,
+0.5.11: the choices in ``server_args.py``).
 """
 
 from __future__ import annotations
@@ -243,7 +243,7 @@ def _radix(src: Path) -> Layout:
     return Layout(
         real=[MC + m for m in ("evict_policy", "cache_init_params", "base_prefix_cache", "radix_cache",
                                "hicache_storage")]
-        + [S + m for m in ("environ", "disaggregation.kv_events")],
+        + [S + m for m in ("environ", "disaggregation.kv_events", "plugins.*")],
         hollow=["sglang", "sglang.srt", MC[:-1], S + "disaggregation", S + "observability", S + "debug_utils"],
         standins={
             "torch": _torch,
@@ -261,7 +261,19 @@ def _radix(src: Path) -> Layout:
 
 
 def layout(src: Path) -> str:
-    return "unified" if (src / "sglang/srt/mem_cache/unified_radix_cache.py").exists() else "radix"
+    """How this release builds a tree cache's strategy, read from its files (as
+    kvpolicy.sglang.install() reads it from the modules): ``unified`` where
+    get_eviction_strategy's factories exist and the unified tree core builds its
+    strategy with them, ``radix`` where RadixCache picks it by if/elif."""
+    mem = src / "sglang/srt/mem_cache"
+    factories = (mem / "utils.py").exists() and "_EVICTION_POLICY_FACTORIES" in (mem / "utils.py").read_text()
+    core = mem / "unified_cache/unified_tree_core.py"
+    if factories and core.exists() and "get_eviction_strategy" in core.read_text():
+        return "unified"
+    if not factories and "Unknown eviction policy" in (mem / "radix_cache.py").read_text():
+        return "radix"
+    raise RuntimeError(f"{src}: SGLang builds tree-cache strategies in a way peers/sglang_stubs.py has no layout "
+                       "for (get_eviction_strategy's factories without the unified tree core?); add one")
 
 
 # The wheel's files the layouts read (sources.extract's prefixes).
