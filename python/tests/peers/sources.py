@@ -16,7 +16,7 @@ byte of it is used.
 Another release in place of a pin, for one run (the next release, checked
 in one command)::
 
-    KVPOLICY_PEER_VERSION=sglang==0.5.24 pytest python/tests/test_sglang_caches.py
+    KVPOLICY_PEER_VERSION=sglang==0.5.24 pytest python/tests/test_sglang_strategies.py
     KVPOLICY_PEER_VERSION=vllm==0.11.0@0.19.1 pytest python/tests/test_vllm_legacy_peers.py
 
 ``<project>==<version>`` replaces the newest pin of that project;
