@@ -543,3 +543,22 @@ def test_retention_value_keeps_a_just_used_node_last(loaded):
     a, b = Node(root, 8, 5.0), Node(root, 8, 1.0)
     assert s.get_priority(a, 5.0) == (math.inf, 5.0)
     assert s.get_priority(b, 5.0) < s.get_priority(a, 5.0)
+
+
+def test_peer_version_names_another_release(monkeypatch):
+    """KVPOLICY_PEER_VERSION (peers/sources.py): the newest pin of the project, or the one after '@'."""
+    pins = (sources.SGLANG_0_5_10_POST1, sources.SGLANG_0_5_23)
+    monkeypatch.setenv("KVPOLICY_PEER_VERSION", "sglang==0.5.24")
+    old, new = map(sources.resolve, pins)
+    assert old == sources.SGLANG_0_5_10_POST1
+    assert (new.version, new.sha256, new.is_wheel, new.replaces) == ("0.5.24", None, True, "0.5.23")
+    assert sources.resolve(new) is new
+    monkeypatch.setenv("KVPOLICY_PEER_VERSION", "vllm==0.34.0, sglang==0.5.11@0.5.10.post1")
+    assert [r.version for r in map(sources.resolve, pins)] == ["0.5.11", "0.5.23"]
+    assert sources.resolve(sources.VLLM_0_19_1) == sources.VLLM_0_19_1
+    assert sources.resolve(sources.VLLM_0_33_0).version == "0.34.0" and not sources.resolve(sources.VLLM_0_33_0).is_wheel
+    for bad, message in [("sglang=0.5.24", "write <project>==<version>"), ("sglangg==1", "no pinned release of 'sglangg'"),
+                         ("sglang==0.5.24@0.5.9", r"sglang 0.5.9 is not pinned; pinned: \['0.5.10.post1', '0.5.23'\]")]:
+        monkeypatch.setenv("KVPOLICY_PEER_VERSION", bad)
+        with pytest.raises(ValueError, match=message):
+            sources.resolve(sources.SGLANG_0_5_23)
