@@ -374,6 +374,17 @@ def test_sglangs_plugin_loader_installs_kvpolicy(sglang, monkeypatch):
     assert sglang.tree("kvpolicy_lfu").strategy.kvpolicy_name == "lfu"
 
 
+def test_install_refuses_a_unified_tree_whose_clock_it_cannot_read(sglang, monkeypatch):
+    if not sglang.unified:
+        pytest.skip(f"SGLang {sglang.release.version}'s RadixCache stamps nodes with time.monotonic")
+    base = sys.modules["sglang.srt.mem_cache.unified_cache.components.base"]
+    monkeypatch.delattr(base, "_LAST_ACCESS_TIME_COUNTER_FLOAT")
+    state = sglang.snapshot()
+    with pytest.raises(ImportError, match="_LAST_ACCESS_TIME_COUNTER_FLOAT"):
+        kvpolicy.sglang.install()
+    assert sglang.snapshot() == state  # nothing registered
+
+
 # --- the differentials ---------------------------------------------------------------
 
 PAIRS = [("kvpolicy_lru", "lru"), ("kvpolicy_fifo", "fifo"), ("kvpolicy_lfu", "lfu"), ("kvpolicy_qos_aware", "priority")]

@@ -309,6 +309,12 @@ def install(**options_by_policy: Dict[str, Any]) -> List[str]:
                           "(sglang.srt.mem_cache.radix_cache, 0.5.10); tested: 0.5.10.post1, 0.5.23")
     registry = _module_if_present("sglang.srt.mem_cache.unified_cache.tree_core_registry") if factories is not None \
         else None
+    if registry is not None:  # kvpolicy_retention_value reads the unified tree's clock: check it is there now
+        stamps = _module_if_present("sglang.srt.mem_cache.unified_cache.components.base")
+        if stamps is None or not hasattr(stamps, "get_and_increase_time_counter") or not hasattr(stamps, _COUNTER):
+            raise ImportError("kvpolicy.sglang.install: SGLang's unified tree no longer stamps nodes from "
+                              f"unified_cache/components/base.py's {_COUNTER} (get_and_increase_time_counter), the "
+                              "clock kvpolicy_retention_value reads; update kvpolicy.sglang (tested: 0.5.23)")
     if factories is not None:
         for name in _RULES:
             factories[PREFIX + name] = _factory(name)
