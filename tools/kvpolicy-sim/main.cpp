@@ -179,6 +179,9 @@ int main(int argc, char** argv) {
             if (std::find(o.capacities.begin(), o.capacities.end(), v) == o.capacities.end()) o.capacities.push_back(v);
         }
         std::vector<sim::replay_result> results = run_all(o, in);
+        for (sim::replay_result& r : results)
+            r.built_for = visit_by_name<eviction_policies>(
+                    r.policy, []<class P>() { return std::string(built_for<P>()); }, "eviction policy");
         sim::fill_gap_closed(results);
         if (match) match_lru(o, in, distinct, results);
         sim::keep_shown(results, plan);

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include <kvpolicy/eviction/registry.hpp>
 
@@ -99,9 +100,14 @@ std::optional<sim::replay_result> run_requests_part(const options& o, const std:
     if (!has_name<policies>(policy)) return std::nullopt;
     return visit_by_name<policies>(policy, [&]<class Gpu>() -> sim::replay_result {
         if (o.mode == sim::replay_mode::prefix) return detail::replay<Gpu, lru>(o, capacity, in);
-        return visit_by_name<detail::cpu_policies>(
-            o.cpu_policy, [&]<class Cpu>() -> sim::replay_result { return detail::replay<Gpu, Cpu>(o, capacity, in); },
-            "CPU-tier policy");
+        // The offline reference knows the future on both tiers: MIN's CPU
+        // tier drops the item used farthest ahead, whatever --cpu-policy says.
+        if constexpr (std::is_same_v<Gpu, belady>) return detail::replay<belady, belady>(o, capacity, in);
+        else
+            return visit_by_name<detail::cpu_policies>(
+                    o.cpu_policy,
+                    [&]<class Cpu>() -> sim::replay_result { return detail::replay<Gpu, Cpu>(o, capacity, in); },
+                    "CPU-tier policy");
     });
 }
 

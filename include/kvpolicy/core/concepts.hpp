@@ -129,6 +129,15 @@ inline constexpr bool orders_on_demand = requires(P& p) {
 template <class P>
 inline constexpr bool uses_future = requires { requires P::uses_future; };
 
+/// The setting a policy is built for, when it is not every setting: its
+/// `built_for` text (checkerboard: the CPU tier of layer-chunk items), so a
+/// table that ranks it elsewhere can say so; empty for the others.
+template <class P>
+[[nodiscard]] constexpr std::string_view built_for() noexcept {
+    if constexpr (requires { std::string_view{P::built_for}; }) return P::built_for;
+    else return {};
+}
+
 /// Seconds to recompute one item whose session has `context_length` tokens
 /// before it (Pensieve: alpha * context_length + beta + const_non_attention).
 template <class C>

@@ -41,6 +41,10 @@ public:
     struct config_type {};
 
     static constexpr std::string_view name = "checkerboard";
+    /// It orders by layer, then session, then chunk, never by use: an order
+    /// for a CPU tier of layer-chunks, not for a prefix cache's hits.
+    static constexpr std::string_view built_for =
+            "the CPU tier of layer-chunk items (--mode tiered --cpu-policy checkerboard --layers L)";
     static constexpr eviction_order order = eviction_order::static_between_accesses;
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.

@@ -43,6 +43,7 @@
 #include "kvpolicy/core/error.hpp"
 #include "kvpolicy/core/key_index.hpp"
 #include "kvpolicy/cost/pensieve_linear.hpp"
+#include "kvpolicy/sim/critical_path.hpp"
 #include "kvpolicy/sim/trace.hpp"
 
 namespace kvpolicy::sim {
@@ -60,6 +61,7 @@ enum class replay_mode : std::uint8_t { flat, prefix, tiered };
 
 struct replay_result {
     std::string policy;
+    std::string built_for;     ///< the policy's built_for<P>() (empty: any setting); tables note it
     std::size_t capacity = 0;  ///< blocks (the GPU tier's, in tiered mode)
     replay_mode mode = replay_mode::flat;
     std::uint64_t requests = 0;
@@ -79,6 +81,11 @@ struct replay_result {
     std::uint64_t recomputed_blocks = 0;  ///< misses on blocks the cache had held and dropped
     std::uint64_t swap_out_blocks = 0;
     double prefill_seconds_saved = 0;
+    // tiered (replay_requests): seconds until each request's KV is ready,
+    // with seed 000's layer-wise pipeline (kvpolicy/sim/critical_path.hpp)
+    double ready_s_total = 0;
+    double ready_s_mean = 0;
+    double ready_s_p99 = 0;
     // remote tier (replay_instances)
     std::size_t instances = 1;
     std::size_t remote_capacity = 0;          ///< blocks of the remote store (shared, or split evenly)
@@ -96,6 +103,7 @@ struct replay_result {
     std::uint64_t reprefill_blocks = 0;  ///< missed blocks an earlier request had computed (KV computed again)
     // filled by the simulator from the other runs at the same capacity
     double gap_closed = std::numeric_limits<double>::quiet_NaN();  ///< of the LRU -> Belady gap
+    double ready_gap_closed = std::numeric_limits<double>::quiet_NaN();  ///< of LRU's -> Belady's total ready time
     std::size_t lru_match_capacity = 0;  ///< least capacity reaching LRU's hit ratio here; 0 = not computed
     bool lru_match_unreachable = false;  ///< computed, and not reached below the distinct blocks
     bad_line_report bad_lines;
@@ -371,6 +379,10 @@ struct request_replay_config {
     double bandwidth_bytes_per_s = 25e9;     ///< CPU -> GPU
     double remote_bandwidth_bytes_per_s = 12.5e9;  ///< remote store -> CPU (100 Gb/s; replay_instances)
     double kv_bytes_per_token = 131072;      ///< Llama-3-8B, fp16: 2 x 32 layers x 8 heads x 128 x 2 B
+    /// The ready time's pipeline stages when items are whole blocks (the
+    /// model's layers: Llama-3-8B has 32); with layer-chunk items, one stage
+    /// per item layer (`num_layers`).
+    std::uint32_t pipeline_layers = 32;
     bool skip_bad_lines = false;
     std::string trace_name = "built-in";
     /// [request]: when each request's release says its session is expected
@@ -538,6 +550,18 @@ inline request_times compute_request_times(const std::vector<request_record>& re
     return t;
 }
 
+/// The configuration a replay builds policy `P` with: its default, but a
+/// policy that prices recompute with the replay's kind of cost model
+/// (retention_value's `pensieve_linear`) is given the replay's own, as a
+/// deployment calibrates it to its GPU (kvpolicy::calibrate): its decisions
+/// then weigh the costs the replay charges.
+template <class P>
+[[nodiscard]] typename P::config_type replay_policy_config(const request_replay_config& cfg) {
+    typename P::config_type c{};
+    if constexpr (requires { requires std::same_as<decltype(c.cost), pensieve_linear>; }) c.cost = cfg.cost;
+    return c;
+}
+
 /// Whether `t` gives the right next uses for a replay at `capacity`: only
 /// if no request is longer than both, or they were computed for it.
 [[nodiscard]] inline bool times_fit(const request_times& t, std::size_t capacity) noexcept {
@@ -567,7 +591,8 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
                                           .block_size = cfg.block_size,
                                           .num_layers = cfg.num_layers,
                                           .items = items > 1 ? granularity::per_layer : granularity::whole_block,
-                                          .item_bytes = static_cast<std::size_t>(cfg.kv_bytes_per_token) * cfg.block_size / items});
+                                          .item_bytes = static_cast<std::size_t>(cfg.kv_bytes_per_token) * cfg.block_size / items},
+                                         replay_policy_config<Gpu>(cfg), replay_policy_config<Cpu>(cfg));
     replay_result r;
     r.policy = std::string(Gpu::name);
     r.capacity = cfg.capacity;
@@ -580,6 +605,27 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
         throw config_error("serve rate " + std::to_string(cfg.serve_rate) +
                            " tokens/s: give a finite rate > 0 (or 0 for no queue)");
     r.queue_modelled = cfg.lookahead > 0 || cfg.serve_rate > 0;
+    if (items == 1 && cfg.pipeline_layers == 0)
+        throw config_error("the ready time's pipeline: 0 model layers; give the model's layer count (Llama-3-8B: 32)");
+    // The ready time (critical_path.hpp): one stage per item layer, or the
+    // model's layers when an item is a whole block (its copy then spreads
+    // over them, as an engine copies a block layer by layer).
+    const std::uint32_t stages = items > 1 ? items : cfg.pipeline_layers;
+    std::vector<stage_work> work(stages);
+    std::vector<std::size_t> loads_at(items);  // [item layer]: CPU -> GPU copies this request
+    ready_time_stats ready;
+    // Blocks [from, n) computed at every layer; `loads_at` copied.
+    auto ready_time = [&](const std::vector<std::uint64_t>& ids, std::size_t from) {
+        double compute = 0;
+        for (std::size_t i = from; i < ids.size(); ++i) compute += cfg.cost.cost(i * cfg.block_size);
+        const double item_load_s = transfer_s / items;
+        for (std::uint32_t s = 0; s < stages; ++s) {
+            work[s].compute_s = compute / stages;
+            work[s].load_s = items > 1 ? static_cast<double>(loads_at[s]) * item_load_s
+                                       : static_cast<double>(loads_at[0]) * item_load_s / stages;
+        }
+        return pipelined_ready_time(work);
+    };
     // Requests read from the source and not yet served: the first is served
     // next, the others queued (enqueued) once they have arrived.
     struct pending {
@@ -660,6 +706,8 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
             ++r.bypassed_requests;
             r.misses += n;
             count_reprefill(req.hash_ids, 0);
+            std::fill(loads_at.begin(), loads_at.end(), 0);
+            ready.add(ready_time(req.hash_ids, 0));
             free_at = start + (cfg.serve_rate > 0 ? static_cast<double>(tokens) / cfg.serve_rate : 0.0);
             continue;
         } catch (const usage_error& e) {
@@ -672,7 +720,14 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
             free_at = start;
             continue;
         }
-        (void)cache.end_step();
+        const swap_plan& plan = cache.end_step();
+        // Each swap-in's layer, read from the GPU slot it fills (an
+        // exchange's hit fills the victim's slot, its source).
+        std::fill(loads_at.begin(), loads_at.end(), 0);
+        for (const block_transfer& t : plan.transfers)
+            if (t.to == tier::gpu || t.exchange)
+                ++loads_at[items > 1 ? cache.gpu().meta(t.exchange ? t.src : t.dst).layer.value : 0];
+        ready.add(ready_time(req.hash_ids, a.match.run));
         if (n > 0) {
             const timestamp back =
                     cfg.expected_returns && index < cfg.expected_returns->size() ? (*cfg.expected_returns)[index] : 0;
@@ -701,6 +756,9 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
         r.queue_depth_p99 = quantile(0.99);
     }
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    r.ready_s_total = ready.total();
+    r.ready_s_mean = ready.mean();
+    r.ready_s_p99 = ready.quantile(0.99);
     const cache_metrics m = cache.metrics();
     r.evictions = m.gpu.evictions / items;
     r.gpu_hits = m.gpu.hit_blocks;
@@ -784,7 +842,7 @@ replay_result replay_instances(RequestSource& source, const request_replay_confi
             .num_layers = cfg.num_layers,
             .items = items > 1 ? granularity::per_layer : granularity::whole_block,
             .item_bytes = static_cast<std::size_t>(cfg.kv_bytes_per_token) * cfg.block_size / items,
-            .remote = true}));
+            .remote = true}, replay_policy_config<Gpu>(cfg), replay_policy_config<Cpu>(cfg)));
         if (shared ? i == 0 : true) stores.emplace_back((shared ? remote_capacity : remote_capacity / instances) * items);
     }
     replay_result r;

@@ -99,17 +99,22 @@ inline void keep_shown(std::vector<replay_result>& results, const run_plan& plan
 }
 
 /// Fills each result's `gap_closed` from the lru and belady runs at the same
-/// capacity (NaN where either is missing, or Belady is not above LRU).
+/// capacity (NaN where either is missing, or Belady is not above LRU), and in
+/// tiered mode `ready_gap_closed`, the same share of LRU's -> Belady's total
+/// ready time (NaN unless Belady's is below LRU's).
 inline void fill_gap_closed(std::vector<replay_result>& results) {
     std::map<std::size_t, std::pair<const replay_result*, const replay_result*>> refs;  // capacity -> (lru, belady)
     for (const replay_result& r : results) {
         if (r.policy == "lru") refs[r.capacity].first = &r;
         if (r.policy == "belady") refs[r.capacity].second = &r;
     }
+    constexpr double none = std::numeric_limits<double>::quiet_NaN();
     for (replay_result& r : results) {
         const auto [lru, opt] = refs[r.capacity];
-        r.gap_closed = lru && opt ? gap_closed(r.hit_ratio(), lru->hit_ratio(), opt->hit_ratio())
-                                  : std::numeric_limits<double>::quiet_NaN();
+        r.gap_closed = lru && opt ? gap_closed(r.hit_ratio(), lru->hit_ratio(), opt->hit_ratio()) : none;
+        r.ready_gap_closed = lru && opt && r.mode == replay_mode::tiered
+                                     ? gap_closed(-r.ready_s_total, -lru->ready_s_total, -opt->ready_s_total)
+                                     : none;
     }
 }
 
@@ -137,7 +142,9 @@ inline void write_json_lines(std::ostream& out, const std::vector<replay_result>
             o << ", \"cpu_capacity\": " << r.cpu_capacity << ", \"gpu_hits\": " << r.gpu_hits
               << ", \"cpu_hits\": " << r.cpu_hits << ", \"recomputed_blocks\": " << r.recomputed_blocks
               << ", \"swap_out_blocks\": " << r.swap_out_blocks
-              << ", \"prefill_seconds_saved\": " << r.prefill_seconds_saved;
+              << ", \"prefill_seconds_saved\": " << r.prefill_seconds_saved << ", \"ready_s_total\": " << r.ready_s_total
+              << ", \"ready_s_mean\": " << r.ready_s_mean << ", \"ready_s_p99\": " << r.ready_s_p99
+              << ", \"ready_gap_closed\": " << detail::json_number(r.ready_gap_closed);
         if (r.instances > 1 || r.remote_capacity > 0)
             o << ", \"instances\": " << r.instances << ", \"remote_capacity\": " << r.remote_capacity
               << ", \"remote_hits\": " << r.remote_hits << ", \"remote_failed_fetches\": " << r.remote_failed_fetches
@@ -156,6 +163,8 @@ inline void write_csv(std::ostream& out, const std::vector<replay_result>& resul
            "accesses_per_second,token_hit_ratio,gpu_hits,cpu_hits,recomputed_blocks,swap_out_blocks,"
            "prefill_seconds_saved,gap_closed,lru_match_capacity,capacity_saved,sessions,fairness,re_prefill_share";
     const bool queue = std::ranges::any_of(results, [](const replay_result& r) { return r.queue_modelled; });
+    const bool tiered = std::ranges::any_of(results, [](const replay_result& r) { return r.mode == replay_mode::tiered; });
+    if (tiered) out << ",ready_s_total,ready_s_mean,ready_s_p99,ready_gap_closed";
     out << (queue ? ",queue_depth_mean,queue_depth_p50,queue_depth_p99\n" : "\n");
     for (const replay_result& r : results) {
         out << r.policy << ',' << r.capacity << ',' << to_string(r.mode) << ',' << r.requests << ',' << r.accesses
@@ -170,6 +179,9 @@ inline void write_csv(std::ostream& out, const std::vector<replay_result>& resul
             out << r.sessions << ',' << detail::fixed_or(r.fairness, 6, "") << ',' << detail::fixed(r.re_prefill_share(), 6);
         else
             out << ",,";
+        if (tiered)
+            out << ',' << detail::fixed(r.ready_s_total, 6) << ',' << detail::fixed(r.ready_s_mean, 9) << ','
+                << detail::fixed(r.ready_s_p99, 9) << ',' << detail::fixed_or(r.ready_gap_closed, 6, "");
         if (queue)
             out << ',' << detail::fixed(r.queue_depth_mean, 3) << ',' << r.queue_depth_p50 << ',' << r.queue_depth_p99;
         out << '\n';
@@ -207,7 +219,8 @@ inline void write_table(std::ostream& out, const std::vector<replay_result>& res
         out << line;
         if (matched) out << "  cap for lru  saved";
         if (mode != replay_mode::flat) out << "  token hit  fairness  re-prefill";
-        if (mode == replay_mode::tiered) out << "   gpu hits   cpu hits  swap-outs  prefill s saved";
+        if (mode == replay_mode::tiered)
+            out << "   gpu hits   cpu hits  swap-outs  prefill s saved  ready ms mean     p99   total s  ready gap %";
         const bool queue = rows.front()->queue_modelled;
         if (queue) out << "  queue mean/p50/p99";
         out << "  accesses/s\n";
@@ -233,6 +246,9 @@ inline void write_table(std::ostream& out, const std::vector<replay_result>& res
                               static_cast<unsigned long long>(r->gpu_hits), static_cast<unsigned long long>(r->cpu_hits),
                               static_cast<unsigned long long>(r->swap_out_blocks), r->prefill_seconds_saved);
                 out << line;
+                std::snprintf(line, sizeof line, "  %13.3f %7.2f %9.2f %12s", 1e3 * r->ready_s_mean, 1e3 * r->ready_s_p99,
+                              r->ready_s_total, detail::fixed_or(100 * r->ready_gap_closed, 1, "-").c_str());
+                out << line;
             }
             if (queue) {
                 std::snprintf(line, sizeof line, "  %7.1f/%zu/%zu", r->queue_depth_mean, r->queue_depth_p50,
@@ -250,12 +266,22 @@ inline void write_table(std::ostream& out, const std::vector<replay_result>& res
         any_requests = any_requests || r.mode != replay_mode::flat;
         bounds_at[r.capacity] |= (r.policy == "lru" ? 1 : 0) | (r.policy == "belady" ? 2 : 0);
     }
+    std::map<std::string, std::string> elsewhere;  // policy -> the setting it is built for
+    for (const replay_result& r : results)
+        if (!r.built_for.empty()) elsewhere[r.policy] = r.built_for;
+    for (const auto& [policy, setting] : elsewhere)
+        out << "\n" << policy << " is built for " << setting << ", not for the hits ranked here";
+    if (!elsewhere.empty()) out << "\n";
     const bool gap_missing = std::ranges::any_of(bounds_at, [](const auto& c) { return c.second != 3; });
     out << "\ngap %: share of the LRU -> Belady gap closed (- without both at this capacity"
         << (gap_missing ? "; --bounds runs them)" : ")");
     if (any_match)
         out << "\ncap for lru: least capacity (blocks, bisection to 1% of this capacity) reaching LRU's hit ratio at this "
                "capacity; saved: 1 - that / this capacity";
+    if (std::ranges::any_of(results, [](const replay_result& r) { return r.mode == replay_mode::tiered; }))
+        out << "\nready: seconds until a request's KV is ready at every layer, CPU copies overlapping the compute of "
+               "the layers before theirs (mean and p99 per request, total); ready gap %: share of LRU's -> Belady's "
+               "total closed";
     if (any_requests)
         out << "\nfairness: Jain's index over sessions' hit ratios; re-prefill: share of block accesses that compute KV "
                "an earlier request had computed";
@@ -272,15 +298,21 @@ inline void write_table(std::ostream& out, const std::vector<replay_result>& res
 }
 
 /// Writes a PNG of hit ratio against capacity, one line per policy, through
-/// gnuplot. Throws: config_error if gnuplot is missing or fails.
+/// gnuplot; in tiered mode a second panel beside it draws the mean ready
+/// time. Throws: config_error if gnuplot is missing or fails.
 inline void write_plot(const std::string& png, const std::vector<replay_result>& results, const std::string& title) {
-    std::map<std::string, std::map<std::size_t, double>> series;
-    for (const replay_result& r : results) series[r.policy][r.capacity] = r.hit_ratio();
+    std::map<std::string, std::map<std::size_t, double>> series, ready;
+    for (const replay_result& r : results) {
+        series[r.policy][r.capacity] = r.hit_ratio();
+        if (r.mode == replay_mode::tiered) ready[r.policy][r.capacity] = 1e3 * r.ready_s_mean;
+    }
+    const bool tiered = !ready.empty();
     std::ostringstream script;
-    script << "set terminal pngcairo size 1000,640 enhanced font 'sans,11'\n"
-           << "set output '" << png << "'\n"
-           << "set title '" << title << "' noenhanced\n"
-           << "set xlabel 'capacity (blocks)'\nset ylabel 'hit ratio'\n"
+    script << "set terminal pngcairo size " << (tiered ? "1600,640" : "1000,640") << " enhanced font 'sans,11'\n"
+           << "set output '" << png << "'\n";
+    if (tiered) script << "set multiplot layout 1,2 title '" << title << "' noenhanced\n";
+    else script << "set title '" << title << "' noenhanced\n";
+    script << "set xlabel 'capacity (blocks)'\nset ylabel 'hit ratio'\n"
            << "set key outside right top noenhanced\nset grid\nset yrange [0:*]\n";
     std::set<std::size_t> capacities;
     for (const auto& [p, pts] : series)
@@ -303,24 +335,33 @@ inline void write_plot(const std::string& png, const std::vector<replay_result>&
         if (policy != "lru" && policy != "belady" && policy != "adaptive_kv") order.push_back(policy);
     for (const char* ref : {"adaptive_kv", "lru", "belady"})
         if (series.contains(ref)) order.emplace_back(ref);
-    script << "plot ";
-    std::size_t index = 0, others = 0;
-    for (const std::string& policy : order) {
-        script << (index == 0 ? "" : ", ") << "'-' using 1:2 with linespoints ";
-        if (policy == "belady") script << "lw 4 lc rgb '#000000' pt 7 ps 1.2";
-        else if (policy == "lru") script << "lw 4 lc rgb '#d62728' pt 5 ps 1.2";
-        else if (policy == "adaptive_kv") script << "lw 3 lc rgb '#1f77b4' pt 9 ps 1.1";
-        else {
-            script << "lw 1.5 lc rgb '" << light[others % 10] << "' pt " << 1 + others % 12 << " ps 0.8";
-            ++others;
+    // One panel: a line per policy of `order`, its points from `data`.
+    auto panel = [&](std::map<std::string, std::map<std::size_t, double>>& data) {
+        script << "plot ";
+        std::size_t index = 0, others = 0;
+        for (const std::string& policy : order) {
+            script << (index == 0 ? "" : ", ") << "'-' using 1:2 with linespoints ";
+            if (policy == "belady") script << "lw 4 lc rgb '#000000' pt 7 ps 1.2";
+            else if (policy == "lru") script << "lw 4 lc rgb '#d62728' pt 5 ps 1.2";
+            else if (policy == "adaptive_kv") script << "lw 3 lc rgb '#1f77b4' pt 9 ps 1.1";
+            else {
+                script << "lw 1.5 lc rgb '" << light[others % 10] << "' pt " << 1 + others % 12 << " ps 0.8";
+                ++others;
+            }
+            script << " title '" << policy << "'";
+            ++index;
         }
-        script << " title '" << policy << "'";
-        ++index;
-    }
-    script << "\n";
-    for (const std::string& policy : order) {
-        for (const auto& [cap, hr] : series[policy]) script << cap << ' ' << hr << '\n';
-        script << "e\n";
+        script << "\n";
+        for (const std::string& policy : order) {
+            for (const auto& [cap, v] : data[policy]) script << cap << ' ' << v << '\n';
+            script << "e\n";
+        }
+    };
+    panel(series);
+    if (tiered) {
+        script << "set ylabel 'mean ready time (ms): KV ready at every layer, per request'\n";
+        panel(ready);
+        script << "unset multiplot\n";
     }
     FILE* gp = popen("gnuplot 2>&1", "w");
     if (gp == nullptr) throw config_error("--plot: cannot start gnuplot; install it (apt-get install gnuplot-nox)");
