@@ -39,11 +39,15 @@ access_context item(std::uint64_t session, std::uint32_t chunk, std::uint32_t la
     return c;
 }
 
-// scan_fraction 0: every pop scans, the exact rule the reference model states.
-const retention_value<>::config_type seed_config{
+// Seed 000's rule (its weights, each chunk priced alone). scan_fraction 0:
+// every pop scans, the exact rule the reference model states.
+const seed000_retention_value::config_type seed_config{
+    .cost = pensieve_linear({.alpha = 0.001, .beta = 0.01, .const_non_attention = 0.005}), .scan_fraction = 0};
+// The default rule (uniform weights, a chunk priced with its dependents).
+const retention_value<>::config_type default_config{
     .cost = pensieve_linear({.alpha = 0.001, .beta = 0.01, .const_non_attention = 0.005}), .scan_fraction = 0};
 
-std::vector<std::uint32_t> drain(retention_value<>& p, timestamp now) {
+std::vector<std::uint32_t> drain(seed000_retention_value& p, timestamp now) {
     std::vector<std::uint32_t> out;
     while (auto v = p.pop_victim(now)) out.push_back(v->value);
     return out;
@@ -52,7 +56,7 @@ std::vector<std::uint32_t> drain(retention_value<>& p, timestamp now) {
 }  // namespace
 
 TEST_CASE("seed 000's worked example: costs", "[retention_value][seed]") {
-    const retention_value<> p(4, seed_config);
+    const seed000_retention_value p(4, seed_config);
     REQUIRE(std::abs(p.item_cost(item(1, 0, 0, 2, 2, 0)) - 0.0075) <= 1e-12);
     REQUIRE(std::abs(p.item_cost(item(1, 0, 1, 2, 2, 0)) - 0.00375) <= 1e-12);
     REQUIRE(std::abs(p.item_cost(item(1, 1, 0, 2, 2, 0)) - 0.047) <= 1e-12);
@@ -62,7 +66,7 @@ TEST_CASE("seed 000's worked example: costs", "[retention_value][seed]") {
 TEST_CASE("seed 000's worked example: by value, L1C0, L0C0, L1C1, L0C1", "[retention_value][seed]") {
     // The seed lists L1C0, L1C1, L0C1, L0C0, which its own costs contradict:
     // with equal idle times the order is by cost.
-    retention_value<> p(4, seed_config);
+    seed000_retention_value p(4, seed_config);
     // ids: 0 = L0C0, 1 = L1C0, 2 = L0C1, 3 = L1C1, all used at t = 0.
     p.on_insert(item_id{0}, item(1, 0, 0, 2, 2, 0));
     p.on_insert(item_id{1}, item(1, 0, 1, 2, 2, 0));
@@ -86,7 +90,7 @@ TEST_CASE("seed scenario 1: three sessions under pressure, the oldest goes first
     // 3 sessions of 2 chunks x 40 layers, last used at t = 100, 200, 300;
     // room for 2 chunks (80 items) of the 6: 160 victims.
     constexpr std::uint32_t layers = 40;
-    retention_value<> p(240, seed_config);
+    seed000_retention_value p(240, seed_config);
     auto id_of = [](std::uint64_t s, std::uint32_t c, std::uint32_t l) { return item_id{static_cast<std::uint32_t>(s * 80 + c * 40 + l)}; };
     for (std::uint64_t s = 0; s < 3; ++s)
         for (std::uint32_t c = 0; c < 2; ++c)
@@ -132,7 +136,7 @@ TEST_CASE("seed scenario 1: three sessions under pressure, the oldest goes first
 TEST_CASE("seed scenario 2: five turns, room for three chunks, leading chunks of old turns go",
           "[retention_value][seed]") {
     const std::uint32_t layers = GENERATE(1u, 2u);
-    retention_value<> p(3 * layers, seed_config);
+    seed000_retention_value p(3 * layers, seed_config);
     // Slots are reused: which (chunk, layer) each one holds.
     std::vector<std::pair<std::uint32_t, std::uint32_t>> held_by(3 * layers);
     std::vector<std::uint32_t> free_slots;
@@ -175,7 +179,7 @@ TEST_CASE("seed scenario 2: five turns, room for three chunks, leading chunks of
 }
 
 TEST_CASE("seed scenario 3: layer 39 goes before layer 0", "[retention_value][seed]") {
-    retention_value<> p(80, seed_config);
+    seed000_retention_value p(80, seed_config);
     for (std::uint32_t c = 0; c < 2; ++c)
         for (std::uint32_t l = 0; l < 40; ++l) p.on_insert(item_id{c * 40 + l}, item(3, c, l, 40, 2, 0));
     const auto order = drain(p, 50);
@@ -191,7 +195,7 @@ TEST_CASE("seed scenario 3: layer 39 goes before layer 0", "[retention_value][se
 
 TEST_CASE("a just-used item is never preferred over an idle one, among just-used, lowest cost",
           "[retention_value][edges]") {
-    retention_value<> p(8, seed_config);
+    seed000_retention_value p(8, seed_config);
     // Idle and expensive (layer 0, trailing chunk of a long context).
     p.on_insert(item_id{5}, item(1, 9, 0, 4, 10, 0));
     // Just used at t = 100 and much cheaper; the higher cost has the lower id.
@@ -210,7 +214,7 @@ TEST_CASE("a just-used item is never preferred over an idle one, among just-used
 }
 
 TEST_CASE("equal retention values: the lowest id first", "[retention_value][edges]") {
-    retention_value<> p(16, seed_config);
+    seed000_retention_value p(16, seed_config);
     for (std::uint32_t id : {9u, 2u, 14u, 5u}) p.on_insert(item_id{id}, item(1, 0, 0, 1, 1, 0));
     // The same cost and time as the others; and half the cost at half the
     // idle time: the same value, computed another way.
@@ -222,7 +226,7 @@ TEST_CASE("equal retention values: the lowest id first", "[retention_value][edge
 }
 
 TEST_CASE("a hold removes the item from candidacy, a release is a use at ctx.now", "[retention_value][edges]") {
-    retention_value<> p(4, seed_config);
+    seed000_retention_value p(4, seed_config);
     const auto ctx = [](timestamp t) { return item(1, 0, 0, 1, 1, t); };  // all cost the same
     p.on_insert(item_id{0}, ctx(0));
     p.on_insert(item_id{1}, ctx(10));
@@ -289,13 +293,15 @@ TEST_CASE("bad cost parameters are rejected before a policy exists", "[retention
 }
 
 TEST_CASE("other models compose: measured_table, unit cost with uniform weights is LRU", "[retention_value]") {
-    retention_value<measured_table> table(4, {.cost = measured_table{{0, 0.01}, {64, 0.05}}});
+    retention_value<measured_table, pipelined_depth, session_relative> table(
+            4, {.cost = measured_table{{0, 0.01}, {64, 0.05}}, .loss = retention_loss::chunk});
+    REQUIRE(seed000_retention_value::config_type{}.loss == retention_loss::chunk);  // the seed's rule by default
     table.on_insert(item_id{0}, item(1, 1, 0, 1, 2, 0));  // context 32: 0.03 * 1 * 1
     table.on_insert(item_id{1}, item(1, 0, 0, 1, 2, 0));  // context 0: 0.01 * 1 * 0.5
     REQUIRE(std::abs(table.item_cost(item(1, 1, 0, 1, 2, 0)) - 0.03) < 1e-15);
     REQUIRE(table.pop_victim(1) == item_id{1});
 
-    retention_value<unit_cost, uniform_layer_weight, uniform_position_weight> lru_like(3);
+    retention_value<unit_cost, uniform_layer_weight, uniform_position_weight> lru_like(3, {.loss = retention_loss::chunk});
     lru_like.on_insert(item_id{0}, item(1, 0, 0, 1, 1, 1));
     lru_like.on_insert(item_id{1}, item(1, 0, 0, 1, 1, 2));
     lru_like.on_insert(item_id{2}, item(1, 0, 0, 1, 1, 3));
@@ -304,14 +310,61 @@ TEST_CASE("other models compose: measured_table, unit cost with uniform weights 
     REQUIRE(lru_like.pop_victim(5) == item_id{2});
 }
 
+TEST_CASE("the default loss is a chunk and every later chunk of its session", "[retention_value][prefix]") {
+    // Against the sum written out, chunk by chunk: exact for a linear cost.
+    std::mt19937_64 rng(41);
+    std::uniform_real_distribution<double> u(0, 0.01);
+    for (int trial = 0; trial < 5000; ++trial) {
+        const retention_value<> p(4, {.cost = pensieve_linear({.alpha = u(rng), .beta = u(rng), .const_non_attention = u(rng)})});
+        const auto total = static_cast<std::uint32_t>(1 + rng() % 300);
+        const auto chunk = static_cast<std::uint32_t>(rng() % total);
+        const std::uint64_t block = 1 + rng() % 1024;
+        access_context c = item(rng() % 8, chunk, 0, 1, total, 5, block);
+        c.block_tokens = rng() % 2 == 0 ? static_cast<std::uint32_t>(block) : 0;  // 0: derived from the context
+        if (chunk == 0) c.block_tokens = static_cast<std::uint32_t>(block);
+        double sum = 0;
+        for (std::uint32_t j = chunk; j < total; ++j) sum += p.config().cost.cost(j * block);
+        INFO("chunk " << chunk << " of " << total << ", " << block << " tokens a block");
+        REQUIRE(p.item_cost(c) == Approx(sum).epsilon(1e-12));
+    }
+}
+
+TEST_CASE("the default rule evicts a session's later chunks before its leading ones", "[retention_value][prefix]") {
+    // One request's chunks released together: the last one goes first, as a
+    // prefix cache needs (a chunk is no use without those before it).
+    // Seed 000's rule takes the leading chunk first.
+    retention_value<> p(6);
+    seed000_retention_value seed(6, seed_config);
+    for (std::uint32_t chunk = 0; chunk < 6; ++chunk) {
+        access_context c = item(1, chunk, 0, 1, 6, 10);
+        c.block_tokens = 32;
+        p.on_insert(item_id{chunk}, c);
+        seed.on_insert(item_id{chunk}, c);
+    }
+    std::vector<std::uint32_t> order;
+    while (auto v = p.pop_victim(20)) order.push_back(v->value);
+    REQUIRE(order == std::vector<std::uint32_t>{5, 4, 3, 2, 1, 0});
+    REQUIRE(drain(seed, 20).front() == 0);
+}
+
 TEST_CASE("retention_value: same victims as the reference model", "[retention_value][differential]") {
     const std::uint64_t seed = GENERATE(1u, 2u, 3u);
     const std::size_t capacity = GENERATE(1u, 16u, 97u);
-    retention_value<> policy(capacity, seed_config);
-    ref_retention_value reference;
-    const auto victims = drive(policy, {.capacity = capacity, .operations = 100'000, .seed = seed}, &reference);
-    REQUIRE(policy.counters().evictions == victims.size());
-    REQUIRE(victims.size() > 100);
+    SECTION("seed 000's rule") {
+        seed000_retention_value policy(capacity, seed_config);
+        ref_retention_value reference;
+        const auto victims = drive(policy, {.capacity = capacity, .operations = 100'000, .seed = seed}, &reference);
+        REQUIRE(policy.counters().evictions == victims.size());
+        REQUIRE(victims.size() > 100);
+    }
+    SECTION("the default rule") {
+        retention_value<> policy(capacity, default_config);
+        ref_retention_value reference;
+        reference.seed_rule = false;
+        const auto victims = drive(policy, {.capacity = capacity, .operations = 100'000, .seed = seed}, &reference);
+        REQUIRE(policy.counters().evictions == victims.size());
+        REQUIRE(victims.size() > 100);
+    }
 }
 
 namespace {
@@ -386,12 +439,12 @@ std::vector<item_id> reference_batch(Reference& r, std::size_t k, timestamp now)
 
 // The driver of the shared-timestamps differential test, for the exact rule
 // (scan_fraction 0 against ref_retention_value) and the batched one.
-template <class Reference>
-void shared_time_differential(std::uint64_t seed, double scan_fraction, std::uint32_t capacity, Reference& reference) {
+template <class Policy = seed000_retention_value, class Reference>
+void shared_time_differential(std::uint64_t seed, double scan_fraction, std::uint32_t capacity, Reference& reference,
+                              typename Policy::config_type config = seed_config) {
     std::mt19937_64 rng(seed);
-    retention_value<>::config_type config = seed_config;
     config.scan_fraction = scan_fraction;
-    retention_value<> policy(capacity, config);
+    Policy policy(capacity, config);
     enum class slot : std::uint8_t { free, evictable, held };
     std::vector<slot> slots(capacity, slot::free);
     auto ctx_for = [&](timestamp now) {
@@ -478,8 +531,15 @@ TEST_CASE("retention_value: same victims as the reference with shared timestamps
     // just used at a pop. Here time moves only now and then: just-used
     // items, exact ties and batches mixing idle and just-used items occur.
     const std::uint64_t seed = GENERATE(11u, 12u, 13u, 14u);
-    ref_retention_value reference;
-    shared_time_differential(seed, 0.0, 40, reference);
+    SECTION("seed 000's rule") {
+        ref_retention_value reference;
+        shared_time_differential(seed, 0.0, 40, reference);
+    }
+    SECTION("the default rule") {
+        ref_retention_value reference;
+        reference.seed_rule = false;
+        shared_time_differential<retention_value<>>(seed, 0.0, 40, reference, default_config);
+    }
 }
 
 TEST_CASE("retention_value: scans choose scan_fraction of the candidates, the reserve is used in order while valid",
@@ -505,9 +565,9 @@ TEST_CASE("retention_value: at thousands of candidates (the sampled-threshold se
     const double fraction = GENERATE(0.0, 0.01);
     constexpr std::uint32_t capacity = 6000;
     std::mt19937_64 rng(31);
-    retention_value<>::config_type config = seed_config;
+    seed000_retention_value::config_type config = seed_config;
     config.scan_fraction = fraction;
-    retention_value<> policy(capacity, config);
+    seed000_retention_value policy(capacity, config);
     ref_batched_retention reference;
     reference.fraction = fraction;
     auto ctx_at = [&](timestamp now) {

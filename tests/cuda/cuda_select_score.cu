@@ -245,7 +245,7 @@ void check_retention_scores(cudaStream_t stream) {
     const auto got_f = host_copy(d_scores_f.view(n));
 
     // The host policy is the reference: its retention() of each item.
-    retention_value<> policy(n, {.cost = pensieve_linear(params.cost)});
+    seed000_retention_value policy(n, {.cost = pensieve_linear(params.cost)});
     for (std::uint32_t i = 0; i < n; ++i) {
         access_context c;
         c.now = h.last_use[i];

@@ -78,12 +78,15 @@ struct ref_lru : ref_ordered_by_stamp {
     std::optional<item_id> pop_victim(timestamp) { return pop_oldest_evictable(); }
 };
 
-/// retention_value<> (pensieve_linear, pipelined_depth, session_relative):
-/// keeps each item's latest context and, at every pop, computes cost /
-/// time_inactive for every evictable item with seed 000's formula written
-/// out (same operation order, so the doubles are bit-identical). Items used
-/// at `now` rank after every idle one, among themselves by cost; ties by id.
+/// retention_value with pensieve_linear: keeps each item's latest context
+/// and, at every pop, computes cost / time_inactive for every evictable item
+/// with the formula written out (same operation order, so the doubles are
+/// bit-identical): seed 000's rule (seed000_retention_value, loss `chunk`),
+/// or with `seed_rule = false` the default one (uniform weights, the chunk
+/// and its session's later chunks). Items used at
+/// `now` rank after every idle one, among themselves by cost; ties by id.
 struct ref_retention_value {
+    bool seed_rule = true;
     double alpha = 0.001, beta = 0.01, const_non_attention = 0.005;
     struct entry {
         std::uint32_t id;
@@ -97,12 +100,23 @@ struct ref_retention_value {
             if (e.id == id.value) return &e;
         return nullptr;
     }
+    double base(std::uint64_t context) const {
+        return (alpha * static_cast<double>(context) + beta) + const_non_attention;
+    }
     double cost(const access_context& c) const {
+        if (!seed_rule) {
+            // Chunks [chunk, total), each at its own context: for a linear
+            // cost, their count times the mean of the first's and the last's.
+            const std::uint32_t after = c.session_total_chunks - c.chunk.value;
+            std::uint64_t block = c.block_tokens;
+            if (block == 0 && c.chunk.value > 0) block = c.context_length / c.chunk.value;
+            const double first = base(c.context_length), last = base(c.context_length + block * (after - 1));
+            return (1.0 * 1.0) * (static_cast<double>(after) * ((first + last) / 2));
+        }
         const double layer_w = static_cast<double>(c.num_layers - c.layer.value) / static_cast<double>(c.num_layers);
         const double position_w =
             static_cast<double>(c.chunk.value + 1) / static_cast<double>(c.session_total_chunks);
-        const double base = (alpha * static_cast<double>(c.context_length) + beta) + const_non_attention;
-        return layer_w * position_w * base;
+        return layer_w * position_w * base(c.context_length);
     }
     void on_insert(item_id id, const access_context& ctx) { items.push_back({id.value, ctx, false}); }
     void on_access(item_id id, const access_context& ctx) { find(id)->ctx = ctx; }

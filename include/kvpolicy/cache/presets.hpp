@@ -25,12 +25,15 @@ using trtllm_like_cache = tiered_cache<qos_aware, qos_aware>;
 
 /// Pensieve (Yu et al., EuroSys'25) as seed 000 refines it: items are
 /// layer-chunks (construct with `.items = granularity::per_layer` and the
-/// model's `.num_layers`); the GPU tier evicts to the CPU tier by retention
-/// value = cost / time inactive, with Pensieve's linear recompute cost and
-/// seed 000's layer and position weights; the CPU tier drops leading chunks
-/// of back layers first (the lexicographic checkerboard), which are the
-/// cheapest to recompute.
-using pensieve_cache = tiered_cache<retention_value<>, lexicographic_checkerboard>;
+/// model's `.num_layers`); the GPU tier evicts to the CPU tier by seed 000's
+/// retention value = cost / time inactive, with Pensieve's linear recompute
+/// cost and the seed's layer and position weights; the CPU tier drops leading
+/// chunks of back layers first (the lexicographic checkerboard), which the
+/// seed takes for the cheapest to recompute. In a prefix cache both orders
+/// lose what later chunks need (docs/which-policy.md, "Retention value on its
+/// own figure"): `tiered_cache<retention_value<>, lru>` is the form that
+/// holds there.
+using pensieve_cache = tiered_cache<seed000_retention_value, lexicographic_checkerboard>;
 
 /// Seed 003's first version of CPU offload: LRU on the GPU, FIFO over the
 /// CPU slots (round robin in the seed; `round_robin` once registered).

@@ -469,6 +469,7 @@ private:
         c.num_layers = items_per_block_;
         c.session_total_chunks = total_chunks;
         c.context_length = chunk * config_.block_size;
+        c.block_tokens = config_.block_size;
         if (!next_use_.empty()) c.next_use = next_use_[chunk];
         return c;
     }

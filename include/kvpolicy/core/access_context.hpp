@@ -38,6 +38,10 @@ struct access_context {
     /// Tokens before this item in its session: what attention over it costs
     /// to recompute.
     std::uint64_t context_length = 0;
+    /// Tokens per block (the cache's block size); 0 = unknown. With
+    /// `session_total_chunks` it gives the contexts of the chunks after this
+    /// one (retention_value prices them).
+    std::uint32_t block_tokens = 0;
     /// Size of the item in blocks (GDSF divides by it).
     std::uint32_t size = 1;
 

@@ -1,18 +1,38 @@
 // retention_value: evict the item with the lowest recompute cost per unit of
 // idle time, the policy of Pensieve (Yu et al., "Stateful Large Language
-// Model Serving with Pensieve", EuroSys'25, §4.3.1) in seed 000's layer-wise
-// form.
+// Model Serving with Pensieve", EuroSys'25, §4.3.1), in the form a prefix
+// cache can honour.
 //
 //     retention = cost / time_inactive
 //     cost      = layer_weight(layer, num_layers)
 //               * position_weight(chunk, session_total_chunks)
-//               * base_cost(context_length)
+//               * loss(chunk)
+//     loss      = what evicting the item costs if it must be recomputed:
+//       chunk_and_dependents (default): the chunk and every later chunk of
+//           its session, (total - chunk) chunks at the mean of the first's
+//           and the last's base_cost, which is their sum exactly for a
+//           linear base_cost (pensieve_linear);
+//       chunk: base_cost(context_length), the chunk alone (seed 000).
 //
-// An item that is cheap to recompute (a back layer, a leading chunk, a short
-// context) and long idle goes first. Use it for multi-turn serving where
-// dropped KV is recomputed rather than lost; with `unit_cost` and uniform
-// weights it reduces to LRU, ties in last-use time broken by id (at O(n)
-// per pop instead of O(1)).
+// An item that is cheap to lose and long idle goes first. Use it for
+// multi-turn serving in a prefix cache (vLLM's, SGLang's, tiered_cache's),
+// where a request is served only the cached prefix of its blocks: a chunk is
+// no use without those before it, so its loss takes every later chunk with
+// it, and the leading chunks weigh most. The default weights are uniform.
+//
+// Seed 000's form weighs the other way, and measures worse than LRU on the
+// time it claims to save (docs/which-policy.md, "Retention value on its own
+// figure"; bench/retention_study): `seed000_retention_value`, each chunk
+// priced alone (`retention_loss::chunk`), `pipelined_depth` (back layers
+// first) and `session_relative` (leading chunks first). Its position weight is right
+// only for an engine that recomputes a dropped leading chunk in place and
+// keeps the later ones (Pensieve §4.3.4), and its cost grows toward the back
+// of a session, so both evict what later chunks need. Its layer weight is
+// right about a CPU copy (a back layer's reload hides behind the front
+// layers' compute) but not about a drop, which costs the whole chunk's
+// forward pass whichever layer went: with a CPU tier that drops, it parks
+// back layers on a tier that loses them and keeps front layers of chunks
+// that are already lost.
 //
 // The order changes as time passes (`eviction_order::time_varying`), so no
 // structure can keep it: a scan scores every evictable item at `now` in one
@@ -34,8 +54,10 @@
 // - cost is computed when an item is inserted, accessed or released, from
 //   that call's `access_context` (so a session that grows re-weights the
 //   chunks it touches through `session_total_chunks`), in the order
-//   (layer_weight * position_weight) * cost(context_length); a reference model
-//   that repeats the order gets bit-identical scores.
+//   (layer_weight * position_weight) * loss; a reference model that repeats
+//   the order gets bit-identical scores. With `.loss = retention_loss::chunk`,
+//   `unit_cost` and uniform weights it is LRU, ties in last use by id (at
+//   O(n) per pop instead of O(1)).
 // - time_inactive = now - last use, in clock ticks; a release counts as a use
 //   at `ctx.now`. time_inactive = 0 (used at `now`, or `now` earlier than the
 //   last use) scores +inf: such an item is never chosen while an idle one is
@@ -50,7 +72,9 @@
 //   removes nothing.
 // Departures from the paper: Pensieve scores whole chunks; seed 000 scores
 // each (session, chunk, layer) separately and adds the layer and position
-// weights. Pensieve's time is wall time; here it is the caller's ticks.
+// weights; the default loss prices a chunk's dependents, which Pensieve's
+// in-place recovery does not lose. Pensieve's time is wall time; here it is
+// the caller's ticks.
 #pragma once
 
 #include <algorithm>
@@ -68,18 +92,29 @@
 #include "kvpolicy/cost/pensieve_linear.hpp"
 #include "kvpolicy/cost/pipelined_depth.hpp"
 #include "kvpolicy/cost/session_relative.hpp"
+#include "kvpolicy/cost/uniform_weights.hpp"
 #include "kvpolicy/eviction/item_tracking.hpp"
 #include "kvpolicy/select/nth_element_selector.hpp"
 
 namespace kvpolicy {
 
+/// What evicting an item loses, if it must be recomputed (the header
+/// comment has the formulas).
+enum class retention_loss : std::uint8_t {
+    chunk_and_dependents,  ///< the chunk and every later chunk of its session: a prefix cache's loss
+    chunk,                 ///< the chunk alone: seed 000's rule
+};
+
 /// The three models a `retention_value` policy multiplies, as values (a
-/// calibrated `pensieve_linear`, a `measured_table` with its points).
-template <cost_model Cost, layer_weight LayerWeight, position_weight PositionWeight>
+/// calibrated `pensieve_linear`, a `measured_table` with its points), and
+/// what a loss counts (`DefaultLoss` unless set).
+template <cost_model Cost, layer_weight LayerWeight, position_weight PositionWeight,
+          retention_loss DefaultLoss = retention_loss::chunk_and_dependents>
 struct retention_value_config {
     Cost cost{};
     LayerWeight layer_weighting{};
     PositionWeight position_weighting{};
+    retention_loss loss = DefaultLoss;
     /// Share of the candidates one scan chooses, as engines free a fraction
     /// of the tier when it crosses a watermark: a pop that finds no victim
     /// chosen before scans, takes what it needs, and keeps the rest of the
@@ -90,17 +125,23 @@ struct retention_value_config {
     double scan_fraction = 0.01;
 };
 
-template <cost_model Cost = pensieve_linear, layer_weight LayerWeight = pipelined_depth,
-          position_weight PositionWeight = session_relative, victim_selector Selector = nth_element_selector>
+template <cost_model Cost = pensieve_linear, layer_weight LayerWeight = uniform_layer_weight,
+          position_weight PositionWeight = uniform_position_weight, victim_selector Selector = nth_element_selector,
+          retention_loss DefaultLoss = retention_loss::chunk_and_dependents>
 class retention_value {
 public:
-    using config_type = retention_value_config<Cost, LayerWeight, PositionWeight>;
+    using config_type = retention_value_config<Cost, LayerWeight, PositionWeight, DefaultLoss>;
     using cost_type = Cost;
     using layer_weight_type = LayerWeight;
     using position_weight_type = PositionWeight;
     using selector_type = Selector;
 
     static constexpr std::string_view name = "retention_value";
+    /// Its victims are sheltered in a CPU tier and it weighs what losing one
+    /// costs in time, not in hits: a one-tier prefix cache's hit ratio ranks
+    /// it low (docs/which-policy.md, "Retention value on its own figure").
+    static constexpr std::string_view built_for =
+            "the GPU tier over a CPU tier, judged by ready time (--mode tiered --cpu-capacity N)";
     static constexpr eviction_order order = eviction_order::time_varying;
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.
@@ -114,11 +155,26 @@ public:
         last_use_.reserve(capacity);
     }
 
-    /// The cost this policy gives an item described by `ctx`.
+    /// The cost this policy gives an item described by `ctx`:
+    /// (layer_weight * position_weight) * loss, in that order (reference
+    /// models repeat it to get bit-identical scores). With
+    /// `chunk_and_dependents` the loss is after * ((cost(first) +
+    /// cost(last)) / 2): `after` = session_total_chunks - chunk (at least 1),
+    /// first = context_length, last = first + block * (after - 1), `block`
+    /// the context's block_tokens, or context_length / chunk where that is 0
+    /// (for chunk 0 as well: then every chunk is priced at the first's).
     [[nodiscard]] double item_cost(const access_context& ctx) const noexcept(nothrow_cost) {
-        return config_.layer_weighting.weight(ctx.layer, ctx.num_layers) *
-               config_.position_weighting.weight(ctx.chunk, ctx.session_total_chunks) *
-               config_.cost.cost(ctx.context_length);
+        const double weight = config_.layer_weighting.weight(ctx.layer, ctx.num_layers) *
+                              config_.position_weighting.weight(ctx.chunk, ctx.session_total_chunks);
+        if (config_.loss == retention_loss::chunk) return weight * config_.cost.cost(ctx.context_length);
+        const std::uint32_t after =
+                ctx.session_total_chunks > ctx.chunk.value ? ctx.session_total_chunks - ctx.chunk.value : 1;
+        const std::uint64_t block = ctx.block_tokens > 0 ? ctx.block_tokens
+                                    : ctx.chunk.value > 0 ? ctx.context_length / ctx.chunk.value
+                                                          : 0;
+        const double first = config_.cost.cost(ctx.context_length);
+        const double last = config_.cost.cost(ctx.context_length + block * (after - 1));
+        return weight * (static_cast<double>(after) * ((first + last) / 2));
     }
 
     /// An evictable item's retention value at `now` (+inf when used at
@@ -349,5 +405,12 @@ private:
 };
 
 static_assert(eviction_policy<retention_value<>>);
+
+/// Seed 000's retention value: back layers and leading chunks first, each
+/// chunk priced alone (the header comment says where that departs from a
+/// prefix cache).
+using seed000_retention_value =
+        retention_value<pensieve_linear, pipelined_depth, session_relative, nth_element_selector, retention_loss::chunk>;
+static_assert(eviction_policy<seed000_retention_value>);
 
 }  // namespace kvpolicy

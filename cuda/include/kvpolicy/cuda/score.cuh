@@ -1,9 +1,11 @@
 // score: retention values of N items in one device pass, and retention-value
 // victim selection fused with it.
 //
-// The formula is retention_value's with its default models (pensieve_linear,
-// pipelined_depth, session_relative), seed 000 / Pensieve (Yu et al.,
-// "Stateful Large Language Model Serving with Pensieve", EuroSys'25, §4.3):
+// The formula is seed 000's retention value (seed000_retention_value, each
+// chunk priced alone: `.loss = retention_loss::chunk`), after Pensieve (Yu et
+// al., "Stateful Large Language Model Serving with Pensieve", EuroSys'25,
+// §4.3); retention_value's default prices a chunk with its dependents and has
+// no device form yet:
 //
 //     cost  = ((L - layer) / L) * ((chunk + 1) / total_chunks)
 //             * ((alpha * context_length + beta) + const_non_attention)
