@@ -6,10 +6,11 @@ Two seams, one per vLLM API generation:
   a drop-in for the scheduler-side offloading manager (``_legacy``), and
   ``VllmOffloadingManager``, the same as a subclass of vLLM's ABC where vLLM is
   installed.
-- vLLM 0.21 and later (``vllm/v1/kv_offload/base.py``): cache policies that
+- vLLM 0.30 and later (``vllm/v1/kv_offload/base.py``): cache policies that
   vLLM's own ``CPUOffloadingManager`` loads by name from this module
   (``"eviction_policy": NAME, "cache_policy_module_path": "kvpolicy.vllm"``);
-  see ``policies``.
+  see ``_policies``. (0.21 to 0.26 load no policy from outside vLLM; 0.27 to
+  0.29 do, but their ARC is not the one ``vllm_arc`` copies.)
 
 Importing this module needs no vLLM; the vLLM subclasses are built on first
 use, where vLLM is importable.

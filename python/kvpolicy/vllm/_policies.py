@@ -1,4 +1,4 @@
-"""kvpolicy's cache policies for vLLM >= 0.21's CPU offloading tier.
+"""kvpolicy's cache policies for vLLM >= 0.30's CPU offloading tier.
 
 vLLM's ``CPUOffloadingManager`` (``vllm/v1/kv_offload/cpu/manager.py``) keeps
 ref counts, slots and events, and asks a ``CachePolicy``
@@ -48,6 +48,14 @@ malformed kvpolicy action is ignored with a warning on the
 ``kvpolicy.vllm`` logger naming it and why, never an exception in vLLM's
 scheduler. ``vllm_lru`` and ``vllm_arc`` read no hints (vLLM's do not).
 
+vLLM releases: what the seam offers is read from the vLLM found, never from
+its version (``_Seam``). vLLM loads out-of-tree policies by module path since
+0.27; kvpolicy follows 0.30 and later, whose ARC takes a victim from T1 when
+T2 has none left (0.27 to 0.29 refuse the store there; ``vllm_arc`` does
+not). Where the CachePolicy has no ``on_request_finished`` (0.30) vLLM never
+reports a request's end to it: no hint reaches a policy, and vLLM's LRU
+counts a completed store or load as a use, which ``vllm_lru`` then does too.
+
 Options: vLLM constructs a policy with its capacity only, so options come
 from ``KVPOLICY_VLLM_POLICY_OPTIONS`` (JSON: ``{"kvpolicy_s3fifo":
 {"small_fraction": 0.2}}``), read when the policy is built, or from a class
@@ -61,6 +69,7 @@ manager is built, before any request.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import logging
 import math
@@ -101,9 +110,28 @@ def _vllm():
     try:
         from vllm.v1.kv_offload.cpu.policies import base  # type: ignore[import-not-found]
     except ImportError as e:
-        raise ImportError("kvpolicy.vllm's cache policies subclass vLLM's CachePolicy (vLLM >= 0.21); "
+        raise ImportError("kvpolicy.vllm's cache policies subclass vLLM's CachePolicy (vLLM >= 0.30); "
                           "install vLLM, or use kvpolicy.vllm.OffloadingManager for vLLM 0.11 to 0.20") from e
     return base
+
+
+class _Seam:
+    """What the vLLM found offers a CachePolicy, read from its classes.
+
+    - ``request_end``: ``CachePolicy.on_request_finished`` and
+      ``order_request_keys`` (vLLM 0.31 and later): the manager reports each
+      request's end with its keys in prefix order. Without them (0.30) vLLM's
+      LRU moves a chunk to its most-recent end whenever the chunk becomes
+      evictable again (its store or its last load completed).
+    - ``insert_request``: ``insert`` is given the inserting request's
+      ``ReqContext`` (0.33 and later: its token positions and hints); before,
+      a chunk is ranked by its insertion alone, as vLLM's LRU ranks it there.
+    """
+
+    def __init__(self, base):
+        self.order_request_keys = getattr(base, "order_request_keys", None)
+        self.request_end = hasattr(base.CachePolicy, "on_request_finished") and self.order_request_keys is not None
+        self.insert_request = "req_context" in inspect.signature(base.CachePolicy.insert).parameters
 
 
 def cache_policy(policy: str, *, class_name: Optional[str] = None, **options: Any) -> Type:
@@ -124,7 +152,10 @@ def cache_policy(policy: str, *, class_name: Optional[str] = None, **options: An
                               f"knows; choose one of {policy_names()}")
     CachePolicyCore(kv_name, 1, dict(options))  # checks the options now, not at the first request
     base = _vllm()
-    from vllm.v1.kv_offload.cpu.policies.base import order_request_keys  # type: ignore[import-not-found]
+    seam = _Seam(base)
+    order_request_keys = seam.order_request_keys
+    # vLLM's LRU without request ends (0.30): a chunk that becomes evictable is used.
+    use_on_release = kv_name == "vllm_lru" and not seam.request_end
 
     fixed = dict(options)
     name = class_name or (kv_name if kv_name in _IDENTICAL else _PREFIX + kv_name)
@@ -143,6 +174,14 @@ def cache_policy(policy: str, *, class_name: Optional[str] = None, **options: An
             # The manager calls these per chunk: straight to the dict or C++.
             self.get = core.chunks.get
             self.mark_evictable = core.mark_evictable
+            if use_on_release:
+                touch, release = core.touch, core.mark_evictable
+
+                def mark_evictable(key) -> None:
+                    touch((key,))
+                    release(key)
+
+                self.mark_evictable = mark_evictable
             self.mark_non_evictable = core.mark_non_evictable
             self.remove = core.remove
 
@@ -167,13 +206,17 @@ def cache_policy(policy: str, *, class_name: Optional[str] = None, **options: An
                 req_context.set_state(hints)
             return hints
 
-        def insert(self, key, chunk, req_context) -> None:
-            if self._hears_hints:
-                self._core.insert(key, chunk, None, 0, chunk.ref_cnt, self._hints(req_context).session)
-                return
-            position = req_context.get_offload_key_position(key) if self._by_request else None
-            rank = self._request_rank(req_context) if position is not None else 0
-            self._core.insert(key, chunk, position, rank, chunk.ref_cnt)
+        if seam.insert_request:
+            def insert(self, key, chunk, req_context) -> None:
+                if self._hears_hints:
+                    self._core.insert(key, chunk, None, 0, chunk.ref_cnt, self._hints(req_context).session)
+                    return
+                position = req_context.get_offload_key_position(key) if self._by_request else None
+                rank = self._request_rank(req_context) if position is not None else 0
+                self._core.insert(key, chunk, position, rank, chunk.ref_cnt)
+        else:
+            def insert(self, key, chunk) -> None:
+                self._core.insert(key, chunk, None, 0, chunk.ref_cnt)
 
         def remove(self, key) -> None:  # replaced per instance
             self._core.remove(key)
@@ -194,13 +237,15 @@ def cache_policy(policy: str, *, class_name: Optional[str] = None, **options: An
                 positions = {k: p for k in keys if (p := req_context.get_offload_key_position(k)) is not None}
             self._core.request_access(keys, positions, rank)
 
-        def on_request_finished(self, key_groups, insertion_only_keys, reused_keys, req_context) -> None:
-            ordered = order_request_keys(key_groups, req_context)
-            if not self._hears_hints:
-                self._core.finish(ordered, insertion_only_keys, reused_keys)
-                return
-            h = self._hints(req_context)
-            self._core.finish(ordered, insertion_only_keys, reused_keys, h.session, h.expected_return_s, h.session_end)
+        if seam.request_end:
+            def on_request_finished(self, key_groups, insertion_only_keys, reused_keys, req_context) -> None:
+                ordered = order_request_keys(key_groups, req_context)
+                if not self._hears_hints:
+                    self._core.finish(ordered, insertion_only_keys, reused_keys)
+                    return
+                h = self._hints(req_context)
+                self._core.finish(ordered, insertion_only_keys, reused_keys, h.session, h.expected_return_s,
+                                  h.session_end)
 
         def evict(self, n, protected):
             return self._core.evict(n, protected)
@@ -368,11 +413,13 @@ class _RequestRank:
         self.rank = rank
 
 
-_classes: Dict[str, Type] = {}
+_classes: Dict[Tuple[str, type], Type] = {}
 
 
 def policy_class(name: str) -> Type:
-    """The CachePolicy class ``kvpolicy.vllm.<name>`` (built once)."""
-    if name not in _classes:
-        _classes[name] = cache_policy(name)
-    return _classes[name]
+    """The CachePolicy class ``kvpolicy.vllm.<name>``, built once per vLLM
+    CachePolicy class it subclasses (the vLLM imported now)."""
+    key = (name, _vllm().CachePolicy)
+    if key not in _classes:
+        _classes[key] = cache_policy(name)
+    return _classes[key]

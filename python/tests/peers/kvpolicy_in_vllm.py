@@ -1,7 +1,7 @@
 """pytest plugin: vLLM's own tests with kvpolicy's policies in place of vLLM's.
 
 Loaded after ``vllm_stubs`` (``-p vllm_stubs -p kvpolicy_in_vllm``) into a
-run of vLLM >= 0.21's offloading tests. It rebinds the classes vLLM's
+run of vLLM >= 0.30's offloading tests. It rebinds the classes vLLM's
 factory loads for ``"lru"`` and ``"arc"`` (``LRUCachePolicy`` in
 ``vllm.v1.kv_offload.cpu.policies.lru``, ``ARCCachePolicy`` in ``...arc``)
 to ``kvpolicy.vllm.vllm_lru`` and ``kvpolicy.vllm.vllm_arc`` before any test

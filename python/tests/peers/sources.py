@@ -17,7 +17,7 @@ Another release in place of a pin, for one run (the next release, checked
 in one command)::
 
     KVPOLICY_PEER_VERSION=sglang==0.5.24 pytest python/tests/test_sglang_strategies.py
-    KVPOLICY_PEER_VERSION=vllm==0.11.0@0.19.1 pytest python/tests/test_vllm_legacy_peers.py
+    KVPOLICY_PEER_VERSION=vllm==0.14.0@0.19.1 pytest python/tests/test_vllm_legacy_peers.py
 
 ``<project>==<version>`` replaces the newest pin of that project;
 ``@<pinned version>`` names the pin to replace instead. The file is the
@@ -67,9 +67,14 @@ class Release:
 
 # The releases the adapters are tested against. A new pin: the file's digest
 # from the index (`hashes.sha256` of the file in the PEP 691 JSON page).
+# vLLM: the oldest and newest release of each row of docs/supported-versions.md (the CachePolicy
+# seam, 0.30 to 0.33; the offloading manager, 0.11 to 0.20), and 0.19.1, the last manager with
+# 0.11's unkeyed calls in the cpu/ package layout that 0.20 keeps.
 VLLM_0_33_0 = Release("vllm", "0.33.0", "f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112")
+VLLM_0_30_0 = Release("vllm", "0.30.0", "5f8f4e890c042ffa1c3e103f81c35e2d96f60a0a175ac43a4adbae7006bef62b")
 VLLM_0_20_2 = Release("vllm", "0.20.2", "58809377798c5335c6e2fe30092abda54d9200b5b8a717b3735a63f5daa0e383")
 VLLM_0_19_1 = Release("vllm", "0.19.1", "9fb88ce6b50991eba41d183584f65f51d7f6015d86a42cdabf79c1c8bd5d66fa")
+VLLM_0_11_0 = Release("vllm", "0.11.0", "f435a64c24e9c4178d657a76f8edd8548ddc444012f7d06a9f79ac3a6392bfae")
 LMCACHE_0_5_6 = Release("lmcache", "0.5.6", "d6951e60ce8818a76aa42d0866a4ba85f1c95cd919355fff30ff24dcc3243f1e")
 # SGLang: the last release whose radix cache picks the strategy by if/elif (RadixCache), and the
 # newest on the index (the unified tree cache, strategies from a factories dictionary).
@@ -77,7 +82,8 @@ SGLANG_0_5_10_POST1 = Release("sglang", "0.5.10.post1", "a854a68b11caf6b4b55c241
                               wheel="sglang-0.5.10.post1-py3-none-any.whl")
 SGLANG_0_5_23 = Release("sglang", "0.5.23", "8d257a319395b322bb1be327d05e5528859358153c8563b04c0a4a3c8af164b6",
                         wheel="sglang-0.5.23-cp312-cp312-manylinux_2_34_x86_64.whl")
-PINS = (VLLM_0_33_0, VLLM_0_20_2, VLLM_0_19_1, LMCACHE_0_5_6, SGLANG_0_5_10_POST1, SGLANG_0_5_23)
+PINS = (VLLM_0_33_0, VLLM_0_30_0, VLLM_0_20_2, VLLM_0_19_1, VLLM_0_11_0, LMCACHE_0_5_6, SGLANG_0_5_10_POST1,
+        SGLANG_0_5_23)
 
 
 def _version_key(version: str):
@@ -97,7 +103,7 @@ def resolve(release: Release) -> Release:
         m = re.fullmatch(r"\s*([A-Za-z0-9_.-]+)==([A-Za-z0-9_.+!-]+?)(?:@([A-Za-z0-9_.+!-]+))?\s*", item)
         if not m:
             raise ValueError(f"{OVERRIDE}={spec!r}: write <project>==<version>[@<pinned version>], "
-                             "e.g. sglang==0.5.24 or vllm==0.11.0@0.19.1")
+                             "e.g. sglang==0.5.24 or vllm==0.31.0@0.30.0")
         project, version, pinned = m.group(1).lower(), m.group(2), m.group(3)
         pins = [p for p in PINS if p.project == project]
         if not pins:
