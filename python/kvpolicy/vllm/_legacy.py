@@ -44,10 +44,15 @@ for the list raises ``kvpolicy.UsageError`` naming it, changing nothing):
   evictions (``removed=True``) at ``prepare_store``, completed stores
   (``removed=False``) at ``complete_store``.
 
-``policy``: ``"vllm_lru"`` and ``"vllm_arc"`` decide exactly as vLLM's own
-``LRUCachePolicy`` and ``ARCCachePolicy`` of 0.11 to 0.20 (0.19.1 and 0.20.2
-decide alike; their tests and a differential test against them run in
-python/tests/test_vllm_legacy_peers.py); any other name is a kvpolicy policy
+``policy``: ``"vllm_lru"`` and ``"vllm_arc"`` decide as vLLM's own LRU and
+ARC of 0.11 to 0.20 (vLLM's ``LRUOffloadingManager`` and, from 0.11.1,
+``ARCOffloadingManager``; from 0.19 its ``LRUCachePolicy`` and
+``ARCCachePolicy``; vLLM's tests and a differential test against 0.11.0's
+LRU, 0.19.1's and 0.20.2's run in python/tests/test_vllm_legacy_peers.py),
+with one departure: a block already offloaded and listed again in
+``prepare_store``'s input is never that call's victim, as in vLLM from 0.18
+on (0.11 to 0.17 evict it when it is the oldest and report it offloaded
+although its slot went to another block). Any other name is a kvpolicy policy
 (``"lru"``, ``"arc"``: kvpolicy's own, ``arc`` being the paper's). For every
 policy: a block in ``prepare_store``'s input is never that call's victim; a
 ``prepare_store`` answering ``None`` changed nothing; slots are handed out as
@@ -70,11 +75,13 @@ slot keeps the bytes and compares them; see python/src/offload.cpp).
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any, Iterable, List, Optional
 
 import numpy as np
 
+from .. import ConfigError
 from .._kvpolicy import OffloadCore
 
 __all__ = [
@@ -233,15 +240,28 @@ if VllmOffloadingManager is not None:
     __all__.append("VllmOffloadingManager")
 
 
+def _vllm_cpu_spec():
+    """vLLM's CPU offloading spec class: ``cpu/spec.py`` (0.19, 0.20) or the
+    ``cpu.py`` module (0.11 to 0.18); None where neither imports."""
+    for module in ("vllm.v1.kv_offload.cpu.spec", "vllm.v1.kv_offload.cpu"):
+        try:
+            return getattr(importlib.import_module(module), "CPUOffloadingSpec")
+        except (ImportError, AttributeError):
+            continue
+    return None
+
+
 def _vllm_spec_subclass():
     """KvpolicyOffloadingSpec where vLLM's CPU offloading spec imports, else None."""
     if VllmOffloadingManager is None:
         return None
-    try:
-        from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec as VllmCPUOffloadingSpec  # type: ignore
+    VllmCPUOffloadingSpec = _vllm_cpu_spec()
+    if VllmCPUOffloadingSpec is None:
+        return None
+    try:  # vLLM's filter of blocks seen fewer than store_threshold times (0.18 on)
         from vllm.v1.kv_offload.reuse_manager import FilterReusedOffloadingManager  # type: ignore
     except ImportError:
-        return None
+        FilterReusedOffloadingManager = None
 
     class KvpolicyOffloadingSpec(VllmCPUOffloadingSpec):
         """vLLM's CPU offloading (0.11 to 0.20) with kvpolicy's manager deciding.
@@ -249,33 +269,46 @@ def _vllm_spec_subclass():
         Load it through vLLM's ``OffloadingSpecFactory``: in
         ``kv_connector_extra_config`` give ``"spec_name":
         "KvpolicyOffloadingSpec", "spec_module_path": "kvpolicy.vllm"`` beside
-        vLLM's own keys (``cpu_bytes_to_use``, ``block_size``,
-        ``store_threshold``). Everything but the manager is vLLM's CPU spec
-        (its slot count, its GPU-CPU transfer handlers). ``eviction_policy``:
+        vLLM's own keys (``cpu_bytes_to_use``, or ``num_cpu_blocks`` in 0.11
+        to 0.13; ``block_size``; ``store_threshold`` where vLLM has its reuse
+        filter, 0.18 on). Everything but the manager is vLLM's CPU spec (its
+        slot count, its GPU-CPU transfer handlers). ``eviction_policy``:
         ``"vllm_lru"`` (the default) or ``"vllm_arc"`` decide as vLLM's own
         LRU and ARC; ``"lru"``, ``"arc"`` and every other name in
         ``kvpolicy.policies()`` are kvpolicy's. ``policy_options``: a dict of
-        that policy's options.
+        that policy's options. A ``store_threshold`` of 2 or more where this
+        vLLM has no reuse filter raises ``kvpolicy.ConfigError``.
         """
 
-        def __init__(self, vllm_config, kv_cache_config):
-            super().__init__(vllm_config, kv_cache_config)
+        def __init__(self, vllm_config, *kv_cache_config):  # 0.19 on: (vllm_config, kv_cache_config)
+            super().__init__(vllm_config, *kv_cache_config)
             self.eviction_policy = self.extra_config.get("eviction_policy", "vllm_lru")
             self.policy_options = dict(self.extra_config.get("policy_options", {}))
+            self.store_threshold = int(self.extra_config.get("store_threshold", 0))
+            if self.store_threshold >= 2 and FilterReusedOffloadingManager is None:
+                raise ConfigError(f"store_threshold {self.store_threshold}: this vLLM has no reuse filter "
+                                  "(vllm/v1/kv_offload/reuse_manager.py, vLLM 0.18 and later); leave it out")
+
+        def _slots_and_block_size(self):
+            """The CPU slot count and the offloaded block's tokens, where this vLLM's spec keeps
+            them: ``num_cpu_blocks`` (0.11 to 0.13) or ``num_blocks``; ``offloaded_block_size``
+            (0.11 to 0.18) or a GPU block size per KV cache group times ``block_size_factor``."""
+            slots = self.num_blocks if hasattr(self, "num_blocks") else self.num_cpu_blocks
+            if hasattr(self, "offloaded_block_size"):
+                return slots, self.offloaded_block_size
+            sizes = set(self.gpu_block_size)
+            return slots, sizes.pop() * self.block_size_factor if len(sizes) == 1 else 0
 
         def get_manager(self):
             if not self._manager:
                 events = self.vllm_config.kv_events_config
                 enable_events = events is not None and bool(events.enable_kv_cache_events)
-                # The events' block size (0.19's events carry one): the offloaded block's tokens.
-                sizes = set(self.gpu_block_size)
-                block_size = sizes.pop() * self.block_size_factor if len(sizes) == 1 else 0
-                manager = VllmOffloadingManager(self.num_blocks, self.eviction_policy, block_size=block_size,
+                num_blocks, block_size = self._slots_and_block_size()  # block_size: the events' (0.11-0.19 carry it)
+                manager = VllmOffloadingManager(num_blocks, self.eviction_policy, block_size=block_size,
                                                 enable_events=enable_events, **self.policy_options)
-                threshold = int(self.extra_config.get("store_threshold", 0))
-                if threshold >= 2:  # vLLM's own filter of blocks seen fewer times
+                if self.store_threshold >= 2:  # vLLM's own filter of blocks seen fewer times
                     manager = FilterReusedOffloadingManager(
-                        backing=manager, store_threshold=threshold,
+                        backing=manager, store_threshold=self.store_threshold,
                         max_tracker_size=int(self.extra_config.get("max_tracker_size", 64_000)))
                 self._manager = manager
             return self._manager

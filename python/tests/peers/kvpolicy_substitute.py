@@ -1,23 +1,32 @@
-"""pytest plugin: vLLM's own CPU offloading manager replaced by kvpolicy's.
+"""pytest plugin: vLLM's own CPU offloading managers replaced by kvpolicy's.
 
 Loaded after ``vllm_stubs`` (``-p vllm_stubs -p kvpolicy_substitute``) into
-a run of vLLM's ``tests/v1/kv_offload/test_cpu_manager.py`` (0.19.1 or
-0.20.2): ``vllm.v1.kv_offload.cpu.manager.CPUOffloadingManager``, the class
-those tests construct, becomes ``KvpolicyCPUOffloadingManager`` below before
+a run of vLLM's ``tests/v1/kv_offload/test_cpu_manager.py`` (0.11 to 0.20).
+Every manager class of vLLM's that those tests construct becomes a subclass
+of ``kvpolicy.vllm.VllmOffloadingManager`` (the adapter users get) before
 the test module imports it, so every call the tests make is answered by
-kvpolicy's C++ manager in its vllm_lru / vllm_arc mode. It subclasses
-``kvpolicy.vllm.VllmOffloadingManager`` (the adapter users get), adding only
-vLLM's constructor signature of that release and ``_policy``.
+kvpolicy's C++ manager in its vllm_lru / vllm_arc mode. Which classes, read
+from the release's modules (never its version):
 
-``_policy``: vLLM's ARC tests read the policy's private fields (``t1``,
-``t2``, ``b1``, ``b2``, ``target_t1_size``, ``cache_capacity``) and set
-``target_t1_size``. ``_policy`` is a view that answers them from kvpolicy's
-own lists (``OffloadCore._order_state``) and sets the target through
-``OffloadCore._set_arc_target``; it is an instance of vLLM's policy class (as
-the tests check) whose constructor is never run, so no vLLM state exists
-beside kvpolicy's. No test is deselected.
+- ``vllm.v1.kv_offload.cpu.manager.CPUOffloadingManager`` (0.19, 0.20):
+  ``cache_policy="lru"`` or ``"arc"``, with ``block_size`` where its
+  constructor takes one (0.19); vLLM's policy as ``_policy``;
+- ``vllm.v1.kv_offload.lru_manager.LRUOffloadingManager`` and, where the
+  release has it, ``arc_manager.ARCOffloadingManager`` (0.11 to 0.14): built
+  over a ``CPUBackend``, whose block count and size they take; ARC's fields
+  on the manager itself.
+
+The adapter adds only vLLM's constructor signature of that release and the
+private fields vLLM's tests read: ``_policy`` (or the ARC manager) is a view
+answering ``t1``, ``t2``, ``b1``, ``b2``, ``target_t1_size``,
+``cache_capacity`` (and LRU's ``blocks``) from kvpolicy's own lists
+(``OffloadCore._order_state``), setting the target through
+``OffloadCore._set_arc_target``; a ``_policy`` view is an instance of
+vLLM's policy class (as the tests check) whose constructor is never run, so
+no vLLM state exists beside kvpolicy's. No test is deselected.
 """
 
+import importlib.util
 import inspect
 
 import pytest
@@ -40,32 +49,46 @@ class _Keys:
         return iter(self._keys)
 
 
-def _make_manager_class():
+def _module(name):
+    """vLLM's module `name`, or None where this release has no such file."""
+    try:
+        found = importlib.util.find_spec(name)
+    except ModuleNotFoundError:
+        return None
+    return importlib.import_module(name) if found is not None else None
+
+
+class _ArcFields:
+    """vLLM's ARC fields (``t1``, ``t2``, ``b1``, ``b2``, ``target_t1_size``,
+    ``cache_capacity``) answered from kvpolicy's manager ``self._core``."""
+
+    def _lists(self):
+        return self._core._order_state()[0]
+
+    t1 = property(lambda self: _Keys(self._lists()[0], self._core._key))
+    t2 = property(lambda self: _Keys(self._lists()[1], self._core._key))
+    b1 = property(lambda self: _Keys(self._lists()[2], self._core._key))
+    b2 = property(lambda self: _Keys(self._lists()[3], self._core._key))
+    cache_capacity = property(lambda self: self._core.num_blocks)
+
+    @property
+    def target_t1_size(self):
+        return self._core._order_state()[1]
+
+    @target_t1_size.setter
+    def target_t1_size(self, value):
+        self._core._set_arc_target(float(value))
+
+
+def _substitute_cpu_manager(vllm_manager):
+    """0.19, 0.20: CPUOffloadingManager(cache_policy=...) with vLLM's policy as ``_policy``."""
     from kvpolicy.vllm import VllmOffloadingManager
-    from vllm.v1.kv_offload.cpu import manager as vllm_manager
     from vllm.v1.kv_offload.cpu.policies.arc import ARCCachePolicy
     from vllm.v1.kv_offload.cpu.policies.lru import LRUCachePolicy
 
-    class ARCView(ARCCachePolicy):
+    class ARCView(_ArcFields, ARCCachePolicy):
         def __init__(self, core):  # ARCCachePolicy.__init__ is not run: the state is kvpolicy's
             self._core = core
-
-        def _lists(self):
-            return self._core._order_state()[0]
-
-        t1 = property(lambda self: _Keys(self._lists()[0], self._core._key))
-        t2 = property(lambda self: _Keys(self._lists()[1], self._core._key))
-        b1 = property(lambda self: _Keys(self._lists()[2], self._core._key))
-        b2 = property(lambda self: _Keys(self._lists()[3], self._core._key))
-        cache_capacity = property(lambda self: self._core.num_blocks)
-
-        @property
-        def target_t1_size(self):
-            return self._core._order_state()[1]
-
-        @target_t1_size.setter
-        def target_t1_size(self, value):
-            self._core._set_arc_target(float(value))
 
     class LRUView(LRUCachePolicy):
         def __init__(self, core):
@@ -95,12 +118,42 @@ def _make_manager_class():
             _made.append(p["cache_policy"])
 
     vllm_manager.CPUOffloadingManager = KvpolicyCPUOffloadingManager
-    return KvpolicyCPUOffloadingManager
+
+
+def _substitute_backend_manager(module, class_name, policy):
+    """0.11 to 0.14: ``<class_name>(backend, enable_events=False)`` over a CPUBackend."""
+    from kvpolicy.vllm import VllmOffloadingManager
+
+    class KvpolicyBackendManager(*((_ArcFields,) if policy == "vllm_arc" else ()), VllmOffloadingManager):
+        def __init__(self, backend, enable_events=False):
+            super().__init__(backend.num_blocks, policy, block_size=backend.block_size, enable_events=enable_events)
+            self._core = self.manager
+            _made.append(policy)
+
+    KvpolicyBackendManager.__name__ = "Kvpolicy" + class_name
+    setattr(module, class_name, KvpolicyBackendManager)
+
+
+def _make_manager_classes():
+    """Replaces each vLLM manager class this release has; returns their names."""
+    replaced = []
+    lru_manager = _module("vllm.v1.kv_offload.lru_manager")
+    if lru_manager is not None:
+        _substitute_backend_manager(lru_manager, "LRUOffloadingManager", "vllm_lru")
+        replaced.append("LRUOffloadingManager")
+        arc_manager = _module("vllm.v1.kv_offload.arc_manager")
+        if arc_manager is not None:
+            _substitute_backend_manager(arc_manager, "ARCOffloadingManager", "vllm_arc")
+            replaced.append("ARCOffloadingManager")
+    else:
+        _substitute_cpu_manager(importlib.import_module("vllm.v1.kv_offload.cpu.manager"))
+        replaced.append("CPUOffloadingManager")
+    return replaced
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config):
-    _make_manager_class()
+    _make_manager_classes()
 
 
 _made = []

@@ -8,11 +8,20 @@ vLLM's real ``CPUOffloadingManager`` and kvpolicy's manager side by side.
   ``KvpolicyOffloadingSpec`` by ``spec_name`` / ``spec_module_path`` and its
   manager is kvpolicy's, sized by vLLM's own arithmetic.
 - ``test_differential``: long random valid call sequences through vLLM's
-  manager (LRU and ARC) and kvpolicy's (vllm_lru, vllm_arc): every answer,
-  every event and the policy's lists compared after every call; a failure is
-  shrunk to a shortest diverging sequence, printed as calls.
+  manager (LRU and, where the release has it, ARC) and kvpolicy's
+  (vllm_lru, vllm_arc): every answer, every event and the policy's lists
+  compared after every call; a failure is shrunk to a shortest diverging
+  sequence, printed as calls.
+
+vLLM's managers as the release has them (read from its modules, never its
+version): ``cpu/manager.py``'s ``CPUOffloadingManager`` with a
+``cache_policy`` (0.19, 0.20), or ``lru_manager.py``'s
+``LRUOffloadingManager`` and, from 0.11.1, ``arc_manager.py``'s
+``ARCOffloadingManager`` over a ``CPUBackend`` (0.11 to 0.14).
 """
 
+import importlib
+import importlib.util
 import inspect
 import os
 import random
@@ -22,13 +31,35 @@ import numpy as np
 import pytest
 
 from vllm.v1.kv_offload import abstract
-from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
+import kvpolicy
 import kvpolicy.vllm as kv
 
 KEYED = hasattr(abstract, "ReqContext")  # 0.20's API
 SEEDS = int(os.environ.get("KVPOLICY_DIFF_SEEDS", "500"))
 OPS = int(os.environ.get("KVPOLICY_DIFF_OPS", "400"))
+RELEASE = os.path.basename(os.environ["VLLM_SRC"])  # vllm-<version>
+
+
+def _has_module(name):
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+BACKEND_MANAGERS = _has_module("vllm.v1.kv_offload.lru_manager")  # 0.11 to 0.14: one manager class per policy
+if BACKEND_MANAGERS:
+    from vllm.v1.kv_offload.backends.cpu import CPUBackend
+    from vllm.v1.kv_offload.lru_manager import LRUOffloadingManager
+
+    ARCOffloadingManager = (importlib.import_module("vllm.v1.kv_offload.arc_manager").ARCOffloadingManager
+                            if _has_module("vllm.v1.kv_offload.arc_manager") else None)
+    VLLM_POLICIES = ["lru"] + (["arc"] if ARCOffloadingManager is not None else [])
+else:
+    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+
+    VLLM_POLICIES = ["lru", "arc"]
 
 
 def _key(i):
@@ -36,9 +67,24 @@ def _key(i):
 
 
 def _vllm_manager(num_blocks, policy):
+    if BACKEND_MANAGERS:
+        cls = LRUOffloadingManager if policy == "lru" else ARCOffloadingManager
+        return cls(CPUBackend(block_size=16, num_blocks=num_blocks), enable_events=True)
     if "block_size" in inspect.signature(CPUOffloadingManager.__init__).parameters:
         return CPUOffloadingManager(block_size=16, num_blocks=num_blocks, cache_policy=policy, enable_events=True)
     return CPUOffloadingManager(num_blocks=num_blocks, cache_policy=policy, enable_events=True)
+
+
+def _vllm_policy(m):
+    """Where vLLM's manager keeps its order: its policy (0.19, 0.20) or itself (0.11 to 0.14)."""
+    return m if BACKEND_MANAGERS else m._policy
+
+
+def _vllm_has(m, key):
+    """Whether vLLM's manager holds the block (in any state)."""
+    if not BACKEND_MANAGERS:
+        return m._policy.get(key) is not None
+    return key in m.blocks if isinstance(m, LRUOffloadingManager) else key in m.t1 or key in m.t2
 
 
 class _Side:
@@ -79,7 +125,7 @@ def _vllm_side(num_blocks, policy):
     key = kv.OffloadingManager._key
 
     def state():
-        p = m._policy
+        p = _vllm_policy(m)
         if policy == "lru":
             return [[key(k) for k in p.blocks]], None
         return [[key(k) for k in l] for l in (p.t1, p.t2, p.b1, p.b2)], float(p.target_t1_size)
@@ -95,6 +141,18 @@ def _kvpolicy_side(num_blocks, policy):
         return [[int(k) for k in l] for l in lists], target
 
     return _Side(m, state)
+
+
+def _protects_the_input():
+    """Whether this release's LRU manager keeps an offloaded block that a
+    store lists again (one slot: store 1, then 1 and 2)."""
+    m = _vllm_side(1, "lru")
+    m.call("prepare_store", [_key(1)], None)
+    m.call("complete_store", [_key(1)], True)
+    return m.call("prepare_store", [_key(1), _key(2)], None) is None
+
+
+PROTECTS_INPUT = _protects_the_input()
 
 
 def _ops(seed, policy):
@@ -124,7 +182,9 @@ def _ops(seed, policy):
             op = ("touch", pick(rng.randint(1, 4)), None)
         else:
             keys = list(dict.fromkeys(pick(rng.randint(1, n + 2))))  # a new block listed once
-            op = ("prepare_store", keys, None)
+            if not PROTECTS_INPUT:  # see test_a_stores_own_blocks_are_never_its_victims
+                keys = [k for k in keys if k not in storing and k not in ready]
+            op = ("prepare_store", keys, None) if keys else ("lookup", pick(1), None)
         name, ints, flag = op
         out = ref.call(name, [_key(i) for i in ints], flag)
         ref.events()
@@ -160,12 +220,12 @@ def _first_divergence(n, policy, ops, ours=None):
         kv.VllmOffloadingManager(n, ours, block_size=16, enable_events=True), None)
     for i, (name, ints, flag) in enumerate(ops):
         keys = [_key(k) for k in ints]
-        if name == "complete_store" and any(a.m._policy.get(k) is None for k in keys):
-            return None  # completes a block never prepared: vLLM ignores it, kvpolicy raises (a shrunk sequence)
+        if name == "complete_store" and not all(_vllm_has(a.m, k) for k in keys):
+            return None  # completes a block never prepared: vLLM ignores it or fails, kvpolicy raises (a shrunk sequence)
         try:
             want = a.call(name, keys, flag)
-        except AssertionError:
-            return None  # not a valid sequence for vLLM (a shrunk one): nothing to compare
+        except (AssertionError, KeyError):
+            return None  # not a valid sequence for vLLM (a shrunk one; 0.11 fails on a KeyError): nothing to compare
         try:
             got = b.call(name, keys, flag)
         except Exception as e:  # noqa: BLE001
@@ -202,6 +262,9 @@ def _shrink(n, policy, ops, ours=None):
 
 @pytest.mark.parametrize("policy", ["lru", "arc"])
 def test_differential(policy):
+    if policy not in VLLM_POLICIES:
+        pytest.skip(f"{RELEASE} has no ARC manager (vllm/v1/kv_offload/arc_manager.py came in 0.11.1): "
+                    "nothing to compare vllm_arc with")
     calls = 0
     for seed in range(SEEDS):
         n, ops = _ops(seed, policy)
@@ -215,36 +278,62 @@ def test_differential(policy):
 
 
 def test_differential_catches_a_difference():
-    """The comparison can fail: kvpolicy's own lru (not vLLM's) puts a
-    protected block at its most-recent end, so a later victim differs; the
-    sequence is shrunk (the touch of an absent block goes)."""
+    """The comparison can fail: kvpolicy's own lru (not vLLM's) puts a block
+    whose load completed at its most-recent end, so the next victim differs;
+    the sequence is shrunk (the touch of an absent block goes)."""
     ops = [("prepare_store", [1, 2, 3], None), ("complete_store", [1, 2, 3], True),
-           ("touch", [9], None), ("prepare_store", [1, 4], None), ("complete_store", [4], True),
-           ("prepare_store", [5], None)]
+           ("touch", [9], None), ("prepare_load", [1], None), ("complete_load", [1], None),
+           ("prepare_store", [4], None)]
     d = _first_divergence(3, "lru", ops, ours="lru")
-    assert d is not None and d[0] == 5 and "prepare_store([5])" in d[1], d
+    assert d is not None and d[0] == 5 and "prepare_store([4])" in d[1], d
     assert _first_divergence(3, "lru", ops) is None  # vllm_lru agrees
     shrunk, why = _shrink(3, "lru", ops, ours="lru")
-    assert ("touch", [9], None) not in shrunk and shrunk[-1] == ("prepare_store", [5], None), shrunk
+    assert ("touch", [9], None) not in shrunk and shrunk[-1] == ("prepare_store", [4], None), shrunk
 
 
-def test_spec_factory_loads_kvpolicy():
+def test_a_stores_own_blocks_are_never_its_victims():
+    """A block already offloaded and listed again in prepare_store's input is
+    never that store's victim in kvpolicy's managers, as in vLLM's from 0.18
+    on. vLLM 0.11 to 0.17 evict it when it is the oldest, and then report it
+    offloaded although its slot went to another block: where this release
+    does (PROTECTS_INPUT, probed), kvpolicy departs from it there on purpose,
+    and the differential stores only blocks vLLM does not hold."""
+    for policy in VLLM_POLICIES:
+        ours, theirs = _kvpolicy_side(1, policy), _vllm_side(1, policy)
+        for side in (ours, theirs):
+            side.call("prepare_store", [_key(1)], None)
+            side.call("complete_store", [_key(1)], True)
+        assert ours.call("prepare_store", [_key(1), _key(2)], None) is None, policy
+        vllm_answer = theirs.call("prepare_store", [_key(1), _key(2)], None)
+        assert (vllm_answer is None) if PROTECTS_INPUT else (vllm_answer[2] == [_key(1)]), (policy, vllm_answer)
+
+
+def _create_spec(extra, blocks, events=True):
+    """vLLM's OffloadingSpecFactory.create_spec for a spec with `blocks` CPU slots of 16-token
+    blocks, given as the release asks: ``cpu_bytes_to_use`` over the KV cache config (0.19 on:
+    4 GPU blocks, 4 tensors of 4096 bytes, a 1024-byte page: 4096 bytes a block by 0.19's
+    arithmetic, page x tensors, and 0.20's, bytes / blocks), or ``num_cpu_blocks`` (0.11 to 0.14)."""
     from vllm.v1.kv_offload.factory import OffloadingSpecFactory
 
-    extra = {"spec_name": "KvpolicyOffloadingSpec", "spec_module_path": "kvpolicy.vllm",
-             "cpu_bytes_to_use": 8 * 4096, "eviction_policy": "vllm_arc"}
     config = SimpleNamespace(
         kv_transfer_config=SimpleNamespace(kv_connector_extra_config=extra),
         cache_config=SimpleNamespace(block_size=16),
         parallel_config=SimpleNamespace(world_size=1),
-        kv_events_config=SimpleNamespace(enable_kv_cache_events=True),
+        kv_events_config=SimpleNamespace(enable_kv_cache_events=True) if events else None,
     )
-    # 4 GPU blocks, 4 tensors of 4096 bytes (1024 a page): 4096 bytes a block
-    # by 0.19's arithmetic (page x tensors) and 0.20's (bytes / blocks), so 8 CPU blocks.
+    if "kv_cache_config" not in inspect.signature(OffloadingSpecFactory.create_spec).parameters:
+        extra["num_cpu_blocks"] = blocks
+        return OffloadingSpecFactory.create_spec(config)
+    extra["cpu_bytes_to_use"] = blocks * 4096
     kv_cache_config = SimpleNamespace(
         num_blocks=4, kv_cache_tensors=[SimpleNamespace(size=4096)] * 4,
         kv_cache_groups=[SimpleNamespace(kv_cache_spec=SimpleNamespace(block_size=16, page_size_bytes=1024))])
-    spec = OffloadingSpecFactory.create_spec(config, kv_cache_config)
+    return OffloadingSpecFactory.create_spec(config, kv_cache_config)
+
+
+def test_spec_factory_loads_kvpolicy():
+    extra = {"spec_name": "KvpolicyOffloadingSpec", "spec_module_path": "kvpolicy.vllm", "eviction_policy": "vllm_arc"}
+    spec = _create_spec(extra, blocks=8)
     assert type(spec).__name__ == "KvpolicyOffloadingSpec" and spec is not None
     assert isinstance(spec, kv.KvpolicyOffloadingSpec)
     manager = spec.get_manager()
@@ -256,30 +345,27 @@ def test_spec_factory_loads_kvpolicy():
     out = manager.prepare_store(keys[:8], *ctx)
     assert list(np.asarray(out.store_spec.block_ids)) == list(range(8))
     manager.complete_store(keys[:8])
-    assert [e.removed for e in manager.take_events()] == [False]
+    events = list(manager.take_events())
+    assert [e.removed for e in events] == [False]
+    assert all(getattr(e, "block_size", 16) == 16 for e in events)  # 0.11 to 0.19's events carry the block size
     assert manager.prepare_store(keys[1:], *ctx) is not None  # block 0 goes, the input's stay
     # vLLM's default spec name still loads vLLM's own spec
-    extra2 = dict(extra, spec_name="CPUOffloadingSpec")
-    del extra2["spec_module_path"]
-    config.kv_transfer_config.kv_connector_extra_config = extra2
-    assert type(OffloadingSpecFactory.create_spec(config, kv_cache_config)).__name__ == "CPUOffloadingSpec"
+    assert type(_create_spec({}, blocks=8)).__name__ == "CPUOffloadingSpec"
 
 
 def test_spec_factory_kvpolicy_policy_with_options():
-    from vllm.v1.kv_offload.factory import OffloadingSpecFactory
-
     extra = {"spec_name": "KvpolicyOffloadingSpec", "spec_module_path": "kvpolicy.vllm",
-             "cpu_bytes_to_use": 4 * 4096, "eviction_policy": "s3fifo", "policy_options": {"small_fraction": 0.25},
-             "store_threshold": 2}
-    config = SimpleNamespace(
-        kv_transfer_config=SimpleNamespace(kv_connector_extra_config=extra),
-        cache_config=SimpleNamespace(block_size=16), parallel_config=SimpleNamespace(world_size=1),
-        kv_events_config=None)
-    kv_cache_config = SimpleNamespace(
-        num_blocks=1, kv_cache_tensors=[SimpleNamespace(size=4096)],
-        kv_cache_groups=[SimpleNamespace(kv_cache_spec=SimpleNamespace(block_size=16, page_size_bytes=4096))])
-    manager = OffloadingSpecFactory.create_spec(config, kv_cache_config).get_manager()
-    assert type(manager).__name__ == "FilterReusedOffloadingManager"
-    backing = manager._backing  # vLLM's filter wraps kvpolicy's manager
+             "eviction_policy": "s3fifo", "policy_options": {"small_fraction": 0.25}, "store_threshold": 2}
+    if not _has_module("vllm.v1.kv_offload.reuse_manager"):  # 0.11 to 0.14: no reuse filter to give it to
+        with pytest.raises(kvpolicy.ConfigError, match="store_threshold 2: this vLLM has no reuse filter"):
+            _create_spec(dict(extra), blocks=4, events=False)
+        manager = _create_spec({k: v for k, v in extra.items() if k != "store_threshold"}, blocks=4,
+                               events=False).get_manager()
+        assert type(manager).__name__ == "VllmOffloadingManager"
+        backing = manager
+    else:
+        manager = _create_spec(extra, blocks=4, events=False).get_manager()
+        assert type(manager).__name__ == "FilterReusedOffloadingManager"
+        backing = manager._backing  # vLLM's filter wraps kvpolicy's manager
     assert isinstance(backing, kv.VllmOffloadingManager)
     assert backing.manager.policy == "s3fifo" and backing.manager.num_blocks == 4
