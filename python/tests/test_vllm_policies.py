@@ -62,7 +62,8 @@ DESELECTED = {
 @pytest.fixture(scope="module", params=sorted(RELEASES))
 def vllm_src(request, tmp_path_factory) -> Path:
     """The release's sources and tests, extracted (its root, ``vllm-<version>``)."""
-    return extract(RELEASES[request.param], tmp_path_factory.mktemp("vllm-" + request.param), ("vllm/", "tests/"))
+    return extract(RELEASES[request.param], tmp_path_factory.mktemp("vllm-" + request.param),
+                   ("vllm/", "tests/__init__.py", "tests/v1/__init__.py", "tests/v1/kv_offload/"))
 
 
 def deselected_in(src: Path) -> dict:
