@@ -23,6 +23,7 @@ token positions, no hints). Three layers:
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import random
 import subprocess
@@ -116,8 +117,8 @@ def vllm(vllm_src):
     """The release's offloading modules imported in this process; undone after.
 
     ``positions``: its ReqContext carries token positions
-    (``set_offload_key_position``, 0.33); ``request_end``: its CachePolicy
-    hears a request's end (``on_request_finished``, 0.31)."""
+    (``set_offload_key_position``, 0.33); ``insert_request``: its
+    CachePolicy's ``insert`` is given the request (0.33), where hints are read."""
     saved_modules, saved_path, saved_meta = dict(sys.modules), list(sys.path), list(sys.meta_path)
     sys.path.insert(0, str(PEERS))
     import vllm_stubs
@@ -129,7 +130,7 @@ def vllm(vllm_src):
 
     yield type("vllm", (), {"base": base, "manager": manager, "version": vllm_src.name.split("-", 1)[1],
                             "positions": hasattr(base.ReqContext, "set_offload_key_position"),
-                            "request_end": hasattr(policies.CachePolicy, "on_request_finished")})
+                            "insert_request": "req_context" in inspect.signature(policies.CachePolicy.insert).parameters})
     sys.modules.clear()
     sys.modules.update(saved_modules)
     sys.path[:] = saved_path
@@ -459,9 +460,9 @@ def test_options_from_the_environment(vllm, monkeypatch):
 @pytest.fixture
 def hints(vllm):
     """Skips where the release cannot carry a hint to a policy."""
-    if not vllm.request_end:
-        pytest.skip(f"vLLM {vllm.version}'s CachePolicy has no on_request_finished: "
-                    "a request's end, where its hints act, never reaches the policy")
+    if not vllm.insert_request:
+        pytest.skip(f"vLLM {vllm.version}'s CachePolicy.insert is not given the request: a stored chunk's "
+                    "session is unknown, so kvpolicy's policies read no hints there")
     try:
         import vllm.v1.kv_hints  # noqa: F401
     except ImportError:

@@ -53,8 +53,10 @@ its version (``_Seam``). vLLM loads out-of-tree policies by module path since
 0.27; kvpolicy follows 0.30 and later, whose ARC takes a victim from T1 when
 T2 has none left (0.27 to 0.29 refuse the store there; ``vllm_arc`` does
 not). Where the CachePolicy has no ``on_request_finished`` (0.30) vLLM never
-reports a request's end to it: no hint reaches a policy, and vLLM's LRU
-counts a completed store or load as a use, which ``vllm_lru`` then does too.
+reports a request's end to it, and vLLM's LRU counts a completed store or
+load as a use, which ``vllm_lru`` then does too. Hints are read where
+``insert`` is given the request (0.33): before, a stored chunk's session is
+unknown, and no policy reads hints.
 
 Options: vLLM constructs a policy with its capacity only, so options come
 from ``KVPOLICY_VLLM_POLICY_OPTIONS`` (JSON: ``{"kvpolicy_s3fifo":
@@ -125,7 +127,8 @@ class _Seam:
       evictable again (its store or its last load completed).
     - ``insert_request``: ``insert`` is given the inserting request's
       ``ReqContext`` (0.33 and later: its token positions and hints); before,
-      a chunk is ranked by its insertion alone, as vLLM's LRU ranks it there.
+      a chunk is ranked by its insertion alone, as vLLM's LRU ranks it there,
+      and no hint is read (a chunk's session is unknown when it is stored).
     """
 
     def __init__(self, base):
@@ -169,7 +172,7 @@ def cache_policy(policy: str, *, class_name: Optional[str] = None, **options: An
             opts = dict(fixed) if fixed or class_name else _env_options(name)
             self._core = core = CachePolicyCore(kv_name, cache_capacity, opts)
             self._by_request = core.orders_by_request
-            self._hears_hints = kv_name not in _IDENTICAL
+            self._hears_hints = kv_name not in _IDENTICAL and seam.insert_request
             self._generation = 0
             # The manager calls these per chunk: straight to the dict or C++.
             self.get = core.chunks.get
