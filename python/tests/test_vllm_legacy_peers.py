@@ -33,7 +33,8 @@ from peers import sources
 PEERS = Path(__file__).parent / "peers"
 STUBS = ["vllm_stubs", "vllm_legacy_stubs"]
 RELEASES = {"0.11.0": sources.VLLM_0_11_0, "0.19.1": sources.VLLM_0_19_1, "0.20.2": sources.VLLM_0_20_2}
-# vLLM's test_cpu_manager.py cases per release (pinned with the release).
+# vLLM's test_cpu_manager.py cases per release (pinned with the release; a release
+# named by KVPOLICY_PEER_VERSION is held to "all pass").
 CPU_MANAGER_CASES = {"0.11.0": 1, "0.19.1": 13, "0.20.2": 13}
 # legacy_checks.py's (passed, skipped) per release: 0.11.0 has no ARC to compare with.
 LEGACY_CHECKS = {"0.11.0": (5, 1), "0.19.1": (6, 0), "0.20.2": (6, 0)}
@@ -48,7 +49,7 @@ def vllm_src(request, tmp_path_factory):
     # The offloading code and its tests; vllm_stubs makes the packages above them hollow.
     root = sources.extract(RELEASES[request.param], dest, ("vllm/v1/__init__.py", "vllm/v1/core/__init__.py",
                                                            "vllm/v1/kv_offload/", "tests/v1/kv_offload/"))
-    return request.param, root
+    return root.name.split("-", 1)[1], root  # the release extracted (KVPOLICY_PEER_VERSION's, if it names one)
 
 
 def _pytest(root: Path, tmp: Path, plugins: list[str], target: str, args=(), env_extra=None):
@@ -76,7 +77,7 @@ def _pytest(root: Path, tmp: Path, plugins: list[str], target: str, args=(), env
 def test_vllm_cpu_manager_tests_pass_as_is(vllm_src, tmp_path):
     version, root = vllm_src
     passed, failed, skipped, out = _pytest(root, tmp_path, STUBS, "tests/v1/kv_offload/test_cpu_manager.py")
-    assert (passed, failed, skipped) == (CPU_MANAGER_CASES[version], 0, 0), out[-4000:]
+    assert failed == skipped == 0 and passed == CPU_MANAGER_CASES.get(version, passed) > 0, out[-4000:]
 
 
 def test_vllm_cpu_manager_tests_pass_with_kvpolicy(vllm_src, tmp_path):
@@ -85,8 +86,8 @@ def test_vllm_cpu_manager_tests_pass_with_kvpolicy(vllm_src, tmp_path):
     passed, failed, skipped, out = _pytest(root, tmp_path, STUBS + ["kvpolicy_substitute"],
                                            "tests/v1/kv_offload/test_cpu_manager.py",
                                            env_extra={"KVPOLICY_SUBSTITUTE_LOG": str(log)})
-    assert (passed, failed, skipped) == (CPU_MANAGER_CASES[version], 0, 0), out[-4000:]
-    assert int(log.read_text()) >= CPU_MANAGER_CASES[version] - 1, "the tests did not build kvpolicy's manager"
+    assert failed == skipped == 0 and passed == CPU_MANAGER_CASES.get(version, passed) > 0, out[-4000:]
+    assert int(log.read_text()) >= passed - 1, "the tests did not build kvpolicy's manager"
 
 
 def test_legacy_checks_against_vllm(vllm_src, tmp_path):
@@ -95,6 +96,6 @@ def test_legacy_checks_against_vllm(vllm_src, tmp_path):
     seeds = {"KVPOLICY_DIFF_SEEDS": str(DIFF_SEEDS[version])} if version in DIFF_SEEDS else {}
     passed, failed, skipped, out = _pytest(root, tmp_path, STUBS, str(PEERS / "legacy_checks.py"), ["-rs"],
                                            {**seeds, **{k: v for k, v in os.environ.items() if k == "KVPOLICY_DIFF_SEEDS"}})
-    assert failed == 0 and (passed, skipped) == LEGACY_CHECKS[version], out[-6000:]
+    assert failed == 0 and (passed, skipped) == LEGACY_CHECKS.get(version, (passed, skipped)), out[-6000:]
     if skipped:
         assert "has no ARC manager" in out, out[-3000:]
