@@ -1,5 +1,6 @@
 // cache_policy_core: any kvpolicy eviction policy behind the cache-policy
-// seam of vLLM >= 0.21 (`vllm/v1/kv_offload/cpu/policies/base.py`,
+// seam vLLM loads by module path (0.30 to 0.33, docs/supported-versions.md;
+// `vllm/v1/kv_offload/cpu/policies/base.py`,
 // `CachePolicy`), where the engine's manager owns ref counts and slots and
 // asks the policy only for order and victims.
 //

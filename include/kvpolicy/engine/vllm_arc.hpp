@@ -1,5 +1,6 @@
-// vllm_arc: the exact decisions of vLLM's own ARC cache policy (vLLM >= 0.21,
-// `vllm/v1/kv_offload/cpu/policies/arc.py`, `ARCCachePolicy`), in C++.
+// vllm_arc: the exact decisions of vLLM's own ARC cache policy (vLLM 0.30 to
+// 0.33, docs/supported-versions.md; `vllm/v1/kv_offload/cpu/policies/arc.py`,
+// `ARCCachePolicy`), in C++.
 //
 // Named so that nobody takes it for the paper's ARC (Megiddo and Modha,
 // FAST'03), which kvpolicy ships as `arc`. vLLM's variant departs from the

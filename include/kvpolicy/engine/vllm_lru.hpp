@@ -1,5 +1,6 @@
-// vllm_lru: the exact decisions of vLLM's own LRU cache policy (vLLM >= 0.21,
-// `vllm/v1/kv_offload/cpu/policies/lru.py`, `LRUCachePolicy`), in C++.
+// vllm_lru: the exact decisions of vLLM's own LRU cache policy (vLLM 0.30 to
+// 0.33, docs/supported-versions.md; `vllm/v1/kv_offload/cpu/policies/lru.py`,
+// `LRUCachePolicy`), in C++.
 //
 // A user who moves vLLM's CPU offloading tier onto kvpolicy first switches to
 // this and sees no change at all, then tries a better policy. It is not
