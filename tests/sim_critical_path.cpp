@@ -13,6 +13,8 @@
 #include <kvpolicy/sim/report.hpp>
 #include <kvpolicy/sim/workload.hpp>
 
+#include "support/hand_made_requests.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -83,23 +85,12 @@ TEST_CASE("ready time: quantiles are nearest-rank", "[sim][ready]") {
     REQUIRE(st.quantile(0.0) == 1.0);
 }
 
-namespace {
-
-void add_request(std::vector<request_record>& reqs, std::uint64_t ts, std::vector<std::uint64_t> ids) {
-    request_record r;
-    r.timestamp_ms = ts;
-    r.input_length = ids.size() * 16;
-    r.hash_ids = std::move(ids);
-    r.line = reqs.size() + 1;
-    reqs.push_back(std::move(r));
-}
-
-}  // namespace
+using kvpolicy::testing::add_request;
 
 TEST_CASE("ready time: a tiered replay worked by hand", "[sim][ready]") {
-    // The hand-made trace of sim_replay.cpp's tiered test (GPU 2, CPU 2,
-    // LRU on both): every block costs 1 s to compute, a block's copy 0.5 s,
-    // two pipeline stages (half of each per stage).
+    // support/hand_made_requests.hpp's tiered trace (GPU 2, CPU 2, LRU on
+    // both): every block costs 1 s to compute, a block's copy 0.5 s, two
+    // pipeline stages (half of each per stage).
     //  r1 [1 2]: computed: 1 + 1 per stage                 -> 2
     //  r2 [3 4]: computed                                   -> 2
     //  r3 [1 2]: two CPU hits, nothing computed: copies 0.5 per stage,
@@ -108,12 +99,7 @@ TEST_CASE("ready time: a tiered replay worked by hand", "[sim][ready]") {
     //  r5 [3 9]: 3 a CPU hit (0.25 per stage), 9 computed (0.5 per stage):
     //            stage 0 ready at 0.25 + 0.5, stage 1's copy in at 0.5,
     //            it computes from 0.75                        -> 1.25
-    std::vector<request_record> reqs;
-    add_request(reqs, 0, {1, 2});
-    add_request(reqs, 1, {3, 4});
-    add_request(reqs, 2, {1, 2});
-    add_request(reqs, 3, {5});
-    add_request(reqs, 4, {3, 9});
+    const std::vector<request_record> reqs = testing::hand_made_tiered_trace();
     vector_request_source src(reqs);
     request_replay_config cfg{.capacity = 2,
                               .cpu_capacity = 2,

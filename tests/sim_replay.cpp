@@ -7,6 +7,8 @@
 #include <kvpolicy/sim/replay.hpp>
 #include <kvpolicy/sim/workload.hpp>
 
+#include "support/hand_made_requests.hpp"
+
 #include <deque>
 #include <fstream>
 #include <list>
@@ -195,19 +197,7 @@ TEST_CASE("flat mode reproduces libCacheSim's miss counts on the Mooncake traces
     REQUIRE(rows >= 14);
 }
 
-namespace {
-
-/// Appends a hand-made request of 16-token blocks at `ts` ms (its line: its place).
-void add_request(std::vector<request_record>& reqs, std::uint64_t ts, std::vector<std::uint64_t> ids) {
-    request_record r;
-    r.timestamp_ms = ts;
-    r.input_length = ids.size() * 16;
-    r.hash_ids = std::move(ids);
-    r.line = reqs.size() + 1;
-    reqs.push_back(std::move(r));
-}
-
-}  // namespace
+using kvpolicy::testing::add_request;
 
 TEST_CASE("prefix mode on a hand-made trace", "[sim][prefix]") {
     // Capacity 4 blocks, LRU; each request is held while served and then
@@ -264,22 +254,8 @@ TEST_CASE("prefix mode: blocks cached after the first miss are recomputed but no
 }
 
 TEST_CASE("tiered mode on a hand-made trace", "[sim][tiered]") {
-    // GPU 2 blocks, CPU 2 blocks, LRU on both, exclusive.
-    //  r1 [1 2]  0 hits.                            GPU LRU after: 2 1
-    //  r2 [3 4]  victims 2, 1, swapped out: 0 hits.  GPU: 4 3, CPU: 2 1
-    //  r3 [1 2]  two CPU hits; the GPU is full, so each is exchanged with a
-    //            GPU victim (4, 3): 2 CPU hits.       GPU: 2 1, CPU: 4 3
-    //  r4 [5]    victim 2 sheltered; the CPU is full: it drops 4: 0 hits.
-    //                                                GPU: 1 5, CPU: 3 2
-    //  r5 [3 9]  3 is a CPU hit, exchanged with victim 1; 9 needs victim 5,
-    //            sheltered, the CPU dropping 2: 1 CPU hit.
-    std::vector<request_record> reqs;
-    auto add = [&](std::uint64_t ts, std::vector<std::uint64_t> ids) { add_request(reqs, ts, std::move(ids)); };
-    add(0, {1, 2});
-    add(1, {3, 4});
-    add(2, {1, 2});
-    add(3, {5});
-    add(4, {3, 9});
+    // support/hand_made_requests.hpp writes out each request's tier traffic.
+    const std::vector<request_record> reqs = testing::hand_made_tiered_trace();
     vector_request_source src(reqs);
     request_replay_config cfg{.capacity = 2, .cpu_capacity = 2, .block_size = 16, .trace_name = "hand-made"};
     const replay_result r = replay_requests<lru, lru>(src, cfg, replay_mode::tiered);
