@@ -75,8 +75,7 @@ python3 -m venv "$venv"
 # python/tests/test_remote.py against real redis-server processes) must be
 # built here, linking hiredis and OpenSSL as install-deps.sh installed them.
 "$venv/bin/pip" install -q --config-settings=cmake.define.KVPOLICY_PYTHON_WARNINGS_AS_ERRORS=ON \
-    --config-settings=cmake.define.KVPOLICY_REDIS=ON . pytest numpy \
-    msgspec prometheus_client typing_extensions  # vLLM's offloading modules import these (python/tests/peers)
+    --config-settings=cmake.define.KVPOLICY_REDIS=ON ".[test]"  # the extra carries what the peer tests import
 KVPOLICY_SIM=build/tools/kvpolicy-sim "$venv/bin/python" -m pytest -q -p no:cacheprovider python/tests
 stage "Python package and its tests"
 # The docs site (docs/, MkDocs Material; scripts/docs.sh): tests/docs checks

@@ -41,7 +41,7 @@ def __getattr__(name: str):
     _policies = importlib.import_module(__name__ + "._policies")
     if name in _policies.policy_names():
         return _policies.policy_class(name)
-    raise AttributeError(f"module 'kvpolicy.vllm' has no attribute {name!r}; cache policies: {_policies.policy_names()}")
+    raise _policies.unknown_policy_error(name)
 
 
 def cache_policy(policy: str, *, class_name=None, **options):

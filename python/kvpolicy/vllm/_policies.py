@@ -93,6 +93,28 @@ def policy_names() -> list:
     return list(_IDENTICAL) + [_PREFIX + n for n in policies() if not _uses_future(n)]
 
 
+class UnknownCachePolicyError(ConfigError, AttributeError):
+    """What vLLM's loader (``getattr(kvpolicy.vllm, name)``) meets for a name
+    kvpolicy.vllm does not offer: a ``ConfigError`` with the reason, and an
+    ``AttributeError`` still, so ``hasattr`` and ``getattr(..., default)`` on
+    the module keep their meaning."""
+
+
+def unknown_policy_error(name: str) -> UnknownCachePolicyError:
+    """The error for ``eviction_policy`` = ``name`` loaded from this module."""
+    offered = policy_names()
+    kv_name = name[len(_PREFIX):] if name.startswith(_PREFIX) else name
+    if kv_name in policies() and _uses_future(kv_name):
+        why = (f"kvpolicy's {kv_name!r} reads each block's next use, which only a simulator knows, "
+               "so vLLM cannot run it")
+    elif kv_name in policies():
+        why = f"kvpolicy's policies are offered with the prefix: use {_PREFIX + kv_name!r}"
+    else:
+        why = "no such cache policy"
+    return UnknownCachePolicyError(f"module 'kvpolicy.vllm' has no attribute {name!r}: {why}; "
+                                   f"its cache policies: {offered}")
+
+
 def _env_options(name: str) -> Dict[str, Any]:
     text = os.environ.get(OPTIONS_ENV)
     if not text:
