@@ -33,6 +33,18 @@ trap 'rm -rf "$work"' EXIT
 prefix="$work/prefix"
 mkdir -p "$build"
 step() { echo "check-packaging: $*"; }
+# The Conan client from PyPI in build/packaging/conan-venv (kept between
+# runs). `scripts/check-packaging.sh --tools` does only this: scripts/test.sh
+# runs it in the background while it compiles.
+venv="$build/conan-venv"
+install_conan() {
+    [ -x "$venv/bin/python3" ] || python3 -m venv "$venv"
+    "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check 'conan>=2,<3'
+}
+if [ "${1:-}" = --tools ]; then
+    install_conan
+    exit 0
+fi
 
 have_nvcc=OFF
 command -v nvcc >/dev/null && have_nvcc=ON
@@ -106,9 +118,7 @@ cmake --build "$build/fetch" -j "$jobs" >/dev/null
 
 # --- 3. Conan ----------------------------------------------------------------
 step "conan create (offline; range-v3, zlib and hiredis from the system)"
-venv="$build/conan-venv"
-[ -x "$venv/bin/python3" ] || python3 -m venv "$venv"
-"$venv/bin/python3" -m pip install --quiet --disable-pip-version-check 'conan>=2,<3'
+install_conan
 export PATH="$venv/bin:$PATH" CONAN_HOME="$work/conan-home"
 conan profile detect >/dev/null 2>&1
 conan remote disable '*' >/dev/null  # never ask ConanCenter: all comes from platform_requires

@@ -14,6 +14,8 @@
 #                            runs this
 #   scripts/docs.sh plots    regenerate docs/*.png and docs/data/*.csv from
 #                            the tables in the pages (scripts/docs-plots.py)
+#   scripts/docs.sh tools    only install the tools below (scripts/test.sh
+#                            does it in the background while it compiles)
 #
 # Tools: MkDocs Material, mkdocstrings and pytest from PyPI in build/docs-venv
 # (pinned in scripts/docs-requirements.txt; installed once; `plots` adds
@@ -41,6 +43,7 @@ if [ ! -x "$venv/bin/mkdocs" ] || ! cmp -s "$reqs" "$venv/requirements.txt"; the
     "$venv/bin/pip" install -q -r "$reqs"
     cp "$reqs" "$venv/requirements.txt"
 fi
+[ "$action" != tools ] || exit 0
 
 if [ "$action" = plots ]; then
     "$venv/bin/python" -c 'import matplotlib' 2>/dev/null || "$venv/bin/pip" install -q matplotlib==3.11.2

@@ -20,6 +20,21 @@ source scripts/install-deps.sh
 
 jobs=$(nproc 2>/dev/null || echo 2)
 start=$(date +%s)
+# What later steps fetch from PyPI (the docs' tools, the Conan client, the
+# peers' pinned releases the Python tests read: about a minute and a half
+# of waiting on the network on a fresh machine) is fetched in the
+# background while the ASan build compiles; each step that uses it waits
+# for it first. A failure here is only reported: that step fetches again
+# and fails itself, naming what it could not get.
+mkdir -p build
+( scripts/docs.sh tools && scripts/check-packaging.sh --tools && python3 python/tests/peers/sources.py ) \
+    >build/prefetch.log 2>&1 &
+prefetch=$!
+prefetched() {
+    [ -z "$prefetch" ] && return 0
+    wait "$prefetch" || echo "test.sh: fetching ahead failed (build/prefetch.log); the steps below fetch again" >&2
+    prefetch=""
+}
 # Each stage's end, in seconds from the start, so a slow CI run says where
 # its time went (the whole suite should stay under 30 minutes).
 stage() { echo "test.sh: [$(( $(date +%s) - start )) s] $1 done"; }
@@ -51,7 +66,6 @@ stage "fuzzing"
 # benchmarks join the same tree (only their targets are new), and the tests
 # run optimised.
 plain_log=build/plain-build.log
-mkdir -p build
 { cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j2; } 2>&1 | tee "$plain_log"
 { cmake -S . -B build -DKVPOLICY_BUILD_BENCH=ON && cmake --build build -j "$jobs"; } 2>&1 | tee -a "$plain_log"
 if grep -nE '(^|[: ])warning[: #]' "$plain_log"; then
@@ -68,6 +82,7 @@ stage "plain Release tests"
 # against the installed package, with the plain build's kvpolicy-sim as
 # the simulator reference: 5.9 min wall in a clean clone on a 2-core machine,
 # 1.8 of them pytest's (see docs/getting-started/python.md).
+prefetched
 venv=build/python-venv
 rm -rf "$venv"
 python3 -m venv "$venv"

@@ -216,3 +216,12 @@ def extract(release: Release, dest: Path, prefixes: tuple[str, ...]) -> Path:
                 members.append(m)
         tar.extractall(dest, members=members, filter="data")
     return root
+
+
+if __name__ == "__main__":
+    # `python3 python/tests/peers/sources.py`: every pinned release (or the one
+    # $KVPOLICY_PEER_VERSION puts in its place) into the cache, so the tests
+    # find them there; scripts/test.sh runs it in the background while it
+    # compiles. Needs only the standard library.
+    for pin in PINS:
+        print(fetch(resolve(pin)))
