@@ -31,7 +31,7 @@ template std::optional<kvpolicy::sim::replay_result> kvpolicy::sim_tool::run_req
     target_sources(${target} PRIVATE ${sources})
     # Under the sanitizers the request parts compile at -O0: each
     # instantiates a tiered cache per policy pair, and at the sanitizer
-    # presets' former -O1 one part took 131 s against 60 s (2 cores: the parts were
+    # presets' then -O1 (now -Og) one part took 131 s against 60 s (2 cores: the parts were
     # a third of the ASan build's compile time). What the sanitized tool runs
     # (tests/sim_tool_rows.cmake) is small; the Release build compiles them
     # with the project's flags.

@@ -88,6 +88,11 @@ _PREFIX = "kvpolicy_"
 OPTIONS_ENV = "KVPOLICY_VLLM_POLICY_OPTIONS"
 
 
+def _kvpolicy_name(name: str) -> str:
+    """kvpolicy's own name for a vLLM ``eviction_policy`` (``kvpolicy_s3fifo`` -> ``s3fifo``)."""
+    return name[len(_PREFIX):] if name.startswith(_PREFIX) else name
+
+
 def policy_names() -> list:
     """Every name ``kvpolicy.vllm`` offers as an ``eviction_policy``."""
     return list(_IDENTICAL) + [_PREFIX + n for n in policies() if not _uses_future(n)]
@@ -103,7 +108,7 @@ class UnknownCachePolicyError(ConfigError, AttributeError):
 def unknown_policy_error(name: str) -> UnknownCachePolicyError:
     """The error for ``eviction_policy`` = ``name`` loaded from this module."""
     offered = policy_names()
-    kv_name = name[len(_PREFIX):] if name.startswith(_PREFIX) else name
+    kv_name = _kvpolicy_name(name)
     if kv_name in policies() and _uses_future(kv_name):
         why = (f"kvpolicy's {kv_name!r} reads each block's next use, which only a simulator knows, "
                "so vLLM cannot run it")
@@ -168,7 +173,7 @@ def cache_policy(policy: str, *, class_name: Optional[str] = None, **options: An
     now. Raises ``kvpolicy.UnknownNameError`` / ``ConfigError`` naming what
     is wrong.
     """
-    kv_name = policy[len(_PREFIX):] if policy.startswith(_PREFIX) else policy
+    kv_name = _kvpolicy_name(policy)
     if kv_name not in _IDENTICAL:
         if kv_name not in policies():
             raise ConfigError(f"kvpolicy.vllm: unknown policy {policy!r}; choose one of {policy_names()}")
