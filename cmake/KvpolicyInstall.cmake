@@ -45,6 +45,11 @@ if(TARGET kvpolicy_cuda)
     install(TARGETS kvpolicy_cuda EXPORT kvpolicyCudaTargets
         FILE_SET cuda_headers DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
     install(EXPORT kvpolicyCudaTargets NAMESPACE kvpolicy:: DESTINATION "${KVPOLICY_INSTALL_CMAKEDIR}")
+    # The FlashInfer adapter (not in kvpolicy::cuda's file set: it compiles
+    # only against FlashInfer, which `COMPONENTS flashinfer` fetches into the
+    # consumer's build tree, as this build fetched it).
+    install(DIRECTORY "${PROJECT_SOURCE_DIR}/cuda/include/kvpolicy/cuda/flashinfer"
+        DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/kvpolicy/cuda" OPTIONAL)
 endif()
 
 configure_package_config_file(
@@ -61,6 +66,7 @@ install(FILES
     "${PROJECT_BINARY_DIR}/kvpolicyConfig.cmake"
     "${PROJECT_BINARY_DIR}/kvpolicyConfigVersion.cmake"
     "${PROJECT_SOURCE_DIR}/cmake/KvpolicyCudaCxx20.cmake"
+    "${PROJECT_SOURCE_DIR}/cmake/KvpolicyFlashInfer.cmake"
     DESTINATION "${KVPOLICY_INSTALL_CMAKEDIR}")
 
 # pkg-config. range-v3 ships no .pc file, so its include directory is

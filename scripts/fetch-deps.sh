@@ -12,9 +12,13 @@
 # They are Debian 12's packages (`apt-get download`), unpacked with dpkg -x
 # into DIR/usr, so DIR/usr is a CMake prefix (CMAKE_PREFIX_PATH). About 7 MiB.
 # The README's GPU section names DIR `.gpudeps` (ignored by git, carried to
-# the device machine).
+# the device machine). DIR/flashinfer gets FlashInfer's headers and the CCCL
+# they build against, from the pinned flashinfer-python wheel on PyPI (about
+# 31 MiB; cmake/KvpolicyFlashInfer.cmake), which gpu-check.sh passes as
+# KVPOLICY_FLASHINFER_ROOT.
 set -euo pipefail
 dir="${1:?usage: scripts/fetch-deps.sh DIR}"
+repo="$(cd "$(dirname "$0")/.." && pwd)"
 packages=(catch2 librange-v3-dev libcli11-dev zlib1g-dev zlib1g)
 
 mkdir -p "$dir"
@@ -22,7 +26,7 @@ dir="$(cd "$dir" && pwd)"
 # It replaces DIR/usr and DIR/lib: refuse a folder that holds anything else.
 for entry in "$dir"/* "$dir"/.[!.]*; do
     [ -e "$entry" ] || continue
-    case "${entry##*/}" in usr | lib | PACKAGES) ;; *)
+    case "${entry##*/}" in usr | lib | PACKAGES | flashinfer) ;; *)
         echo "fetch-deps: $dir holds other files ($entry); give an empty or earlier fetch-deps folder" >&2
         exit 1
         ;;
@@ -45,8 +49,12 @@ find "$dir" -type l | while read -r link; do
     target="$(readlink "$link")"
     case "$target" in /*) [ -e "$dir$target" ] && ln -sfn "$(realpath --relative-to="$(dirname "$link")" "$dir$target")" "$link" ;; esac
 done
+cmake -D KVPOLICY_FLASHINFER_DEST="$dir/flashinfer" -P "$repo/cmake/KvpolicyFlashInfer.cmake" >&2
 # What was fetched, for the record (gpu-check.sh prints it).
-for deb in "$debs"/*.deb; do
-    dpkg-deb -f "$deb" Package Version | paste -sd' '
-done >"$dir/PACKAGES"
+{
+    for deb in "$debs"/*.deb; do
+        dpkg-deb -f "$deb" Package Version | paste -sd' '
+    done
+    echo "flashinfer-python $(cat "$dir/flashinfer/VERSION")"
+} >"$dir/PACKAGES"
 echo "fetch-deps: $(wc -l <"$dir/PACKAGES") packages in $dir ($(du -sh "$dir" | cut -f1)); prefix: $dir/usr" >&2

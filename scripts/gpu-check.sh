@@ -40,6 +40,8 @@ cmake_args=(-DKVPOLICY_CUDA_TEST_ARCHITECTURES=native -DCMAKE_CUDA_ARCHITECTURES
 if [ -d "$deps/usr" ]; then
     deps="$(cd "$deps" && pwd)"
     cmake_args+=("-DCMAKE_PREFIX_PATH=$deps/usr")
+    # FlashInfer's headers, fetched there too (no registry on a GPU machine).
+    [ -d "$deps/flashinfer" ] && cmake_args+=("-DKVPOLICY_FLASHINFER_ROOT=$deps/flashinfer")
     echo "gpu-check: packages from the carried prefix $deps/usr (apt not used):" >&2
     cat "$deps/PACKAGES" >&2 2>/dev/null || true
 else
