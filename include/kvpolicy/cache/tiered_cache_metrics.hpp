@@ -1,8 +1,9 @@
-// tiered_cache, metrics and invariants: metrics() brings the derived
-// figures (fairness, occupancy, re-prefill rate) up to date, and
-// check_invariants() checks every slot, hold and policy entry (tests and
-// fuzzers). This file is included by tiered_cache.hpp, which is the header
-// to include.
+// tiered_cache, metrics and invariants: an observer of the cache's state
+// that only reads it. observed_metrics brings the derived figures
+// (fairness, occupancy, re-prefill rate) up to date over the counters the
+// other parts keep; broken_invariants checks every slot, hold, policy entry
+// and the open plan's remote copies (tests and fuzzers). tiered_cache.hpp is
+// the header to include.
 #pragma once
 
 #include <cstddef>
@@ -11,19 +12,20 @@
 #include <string>
 #include <vector>
 
-#include "kvpolicy/cache/tiered_cache.hpp"
+#include "kvpolicy/cache/tiered_cache_state.hpp"
 
-namespace kvpolicy {
+namespace kvpolicy::detail {
 
-template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
-cache_metrics tiered_cache<GpuPolicy, CpuPolicy, Traits>::metrics() const {
-    std::scoped_lock lock(mutex_);
-    cache_metrics m = metrics_;
-    m.gpu.used = gpu_.capacity() - gpu_.num_free_blocks();
-    m.cpu.used = cpu_ ? cpu_->capacity() - cpu_->num_free_blocks() : 0;
+/// tiered_cache::metrics: the counters, with the figures derived from the
+/// tiers and the sessions (occupancy, fairness, re-prefill rate).
+template <class State>
+[[nodiscard]] cache_metrics observed_metrics(const State& state) {
+    cache_metrics m = state.counters;
+    m.gpu.used = state.gpu.capacity() - state.gpu.num_free_blocks();
+    m.cpu.used = state.cpu ? state.cpu->capacity() - state.cpu->num_free_blocks() : 0;
     double sum = 0, sum_sq = 0;
     std::size_t n = 0, lost = 0, returned = 0;
-    for (const auto& [id, s] : sessions_) {
+    for (const auto& [id, s] : state.sessions) {
         if (s.lookup_blocks > 0) {
             const double rate = static_cast<double>(s.hit_blocks) / static_cast<double>(s.lookup_blocks);
             sum += rate;
@@ -38,57 +40,62 @@ cache_metrics tiered_cache<GpuPolicy, CpuPolicy, Traits>::metrics() const {
     return m;
 }
 
-template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
-std::string tiered_cache<GpuPolicy, CpuPolicy, Traits>::check_invariants() const {
-    std::scoped_lock lock(mutex_);
+/// tiered_cache::check_invariants: what is broken, or an empty string.
+template <class State>
+[[nodiscard]] std::string broken_invariants(const State& state) {
+    using gpu_slot = typename State::gpu_pool::slot_state;
+    using cpu_slot = typename State::cpu_pool::slot_state;
+    const auto& gpu = state.gpu;
+    const auto& cpu = state.cpu;
     std::ostringstream bad;
-    std::vector<std::uint32_t> holds(gpu_.capacity(), 0);
-    for (const auto& [id, s] : sessions_)
+    std::vector<std::uint32_t> holds(gpu.capacity(), 0);
+    for (const auto& [id, s] : state.sessions)
         for (std::uint32_t b : s.held) ++holds[b];
-    for (const deferred_release& d : deferred_releases_) ++holds[d.block];
+    for (const auto& d : state.deferred_releases) ++holds[d.block];
     std::size_t evictable = 0;
-    for (std::uint32_t i = 0; i < gpu_.capacity(); ++i) {
+    for (std::uint32_t i = 0; i < gpu.capacity(); ++i) {
         const block_id b{i};
-        const auto st = gpu_.state(b);
-        if (st == block_pool<GpuPolicy>::slot_state::cached) {
-            if (gpu_.ref_count(b) != holds[i])
-                bad << "gpu block " << i << ": ref count " << gpu_.ref_count(b) << " but " << holds[i] << " holds; ";
-            if (gpu_.cached_block(gpu_.key(b)) != b) bad << "gpu block " << i << " not indexed under its key; ";
-            if (cpu_ && !config_.inclusive && cpu_->cached_block(gpu_.key(b)))
+        const auto st = gpu.state(b);
+        if (st == gpu_slot::cached) {
+            if (gpu.ref_count(b) != holds[i])
+                bad << "gpu block " << i << ": ref count " << gpu.ref_count(b) << " but " << holds[i] << " holds; ";
+            if (gpu.cached_block(gpu.key(b)) != b) bad << "gpu block " << i << " not indexed under its key; ";
+            if (cpu && !state.config.inclusive && cpu->cached_block(gpu.key(b)))
                 bad << "gpu block " << i << " also cached on the cpu in exclusive mode; ";
-            evictable += gpu_.is_evictable(b) ? 1 : 0;
-            if (gpu_.policy().contains(item_id{i}) != true) bad << "gpu block " << i << " unknown to its policy; ";
+            evictable += gpu.is_evictable(b) ? 1 : 0;
+            if (gpu.policy().contains(item_id{i}) != true) bad << "gpu block " << i << " unknown to its policy; ";
         } else {
             if (holds[i] != 0) bad << "gpu block " << i << " held but not cached; ";
-            if (gpu_.policy().contains(item_id{i})) bad << "gpu slot " << i << " not cached but in the policy; ";
-            if (st == block_pool<GpuPolicy>::slot_state::reserved) bad << "gpu slot " << i << " left reserved; ";
+            if (gpu.policy().contains(item_id{i})) bad << "gpu slot " << i << " not cached but in the policy; ";
+            if (st == gpu_slot::reserved) bad << "gpu slot " << i << " left reserved; ";
         }
     }
-    if (evictable != gpu_.policy().evictable_size())
-        bad << "gpu: " << evictable << " evictable blocks but the policy has " << gpu_.policy().evictable_size() << "; ";
+    if (evictable != gpu.policy().evictable_size())
+        bad << "gpu: " << evictable << " evictable blocks but the policy has " << gpu.policy().evictable_size()
+            << "; ";
     std::size_t remote_ops = 0;
-    for (const block_transfer& t : plan_.transfers) {
+    for (const block_transfer& t : state.plan.transfers) {
         if (t.from != tier::remote && t.to != tier::remote) continue;
         ++remote_ops;
         const block_id k = t.from == tier::remote ? t.src : t.dst;
-        if (t.exchange || (t.from == tier::remote && t.to != tier::cpu) || k.value >= plan_.remote_keys.size())
+        if (t.exchange || (t.from == tier::remote && t.to != tier::cpu) || k.value >= state.plan.remote_keys.size())
             bad << "plan: a remote copy that is an exchange, fetches into another tier than the cpu, or names "
                    "no remote key; ";
     }
-    if (remote_ops != plan_.remote_keys.size())
-        bad << "plan: " << remote_ops << " remote copies but " << plan_.remote_keys.size() << " remote keys; ";
-    if (remote_ops > 0 && !config_.remote) bad << "plan: remote copies without a remote tier; ";
-    if (cpu_)
-        for (std::uint32_t i = 0; i < cpu_->capacity(); ++i) {
+    if (remote_ops != state.plan.remote_keys.size())
+        bad << "plan: " << remote_ops << " remote copies but " << state.plan.remote_keys.size() << " remote keys; ";
+    if (remote_ops > 0 && !state.config.remote) bad << "plan: remote copies without a remote tier; ";
+    if (cpu)
+        for (std::uint32_t i = 0; i < cpu->capacity(); ++i) {
             const block_id b{i};
-            const auto st = cpu_->state(b);
-            if (st == block_pool<CpuPolicy>::slot_state::reserved) bad << "cpu slot " << i << " left reserved; ";
-            if (st == block_pool<CpuPolicy>::slot_state::cached && cpu_->cached_block(cpu_->key(b)) != b)
+            const auto st = cpu->state(b);
+            if (st == cpu_slot::reserved) bad << "cpu slot " << i << " left reserved; ";
+            if (st == cpu_slot::cached && cpu->cached_block(cpu->key(b)) != b)
                 bad << "cpu block " << i << " not indexed; ";
-            if (st == block_pool<CpuPolicy>::slot_state::cached && cpu_->ref_count(b) != 0)
+            if (st == cpu_slot::cached && cpu->ref_count(b) != 0)
                 bad << "cpu block " << i << " still held; ";
         }
     return bad.str();
 }
 
-}  // namespace kvpolicy
+}  // namespace kvpolicy::detail

@@ -1,10 +1,12 @@
-// tiered_cache, the step and transfer completion: begin_step, end_step,
-// complete_transfers, the releases, pins, drops and recovery ranges.
+// tiered_cache, the step and transfer completion: begin_step, end_step and
+// complete_transfers, over the cache's state.
 //
-// complete_transfers applies the failed-copy rules of tiered_cache.hpp's
-// header comment: which slots a plan left valid, what is unstored and
-// reported dropped, and what stays held for recompute. This file is included
-// by tiered_cache.hpp, which is the header to include.
+// end_step closes the plan admission built (state.plan): the releases that
+// waited for their items to be filled take effect, and the drops become
+// recovery ranges. complete_transfers applies the failed-copy rules of
+// tiered_cache.hpp's header comment (the header to include): which slots a
+// plan left valid, what is unstored and reported dropped, and what stays
+// held for recompute.
 #pragma once
 
 #include <algorithm>
@@ -14,54 +16,116 @@
 #include <string>
 #include <vector>
 
-#include "kvpolicy/cache/tiered_cache.hpp"
+#include "kvpolicy/cache/tiered_cache_state.hpp"
 
-namespace kvpolicy {
+namespace kvpolicy::detail {
 
-template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
-void tiered_cache<GpuPolicy, CpuPolicy, Traits>::begin_step() {
-    std::scoped_lock lock(mutex_);
-    if (in_step_) throw usage_error("begin_step: a step is already open; call end_step() first");
-    plan_.clear();
-    plan_ops_.clear();
-    plan_open_ = false;  // an unreported plan counts as done
-    in_step_ = true;
-}
+/// tiered_cache's step: State is a tiered_state; the caller holds the
+/// cache's mutex. Owns which plan is open and complete_transfers' scratch.
+template <class State>
+class tiered_step {
+public:
+    /// tiered_cache::begin_step.
+    void begin_step(State& state) {
+        if (state.in_step) throw usage_error("begin_step: a step is already open; call end_step() first");
+        state.plan.clear();
+        state.plan_ops.clear();
+        plan_open_ = false;  // an unreported plan counts as done
+        state.in_step = true;
+    }
 
-template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
-const swap_plan& tiered_cache<GpuPolicy, CpuPolicy, Traits>::end_step() {
-    std::scoped_lock lock(mutex_);
-    if (!in_step_) throw usage_error("end_step: no step is open; call begin_step() first");
-    in_step_ = false;
-    const timestamp now = clock_.now();
-    for (const deferred_release& d : deferred_releases_)
-        gpu_.release(block_id{d.block}, now, d.by, d.output_tokens, d.expected_return);
-    deferred_releases_.clear();
-    for (std::uint32_t b : filled_this_step_) filled_[b] = 0;
-    filled_this_step_.clear();
-    build_recovery();
-    plan_.step = ++steps_ended_;
-    plan_open_ = true;
-    return plan_;
-}
+    /// tiered_cache::end_step.
+    const swap_plan& end_step(State& state) {
+        if (!state.in_step) throw usage_error("end_step: no step is open; call begin_step() first");
+        state.in_step = false;
+        const timestamp now = state.clock.now();
+        for (const auto& d : state.deferred_releases)
+            state.gpu.release(block_id{d.block}, now, d.by, d.output_tokens, d.expected_return);
+        state.deferred_releases.clear();
+        for (std::uint32_t b : state.filled_this_step) state.filled[b] = 0;
+        state.filled_this_step.clear();
+        build_recovery(state);
+        state.plan.step = ++steps_ended_;
+        plan_open_ = true;
+        return state.plan;
+    }
 
-template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
-transfer_report tiered_cache<GpuPolicy, CpuPolicy, Traits>::complete_transfers(
-        const swap_plan& plan, std::span<const transfer_status> status) {
-    std::scoped_lock lock(mutex_);
-    if (in_step_)
+    /// tiered_cache::complete_transfers.
+    transfer_report complete_transfers(State& state, const swap_plan& plan, std::span<const transfer_status> status);
+
+private:
+    using planned_op = typename State::planned_op;
+
+    struct slot_fate {
+        tier where;
+        block_id slot;
+        bool valid;
+        std::uint64_t key;  // written by the slot's last copy
+        session_id requester;
+    };
+    struct lost_copy {
+        std::uint64_t key;
+        block_meta meta;
+        bool again;  // the same item's other copy comes first in the plan
+    };
+
+    // One range per dropped chunk of the step's plan, merged per session.
+    static void build_recovery(State& state) {
+        std::vector<recovery_range>& r = state.plan.recovery;
+        r.clear();
+        for (const dropped_item& d : state.plan.drops) r.push_back(chunk_range(state, d.owner, d.chunk));
+        merge_ranges(r);
+        for (const recovery_range& x : r) state.counters.dropped_tokens += x.token_end - x.token_begin;
+    }
+
+    [[nodiscard]] static recovery_range chunk_range(const State& state, session_id session,
+                                                    chunk_index chunk) noexcept {
+        const std::uint64_t begin = std::uint64_t{chunk.value} * state.config.block_size;
+        return {session, begin, begin + state.config.block_size};
+    }
+
+    // Sorts by session and start, and merges overlapping or touching ranges.
+    static void merge_ranges(std::vector<recovery_range>& r) {
+        std::sort(r.begin(), r.end(), [](const recovery_range& a, const recovery_range& b) {
+            return a.session != b.session ? a.session < b.session : a.token_begin < b.token_begin;
+        });
+        std::size_t out = 0;
+        for (std::size_t i = 0; i < r.size(); ++i) {
+            if (out > 0 && r[out - 1].session == r[i].session && r[i].token_begin <= r[out - 1].token_end)
+                r[out - 1].token_end = std::max(r[out - 1].token_end, r[i].token_end);
+            else
+                r[out++] = r[i];
+        }
+        r.resize(out);
+    }
+
+    std::uint64_t steps_ended_ = 0;
+    bool plan_open_ = false;                     // ended, not yet reported
+    std::vector<slot_fate> slot_fates_;          // scratch for complete_transfers
+    std::vector<lost_copy> lost_copies_;         // scratch for complete_transfers, in plan order
+    std::vector<std::uint32_t> lost_order_;      // scratch: lost_copies_ indices by key
+    std::vector<std::uint32_t> fate_index_[2];   // [gpu, cpu][slot] -> slot_fates_ index or no_index (scratch)
+};
+
+template <class State>
+transfer_report tiered_step<State>::complete_transfers(State& state, const swap_plan& plan,
+                                                       std::span<const transfer_status> status) {
+    auto& gpu = state.gpu;
+    auto& cpu = state.cpu;
+    if (state.in_step)
         throw usage_error("complete_transfers: a step is open; report a plan after its end_step and before the "
                           "next begin_step");
-    if (plan.step != plan_.step)
+    if (plan.step != state.plan.step)
         throw usage_error("complete_transfers: the plan is of step " + std::to_string(plan.step) +
-                          " but the cache's last plan is of step " + std::to_string(plan_.step) +
+                          " but the cache's last plan is of step " + std::to_string(state.plan.step) +
                           "; report each plan before the next begin_step");
     if (!plan_open_)
         throw usage_error("complete_transfers: the plan of step " + std::to_string(plan.step) +
                           " was already reported; report each plan once");
-    if (status.size() != plan_.transfers.size())
+    if (status.size() != state.plan.transfers.size())
         throw usage_error("complete_transfers: " + std::to_string(status.size()) + " statuses for " +
-                          std::to_string(plan_.transfers.size()) + " transfers; give one per transfer, in plan order");
+                          std::to_string(state.plan.transfers.size()) +
+                          " transfers; give one per transfer, in plan order");
     for (std::size_t i = 0; i < status.size(); ++i)
         if (status[i] != transfer_status::done && status[i] != transfer_status::failed)
             throw usage_error("complete_transfers: status " + std::to_string(i) + " is " +
@@ -77,8 +141,8 @@ transfer_report tiered_cache<GpuPolicy, CpuPolicy, Traits>::complete_transfers(
     lost_copies_.clear();
     lost_copies_.reserve(2 * status.size());
     lost_order_.reserve(2 * status.size());
-    fate_index_[0].resize(gpu_.capacity(), no_index);
-    fate_index_[1].resize(cpu_ ? cpu_->capacity() : 0, no_index);
+    fate_index_[0].resize(gpu.capacity(), no_index);
+    fate_index_[1].resize(cpu ? cpu->capacity() : 0, no_index);
     plan_open_ = false;
     transfer_report report;
     auto fate = [&](tier t, block_id b) -> slot_fate* {
@@ -99,8 +163,8 @@ transfer_report tiered_cache<GpuPolicy, CpuPolicy, Traits>::complete_transfers(
         }
     };
     for (std::size_t i = 0; i < status.size(); ++i) {
-        const block_transfer& op = plan_.transfers[i];
-        const planned_op& keys = plan_ops_[i];
+        const block_transfer& op = state.plan.transfers[i];
+        const planned_op& keys = state.plan_ops[i];
         bool ok = status[i] == transfer_status::done && valid(op.from, op.src);
         if (op.to == tier::remote) {  // a write-back: the cache kept no copy, so a failed one loses the item
             if (!ok) lost_copies_.push_back({keys.to_dst, keys.meta, false});
@@ -112,38 +176,38 @@ transfer_report tiered_cache<GpuPolicy, CpuPolicy, Traits>::complete_transfers(
         set(op.to, op.dst, ok, keys.to_dst, keys.requester);
         report.failed += ok ? 0 : 1;
     }
-    metrics_.failed_transfers += report.failed;
+    state.counters.failed_transfers += report.failed;
     for (const slot_fate& f : slot_fates_) fate_index_[f.where == tier::cpu][f.slot.value] = no_index;
     for (const slot_fate& f : slot_fates_) {
         if (f.valid) continue;
         if (f.where == tier::cpu) {
-            if (!cpu_ || cpu_->state(f.slot) != block_pool<CpuPolicy>::slot_state::cached || cpu_->key(f.slot) != f.key)
+            if (!cpu || cpu->state(f.slot) != State::cpu_pool::slot_state::cached || cpu->key(f.slot) != f.key)
                 continue;  // evicted (and reported) or freed since
-            lost_copies_.push_back({f.key, cpu_->meta(f.slot), false});
-            cpu_->unstore(f.slot);
-            cpu_->free_slot(f.slot);
+            lost_copies_.push_back({f.key, cpu->meta(f.slot), false});
+            cpu->unstore(f.slot);
+            cpu->free_slot(f.slot);
             continue;
         }
-        if (gpu_.state(f.slot) != block_pool<GpuPolicy>::slot_state::cached || gpu_.key(f.slot) != f.key) continue;
-        if (gpu_.ref_count(f.slot) == 0) {
-            lost_copies_.push_back({f.key, gpu_.meta(f.slot), false});
-            gpu_.unstore(f.slot);
-            gpu_.free_slot(f.slot);
+        if (gpu.state(f.slot) != State::gpu_pool::slot_state::cached || gpu.key(f.slot) != f.key) continue;
+        if (gpu.ref_count(f.slot) == 0) {
+            lost_copies_.push_back({f.key, gpu.meta(f.slot), false});
+            gpu.unstore(f.slot);
+            gpu.free_slot(f.slot);
             continue;
         }
         // Held: each holder is told; the requester (or, if it left, the
         // first holder) computes it and so owns it.
         const std::size_t first = report.recompute.size();
-        for (const auto& [id, st] : sessions_)
+        for (const auto& [id, st] : state.sessions)
             if (std::find(st.held.begin(), st.held.end(), f.slot.value) != st.held.end())
-                report.recompute.push_back({f.slot, f.key, id, gpu_.meta(f.slot).chunk, gpu_.meta(f.slot).layer});
+                report.recompute.push_back({f.slot, f.key, id, gpu.meta(f.slot).chunk, gpu.meta(f.slot).layer});
         std::sort(report.recompute.begin() + static_cast<std::ptrdiff_t>(first), report.recompute.end(),
                   [](const recompute_item& a, const recompute_item& b) { return a.session < b.session; });
         const bool requester_holds =
             std::any_of(report.recompute.begin() + static_cast<std::ptrdiff_t>(first), report.recompute.end(),
                         [&](const recompute_item& r) { return r.session == f.requester; });
-        gpu_.set_owner(f.slot, requester_holds ? f.requester : report.recompute[first].session);
-        ++metrics_.recompute_items;
+        gpu.set_owner(f.slot, requester_holds ? f.requester : report.recompute[first].session);
+        ++state.counters.recompute_items;
     }
     // A lost copy is a lost item only if no copy of it is left (an
     // inclusive tier's other copy, or a held GPU item being recomputed),
@@ -157,198 +221,15 @@ transfer_report tiered_cache<GpuPolicy, CpuPolicy, Traits>::complete_transfers(
         if (lost_copies_[lost_order_[i]].key == lost_copies_[lost_order_[i - 1]].key)
             lost_copies_[lost_order_[i]].again = true;
     for (const lost_copy& c : lost_copies_)
-        if (!c.again && where_unlocked(c.key) == item_state::free) drop_into(report.drops, c.key, c.meta);
+        if (!c.again && state.where(c.key) == item_state::free) state.drop_into(report.drops, c.key, c.meta);
     // Recovery: the drops by owner (counted as dropped tokens), then
     // the recomputes by holder, merged per session.
-    for (const dropped_item& d : report.drops) report.recovery.push_back(chunk_range(d.owner, d.chunk));
+    for (const dropped_item& d : report.drops) report.recovery.push_back(chunk_range(state, d.owner, d.chunk));
     merge_ranges(report.recovery);
-    for (const recovery_range& x : report.recovery) metrics_.dropped_tokens += x.token_end - x.token_begin;
-    for (const recompute_item& r : report.recompute) report.recovery.push_back(chunk_range(r.session, r.chunk));
+    for (const recovery_range& x : report.recovery) state.counters.dropped_tokens += x.token_end - x.token_begin;
+    for (const recompute_item& r : report.recompute) report.recovery.push_back(chunk_range(state, r.session, r.chunk));
     merge_ranges(report.recovery);
     return report;
 }
 
-template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
-std::size_t tiered_cache<GpuPolicy, CpuPolicy, Traits>::release(session_id session, std::uint64_t output_tokens,
-                                                         timestamp expected_return) {
-    std::scoped_lock lock(mutex_);
-    auto it = sessions_.find(session);
-    if (it == sessions_.end() || it->second.held.empty())
-        throw usage_error("release: session " + std::to_string(session.value) +
-                          " holds no blocks (released twice, or never admitted)");
-    if (expected_return != 0 && expected_return <= clock_.now())
-        throw usage_error("release: session " + std::to_string(session.value) + " expected back at " +
-                          std::to_string(expected_return) + ", not after now (" + std::to_string(clock_.now()) +
-                          "); give a time on this cache's clock, or 0 for no hint");
-    release_holds(session, it->second.held, output_tokens, expected_return);
-    const std::size_t n = it->second.held.size();
-    it->second.held.clear();
-    return n;
-}
-
-template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
-void tiered_cache<GpuPolicy, CpuPolicy, Traits>::release(session_id session, block_id block) {
-    std::scoped_lock lock(mutex_);
-    auto it = sessions_.find(session);
-    auto pos = it == sessions_.end() ? std::vector<std::uint32_t>::iterator{}
-                                     : std::find(it->second.held.begin(), it->second.held.end(), block.value);
-    if (it == sessions_.end() || pos == it->second.held.end())
-        throw usage_error("release: session " + std::to_string(session.value) + " does not hold gpu block " +
-                          std::to_string(block.value) + " (released twice, or never acquired)");
-    it->second.held.erase(pos);
-    release_one(block.value, clock_.now(), session, 0, 0);
-}
-
-template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
-std::size_t tiered_cache<GpuPolicy, CpuPolicy, Traits>::free_session(session_id session, bool forget_blocks) {
-    std::scoped_lock lock(mutex_);
-    auto it = sessions_.find(session);
-    if (it == sessions_.end()) return 0;
-    release_holds(session, it->second.held, 0, 0);
-    it->second.held.clear();
-    gpu_.session_ended(session, clock_.now());
-    if (cpu_) cpu_->session_ended(session, clock_.now());
-    std::size_t freed = 0;
-    if (forget_blocks) {
-        freed += forget_owned(gpu_, session);
-        if (cpu_) freed += forget_owned(*cpu_, session);
-    }
-    sessions_.erase(it);
-    return freed;
-}
-
-template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
-void tiered_cache<GpuPolicy, CpuPolicy, Traits>::enqueue(std::uint64_t request, session_id session,
-                                                         std::span<const block_hash> hashes) {
-    std::scoped_lock lock(mutex_);
-    queue_keys_.clear();
-    for (block_hash h : hashes)
-        for (std::uint32_t l = 0; l < items_per_block_; ++l) queue_keys_.push_back(item_key(h, l));
-    const timestamp now = clock_.now();
-    queue_.enqueue(request, session, queue_keys_, [&](std::uint64_t key, std::uint64_t position) {
-        gpu_.queued_read_changed(key, position, now);
-        if (cpu_) cpu_->queued_read_changed(key, position, now);
-    });
-}
-
-template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
-session_id tiered_cache<GpuPolicy, CpuPolicy, Traits>::dequeue(std::uint64_t request) {
-    std::scoped_lock lock(mutex_);
-    const timestamp now = clock_.now();
-    return queue_.dequeue(request, [&](std::uint64_t key, std::optional<std::uint64_t> next) {
-        gpu_.queued_read_changed(key, next, now);
-        if (cpu_) cpu_->queued_read_changed(key, next, now);
-    });
-}
-
-template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
-void tiered_cache<GpuPolicy, CpuPolicy, Traits>::pin(block_hash hash) {
-    std::scoped_lock lock(mutex_);
-    for (std::uint32_t l = 0; l < items_per_block_; ++l) {
-        const auto b = gpu_.cached_block(item_key(hash, l));
-        if (!b)
-            throw usage_error("pin: block " + std::to_string(hash) + " is " +
-                              std::string(to_string(where_unlocked(item_key(hash, l)))) +
-                              ", not on the gpu; admit it first");
-        if (gpu_.is_pinned(*b)) throw usage_error("pin: block " + std::to_string(hash) + " is already pinned");
-    }
-    for (std::uint32_t l = 0; l < items_per_block_; ++l) gpu_.pin(*gpu_.cached_block(item_key(hash, l)));
-}
-
-template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
-void tiered_cache<GpuPolicy, CpuPolicy, Traits>::unpin(block_hash hash) {
-    std::scoped_lock lock(mutex_);
-    for (std::uint32_t l = 0; l < items_per_block_; ++l) {
-        const auto b = gpu_.cached_block(item_key(hash, l));
-        if (!b || !gpu_.is_pinned(*b)) throw usage_error("unpin: block " + std::to_string(hash) + " is not pinned");
-    }
-    const timestamp now = clock_.now();
-    for (std::uint32_t l = 0; l < items_per_block_; ++l) {
-        const block_id b = *gpu_.cached_block(item_key(hash, l));
-        gpu_.unpin(b, now);
-    }
-}
-
-// Releases in reverse hold order (tail first); an item filled in the
-// open step has no data yet, so its release waits for end_step.
-template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
-void tiered_cache<GpuPolicy, CpuPolicy, Traits>::release_holds(session_id by, const std::vector<std::uint32_t>& held,
-                                                                 std::uint64_t output_tokens,
-                                                                 timestamp expected_return) {
-    const timestamp now = clock_.now();
-    for (auto b = held.rbegin(); b != held.rend(); ++b) release_one(*b, now, by, output_tokens, expected_return);
-}
-
-template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
-void tiered_cache<GpuPolicy, CpuPolicy, Traits>::release_one(std::uint32_t b, timestamp now, session_id by,
-                                                               std::uint64_t output_tokens,
-                                                               timestamp expected_return) {
-    if (in_step_ && filled_[b]) deferred_releases_.push_back({b, by, output_tokens, expected_return});
-    else gpu_.release(block_id{b}, now, by, output_tokens, expected_return);
-}
-
-template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
-void tiered_cache<GpuPolicy, CpuPolicy, Traits>::drop(std::uint64_t key, const block_meta& meta) {
-    drop_into(plan_.drops, key, meta);
-}
-
-template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
-void tiered_cache<GpuPolicy, CpuPolicy, Traits>::drop_into(
-        std::vector<dropped_item>& out, std::uint64_t key, const block_meta& meta) {
-    out.push_back({key, meta.owner, meta.chunk, meta.layer});
-    ++metrics_.dropped_items;
-    // Remember the block (layer 0's hash is the block hash only for whole
-    // blocks; per layer, remember the chunk by its owner and index).
-    if (items_per_block_ == 1 && !dropped_keys_.contains(key)) dropped_keys_.push_back(key);
-    if (auto it = sessions_.find(meta.owner); it != sessions_.end()) it->second.lost_kv = true;
-}
-
-template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
-void tiered_cache<GpuPolicy, CpuPolicy, Traits>::build_recovery() {
-    // One range per dropped chunk, then merged per session.
-    std::vector<recovery_range>& r = plan_.recovery;
-    r.clear();
-    for (const dropped_item& d : plan_.drops) r.push_back(chunk_range(d.owner, d.chunk));
-    merge_ranges(r);
-    for (const recovery_range& x : r) metrics_.dropped_tokens += x.token_end - x.token_begin;
-}
-
-template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
-recovery_range tiered_cache<GpuPolicy, CpuPolicy, Traits>::chunk_range(
-        session_id session, chunk_index chunk) const noexcept {
-    const std::uint64_t begin = std::uint64_t{chunk.value} * config_.block_size;
-    return {session, begin, begin + config_.block_size};
-}
-
-// Sorts by session and start, and merges overlapping or touching ranges.
-template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
-void tiered_cache<GpuPolicy, CpuPolicy, Traits>::merge_ranges(std::vector<recovery_range>& r) {
-    std::sort(r.begin(), r.end(), [](const recovery_range& a, const recovery_range& b) {
-        return a.session != b.session ? a.session < b.session : a.token_begin < b.token_begin;
-    });
-    std::size_t out = 0;
-    for (std::size_t i = 0; i < r.size(); ++i) {
-        if (out > 0 && r[out - 1].session == r[i].session && r[i].token_begin <= r[out - 1].token_end)
-            r[out - 1].token_end = std::max(r[out - 1].token_end, r[i].token_end);
-        else
-            r[out++] = r[i];
-    }
-    r.resize(out);
-}
-
-template <eviction_policy GpuPolicy, eviction_policy CpuPolicy, cache_traits Traits>
-template <class Pool>
-std::size_t tiered_cache<GpuPolicy, CpuPolicy, Traits>::forget_owned(Pool& pool, session_id session) {
-    std::size_t freed = 0;
-    for (std::uint32_t i = 0; i < pool.capacity(); ++i) {
-        const block_id b{i};
-        if (pool.state(b) == Pool::slot_state::cached && pool.meta(b).owner == session && pool.is_evictable(b)) {
-            pool.unstore(b);
-            pool.free_slot(b);
-            ++freed;
-        }
-    }
-    return freed;
-}
-
-}  // namespace kvpolicy
+}  // namespace kvpolicy::detail
