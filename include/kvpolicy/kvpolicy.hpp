@@ -63,6 +63,8 @@
 #include "kvpolicy/sparse/lse_merge_math.hpp"
 #include "kvpolicy/sparse/minference.hpp"
 #include "kvpolicy/sparse/minference_estimate.hpp"
+#include "kvpolicy/sparse/paged_attention_reference.hpp"
+#include "kvpolicy/sparse/paged_kv_indices.hpp"
 #include "kvpolicy/sparse/prefill_block.hpp"
 #include "kvpolicy/sparse/quest.hpp"
 #include "kvpolicy/sparse/quest_math.hpp"
