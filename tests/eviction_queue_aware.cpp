@@ -170,62 +170,6 @@ TEST_CASE("waiting_queue refuses a request queued twice or dequeued twice, chang
 
 // ---------------------------------------------------------- queue_aware, policy level
 
-// LRU as stamps, plus the queue rule by scanning.
-struct naive_queue_aware_lru {
-    struct item {
-        bool tracked = false;
-        bool held = false;
-        std::uint64_t stamp = 0;
-        std::uint32_t depth = 0;
-        std::optional<std::uint64_t> queued;
-    };
-    std::vector<item> items;
-    std::uint64_t clock = 0;
-
-    explicit naive_queue_aware_lru(std::size_t capacity) : items(capacity) {}
-    void insert(std::uint32_t id, std::uint32_t depth) { items[id] = {true, false, ++clock, depth, std::nullopt}; }
-    void access(std::uint32_t id) {
-        if (!items[id].held && !items[id].queued) items[id].stamp = ++clock;
-    }
-    void hold(std::uint32_t id) { items[id].held = true; }
-    void release(std::uint32_t id) {
-        items[id].held = false;
-        if (!items[id].queued) items[id].stamp = ++clock;
-    }
-    void erase(std::uint32_t id) { items[id] = {}; }
-    void queued(std::uint32_t id, std::uint64_t position) { items[id].queued = position; }
-    void unqueued(std::uint32_t id) {
-        if (!items[id].queued) return;
-        items[id].queued.reset();
-        if (!items[id].held) items[id].stamp = ++clock;
-    }
-    std::optional<std::uint32_t> pop() {
-        std::optional<std::uint32_t> best;
-        for (std::uint32_t i = 0; i < items.size(); ++i) {
-            const item& x = items[i];
-            if (!x.tracked || x.held || x.queued) continue;
-            if (!best || x.stamp < items[*best].stamp) best = i;
-        }
-        if (!best)
-            for (std::uint32_t i = 0; i < items.size(); ++i) {
-                const item& x = items[i];
-                if (!x.tracked || x.held) continue;
-                if (!best) {
-                    best = i;
-                    continue;
-                }
-                const item& b = items[*best];
-                if (std::pair(*x.queued, x.depth) > std::pair(*b.queued, b.depth)) best = i;  // ties: lowest id
-            }
-        if (best) items[*best] = {};
-        return best;
-    }
-    [[nodiscard]] std::size_t evictable() const {
-        return static_cast<std::size_t>(
-                std::count_if(items.begin(), items.end(), [](const item& x) { return x.tracked && !x.held; }));
-    }
-};
-
 TEST_CASE("queue_aware<lru> chooses the victims of its naive model", "[eviction][queue][differential]") {
     const std::uint64_t seed = GENERATE(1u, 2u, 3u);
     const std::size_t capacity = GENERATE(1u, 8u, 61u);

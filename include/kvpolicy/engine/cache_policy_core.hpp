@@ -23,6 +23,13 @@
 //   when the session comes back; a session's end (`on_session_end`) reaches
 //   the policies that hear it.
 //
+// - `enqueue` / `dequeue`: the engine's waiting queue (a connector hears it:
+//   engine/request_lifecycle.hpp). A policy that hears it (queue_aware)
+//   learns, for every present chunk a queued request reads, the earliest
+//   such request's arrival position, and again when that changes or a chunk
+//   arrives that the queue already reads; for any other policy both are no
+//   calls at all, so it decides exactly as without a queue.
+//
 // Time: the caller's clock (`access_context::now`, never decreasing; the
 // Python adapter passes milliseconds), so an expected return is a time.
 //
@@ -37,6 +44,8 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "kvpolicy/core/access_context.hpp"
@@ -44,6 +53,8 @@
 #include "kvpolicy/core/error.hpp"
 #include "kvpolicy/core/ids.hpp"
 #include "kvpolicy/core/index_list.hpp"
+#include "kvpolicy/core/key_index.hpp"
+#include "kvpolicy/core/waiting_queue.hpp"
 
 namespace kvpolicy::engine {
 
@@ -51,7 +62,12 @@ template <eviction_policy Policy>
 class cache_policy_core {
 public:
     cache_policy_core(std::size_t capacity, const typename Policy::config_type& config)
-        : policy_(checked(capacity), config), held_(capacity, 0), key_(capacity, 0) {}
+        : policy_(checked(capacity), config), held_(capacity, 0), key_(capacity, 0) {
+        if constexpr (hears_queue) present_ = key_index(capacity);
+    }
+
+    /// Whether enqueue / dequeue reach the policy.
+    static constexpr bool hears_queue = hears_waiting_queue<Policy>;
 
     [[nodiscard]] const Policy& policy() const noexcept { return policy_; }
     [[nodiscard]] Policy& policy() noexcept { return policy_; }
@@ -68,13 +84,58 @@ public:
         policy_.on_miss(c);
         policy_.on_insert(item_id{id}, c);
         key_[id] = c.key;
+        if constexpr (hears_queue) {
+            present_.insert(c.key, id);
+            if (const auto position = queue_.next_read(c.key)) policy_.on_queued(item_id{id}, *position);
+        }
         if (!evictable) hold(id);
     }
 
     void remove(std::uint32_t id) noexcept {
         KVPOLICY_ASSERT(contains(id));
         policy_.on_erase(item_id{id});
+        forget(id);
         held_[id] = 0;
+    }
+
+    /// Request `request` (unique among queued ones) of `session` is queued
+    /// and will read `keys`. Throws: usage_error, changing nothing, if it is
+    /// queued already (waiting_queue::enqueue).
+    void enqueue(std::uint64_t request, session_id session, std::span<const std::uint64_t> keys) {
+        if constexpr (hears_queue) {
+            queue_.enqueue(request, session, keys, [&](std::uint64_t key, std::uint64_t position) {
+                if (const std::uint32_t id = present_.find(key); id != no_index) policy_.on_queued(item_id{id}, position);
+            });
+        } else {
+            (void)request, (void)session, (void)keys;
+        }
+    }
+
+    /// Request `request` left the queue (started, finished or aborted).
+    /// Throws: usage_error, changing nothing, for a request not queued.
+    void dequeue(std::uint64_t request, const access_context& ctx) {
+        if constexpr (hears_queue) {
+            const access_context c = stamped(ctx);
+            queue_.dequeue(request, [&](std::uint64_t key, std::optional<std::uint64_t> next) {
+                const std::uint32_t id = present_.find(key);
+                if (id == no_index) return;
+                if (next) {
+                    policy_.on_queued(item_id{id}, *next);
+                } else {
+                    access_context r = c;
+                    r.key = key;
+                    policy_.on_unqueued(item_id{id}, r);
+                }
+            });
+        } else {
+            (void)request, (void)ctx;
+        }
+    }
+
+    /// Requests queued (0 for a policy that does not hear the queue).
+    [[nodiscard]] std::size_t queued_requests() const noexcept {
+        if constexpr (hears_queue) return queue_.size();
+        else return 0;
     }
 
     /// A hit on `id` (no_index or absent: skipped).
@@ -136,7 +197,10 @@ public:
         const std::size_t got = policy_.pop_victims(std::span(victims), c.now);
         KVPOLICY_ASSERT(got == n);
         out.reserve(got);
-        for (std::size_t i = 0; i < got; ++i) out.push_back(victims[i].value);
+        for (std::size_t i = 0; i < got; ++i) {
+            out.push_back(victims[i].value);
+            forget(victims[i].value);
+        }
         for (std::uint32_t id : shield) release(id, c);
         return out;
     }
@@ -153,6 +217,10 @@ private:
         now_ = c.now;
         return c;
     }
+    void forget(std::uint32_t id) noexcept {
+        if constexpr (hears_queue) present_.erase(key_[id]);
+        else (void)id;
+    }
     void hold(std::uint32_t id) noexcept {
         policy_.on_hold(item_id{id});
         held_[id] = 1;
@@ -168,6 +236,10 @@ private:
     std::vector<std::uint8_t> held_;   // [capacity] 1: held by the manager's pin; 2: by evict, for its call
     std::vector<std::uint64_t> key_;   // [capacity] the item's key, for the policy's hooks
     timestamp now_ = 0;
+    // Only where the policy hears the queue: the present chunks by key, and
+    // the queued requests' reads.
+    [[no_unique_address]] std::conditional_t<hears_queue, key_index, std::monostate> present_;
+    [[no_unique_address]] std::conditional_t<hears_queue, waiting_queue, std::monostate> queue_;
 };
 
 }  // namespace kvpolicy::engine
