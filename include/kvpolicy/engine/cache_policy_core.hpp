@@ -85,8 +85,12 @@ public:
         policy_.on_insert(item_id{id}, c);
         key_[id] = c.key;
         if constexpr (hears_queue) {
-            present_.insert(c.key, id);
-            if (const auto position = queue_.next_read(c.key)) policy_.on_queued(item_id{id}, *position);
+            // Keys are the engine's hashes: two present chunks of one key (a
+            // 64-bit collision) leave the second out of the queue's reach.
+            if (present_.find(c.key) == no_index) {
+                present_.insert(c.key, id);
+                if (const auto position = queue_.next_read(c.key)) policy_.on_queued(item_id{id}, *position);
+            }
         }
         if (!evictable) hold(id);
     }
@@ -218,8 +222,11 @@ private:
         return c;
     }
     void forget(std::uint32_t id) noexcept {
-        if constexpr (hears_queue) present_.erase(key_[id]);
-        else (void)id;
+        if constexpr (hears_queue) {
+            if (present_.find(key_[id]) == id) present_.erase(key_[id]);
+        } else {
+            (void)id;
+        }
     }
     void hold(std::uint32_t id) noexcept {
         policy_.on_hold(item_id{id});
