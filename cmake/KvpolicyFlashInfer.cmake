@@ -138,9 +138,17 @@ endfunction()
 function(kvpolicy_flashinfer_target target dir)
     add_library(${target} INTERFACE IMPORTED GLOBAL)
     target_link_libraries(${target} INTERFACE kvpolicy::cuda)
-    # BEFORE: ahead of the toolkit's own CCCL.
+    # BEFORE: ahead of the toolkit's own CCCL. libcudacxx's folder goes in as
+    # -I, not -isystem: nvcc passes the toolkit's include folder to the host
+    # compiler as -I, which is searched before every -isystem folder, and
+    # CUDA 13.0 ships nv/target there (outside include/cccl), so with
+    # -isystem CCCL 3.6's cub found the toolkit's older nv/target (no
+    # NV_HAS_FEATURE_SM_100f: every cub/warp reduction failed to compile,
+    # kvpolicy's quest.cuh included). CCCL's headers are clean under the
+    # project's -Wall -Wextra -Werror; FlashInfer's stay system headers.
     target_include_directories(${target} SYSTEM BEFORE INTERFACE
-        "${dir}/cccl/libcudacxx/include" "${dir}/cccl/cub" "${dir}/cccl/thrust" "${dir}/include")
+        "${dir}/cccl/cub" "${dir}/cccl/thrust" "${dir}/include")
+    target_include_directories(${target} BEFORE INTERFACE "${dir}/cccl/libcudacxx/include")
     target_compile_options(${target} INTERFACE "$<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>")
 endfunction()
 
