@@ -65,6 +65,7 @@
 #include "kvpolicy/sparse/minference_estimate.hpp"
 #include "kvpolicy/sparse/paged_attention_reference.hpp"
 #include "kvpolicy/sparse/paged_kv_indices.hpp"
+#include "kvpolicy/sparse/paged_kv_row.hpp"
 #include "kvpolicy/sparse/prefill_block.hpp"
 #include "kvpolicy/sparse/quest.hpp"
 #include "kvpolicy/sparse/quest_math.hpp"
