@@ -1,0 +1,194 @@
+// FlashInfer's prefill through kvpolicy's adapter (flashinfer/prefill.cuh),
+// bf16 and fp16, 32 query / 8 KV heads, head_dim 128:
+// - dense_causal_prefill against naive causal attention (double) over the
+//   same 16-bit values;
+// - minference_prefill over minference_sparse_prefill_indices of a random
+//   vertical-slash index (the two launches, slash pages causal with the
+//   diagonal last, vertical columns unmasked, merged by LSE) against the host
+//   reference of those semantics, vertical_slash_block_attention_reference;
+//   once with columns, once with none left outside the slash pages;
+// - bad input (mismatched head counts, an index for another prompt, no
+//   index set, a head_dim not instantiated) refused before any launch:
+//   checked first, so they run even on a machine without a GPU.
+#include <kvpolicy/cuda/flashinfer/prefill.cuh>
+#include <kvpolicy/sparse/kv_element.hpp>
+#include <kvpolicy/sparse/minference.hpp>
+#include <kvpolicy/sparse/paged_attention_reference.hpp>
+#include <kvpolicy/sparse/paged_kv_indices.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda_test.cuh"
+#include "cuda_test_data.cuh"
+#include "support/random_vertical_slash.hpp"
+
+namespace flashinfer_prefill_test {
+using namespace kvpolicy;
+using namespace kvpolicy::cuda;
+using namespace kvpolicy::cuda::testing;
+namespace fi = kvpolicy::cuda::flashinfer;
+
+constexpr std::uint32_t q_heads = 32, kv_heads = 8, d = 128;
+
+template <class T>
+const char* type_name() {
+    return std::same_as<T, bf16> ? "bf16" : "fp16";
+}
+template <class T>
+float tolerance() {
+    return std::same_as<T, bf16> ? 2e-2f : 4e-3f;
+}
+template <class T>
+std::vector<T> to_elements(const std::vector<float>& x) {
+    std::vector<T> out(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) out[i] = from_float<T>(x[i]);
+    return out;
+}
+template <class T>
+std::vector<float> to_floats(const std::vector<T>& x) {
+    std::vector<float> out(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) out[i] = to_float(x[i]);
+    return out;
+}
+
+void compare(const std::string& what, const std::vector<float>& got, const std::vector<double>& want, float tol) {
+    float worst = 0.0f;
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+        const float err = static_cast<float>(std::abs(got[i] - want[i]) / (1.0 + std::abs(want[i])));
+        worst = std::max(worst, err);
+        bad += err > tol || !std::isfinite(got[i]) ? 1 : 0;
+    }
+    std::printf("  %-52s max rel error %.2e (tolerance %.0e)\n", what.c_str(), worst, tol);
+    KVPOLICY_EXPECT(bad == 0);
+}
+
+std::vector<double> naive_causal(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+                                 std::uint32_t n) {
+    const float scale = 1.0f / std::sqrt(float{d});
+    std::vector<double> o(std::size_t{n} * q_heads * d), logits(n);
+    for (std::uint32_t h = 0; h < q_heads; ++h) {
+        const std::uint32_t kh = h / (q_heads / kv_heads);
+        for (std::uint32_t i = 0; i < n; ++i) {
+            double m = -std::numeric_limits<double>::infinity();
+            for (std::uint32_t j = 0; j <= i; ++j) {
+                double dot = 0.0;
+                for (std::uint32_t c = 0; c < d; ++c)
+                    dot += double{q[(std::size_t{i} * q_heads + h) * d + c]} * k[(std::size_t{j} * kv_heads + kh) * d + c];
+                logits[j] = dot * scale;
+                m = std::max(m, logits[j]);
+            }
+            double l = 0.0;
+            double* out = &o[(std::size_t{i} * q_heads + h) * d];
+            for (std::uint32_t j = 0; j <= i; ++j) {
+                const double p = std::exp(logits[j] - m);
+                l += p;
+                for (std::uint32_t c = 0; c < d; ++c) out[c] += p * v[(std::size_t{j} * kv_heads + kh) * d + c];
+            }
+            for (std::uint32_t c = 0; c < d; ++c) out[c] /= l;
+        }
+    }
+    return o;
+}
+
+void bad_input() {
+    std::printf("bad input, refused before any launch\n");
+    std::mt19937_64 rng(3);
+    const vertical_slash_index index = kvpolicy::testing::random_index(rng, q_heads, 256, 20, 40);
+    const sparse_prefill_indices rows = minference_sparse_prefill_indices(index, kv_heads, 64, 16);
+    fi::minference_prefill<bf16> prefill;
+    KVPOLICY_EXPECT(throws<usage_error>([&] {  // the index is for 8 KV heads
+        prefill.set_indices(rows, {.num_q_heads = q_heads, .num_kv_heads = 4});
+    }));
+    KVPOLICY_EXPECT(throws<config_error>([&] {
+        prefill.set_indices(rows, {.num_q_heads = q_heads, .num_kv_heads = kv_heads, .head_dim = 64});
+    }));
+    sparse_prefill_indices other = rows;
+    other.num_tokens = 300;  // the rows cover 256 tokens
+    KVPOLICY_EXPECT(throws<usage_error>([&] {
+        prefill.set_indices(other, {.num_q_heads = q_heads, .num_kv_heads = kv_heads});
+    }));
+    KVPOLICY_EXPECT(throws<usage_error>([&] { prefill.run({}, {}, {}, {}); }));  // no index set
+    KVPOLICY_EXPECT(throws<usage_error>([&] {
+        fi::dense_causal_prefill<bf16>({}, {}, {}, 0, {.num_q_heads = q_heads, .num_kv_heads = kv_heads}, {},
+                                       cudaStreamPerThread);
+    }));
+    fi::batch_prefill_paged<bf16> paged;
+    const std::vector<std::int32_t> qo{0, 4}, kv{0, 0};
+    KVPOLICY_EXPECT(throws<usage_error>([&] {  // causal over no page
+        paged.plan(qo, kv, {.num_q_heads = 4, .num_kv_heads = 1}, 1);
+    }));
+}
+
+template <class T>
+void dense(std::mt19937_64& rng) {
+    std::printf("dense causal prefill, %s\n", type_name<T>());
+    constexpr std::uint32_t n = 300;
+    const std::vector<float> q = to_floats(to_elements<T>(random_floats(rng, std::size_t{n} * q_heads * d)));
+    const std::vector<float> k = to_floats(to_elements<T>(random_floats(rng, std::size_t{n} * kv_heads * d)));
+    const std::vector<float> v = to_floats(to_elements<T>(random_floats(rng, std::size_t{n} * kv_heads * d)));
+    device_buffer<T> dq, dk, dv, dout;
+    const auto sq = upload_span(to_elements<T>(q), dq), sk = upload_span(to_elements<T>(k), dk),
+               sv = upload_span(to_elements<T>(v), dv);
+    dout.reserve(q.size());
+    fi::dense_causal_prefill<T>(sq, sk, sv, n, {.num_q_heads = q_heads, .num_kv_heads = kv_heads},
+                                dout.view(q.size()), cudaStreamPerThread);
+    KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
+    compare("dense_causal_prefill, 300 tokens", to_floats(download(dout.get(), q.size())), naive_causal(q, k, v, n),
+            tolerance<T>());
+}
+
+template <class T>
+void sparse(std::mt19937_64& rng, std::uint32_t n, std::uint32_t nv, std::uint32_t ns, const char* what) {
+    std::printf("MInference prefill, %s, %s\n", type_name<T>(), what);
+    constexpr std::uint32_t query_block = 64, page = 16;
+    const std::vector<float> q = to_floats(to_elements<T>(random_floats(rng, std::size_t{n} * q_heads * d)));
+    const std::vector<float> k = to_floats(to_elements<T>(random_floats(rng, std::size_t{n} * kv_heads * d)));
+    const std::vector<float> v = to_floats(to_elements<T>(random_floats(rng, std::size_t{n} * kv_heads * d)));
+    vertical_slash_index index = kvpolicy::testing::random_index(rng, q_heads, n, nv, ns);
+    for (std::uint32_t h = 0; h < q_heads; ++h) index.slashes[std::size_t{h} * ns] = 0;  // offset 0 kept, as MInference
+    for (std::uint32_t h = 0; h < q_heads; ++h) std::sort(index.slashes.begin() + std::ptrdiff_t{h} * ns,
+                                                          index.slashes.begin() + std::ptrdiff_t{h + 1} * ns);
+    const sparse_prefill_indices rows = minference_sparse_prefill_indices(index, kv_heads, query_block, page);
+    const float scale = 1.0f / std::sqrt(float{d});
+    std::vector<double> want(q.size()), lse(std::size_t{n} * q_heads);
+    vertical_slash_block_attention_reference({.q = q, .k = k, .v = v, .num_tokens = n, .num_q_heads = q_heads,
+                                              .num_kv_heads = kv_heads, .head_dim = d, .scale = scale},
+                                             index, query_block, page, want, lse);
+    device_buffer<T> dq, dk, dv, dout;
+    const auto sq = upload_span(to_elements<T>(q), dq), sk = upload_span(to_elements<T>(k), dk),
+               sv = upload_span(to_elements<T>(v), dv);
+    dout.reserve(q.size());
+    poison(dout.view(q.size()));
+    const stream_handle stream;
+    fi::minference_prefill<T> prefill(stream.get());
+    prefill.set_indices(rows, {.num_q_heads = q_heads, .num_kv_heads = kv_heads, .sm_scale = scale});
+    prefill.run(sq, sk, sv, dout.view(q.size()));
+    KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+    compare(std::string("minference_prefill, ") + std::to_string(n) + " tokens, " + std::to_string(rows.verticals.indices.size()) +
+                " column entries",
+            to_floats(download(dout.get(), q.size())), want, tolerance<T>());
+}
+
+}  // namespace flashinfer_prefill_test
+
+int main() {
+    using namespace flashinfer_prefill_test;
+    bad_input();
+    if (kvpolicy::cuda::testing::failures != 0) return 1;
+    if (const int skip = kvpolicy::cuda::testing::skip_without_device("cuda_flashinfer_prefill")) return skip;
+    std::mt19937_64 rng(46);
+    dense<kvpolicy::bf16>(rng);
+    dense<kvpolicy::fp16>(rng);
+    sparse<kvpolicy::bf16>(rng, 1000, 40, 60, "columns and slashes");
+    sparse<kvpolicy::fp16>(rng, 1000, 40, 60, "columns and slashes");
+    sparse<kvpolicy::bf16>(rng, 333, 1, 300, "slashes covering nearly every column");
+    std::printf("cuda_flashinfer_prefill: %d failure(s)\n", kvpolicy::cuda::testing::failures);
+    return kvpolicy::cuda::testing::failures == 0 ? 0 : 1;
+}
