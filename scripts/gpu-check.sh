@@ -10,7 +10,10 @@
 #           tests included) and the example;
 # sanitize: runs every CUDA test program under compute-sanitizer memcheck
 #           (with leak check), racecheck and synccheck;
-# bench:    runs the benchmarks (tables and JSON).
+# bench:    runs the benchmarks (tables and JSON), then PyTorch's anchor at
+#           flashinfer_bench's shapes (bench/python/torch_anchor.py: SDPA
+#           decode and causal prefill per backend, torch.topk) where torch
+#           is installed, skipped with a note where it is not.
 #   KVPOLICY_GPU_TESTS="cuda_minference" KVPOLICY_GPU_BENCHES="minference_bench" scripts/gpu-check.sh OUT
 #           the same steps for the named programs only (an empty
 #           KVPOLICY_GPU_BENCHES builds and times no benchmark).
@@ -77,8 +80,11 @@ nvidia-smi >"$out/nvidia-smi.txt" 2>&1 || true
 # KVPOLICY_GPU_TESTS / KVPOLICY_GPU_BENCHES (space-separated names) narrow
 # every step to those programs: a short device lease builds, tests,
 # sanitizes and times only what changed.
-read -r -a cuda_tests <<<"${KVPOLICY_GPU_TESTS:-cuda_device_smoke cuda_select_score cuda_sparse_ring cuda_16bit cuda_minference}"
-read -r -a benches <<<"${KVPOLICY_GPU_BENCHES-select_bench loader_bench quest_bench minference_bench}"
+# The cuda_flashinfer_* tests and flashinfer_bench exist where the
+# configure step found FlashInfer's headers (carried in .gpudeps/flashinfer
+# by scripts/fetch-deps.sh); the build step fails, naming them, where not.
+read -r -a cuda_tests <<<"${KVPOLICY_GPU_TESTS:-cuda_device_smoke cuda_select_score cuda_sparse_ring cuda_16bit cuda_minference cuda_flashinfer_decode cuda_flashinfer_prefill cuda_flashinfer_top_k}"
+read -r -a benches <<<"${KVPOLICY_GPU_BENCHES-select_bench loader_bench quest_bench minference_bench flashinfer_bench}"
 test_regex="^cuda: ($(IFS='|'; echo "${cuda_tests[*]}"))\$|^compile_fail: cuda"
 
 if wants build; then
@@ -104,8 +110,20 @@ if wants sanitize; then
 fi
 if wants bench; then
     for b in "${benches[@]}"; do
-        step "$b" "$build/bench/$b" --json "$out/$b.json" && cp "$out/$b.log" "$out/$b.txt"
+        extra=()
+        [ "$b" = flashinfer_bench ] && extra=(--reps 10)  # its 128K prefill rows keep the step short
+        step "$b" "$build/bench/$b" "${extra[@]}" --json "$out/$b.json" && cp "$out/$b.log" "$out/$b.txt"
     done
+    # PyTorch's SDPA and torch.topk at flashinfer_bench's shapes, in the same
+    # run; where no Python has torch, a note instead of a failure.
+    py=$(command -v python3 || command -v python || true)
+    if [ -n "$py" ] && "$py" -c "import torch" >/dev/null 2>&1; then
+        step torch_anchor "$py" bench/python/torch_anchor.py --reps 10 --json "$out/torch_anchor.json" &&
+            cp "$out/torch_anchor.log" "$out/torch_anchor.txt"
+    else
+        echo "== torch_anchor: skipped: no python with torch here (pip install torch to time SDPA and torch.topk beside flashinfer_bench)" |
+            tee -a "$out/summary.txt"
+    fi
 fi
 
 if [ ${#failed[@]} -gt 0 ]; then
