@@ -44,6 +44,7 @@
 #include "kvpolicy/eviction/registry.hpp"
 #include "kvpolicy/eviction/retention_value.hpp"
 #include "kvpolicy/eviction/round_robin.hpp"
+#include "kvpolicy/eviction/runtime_choice.hpp"
 #include "kvpolicy/eviction/s3fifo.hpp"
 #include "kvpolicy/eviction/select_victims.hpp"
 #include "kvpolicy/eviction/sieve.hpp"

@@ -43,6 +43,7 @@
 #include "kvpolicy/core/error.hpp"
 #include "kvpolicy/core/key_index.hpp"
 #include "kvpolicy/cost/pensieve_linear.hpp"
+#include "kvpolicy/eviction/runtime_choice.hpp"
 #include "kvpolicy/sim/critical_path.hpp"
 #include "kvpolicy/sim/trace.hpp"
 
@@ -385,6 +386,8 @@ struct request_replay_config {
     std::uint32_t pipeline_layers = 32;
     bool skip_bad_lines = false;
     std::string trace_name = "built-in";
+    /// The CPU tier's policy where its type is a runtime_choice (kvpolicy-sim's lru or checkerboard).
+    std::string cpu_policy = "lru";
     /// [request]: when each request's release says its session is expected
     /// back (compute_expected_returns); null: releases carry no hint.
     /// replay_requests only.
@@ -562,6 +565,20 @@ template <class P>
     return c;
 }
 
+/// The CPU tier's config: replay_policy_config's, and for a runtime_choice
+/// the alternative `cfg.cpu_policy` names, each alternative priced as above.
+template <class P>
+[[nodiscard]] typename P::config_type replay_cpu_policy_config(const request_replay_config& cfg) {
+    if constexpr (is_runtime_choice<P>) {
+        typename P::config_type c;
+        c.policy = cfg.cpu_policy;
+        [&]<class... As>(type_list<As...>) { c.configs = {replay_policy_config<As>(cfg)...}; }(typename P::alternatives{});
+        return c;
+    } else {
+        return replay_policy_config<P>(cfg);
+    }
+}
+
 /// Whether `t` gives the right next uses for a replay at `capacity`: only
 /// if no request is longer than both, or they were computed for it.
 [[nodiscard]] inline bool times_fit(const request_times& t, std::size_t capacity) noexcept {
@@ -592,7 +609,7 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
                                           .num_layers = cfg.num_layers,
                                           .items = items > 1 ? granularity::per_layer : granularity::whole_block,
                                           .item_bytes = static_cast<std::size_t>(cfg.kv_bytes_per_token) * cfg.block_size / items},
-                                         replay_policy_config<Gpu>(cfg), replay_policy_config<Cpu>(cfg));
+                                         replay_policy_config<Gpu>(cfg), replay_cpu_policy_config<Cpu>(cfg));
     replay_result r;
     r.policy = std::string(Gpu::name);
     r.capacity = cfg.capacity;
@@ -842,7 +859,7 @@ replay_result replay_instances(RequestSource& source, const request_replay_confi
             .num_layers = cfg.num_layers,
             .items = items > 1 ? granularity::per_layer : granularity::whole_block,
             .item_bytes = static_cast<std::size_t>(cfg.kv_bytes_per_token) * cfg.block_size / items,
-            .remote = true}, replay_policy_config<Gpu>(cfg), replay_policy_config<Cpu>(cfg)));
+            .remote = true}, replay_policy_config<Gpu>(cfg), replay_cpu_policy_config<Cpu>(cfg)));
         if (shared ? i == 0 : true) stores.emplace_back((shared ? remote_capacity : remote_capacity / instances) * items);
     }
     replay_result r;
