@@ -51,11 +51,11 @@
 #include "kvpolicy/core/concepts.hpp"
 #include "kvpolicy/core/ghost_list.hpp"
 #include "kvpolicy/core/index_list.hpp"
-#include "kvpolicy/eviction/item_tracking.hpp"
+#include "kvpolicy/eviction/tracked_policy.hpp"
 
 namespace kvpolicy {
 
-class arc {
+class arc : public tracked_policy<arc> {
 public:
     /// ARC has no knob: c is the capacity and p starts at 0, as in the paper.
     struct config_type {};
@@ -65,7 +65,7 @@ public:
 
     /// Throws: config_error if `capacity` is 0 or 2^30 or more.
     explicit arc(std::size_t capacity, const config_type& = {})
-        : tracking_(capacity, "arc"),
+        : tracked_policy(capacity),
           links_(capacity),
           in_t2_(capacity, 0),
           keys_(capacity, 0),
@@ -141,16 +141,6 @@ public:
         return replace(false);
     }
 
-    std::size_t pop_victims(std::span<item_id> out, timestamp now) noexcept {
-        return pop_victims_one_by_one(*this, out, now);
-    }
-
-    [[nodiscard]] std::size_t capacity() const noexcept { return tracking_.capacity(); }
-    [[nodiscard]] std::size_t size() const noexcept { return tracking_.size(); }
-    [[nodiscard]] std::size_t evictable_size() const noexcept { return tracking_.evictable_size(); }
-    [[nodiscard]] bool contains(item_id id) const noexcept { return tracking_.contains(id); }
-    [[nodiscard]] const policy_counters& counters() const noexcept { return tracking_.counters(); }
-
     /// The adaptive target size of T1, in [0, capacity()].
     [[nodiscard]] double target() const noexcept { return p_; }
     /// Resident items (held ones included) in T1 and T2; keys in B1 and B2.
@@ -206,7 +196,6 @@ private:
         to.push_back(key);
     }
 
-    item_tracking tracking_;
     index_links links_;               // [capacity] T1 / T2 links of evictable items
     index_list t1_, t2_;              // evictable items, LRU first
     std::vector<std::uint8_t> in_t2_; // [capacity] 1 if the item is in T2 (kept while held)

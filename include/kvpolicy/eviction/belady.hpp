@@ -33,11 +33,11 @@
 
 #include "kvpolicy/core/concepts.hpp"
 #include "kvpolicy/core/indexed_heap.hpp"
-#include "kvpolicy/eviction/item_tracking.hpp"
+#include "kvpolicy/eviction/tracked_policy.hpp"
 
 namespace kvpolicy {
 
-class belady {
+class belady : public tracked_policy<belady> {
 public:
     /// MIN has no parameter: the trace supplies the future.
     struct config_type {};
@@ -47,9 +47,8 @@ public:
     /// Reads `ctx.next_use`: simulators must pass the trace's next uses.
     static constexpr bool uses_future = true;
 
-    explicit belady(std::size_t capacity, const config_type& = {}) : tracking_(capacity, "belady"), heap_(capacity) {}
+    explicit belady(std::size_t capacity, const config_type& = {}) : tracked_policy(capacity), heap_(capacity) {}
 
-    void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_inserted(id);
         heap_.push(id.value, {ctx.next_use, ctx.chunk.value, stamp_++});
@@ -81,16 +80,6 @@ public:
         return victim;
     }
 
-    std::size_t pop_victims(std::span<item_id> out, timestamp now) noexcept {
-        return pop_victims_one_by_one(*this, out, now);
-    }
-
-    [[nodiscard]] std::size_t capacity() const noexcept { return tracking_.capacity(); }
-    [[nodiscard]] std::size_t size() const noexcept { return tracking_.size(); }
-    [[nodiscard]] std::size_t evictable_size() const noexcept { return tracking_.evictable_size(); }
-    [[nodiscard]] bool contains(item_id id) const noexcept { return tracking_.contains(id); }
-    [[nodiscard]] const policy_counters& counters() const noexcept { return tracking_.counters(); }
-
 private:
     // The heap pops its least element, so "least" is "farthest next use".
     struct rank {
@@ -105,7 +94,6 @@ private:
         }
     };
 
-    item_tracking tracking_;
     indexed_heap<rank> heap_;  // evictable items, farthest next use on top
     std::uint64_t stamp_ = 0;
 };

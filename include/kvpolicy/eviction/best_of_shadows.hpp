@@ -114,7 +114,7 @@
 #include "kvpolicy/core/error.hpp"
 #include "kvpolicy/core/item_key.hpp"
 #include "kvpolicy/core/key_index.hpp"
-#include "kvpolicy/eviction/item_tracking.hpp"
+#include "kvpolicy/eviction/tracked_policy.hpp"
 #include "kvpolicy/eviction/lrfu.hpp"
 #include "kvpolicy/eviction/lru.hpp"
 #include "kvpolicy/eviction/session_aware_lru.hpp"
@@ -122,8 +122,41 @@
 
 namespace kvpolicy {
 
-template <eviction_policy... Experts>
-class best_of_shadows {
+/// The defaults of best_of_shadows' own options (config_type below says
+/// what each means); a preset states its own with designated initializers.
+struct best_of_shadows_defaults {
+    std::size_t shadow_items = 4096;
+    double sample_rate = 1.0;
+    double window = 4.0;
+    double switch_sigmas = 2.0;
+    double switch_gain = 0.0;
+    bool leader_only = false;
+    std::size_t large_capacity = std::numeric_limits<std::size_t>::max();
+    std::size_t large_shadow_items = 4096;
+};
+
+/// A preset is a name (the registry's) and the defaults of config_type;
+/// this one is the plain family's.
+struct best_of_shadows_preset {
+    static constexpr std::string_view name = "best_of_shadows";
+    static constexpr best_of_shadows_defaults defaults{};
+};
+
+/// best_of_shadows under a preset's name and defaults. The preset is a
+/// type, not a configuration value, because each preset is its own policy
+/// in the registry (its `name`, its default config_type): two presets over
+/// the same experts must be two types. Capacity and option errors name
+/// best_of_shadows, the validator, whichever the preset.
+template <class Preset, eviction_policy... Experts>
+class basic_best_of_shadows : public tracked_policy<basic_best_of_shadows<Preset, Experts...>> {
+    using tracked = tracked_policy<basic_best_of_shadows<Preset, Experts...>>;
+    using tracked::tracking_;
+
+    static_assert(requires {
+        std::string_view{Preset::name};
+        best_of_shadows_defaults{Preset::defaults};
+    }, "best_of_shadows: a preset gives `name` (a string_view) and `defaults` (a best_of_shadows_defaults)");
+
     static_assert(sizeof...(Experts) >= 2, "best_of_shadows needs at least two experts to choose between");
     static_assert(((Experts::order == eviction_order::static_between_accesses) && ...),
                   "best_of_shadows: every expert must keep its order between accesses (a time-varying expert such "
@@ -140,57 +173,57 @@ public:
         /// Items each shadow holds at most: keys are sampled at rate
         /// min(sample_rate, shadow_items / capacity) (large_shadow_items
         /// above large_capacity, below); >= 1.
-        std::size_t shadow_items = 4096;
+        std::size_t shadow_items = Preset::defaults.shadow_items;
         /// The most keys sampled into the shadows, as a share: in (0, 1].
         /// Each shadow holds rate x capacity items (SHARDS' scaled size), so
         /// its cost per block operation is about rate x the expert's. 1 with
         /// shadow_items >= capacity: every key, each shadow a full-size
         /// replica of its expert.
-        double sample_rate = 1.0;
+        double sample_rate = Preset::defaults.sample_rate;
         /// Shadow hits halve every `window` x shadow capacity sampled
         /// references: how far back "lately" reaches; in (0, 1e9].
-        double window = 4.0;
+        double window = Preset::defaults.window;
         /// Follow the expert whose shadow hits most when its lead over the
         /// followed one's exceeds this many standard deviations (McNemar);
         /// >= 0 and finite.
-        double switch_sigmas = 2.0;
+        double switch_sigmas = Preset::defaults.switch_sigmas;
         /// ... and when that lead, per sampled reference of the window, is
         /// at least this share (a hit-ratio difference): in [0, 1). Experts
         /// that hit alike lead each other by noise, and the best of several
         /// passes any significance test now and then; with leader_only each
         /// such switch rebuilds the leader over every cached item and
         /// drops what it had learned, for nothing. 0: significance alone.
-        double switch_gain = 0.0;
+        double switch_gain = Preset::defaults.switch_gain;
         /// Only the followed expert keeps per-item state; the others exist
         /// only in their shadows, and a switch builds the new expert over
         /// the cached items, replayed in the order of their last reference
         /// (what it needs kept here: 32 bytes per item). False: every expert keeps
         /// its order over every cached item, and a switch costs nothing.
-        bool leader_only = false;
+        bool leader_only = Preset::defaults.leader_only;
         /// A cache of more than `large_capacity` items samples its shadows
         /// down to `large_shadow_items` items instead of shadow_items. A
         /// shadow's bytes and time are the same at any capacity, so at
         /// large capacities they are a small sample's price per cached item;
         /// small caches need the larger sample (adaptive_kv). Default: no
         /// cache counts as large.
-        std::size_t large_capacity = std::numeric_limits<std::size_t>::max();
+        std::size_t large_capacity = Preset::defaults.large_capacity;
         /// Items each shadow holds at most in a cache of more than
         /// large_capacity items; >= 1.
-        std::size_t large_shadow_items = 4096;
+        std::size_t large_shadow_items = Preset::defaults.large_shadow_items;
     };
 
-    static constexpr std::string_view name = "best_of_shadows";
+    static constexpr std::string_view name = Preset::name;
     static constexpr eviction_order order = eviction_order::static_between_accesses;
 
-    explicit best_of_shadows(std::size_t capacity) : best_of_shadows(capacity, config_type{}) {}
+    explicit basic_best_of_shadows(std::size_t capacity) : basic_best_of_shadows(capacity, config_type{}) {}
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids,
     /// `shadow_items` is 0, `sample_rate` is outside (0, 1], `window` is
     /// outside (0, 1e9] or
     /// `switch_sigmas` is negative or not finite; whatever an expert's
     /// constructor throws for its configuration.
-    best_of_shadows(std::size_t capacity, const config_type& config)
-        : tracking_(capacity, "best_of_shadows"), config_(validated(config)),
+    basic_best_of_shadows(std::size_t capacity, const config_type& config)
+        : tracked(capacity, "best_of_shadows"), config_(validated(config)),
           rate_(std::min({1.0, config.sample_rate,
                           static_cast<double>(capacity > config.large_capacity ? config.large_shadow_items
                                                                                : config.shadow_items) /
@@ -260,13 +293,6 @@ public:
         if (v) tracking_.mark_evicted(*v);
         return v;
     }
-    std::size_t pop_victims(std::span<item_id> out, timestamp now) { return pop_victims_one_by_one(*this, out, now); }
-
-    [[nodiscard]] std::size_t capacity() const noexcept { return tracking_.capacity(); }
-    [[nodiscard]] std::size_t size() const noexcept { return tracking_.size(); }
-    [[nodiscard]] std::size_t evictable_size() const noexcept { return tracking_.evictable_size(); }
-    [[nodiscard]] bool contains(item_id id) const noexcept { return tracking_.contains(id); }
-    [[nodiscard]] const policy_counters& counters() const noexcept { return tracking_.counters(); }
 
     /// Index (into Experts...) of the expert whose victims are taken now.
     [[nodiscard]] std::size_t followed() const noexcept { return followed_; }
@@ -581,7 +607,6 @@ private:
         return v;
     }
 
-    item_tracking tracking_;
     config_type config_;
     double rate_;                        // share of keys sampled into the shadows
     std::uint64_t sample_below_;         // a key is sampled if mix64(key) is below this
@@ -631,7 +656,7 @@ private:
 /// shadows"): only the followed expert keeps per-item state (leader_only;
 /// a switch carries what the new leader can take: an LRFU's values and
 /// ghosts from the LRFU it replaces, session_aware_lru's learning from its
-/// shadow), and each shadow holds `default_shadow_items` items (all keys
+/// shadow), and each shadow holds `shadow_items` (4096) items (all keys
 /// below that capacity; SHARDS' fixed-size sample above it). Shadows of
 /// 4096 items kept its hit ratio within 0.005 of the full-state version's
 /// and above LRU's in every cell of README "Which policy"; 2048 put it
@@ -649,55 +674,45 @@ private:
 /// every cell of README "Which policy" unchanged to the fourth digit and
 /// stopped a 10^6-item cache from rebuilding its leader for LRU and an LRFU
 /// that missed alike (0.2%: up to 0.0025 lower).
-class adaptive_kv
-    : public best_of_shadows<lru, basic_lrfu<2>, basic_lrfu<8>, basic_lrfu<32>, superseded_lru, session_aware_lru> {
-public:
-    using base_type = best_of_shadows<lru, basic_lrfu<2>, basic_lrfu<8>, basic_lrfu<32>, superseded_lru, session_aware_lru>;
-    static constexpr double default_sample_rate = 1.0;
-    static constexpr std::size_t default_shadow_items = 4096;
-    static constexpr double default_switch_gain = 0.001;
-    static constexpr std::size_t default_large_capacity = 32'768;
-    static constexpr std::size_t default_large_shadow_items = 1024;
-    /// best_of_shadows' configuration with adaptive_kv's defaults.
-    struct config_type : base_type::config_type {
-        config_type() {
-            shadow_items = default_shadow_items;
-            sample_rate = default_sample_rate;
-            switch_gain = default_switch_gain;
-            leader_only = true;
-            large_capacity = default_large_capacity;
-            large_shadow_items = default_large_shadow_items;
-        }
-    };
-
+struct adaptive_kv_preset {
     static constexpr std::string_view name = "adaptive_kv";
-    explicit adaptive_kv(std::size_t capacity) : base_type(capacity, config_type{}) {}
-    adaptive_kv(std::size_t capacity, const config_type& config) : base_type(capacity, config) {}
+    static constexpr best_of_shadows_defaults defaults{.shadow_items = 4096,
+                                                       .sample_rate = 1.0,
+                                                       .switch_gain = 0.001,
+                                                       .leader_only = true,
+                                                       .large_capacity = 32'768,
+                                                       .large_shadow_items = 1024};
 };
+
+/// adaptive_kv's experts under a preset's name and defaults.
+template <class Preset>
+using adaptive_kv_experts =
+    basic_best_of_shadows<Preset, lru, basic_lrfu<2>, basic_lrfu<8>, basic_lrfu<32>, superseded_lru, session_aware_lru>;
+using adaptive_kv = adaptive_kv_experts<adaptive_kv_preset>;
 
 /// adaptive_kv with its shadows sampling at most 5% of the keys and holding
 /// at most 1024 items each: far cheaper than adaptive_kv below about 80,000
 /// items (at 10^3 items its shadows hold 50 items, not 1,000), for a hit
 /// ratio up to 0.009 lower on the Mooncake traces at 1-10% of their blocks
 /// (docs/performance.md).
-class adaptive_kv_fast : public adaptive_kv {
-public:
-    static constexpr double default_sample_rate = 0.05;
-    static constexpr std::size_t default_shadow_items = 1024;
-    struct config_type : adaptive_kv::config_type {
-        config_type() {
-            shadow_items = default_shadow_items;
-            sample_rate = default_sample_rate;
-        }
-    };
-
+struct adaptive_kv_fast_preset {
     static constexpr std::string_view name = "adaptive_kv_fast";
-    explicit adaptive_kv_fast(std::size_t capacity) : adaptive_kv(capacity, config_type{}) {}
-    adaptive_kv_fast(std::size_t capacity, const config_type& config) : adaptive_kv(capacity, config) {}
+    static constexpr best_of_shadows_defaults defaults{.shadow_items = 1024,
+                                                       .sample_rate = 0.05,
+                                                       .switch_gain = adaptive_kv_preset::defaults.switch_gain,
+                                                       .leader_only = adaptive_kv_preset::defaults.leader_only,
+                                                       .large_capacity = adaptive_kv_preset::defaults.large_capacity,
+                                                       .large_shadow_items = adaptive_kv_preset::defaults.large_shadow_items};
 };
+using adaptive_kv_fast = adaptive_kv_experts<adaptive_kv_fast_preset>;
+
 static_assert(eviction_policy<adaptive_kv>);
 static_assert(hears_session_ends<adaptive_kv>);
 static_assert(eviction_policy<adaptive_kv_fast>);
+/// best_of_shadows over any experts, with the plain defaults.
+template <eviction_policy... Experts>
+using best_of_shadows = basic_best_of_shadows<best_of_shadows_preset, Experts...>;
+
 static_assert(eviction_policy<best_of_shadows<lru, lrfu>>);
 static_assert(!hears_session_ends<best_of_shadows<lru, lrfu>>);
 

@@ -32,11 +32,11 @@
 
 #include "kvpolicy/core/concepts.hpp"
 #include "kvpolicy/core/indexed_heap.hpp"
-#include "kvpolicy/eviction/item_tracking.hpp"
+#include "kvpolicy/eviction/tracked_policy.hpp"
 
 namespace kvpolicy {
 
-class lexicographic_checkerboard {
+class lexicographic_checkerboard : public tracked_policy<lexicographic_checkerboard> {
 public:
     struct config_type {};
 
@@ -49,7 +49,7 @@ public:
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.
     explicit lexicographic_checkerboard(std::size_t capacity, const config_type& = {})
-        : tracking_(capacity, "checkerboard"), heap_(capacity) {}
+        : tracked_policy(capacity), heap_(capacity) {}
 
     /// Where an item described by `ctx` sorts: smaller keys are evicted first.
     struct order_key {
@@ -63,7 +63,6 @@ public:
         return {std::numeric_limits<std::uint32_t>::max() - ctx.layer.value, ctx.session.value, ctx.chunk.value};
     }
 
-void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_inserted(id);
         heap_.push(id.value, order_key_of(ctx));
@@ -87,18 +86,8 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
         tracking_.mark_evicted(v);
         return v;
     }
-    std::size_t pop_victims(std::span<item_id> out, timestamp now) noexcept {
-        return pop_victims_one_by_one(*this, out, now);
-    }
-
-    [[nodiscard]] std::size_t capacity() const noexcept { return tracking_.capacity(); }
-    [[nodiscard]] std::size_t size() const noexcept { return tracking_.size(); }
-    [[nodiscard]] std::size_t evictable_size() const noexcept { return tracking_.evictable_size(); }
-    [[nodiscard]] bool contains(item_id id) const noexcept { return tracking_.contains(id); }
-    [[nodiscard]] const policy_counters& counters() const noexcept { return tracking_.counters(); }
 
 private:
-    item_tracking tracking_;
     indexed_heap<order_key> heap_;  // evictable items by key, then id
 };
 

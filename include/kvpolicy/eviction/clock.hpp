@@ -34,11 +34,11 @@
 
 #include "kvpolicy/core/concepts.hpp"
 #include "kvpolicy/core/index_list.hpp"
-#include "kvpolicy/eviction/item_tracking.hpp"
+#include "kvpolicy/eviction/tracked_policy.hpp"
 
 namespace kvpolicy {
 
-class clock {
+class clock : public tracked_policy<clock> {
 public:
     struct config_type {};
 
@@ -47,9 +47,8 @@ public:
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.
     explicit clock(std::size_t capacity, const config_type& = {})
-        : tracking_(capacity, "clock"), links_(capacity), referenced_(capacity, 0) {}
+        : tracked_policy(capacity), links_(capacity), referenced_(capacity, 0) {}
 
-void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context&) noexcept {
         tracking_.mark_inserted(id);
         referenced_[id.value] = 0;
@@ -85,9 +84,6 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
         tracking_.mark_evicted(v);
         return v;
     }
-    std::size_t pop_victims(std::span<item_id> out, timestamp now) noexcept {
-        return pop_victims_one_by_one(*this, out, now);
-    }
 
     /// The reference bit. Precondition: contains(id).
     [[nodiscard]] bool referenced(item_id id) const noexcept {
@@ -95,14 +91,7 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
         return referenced_[id.value] != 0;
     }
 
-    [[nodiscard]] std::size_t capacity() const noexcept { return tracking_.capacity(); }
-    [[nodiscard]] std::size_t size() const noexcept { return tracking_.size(); }
-    [[nodiscard]] std::size_t evictable_size() const noexcept { return tracking_.evictable_size(); }
-    [[nodiscard]] bool contains(item_id id) const noexcept { return tracking_.contains(id); }
-    [[nodiscard]] const policy_counters& counters() const noexcept { return tracking_.counters(); }
-
 private:
-    item_tracking tracking_;
     index_links links_;                     // [capacity] face links
     index_list face_;                       // tracked items, held ones included; front is under the hand
     std::vector<std::uint8_t> referenced_;  // [capacity] reference bits

@@ -19,11 +19,11 @@
 
 #include "kvpolicy/core/concepts.hpp"
 #include "kvpolicy/core/place_queue.hpp"
-#include "kvpolicy/eviction/item_tracking.hpp"
+#include "kvpolicy/eviction/tracked_policy.hpp"
 
 namespace kvpolicy {
 
-class fifo {
+class fifo : public tracked_policy<fifo> {
 public:
     struct config_type {};
 
@@ -31,9 +31,8 @@ public:
     static constexpr eviction_order order = eviction_order::static_between_accesses;
 
     explicit fifo(std::size_t capacity, const config_type& = {})
-        : tracking_(capacity, "fifo"), links_(capacity) {}
+        : tracked_policy(capacity), links_(capacity) {}
 
-void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context&) noexcept {
         tracking_.mark_inserted(id);
         links_.push_back(queue_, id.value);
@@ -57,18 +56,8 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
         tracking_.mark_evicted(v);
         return v;
     }
-    std::size_t pop_victims(std::span<item_id> out, timestamp now) noexcept {
-        return pop_victims_one_by_one(*this, out, now);
-    }
-
-    [[nodiscard]] std::size_t capacity() const noexcept { return tracking_.capacity(); }
-    [[nodiscard]] std::size_t size() const noexcept { return tracking_.size(); }
-    [[nodiscard]] std::size_t evictable_size() const noexcept { return tracking_.evictable_size(); }
-    [[nodiscard]] bool contains(item_id id) const noexcept { return tracking_.contains(id); }
-    [[nodiscard]] const policy_counters& counters() const noexcept { return tracking_.counters(); }
 
 private:
-    item_tracking tracking_;
     place_links links_;  // [capacity] links and insertion places
     place_queue queue_;  // every tracked item, held ones at their places, oldest first
 };

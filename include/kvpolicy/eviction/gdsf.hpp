@@ -32,12 +32,15 @@
 #include "kvpolicy/core/concepts.hpp"
 #include "kvpolicy/core/indexed_heap.hpp"
 #include "kvpolicy/cost/unit_cost.hpp"
-#include "kvpolicy/eviction/item_tracking.hpp"
+#include "kvpolicy/eviction/tracked_policy.hpp"
 
 namespace kvpolicy {
 
 template <cost_model Cost = unit_cost>
-class gdsf {
+class gdsf : public tracked_policy<gdsf<Cost>> {
+    using tracked = tracked_policy<gdsf<Cost>>;
+    using tracked::tracking_;
+
 public:
     struct config_type {
         /// Recompute cost of an item from its context length.
@@ -51,10 +54,9 @@ public:
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.
     gdsf(std::size_t capacity, const config_type& config)
-        : tracking_(capacity, "gdsf"), cost_model_(config.cost), heap_(capacity), freq_(capacity, 0),
+        : tracked(capacity), cost_model_(config.cost), heap_(capacity), freq_(capacity, 0),
           value_(capacity, 0.0) {}
 
-void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_inserted(id);
         freq_[id.index()] = 1;
@@ -94,16 +96,6 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
         return victim;
     }
 
-    std::size_t pop_victims(std::span<item_id> out, timestamp now) noexcept {
-        return pop_victims_one_by_one(*this, out, now);
-    }
-
-    [[nodiscard]] std::size_t capacity() const noexcept { return tracking_.capacity(); }
-    [[nodiscard]] std::size_t size() const noexcept { return tracking_.size(); }
-    [[nodiscard]] std::size_t evictable_size() const noexcept { return tracking_.evictable_size(); }
-    [[nodiscard]] bool contains(item_id id) const noexcept { return tracking_.contains(id); }
-    [[nodiscard]] const policy_counters& counters() const noexcept { return tracking_.counters(); }
-
     /// The inflation value L: the H of the last victim.
     [[nodiscard]] double inflation() const noexcept { return inflation_; }
 
@@ -121,7 +113,6 @@ private:
         return {inflation_ + static_cast<double>(freq_[x]) * value_[x], stamp_++};
     }
 
-    item_tracking tracking_;
     [[no_unique_address]] Cost cost_model_;
     indexed_heap<rank> heap_;     // evictable items by (H, stamp)
     std::vector<std::uint32_t> freq_;  // [capacity] references since insert

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvpolicy/core/access_context.hpp"
@@ -22,7 +23,7 @@ public:
     item_tracking() = default;
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.
-    explicit item_tracking(std::size_t capacity, const char* policy_name) {
+    explicit item_tracking(std::size_t capacity, std::string_view policy_name) {
         if (capacity == 0)
             throw config_error(std::string(policy_name) + ": capacity 0 cannot hold any item; give at least 1");
         if (capacity >= 0xffffffffULL)

@@ -31,7 +31,7 @@
 
 #include "kvpolicy/core/concepts.hpp"
 #include "kvpolicy/core/indexed_heap.hpp"
-#include "kvpolicy/eviction/item_tracking.hpp"
+#include "kvpolicy/eviction/tracked_policy.hpp"
 
 namespace kvpolicy {
 
@@ -44,7 +44,7 @@ struct lfu_rank {
     friend constexpr auto operator<=>(const lfu_rank&, const lfu_rank&) noexcept = default;
 };
 
-class lfu {
+class lfu : public tracked_policy<lfu> {
 public:
     struct config_type {};
 
@@ -53,9 +53,8 @@ public:
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.
     explicit lfu(std::size_t capacity, const config_type& = {})
-        : tracking_(capacity, "lfu"), heap_(capacity), count_(capacity, 0), last_use_(capacity, 0) {}
+        : tracked_policy(capacity), heap_(capacity), count_(capacity, 0), last_use_(capacity, 0) {}
 
-void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context&) noexcept {
         tracking_.mark_inserted(id);
         count_[id.value] = 1;
@@ -92,9 +91,6 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
         tracking_.mark_evicted(v);
         return v;
     }
-    std::size_t pop_victims(std::span<item_id> out, timestamp now) noexcept {
-        return pop_victims_one_by_one(*this, out, now);
-    }
 
     /// Uses counted since the item was inserted. Precondition: contains(id).
     [[nodiscard]] std::uint64_t count(item_id id) const noexcept {
@@ -102,16 +98,9 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
         return count_[id.value];
     }
 
-    [[nodiscard]] std::size_t capacity() const noexcept { return tracking_.capacity(); }
-    [[nodiscard]] std::size_t size() const noexcept { return tracking_.size(); }
-    [[nodiscard]] std::size_t evictable_size() const noexcept { return tracking_.evictable_size(); }
-    [[nodiscard]] bool contains(item_id id) const noexcept { return tracking_.contains(id); }
-    [[nodiscard]] const policy_counters& counters() const noexcept { return tracking_.counters(); }
-
 private:
     [[nodiscard]] lfu_rank key_of(std::uint32_t id) const noexcept { return {count_[id], last_use_[id]}; }
 
-    item_tracking tracking_;
     indexed_heap<lfu_rank> heap_;          // evictable items, fewest uses then oldest last use first
     std::vector<std::uint64_t> count_;     // [capacity] uses since insert
     std::vector<std::uint64_t> last_use_;  // [capacity] number of the latest insert / access

@@ -52,11 +52,11 @@
 #include "kvpolicy/core/error.hpp"
 #include "kvpolicy/core/index_list.hpp"
 #include "kvpolicy/core/item_key.hpp"
-#include "kvpolicy/eviction/item_tracking.hpp"
+#include "kvpolicy/eviction/tracked_policy.hpp"
 
 namespace kvpolicy {
 
-class lirs {
+class lirs : public tracked_policy<lirs> {
 public:
     struct config_type {
         /// Share of the capacity for resident HIR blocks (paper: 1%, at least one block).
@@ -73,7 +73,7 @@ public:
     /// Throws: config_error if `capacity` is 0, `hir_fraction` is outside
     /// [0, 1] or NaN, or `max_nonresident` is 2^30 or more.
     lirs(std::size_t capacity, const config_type& config)
-        : tracking_(capacity, "lirs"),
+        : tracked_policy(capacity),
           hir_target_(hir_target_for(capacity, config.hir_fraction)),
           lir_target_(capacity - hir_target_),
           max_ghosts_(ghosts_for(capacity, config.max_nonresident)),
@@ -88,7 +88,6 @@ public:
         for (std::size_t g = max_ghosts_; g-- > 0;) free_ghosts_.push_back(static_cast<std::uint32_t>(g));
     }
 
-void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_inserted(id);
         keys_[id.index()] = ctx.key;
@@ -157,16 +156,6 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
         tracking_.mark_evicted(victim);
         return victim;
     }
-
-    std::size_t pop_victims(std::span<item_id> out, timestamp now) noexcept {
-        return pop_victims_one_by_one(*this, out, now);
-    }
-
-    [[nodiscard]] std::size_t capacity() const noexcept { return tracking_.capacity(); }
-    [[nodiscard]] std::size_t size() const noexcept { return tracking_.size(); }
-    [[nodiscard]] std::size_t evictable_size() const noexcept { return tracking_.evictable_size(); }
-    [[nodiscard]] bool contains(item_id id) const noexcept { return tracking_.contains(id); }
-    [[nodiscard]] const policy_counters& counters() const noexcept { return tracking_.counters(); }
 
     /// Whether a tracked item has LIR status.
     [[nodiscard]] bool is_lir(item_id id) const noexcept { return contains(id) && lir_[id.index()] != 0; }
@@ -291,7 +280,6 @@ private:
         ghost_table_[i] = {};
     }
 
-    item_tracking tracking_;
     std::size_t hir_target_;  // resident HIR blocks the cache aims for
     std::size_t lir_target_;  // capacity - hir_target_
     std::size_t max_ghosts_;

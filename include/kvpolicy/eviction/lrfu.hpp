@@ -58,7 +58,7 @@
 #include "kvpolicy/core/error.hpp"
 #include "kvpolicy/core/ghost_list.hpp"
 #include "kvpolicy/core/indexed_heap.hpp"
-#include "kvpolicy/eviction/item_tracking.hpp"
+#include "kvpolicy/eviction/tracked_policy.hpp"
 
 namespace kvpolicy {
 
@@ -66,7 +66,10 @@ namespace kvpolicy {
 /// whole capacities (an integer: clang 14 takes no floating-point template
 /// arguments); any positive value can be configured.
 template <std::uint32_t DefaultHalfLife = 2>
-class basic_lrfu {
+class basic_lrfu : public tracked_policy<basic_lrfu<DefaultHalfLife>> {
+    using tracked = tracked_policy<basic_lrfu<DefaultHalfLife>>;
+    using tracked::tracking_;
+
 public:
     struct config_type {
         /// Half-life of a reference's weight, in multiples of the capacity
@@ -85,13 +88,12 @@ public:
     /// `half_life` is not positive and finite, or `ghost_factor` is negative,
     /// not finite or asks for 2^30 ghosts or more.
     basic_lrfu(std::size_t capacity, const config_type& config)
-        : tracking_(capacity, "lrfu"), config_(validated(config, capacity)),
+        : tracked(capacity), config_(validated(config, capacity)),
           per_reference_(1.0 / (config.half_life * static_cast<double>(capacity))), heap_(capacity),
           crf_(capacity, 0.0), time_(capacity, 0), placed_(capacity, 0), key_(capacity, 0),
           ghosts_(static_cast<std::size_t>(config.ghost_factor * static_cast<double>(capacity))),
           ghost_crf_(ghosts_.capacity(), 0.0), ghost_time_(ghosts_.capacity(), 0) {}
 
-    void on_miss(const access_context&) noexcept {}  // the insert that follows says all
     void on_insert(item_id id, const access_context& ctx) {
         tracking_.mark_inserted(id);
         const std::uint64_t t = reference(ctx);
@@ -135,13 +137,6 @@ public:
         tracking_.mark_evicted(item_id{v});
         return item_id{v};
     }
-    std::size_t pop_victims(std::span<item_id> out, timestamp now) { return pop_victims_one_by_one(*this, out, now); }
-
-    [[nodiscard]] std::size_t capacity() const noexcept { return tracking_.capacity(); }
-    [[nodiscard]] std::size_t size() const noexcept { return tracking_.size(); }
-    [[nodiscard]] std::size_t evictable_size() const noexcept { return tracking_.evictable_size(); }
-    [[nodiscard]] bool contains(item_id id) const noexcept { return tracking_.contains(id); }
-    [[nodiscard]] const policy_counters& counters() const noexcept { return tracking_.counters(); }
 
     /// Stops keeping the victim order: every operation still updates each
     /// item's value, time and placement stamp in O(1), but no heap, until
@@ -179,9 +174,9 @@ public:
     /// (nothing changed).
     template <std::uint32_t H>
     void adopt_history(const basic_lrfu<H>& from) {
-        if (tracking_.size() != 0 || from.capacity() != capacity())
+        if (tracking_.size() != 0 || from.capacity() != this->capacity())
             throw usage_error("lrfu::adopt_history: this lrfu holds " + std::to_string(tracking_.size()) +
-                              " items at capacity " + std::to_string(capacity()) + ", the other has capacity " +
+                              " items at capacity " + std::to_string(this->capacity()) + ", the other has capacity " +
                               std::to_string(from.capacity()) +
                               "; adopt only into an empty lrfu of the same capacity");
         tracking_ = from.tracking_;
@@ -273,7 +268,6 @@ private:
         ghost_time_[g] = time_[x];
     }
 
-    item_tracking tracking_;
     config_type config_;
     double per_reference_;                       // 1 / (half_life x capacity): halvings per reference
     indexed_heap<rank, lowest_first> heap_;      // evictable items, lowest value first

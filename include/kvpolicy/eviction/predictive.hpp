@@ -37,7 +37,7 @@
 
 #include "kvpolicy/core/concepts.hpp"
 #include "kvpolicy/core/indexed_heap.hpp"
-#include "kvpolicy/eviction/item_tracking.hpp"
+#include "kvpolicy/eviction/tracked_policy.hpp"
 
 namespace kvpolicy {
 
@@ -70,7 +70,7 @@ struct predictive_rank {
     friend constexpr bool operator==(const predictive_rank&, const predictive_rank&) noexcept = default;
 };
 
-class predictive {
+class predictive : public tracked_policy<predictive> {
 public:
     struct config_type {};
 
@@ -79,9 +79,8 @@ public:
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.
     explicit predictive(std::size_t capacity, const config_type& = {})
-        : tracking_(capacity, "predictive"), heap_(capacity) {}
+        : tracked_policy(capacity), heap_(capacity) {}
 
-void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_inserted(id);
         heap_.push(id.value, rank(ctx));
@@ -109,9 +108,6 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
         tracking_.mark_evicted(v);
         return v;
     }
-    std::size_t pop_victims(std::span<item_id> out, timestamp now) noexcept {
-        return pop_victims_one_by_one(*this, out, now);
-    }
 
     /// The item's rank. Precondition: evictable.
     [[nodiscard]] const predictive_rank& rank_of(item_id id) const noexcept {
@@ -119,19 +115,12 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
         return heap_.key(id.value);
     }
 
-    [[nodiscard]] std::size_t capacity() const noexcept { return tracking_.capacity(); }
-    [[nodiscard]] std::size_t size() const noexcept { return tracking_.size(); }
-    [[nodiscard]] std::size_t evictable_size() const noexcept { return tracking_.evictable_size(); }
-    [[nodiscard]] bool contains(item_id id) const noexcept { return tracking_.contains(id); }
-    [[nodiscard]] const policy_counters& counters() const noexcept { return tracking_.counters(); }
-
 private:
     // Recency is a use counter, not ctx.now: several uses can share a tick.
     predictive_rank rank(const access_context& ctx) noexcept {
         return predictive_rank::of(ctx.estimated_lifetime, ctx.sequence_length, ctx.max_length, ++uses_);
     }
 
-    item_tracking tracking_;
     indexed_heap<predictive_rank> heap_;  // evictable items by rank
     std::uint64_t uses_ = 0;
 };

@@ -46,7 +46,7 @@
 #include "kvpolicy/core/concepts.hpp"
 #include "kvpolicy/core/index_list.hpp"
 #include "kvpolicy/core/indexed_heap.hpp"
-#include "kvpolicy/eviction/item_tracking.hpp"
+#include "kvpolicy/eviction/tracked_policy.hpp"
 
 namespace kvpolicy {
 
@@ -59,7 +59,7 @@ struct qos_rank {
     friend constexpr auto operator<=>(const qos_rank&, const qos_rank&) noexcept = default;
 };
 
-class qos_aware {
+class qos_aware : public tracked_policy<qos_aware> {
 public:
     struct config_type {};
 
@@ -68,7 +68,7 @@ public:
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.
     explicit qos_aware(std::size_t capacity, const config_type& = {})
-        : tracking_(capacity, "qos_aware"),
+        : tracked_policy(capacity),
           links_(capacity),
           priority_(capacity, default_priority),
           until_(capacity, never),
@@ -78,7 +78,6 @@ public:
         classes_.reserve(capacity + 1);
     }
 
-void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_inserted(id);
         set_retention(id.value, ctx);
@@ -114,9 +113,6 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
         tracking_.mark_evicted(v);
         return v;
     }
-    std::size_t pop_victims(std::span<item_id> out, timestamp now) noexcept {
-        return pop_victims_one_by_one(*this, out, now);
-    }
 
     /// The priority the item has now (expiry applied at the last pop).
     /// Precondition: contains(id).
@@ -126,12 +122,6 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     }
     /// Live classes (priorities with an evictable item).
     [[nodiscard]] std::size_t class_count() const noexcept { return classes_.size(); }
-
-    [[nodiscard]] std::size_t capacity() const noexcept { return tracking_.capacity(); }
-    [[nodiscard]] std::size_t size() const noexcept { return tracking_.size(); }
-    [[nodiscard]] std::size_t evictable_size() const noexcept { return tracking_.evictable_size(); }
-    [[nodiscard]] bool contains(item_id id) const noexcept { return tracking_.contains(id); }
-    [[nodiscard]] const policy_counters& counters() const noexcept { return tracking_.counters(); }
 
 private:
     struct priority_class {
@@ -176,7 +166,6 @@ private:
         }
     }
 
-    item_tracking tracking_;
     index_links links_;                  // [capacity] links within a class
     std::vector<priority_class> classes_;  // live classes, ascending priority
     std::vector<std::int32_t> priority_;   // [capacity]

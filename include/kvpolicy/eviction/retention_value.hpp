@@ -93,7 +93,7 @@
 #include "kvpolicy/cost/pipelined_depth.hpp"
 #include "kvpolicy/cost/session_relative.hpp"
 #include "kvpolicy/cost/uniform_weights.hpp"
-#include "kvpolicy/eviction/item_tracking.hpp"
+#include "kvpolicy/eviction/tracked_policy.hpp"
 #include "kvpolicy/select/nth_element_selector.hpp"
 
 namespace kvpolicy {
@@ -128,7 +128,10 @@ struct retention_value_config {
 template <cost_model Cost = pensieve_linear, layer_weight LayerWeight = uniform_layer_weight,
           position_weight PositionWeight = uniform_position_weight, victim_selector Selector = nth_element_selector,
           retention_loss DefaultLoss = retention_loss::chunk_and_dependents>
-class retention_value {
+class retention_value : public tracked_policy<retention_value<Cost, LayerWeight, PositionWeight, Selector, DefaultLoss>> {
+    using tracked = tracked_policy<retention_value<Cost, LayerWeight, PositionWeight, Selector, DefaultLoss>>;
+    using tracked::tracking_;
+
 public:
     using config_type = retention_value_config<Cost, LayerWeight, PositionWeight, DefaultLoss>;
     using cost_type = Cost;
@@ -148,7 +151,7 @@ public:
     /// Complexity: O(capacity) memory, about 33 bytes per item plus the
     /// selector's scratch.
     explicit retention_value(std::size_t capacity, const config_type& config = {})
-        : tracking_(capacity, "retention_value"), config_(checked(config)), pos_(capacity, no_index),
+        : tracked(capacity), config_(checked(config)), pos_(capacity, no_index),
           scores_(capacity), version_(capacity, 0) {
         ids_.reserve(capacity);
         cost_.reserve(capacity);
@@ -185,7 +188,6 @@ public:
         return score(cost_[p], last_use_[p], now);
     }
 
-void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context& ctx) noexcept(nothrow_cost) {
         const double c = checked_cost(ctx);
         tracking_.mark_inserted(id);
@@ -265,11 +267,6 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
         return k;
     }
 
-    [[nodiscard]] std::size_t capacity() const noexcept { return tracking_.capacity(); }
-    [[nodiscard]] std::size_t size() const noexcept { return tracking_.size(); }
-    [[nodiscard]] std::size_t evictable_size() const noexcept { return tracking_.evictable_size(); }
-    [[nodiscard]] bool contains(item_id id) const noexcept { return tracking_.contains(id); }
-    [[nodiscard]] const policy_counters& counters() const noexcept { return tracking_.counters(); }
     [[nodiscard]] const config_type& config() const noexcept { return config_; }
 
 private:
@@ -381,7 +378,6 @@ private:
         pos_[id.index()] = no_index;
     }
 
-    item_tracking tracking_;
     config_type config_;
     [[no_unique_address]] Selector selector_{};
     std::vector<std::uint32_t> pos_;   // [capacity] index in the dense arrays, or no_index

@@ -32,11 +32,11 @@
 
 #include "kvpolicy/core/concepts.hpp"
 #include "kvpolicy/core/index_list.hpp"
-#include "kvpolicy/eviction/item_tracking.hpp"
+#include "kvpolicy/eviction/tracked_policy.hpp"
 
 namespace kvpolicy {
 
-class reuse_oracle_lru {
+class reuse_oracle_lru : public tracked_policy<reuse_oracle_lru> {
 public:
     /// No parameter: the trace supplies the answers.
     struct config_type {};
@@ -47,9 +47,8 @@ public:
     static constexpr bool uses_future = true;
 
     explicit reuse_oracle_lru(std::size_t capacity, const config_type& = {})
-        : tracking_(capacity, "reuse_oracle_lru"), links_(capacity), dead_bit_(capacity, 0) {}
+        : tracked_policy(capacity), links_(capacity), dead_bit_(capacity, 0) {}
 
-    void on_miss(const access_context&) noexcept {}  // the insert that follows says all
     void on_insert(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_inserted(id);
         place(id.value, ctx);
@@ -80,15 +79,6 @@ public:
         tracking_.mark_evicted(item_id{v});
         return item_id{v};
     }
-    std::size_t pop_victims(std::span<item_id> out, timestamp now) noexcept {
-        return pop_victims_one_by_one(*this, out, now);
-    }
-
-    [[nodiscard]] std::size_t capacity() const noexcept { return tracking_.capacity(); }
-    [[nodiscard]] std::size_t size() const noexcept { return tracking_.size(); }
-    [[nodiscard]] std::size_t evictable_size() const noexcept { return tracking_.evictable_size(); }
-    [[nodiscard]] bool contains(item_id id) const noexcept { return tracking_.contains(id); }
-    [[nodiscard]] const policy_counters& counters() const noexcept { return tracking_.counters(); }
 
     /// Evictable items the oracle says are never used again.
     [[nodiscard]] std::size_t dead_size() const noexcept { return dead_.size; }
@@ -103,7 +93,6 @@ private:
         dead_bit_[x] = 0;
     }
 
-    item_tracking tracking_;
     index_links links_;                   // [capacity] shared by both lists
     index_list recency_;                  // evictable, used again: least recent first
     index_list dead_;                     // evictable, never used again: oldest first

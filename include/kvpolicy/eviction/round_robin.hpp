@@ -26,11 +26,11 @@
 #include <vector>
 
 #include "kvpolicy/core/concepts.hpp"
-#include "kvpolicy/eviction/item_tracking.hpp"
+#include "kvpolicy/eviction/tracked_policy.hpp"
 
 namespace kvpolicy {
 
-class round_robin {
+class round_robin : public tracked_policy<round_robin> {
 public:
     struct config_type {};
 
@@ -39,11 +39,10 @@ public:
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.
     explicit round_robin(std::size_t capacity, const config_type& = {})
-        : tracking_(capacity, "round_robin"),
+        : tracked_policy(capacity),
           words_((capacity + 63) / 64, 0),
           summary_((words_.size() + 63) / 64, 0) {}
 
-void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context&) noexcept {
         tracking_.mark_inserted(id);
         set(id.value);
@@ -71,18 +70,9 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
         tracking_.mark_evicted(item_id{v});
         return item_id{v};
     }
-    std::size_t pop_victims(std::span<item_id> out, timestamp now) noexcept {
-        return pop_victims_one_by_one(*this, out, now);
-    }
 
     /// The slot the next search starts at.
     [[nodiscard]] std::uint32_t hand() const noexcept { return hand_; }
-
-    [[nodiscard]] std::size_t capacity() const noexcept { return tracking_.capacity(); }
-    [[nodiscard]] std::size_t size() const noexcept { return tracking_.size(); }
-    [[nodiscard]] std::size_t evictable_size() const noexcept { return tracking_.evictable_size(); }
-    [[nodiscard]] bool contains(item_id id) const noexcept { return tracking_.contains(id); }
-    [[nodiscard]] const policy_counters& counters() const noexcept { return tracking_.counters(); }
 
 private:
     static constexpr std::uint32_t no_slot_ = 0xffffffffU;
@@ -115,7 +105,6 @@ private:
         return no_slot_;
     }
 
-    item_tracking tracking_;
     std::vector<std::uint64_t> words_;    // [ceil(capacity/64)] bit s: slot s is evictable
     std::vector<std::uint64_t> summary_;  // [ceil(words/64)] bit w: words_[w] != 0
     std::uint32_t hand_ = 0;

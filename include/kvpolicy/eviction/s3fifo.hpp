@@ -64,11 +64,11 @@
 #include "kvpolicy/core/error.hpp"
 #include "kvpolicy/core/ghost_list.hpp"
 #include "kvpolicy/core/place_queue.hpp"
-#include "kvpolicy/eviction/item_tracking.hpp"
+#include "kvpolicy/eviction/tracked_policy.hpp"
 
 namespace kvpolicy {
 
-class s3fifo {
+class s3fifo : public tracked_policy<s3fifo> {
 public:
     struct config_type {
         /// Share of the capacity for the small queue S (paper: 10%).
@@ -91,7 +91,7 @@ public:
     /// Throws: config_error if `capacity` is 0, a fraction is outside [0, 1]
     /// or NaN, or the threshold is outside 1..3.
     s3fifo(std::size_t capacity, const config_type& config)
-        : tracking_(capacity, "s3fifo"),
+        : tracked_policy(capacity),
           config_(validated(config)),
           links_(capacity),
           in_main_(capacity, 0),
@@ -101,7 +101,6 @@ public:
           ghost_target_(share(capacity, config.ghost_fraction)),
           ghost_(ghost_target_ == 0 ? 0 : ghost_target_ + 1) {}
 
-void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_inserted(id);
         keys_[id.index()] = ctx.key;
@@ -167,16 +166,6 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
         }
     }
 
-    std::size_t pop_victims(std::span<item_id> out, timestamp now) noexcept {
-        return pop_victims_one_by_one(*this, out, now);
-    }
-
-    [[nodiscard]] std::size_t capacity() const noexcept { return tracking_.capacity(); }
-    [[nodiscard]] std::size_t size() const noexcept { return tracking_.size(); }
-    [[nodiscard]] std::size_t evictable_size() const noexcept { return tracking_.evictable_size(); }
-    [[nodiscard]] bool contains(item_id id) const noexcept { return tracking_.contains(id); }
-    [[nodiscard]] const policy_counters& counters() const noexcept { return tracking_.counters(); }
-
     /// Resident items (held ones included) in S and M; keys in G (one more
     /// than its share between a pop and the next insert).
     [[nodiscard]] std::size_t small_size() const noexcept { return small_.size(); }
@@ -220,7 +209,6 @@ private:
         return v;
     }
 
-    item_tracking tracking_;
     config_type config_;
     place_links links_;                 // [capacity] S's and M's links and places
     place_queue small_, main_;          // resident items, held ones too, oldest place first

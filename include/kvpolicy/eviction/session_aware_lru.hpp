@@ -92,14 +92,14 @@
 #include "kvpolicy/core/index_list.hpp"
 #include "kvpolicy/core/indexed_heap.hpp"
 #include "kvpolicy/core/time_queue.hpp"
-#include "kvpolicy/eviction/item_tracking.hpp"
+#include "kvpolicy/eviction/tracked_policy.hpp"
 #include "kvpolicy/eviction/pairwise_margin_tuner.hpp"
 #include "kvpolicy/eviction/return_gap_model.hpp"
 #include "kvpolicy/eviction/tail_reuse.hpp"
 
 namespace kvpolicy {
 
-class session_aware_lru {
+class session_aware_lru : public tracked_policy<session_aware_lru> {
 public:
     struct config_type {
         /// Rule 2 applies when the farthest predicted wait exceeds this many
@@ -131,7 +131,7 @@ public:
     /// `far_factor` is negative or not finite, `gap_weight` is outside
     /// (0, 1], or the tail rule's settings are refused (tail_reuse.hpp).
     session_aware_lru(std::size_t capacity, const config_type& config)
-        : tracking_(capacity, "session_aware_lru"), config_(validated(config)),
+        : tracked_policy(capacity), config_(validated(config)),
           learner_(capacity, config.tails, "session_aware_lru"), oldest_(capacity), farthest_(capacity),
           links_(capacity), own_links_(capacity), where_(capacity, in_none), session_(capacity, 0),
           shared_(capacity, 0),
@@ -139,8 +139,6 @@ public:
           forget_at_(2 * max_sessions_),
           tuner_(config.far_factor, config.tuner, "session_aware_lru"), gaps_(config.gaps, "session_aware_lru"),
           key_(capacity, 0) {}
-
-    void on_miss(const access_context&) noexcept {}  // the insert that follows says all
 
     void on_insert(item_id id, const access_context& ctx) {
         tracking_.mark_inserted(id);
@@ -207,13 +205,6 @@ public:
         learner_.evicted(v);
         return item_id{v};
     }
-    std::size_t pop_victims(std::span<item_id> out, timestamp now) { return pop_victims_one_by_one(*this, out, now); }
-
-    [[nodiscard]] std::size_t capacity() const noexcept { return tracking_.capacity(); }
-    [[nodiscard]] std::size_t size() const noexcept { return tracking_.size(); }
-    [[nodiscard]] std::size_t evictable_size() const noexcept { return tracking_.evictable_size(); }
-    [[nodiscard]] bool contains(item_id id) const noexcept { return tracking_.contains(id); }
-    [[nodiscard]] const policy_counters& counters() const noexcept { return tracking_.counters(); }
 
     /// The running mean gap of `session`; 0 until it has shown a gap.
     [[nodiscard]] double mean_gap(session_id session) const noexcept {
@@ -450,7 +441,6 @@ private:
         where_[x] = in_none;
     }
 
-    item_tracking tracking_;
     config_type config_;
     tail_reuse_learner learner_;
     time_queue oldest_;                                   // evictable, not demoted: by placement time

@@ -35,11 +35,11 @@
 
 #include "kvpolicy/core/concepts.hpp"
 #include "kvpolicy/core/index_list.hpp"
-#include "kvpolicy/eviction/item_tracking.hpp"
+#include "kvpolicy/eviction/tracked_policy.hpp"
 
 namespace kvpolicy {
 
-class sieve {
+class sieve : public tracked_policy<sieve> {
 public:
     struct config_type {};
 
@@ -48,9 +48,8 @@ public:
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.
     explicit sieve(std::size_t capacity, const config_type& = {})
-        : tracking_(capacity, "sieve"), links_(capacity), visited_(capacity, 0) {}
+        : tracked_policy(capacity), links_(capacity), visited_(capacity, 0) {}
 
-void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context&) noexcept {
         tracking_.mark_inserted(id);
         visited_[id.value] = 0;
@@ -83,9 +82,6 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
         tracking_.mark_evicted(v);
         return v;
     }
-    std::size_t pop_victims(std::span<item_id> out, timestamp now) noexcept {
-        return pop_victims_one_by_one(*this, out, now);
-    }
 
     /// The visited bit. Precondition: contains(id).
     [[nodiscard]] bool visited(item_id id) const noexcept {
@@ -98,12 +94,6 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
         return item_id{hand_};
     }
 
-    [[nodiscard]] std::size_t capacity() const noexcept { return tracking_.capacity(); }
-    [[nodiscard]] std::size_t size() const noexcept { return tracking_.size(); }
-    [[nodiscard]] std::size_t evictable_size() const noexcept { return tracking_.evictable_size(); }
-    [[nodiscard]] bool contains(item_id id) const noexcept { return tracking_.contains(id); }
-    [[nodiscard]] const policy_counters& counters() const noexcept { return tracking_.counters(); }
-
 private:
     // Leaving the queue moves a hand resting on the item one step toward the
     // head; past the head it falls back to "start at the tail".
@@ -112,7 +102,6 @@ private:
         links_.remove(queue_, id);
     }
 
-    item_tracking tracking_;
     index_links links_;                  // [capacity] queue links
     index_list queue_;                   // tracked items, held ones included; front = tail (oldest), back = head (newest)
     std::vector<std::uint8_t> visited_;  // [capacity] visited bits

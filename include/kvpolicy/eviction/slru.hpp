@@ -37,7 +37,7 @@
 #include "kvpolicy/core/concepts.hpp"
 #include "kvpolicy/core/error.hpp"
 #include "kvpolicy/core/index_list.hpp"
-#include "kvpolicy/eviction/item_tracking.hpp"
+#include "kvpolicy/eviction/tracked_policy.hpp"
 
 namespace kvpolicy {
 
@@ -46,7 +46,7 @@ struct slru_config {
     std::size_t segments = 4;
 };
 
-class slru {
+class slru : public tracked_policy<slru> {
 public:
     using config_type = slru_config;
 
@@ -56,13 +56,12 @@ public:
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids, or
     /// if `config.segments` is outside 1..255.
     explicit slru(std::size_t capacity, const config_type& config = {})
-        : tracking_(capacity, "slru"),
+        : tracked_policy(capacity),
           links_(capacity),
           segments_(checked_segments(config.segments)),
           segment_of_(capacity, 0),
           upper_share_(std::max<std::size_t>(1, capacity / config.segments)) {}
 
-void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context&) noexcept {
         tracking_.mark_inserted(id);
         segment_of_[id.value] = 0;
@@ -105,9 +104,6 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
         }
         return std::nullopt;
     }
-    std::size_t pop_victims(std::span<item_id> out, timestamp now) noexcept {
-        return pop_victims_one_by_one(*this, out, now);
-    }
 
     /// The segment an item is in (or, if held, returns to). Precondition: contains(id).
     [[nodiscard]] std::size_t segment_of(item_id id) const noexcept {
@@ -117,12 +113,6 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     /// Evictable items in segment `s`.
     [[nodiscard]] std::size_t segment_size(std::size_t s) const noexcept { return segments_[s].size; }
     [[nodiscard]] std::size_t segment_count() const noexcept { return segments_.size(); }
-
-    [[nodiscard]] std::size_t capacity() const noexcept { return tracking_.capacity(); }
-    [[nodiscard]] std::size_t size() const noexcept { return tracking_.size(); }
-    [[nodiscard]] std::size_t evictable_size() const noexcept { return tracking_.evictable_size(); }
-    [[nodiscard]] bool contains(item_id id) const noexcept { return tracking_.contains(id); }
-    [[nodiscard]] const policy_counters& counters() const noexcept { return tracking_.counters(); }
 
 private:
     static std::vector<index_list> checked_segments(std::size_t n) {
@@ -145,7 +135,6 @@ private:
         }
     }
 
-    item_tracking tracking_;
     index_links links_;                     // [capacity] segment links
     std::vector<index_list> segments_;      // [segments] evictable items, least recent first
     std::vector<std::uint8_t> segment_of_;  // [capacity]

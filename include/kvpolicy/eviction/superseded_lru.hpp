@@ -44,11 +44,11 @@
 
 #include "kvpolicy/core/concepts.hpp"
 #include "kvpolicy/core/index_list.hpp"
-#include "kvpolicy/eviction/item_tracking.hpp"
+#include "kvpolicy/eviction/tracked_policy.hpp"
 
 namespace kvpolicy {
 
-class superseded_lru {
+class superseded_lru : public tracked_policy<superseded_lru> {
 public:
     struct config_type {};
 
@@ -56,10 +56,9 @@ public:
     static constexpr eviction_order order = eviction_order::static_between_accesses;
 
     explicit superseded_lru(std::size_t capacity, const config_type& = {})
-        : tracking_(capacity, "superseded_lru"), links_(capacity), session_links_(capacity), owner_(capacity, 0),
+        : tracked_policy(capacity), links_(capacity), session_links_(capacity), owner_(capacity, 0),
           shared_(capacity, 0), list_(capacity, in_none), placed_(capacity, 0) {}
 
-    void on_miss(const access_context&) noexcept {}  // the insert that follows says all
     void on_insert(item_id id, const access_context& ctx) {
         tracking_.mark_inserted(id);
         note_reference(ctx);
@@ -96,13 +95,6 @@ public:
         tracking_.mark_evicted(item_id{v});
         return item_id{v};
     }
-    std::size_t pop_victims(std::span<item_id> out, timestamp now) { return pop_victims_one_by_one(*this, out, now); }
-
-    [[nodiscard]] std::size_t capacity() const noexcept { return tracking_.capacity(); }
-    [[nodiscard]] std::size_t size() const noexcept { return tracking_.size(); }
-    [[nodiscard]] std::size_t evictable_size() const noexcept { return tracking_.evictable_size(); }
-    [[nodiscard]] bool contains(item_id id) const noexcept { return tracking_.contains(id); }
-    [[nodiscard]] const policy_counters& counters() const noexcept { return tracking_.counters(); }
 
     /// Evictable items their session has moved on from.
     [[nodiscard]] std::size_t superseded_size() const noexcept { return superseded_.size; }
@@ -147,7 +139,6 @@ private:
         list_[x] = in_none;
     }
 
-    item_tracking tracking_;
     index_links links_;          // [capacity] recency and superseded lists (an item is in one)
     index_links session_links_;  // [capacity] each session's live list
     index_list recency_;         // evictable, not superseded: least recent first

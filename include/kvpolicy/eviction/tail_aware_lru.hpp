@@ -46,12 +46,12 @@
 
 #include "kvpolicy/core/concepts.hpp"
 #include "kvpolicy/core/index_list.hpp"
-#include "kvpolicy/eviction/item_tracking.hpp"
+#include "kvpolicy/eviction/tracked_policy.hpp"
 #include "kvpolicy/eviction/tail_reuse.hpp"
 
 namespace kvpolicy {
 
-class tail_aware_lru {
+class tail_aware_lru : public tracked_policy<tail_aware_lru> {
 public:
     using config_type = tail_reuse_learner::config_type;
 
@@ -64,10 +64,8 @@ public:
     /// `demote_ratio` is negative or not finite, or `window` is below
     /// 2 x `min_samples` or 2.
     tail_aware_lru(std::size_t capacity, const config_type& config)
-        : tracking_(capacity, "tail_aware_lru"), learner_(capacity, config, "tail_aware_lru"), links_(capacity),
+        : tracked_policy(capacity), learner_(capacity, config, "tail_aware_lru"), links_(capacity),
           demoted_bit_(capacity, 0) {}
-
-    void on_miss(const access_context&) noexcept {}  // the insert that follows says all
 
     void on_insert(item_id id, const access_context& ctx) {
         tracking_.mark_inserted(id);
@@ -103,13 +101,6 @@ public:
         learner_.evicted(v);
         return item_id{v};
     }
-    std::size_t pop_victims(std::span<item_id> out, timestamp now) { return pop_victims_one_by_one(*this, out, now); }
-
-    [[nodiscard]] std::size_t capacity() const noexcept { return tracking_.capacity(); }
-    [[nodiscard]] std::size_t size() const noexcept { return tracking_.size(); }
-    [[nodiscard]] std::size_t evictable_size() const noexcept { return tracking_.evictable_size(); }
-    [[nodiscard]] bool contains(item_id id) const noexcept { return tracking_.contains(id); }
-    [[nodiscard]] const policy_counters& counters() const noexcept { return tracking_.counters(); }
 
     /// Whether unreused tails are demoted now.
     [[nodiscard]] bool demoting() const noexcept { return learner_.demoting(); }
@@ -129,7 +120,6 @@ private:
         demoted_bit_[x] = 0;
     }
 
-    item_tracking tracking_;
     tail_reuse_learner learner_;
     index_links links_;                      // [capacity] shared by both lists
     index_list recency_;                     // evictable, least recent first

@@ -41,7 +41,7 @@
 #include "kvpolicy/core/error.hpp"
 #include "kvpolicy/core/ghost_list.hpp"
 #include "kvpolicy/core/place_queue.hpp"
-#include "kvpolicy/eviction/item_tracking.hpp"
+#include "kvpolicy/eviction/tracked_policy.hpp"
 
 namespace kvpolicy {
 
@@ -52,7 +52,7 @@ struct two_q_config {
     double kout = 0.5;
 };
 
-class two_q {
+class two_q : public tracked_policy<two_q> {
 public:
     using config_type = two_q_config;
 
@@ -62,14 +62,13 @@ public:
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids, if
     /// `kin` is outside 0..1 or if `kout` is negative or not finite.
     explicit two_q(std::size_t capacity, const config_type& config = {})
-        : tracking_(capacity, "two_q"),
+        : tracked_policy(capacity),
           links_(capacity),
           in_am_(capacity, 0),
           key_(capacity, 0),
           kin_(checked_kin(capacity, config.kin)),
           a1out_(checked_kout(capacity, config.kout)) {}
 
-void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_inserted(id);
         key_[id.value] = ctx.key;
@@ -119,9 +118,6 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
         tracking_.mark_evicted(v);
         return v;
     }
-    std::size_t pop_victims(std::span<item_id> out, timestamp now) noexcept {
-        return pop_victims_one_by_one(*this, out, now);
-    }
 
     /// Whether the item is in Am (else A1in). Precondition: contains(id).
     [[nodiscard]] bool in_am(item_id id) const noexcept {
@@ -131,12 +127,6 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     [[nodiscard]] bool remembers(std::uint64_t key) const noexcept { return a1out_.contains(key); }
     [[nodiscard]] std::size_t kin() const noexcept { return kin_; }
     [[nodiscard]] std::size_t kout() const noexcept { return a1out_.capacity(); }
-
-    [[nodiscard]] std::size_t capacity() const noexcept { return tracking_.capacity(); }
-    [[nodiscard]] std::size_t size() const noexcept { return tracking_.size(); }
-    [[nodiscard]] std::size_t evictable_size() const noexcept { return tracking_.evictable_size(); }
-    [[nodiscard]] bool contains(item_id id) const noexcept { return tracking_.contains(id); }
-    [[nodiscard]] const policy_counters& counters() const noexcept { return tracking_.counters(); }
 
 private:
     static std::size_t checked_kin(std::size_t capacity, double kin) {
@@ -150,7 +140,6 @@ private:
         return static_cast<std::size_t>(static_cast<double>(capacity) * kout);
     }
 
-    item_tracking tracking_;
     place_links links_;                 // [capacity] A1in's and Am's links and places
     place_queue a1in_;                  // A1in's items, held ones too, by arrival, oldest first
     place_queue am_;                    // evictable Am items, least recent first (held: unlinked)

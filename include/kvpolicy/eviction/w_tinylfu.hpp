@@ -49,7 +49,7 @@
 #include "kvpolicy/core/error.hpp"
 #include "kvpolicy/core/index_list.hpp"
 #include "kvpolicy/core/item_key.hpp"
-#include "kvpolicy/eviction/item_tracking.hpp"
+#include "kvpolicy/eviction/tracked_policy.hpp"
 
 namespace kvpolicy {
 
@@ -143,7 +143,7 @@ private:
     std::vector<std::uint64_t> door_;      // [door_bits / 64]
 };
 
-class w_tinylfu {
+class w_tinylfu : public tracked_policy<w_tinylfu> {
 public:
     struct config_type {
         /// Share of the capacity for the window LRU (paper: 1%, at least one item).
@@ -162,7 +162,7 @@ public:
     /// Throws: config_error if `capacity` is 0, a fraction is outside [0, 1]
     /// or NaN, or `sample_factor` is 0.
     w_tinylfu(std::size_t capacity, const config_type& config)
-        : tracking_(capacity, "w_tinylfu"),
+        : tracked_policy(capacity),
           window_target_(window_target_for(capacity, validated(config).window_fraction)),
           protected_target_(static_cast<std::size_t>(static_cast<double>(capacity - window_target_) *
                                                      config.protected_fraction)),
@@ -171,7 +171,6 @@ public:
           keys_(capacity, 0),
           sketch_(capacity, std::uint64_t{config.sample_factor} * capacity) {}
 
-void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
     void on_insert(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_inserted(id);
         keys_[id.index()] = ctx.key;
@@ -235,16 +234,6 @@ void on_miss(const access_context&) noexcept {}  // learns nothing from a miss
         return victim;
     }
 
-    std::size_t pop_victims(std::span<item_id> out, timestamp now) noexcept {
-        return pop_victims_one_by_one(*this, out, now);
-    }
-
-    [[nodiscard]] std::size_t capacity() const noexcept { return tracking_.capacity(); }
-    [[nodiscard]] std::size_t size() const noexcept { return tracking_.size(); }
-    [[nodiscard]] std::size_t evictable_size() const noexcept { return tracking_.evictable_size(); }
-    [[nodiscard]] bool contains(item_id id) const noexcept { return tracking_.contains(id); }
-    [[nodiscard]] const policy_counters& counters() const noexcept { return tracking_.counters(); }
-
     /// Resident items (held ones included) per segment.
     [[nodiscard]] std::size_t window_size() const noexcept { return counts_[window_index]; }
     [[nodiscard]] std::size_t probation_size() const noexcept { return counts_[probation_index]; }
@@ -294,7 +283,6 @@ private:
         --counts_[index_of(segment_[x])];
     }
 
-    item_tracking tracking_;
     std::size_t window_target_;
     std::size_t protected_target_;
     index_links links_;              // [capacity] links of evictable items in their segment
