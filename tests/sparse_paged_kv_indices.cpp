@@ -129,7 +129,7 @@ TEST_CASE("quest_paged_kv_indices: attention over the pages is attention over th
         const quest_case c = random_quest_case(rng);
         const paged_kv_indices x = quest_paged_kv_indices(c.requests(), c.page_size);
         const std::size_t batch = c.tables.size(), d = c.head_dim, hq = c.num_q_heads;
-        const paged_kv_view kv{.k = c.k, .v = c.v, .num_kv_heads = c.num_kv_heads, .head_dim = c.head_dim,
+        const strided_kv_view kv{.k = c.k, .v = c.v, .num_kv_heads = c.num_kv_heads, .head_dim = c.head_dim,
                                .stride_page = std::int64_t{c.page_size} * c.num_kv_heads * c.head_dim,
                                .stride_token = std::int64_t{c.num_kv_heads} * c.head_dim,
                                .stride_head = c.head_dim};
@@ -243,7 +243,7 @@ void attend_through_indices(const prefill_case& c, const sparse_prefill_indices&
             std::copy_n(c.q.begin() + static_cast<std::ptrdiff_t>((i * c.hq + j) * d), d,
                         qh.begin() + static_cast<std::ptrdiff_t>((((j / group) * n + i) * group + j % group) * d));
     const vertical_slash_page_strides s = vertical_slash_strides(c.hkv, c.d);
-    const paged_kv_view kv{.k = c.k, .v = c.v, .num_kv_heads = 1, .head_dim = c.d,
+    const strided_kv_view kv{.k = c.k, .v = c.v, .num_kv_heads = 1, .head_dim = c.d,
                            .stride_page = s.page, .stride_token = s.token, .stride_head = s.head};
     const double scale = double{1.0f / std::sqrt(static_cast<float>(c.d))};
     std::vector<double> o1(qh.size()), l1(qh.size() / d), o2(qh.size()), l2(qh.size() / d);
@@ -386,7 +386,7 @@ TEST_CASE("minference_sparse_prefill_indices: bad input is refused before anythi
 
 TEST_CASE("paged_attention_reference: shapes that disagree are refused") {
     const std::vector<float> k(2 * 4 * 4, 0.5f), v(2 * 4 * 4, 0.25f), q(2 * 4, 1.0f);
-    const paged_kv_view kv{.k = k, .v = v, .num_kv_heads = 1, .head_dim = 4,
+    const strided_kv_view kv{.k = k, .v = v, .num_kv_heads = 1, .head_dim = 4,
                            .stride_page = 16, .stride_token = 4, .stride_head = 4};
     paged_kv_indices x{.page_size = 4, .indptr = {0, 2}, .indices = {0, 1}, .last_page_len = {3}};
     const std::vector<std::int32_t> qo{0, 2};
@@ -396,7 +396,7 @@ TEST_CASE("paged_attention_reference: shapes that disagree are refused") {
     std::vector<double> short_o(7);
     REQUIRE_THROWS_WITH(paged_attention_reference(q, 1, qo, kv, x, true, 0.5, short_o, lse),
                         "paged_attention_reference: query, o or lse does not hold 2 rows x 1 heads x 4");
-    REQUIRE_THROWS_WITH(paged_attention_reference(q, 3, qo, paged_kv_view{.k = k, .v = v, .num_kv_heads = 2, .head_dim = 4},
+    REQUIRE_THROWS_WITH(paged_attention_reference(q, 3, qo, strided_kv_view{.k = k, .v = v, .num_kv_heads = 2, .head_dim = 4},
                                                   x, true, 0.5, o, lse),
                         "paged_attention_reference: 3 query heads over 2 KV heads of dim 4; query heads must be a "
                         "multiple of KV heads");

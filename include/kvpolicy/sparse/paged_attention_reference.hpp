@@ -31,7 +31,7 @@ namespace kvpolicy {
 
 /// Keys and values as a paged kernel addresses them (FlashInfer's
 /// paged_kv_t with kv_strides), fp32 host memory; strides in elements.
-struct paged_kv_view {
+struct strided_kv_view {
     std::span<const float> k, v;
     std::uint32_t num_kv_heads = 1;
     std::uint32_t head_dim = 0;
@@ -48,7 +48,7 @@ struct paged_kv_view {
 /// Throws: usage_error, writing nothing, for shapes that disagree (query,
 /// qo_indptr against the batch, head counts, outputs) or an entry outside kv.
 inline void paged_attention_reference(std::span<const float> q, std::uint32_t num_q_heads,
-                                      std::span<const std::int32_t> qo_indptr, const paged_kv_view& kv,
+                                      std::span<const std::int32_t> qo_indptr, const strided_kv_view& kv,
                                       const paged_kv_indices& pages, bool causal, double scale, std::span<double> o,
                                       std::span<double> lse) {
     const std::string who = "paged_attention_reference: ";
