@@ -97,6 +97,9 @@ public:
 
     /// The concrete policy's registered name.
     [[nodiscard]] std::string_view policy_name() const { return impl_->policy_name(); }
+    /// Whether the concrete policy hears the waiting queue (on_queued above
+    /// reaches it): the caller may skip the queue's bookkeeping otherwise.
+    [[nodiscard]] bool hears_queue() const { return impl_->hears_queue(); }
 
 private:
     struct base {
@@ -124,6 +127,7 @@ private:
         virtual void release_batch(const item_batch&) = 0;
         virtual void erase_batch(std::span<const item_id>) = 0;
         [[nodiscard]] virtual std::string_view policy_name() const = 0;
+        [[nodiscard]] virtual bool hears_queue() const = 0;
     };
 
     template <class P>
@@ -171,6 +175,7 @@ private:
             for (item_id id : ids) p.on_erase(id);
         }
         [[nodiscard]] std::string_view policy_name() const override { return P::name; }
+        [[nodiscard]] bool hears_queue() const override { return hears_waiting_queue<P>; }
     };
 
     std::unique_ptr<base> impl_;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include <kvpolicy/engine/cache_policy_core.hpp>
+#include <kvpolicy/engine/request_lifecycle.hpp>
 #include <kvpolicy/engine/vllm_arc.hpp>
 #include <kvpolicy/engine/vllm_lru.hpp>
 
@@ -58,9 +59,33 @@ public:
                                                             const access_context& ctx) = 0;
     virtual void clear() = 0;
     virtual std::int64_t new_request_rank() { return 0; }
+    /// The engine's requests as a connector sees them (engine/request_lifecycle.hpp).
+    enum class request_event : std::uint8_t { arrive, schedule, preempt, finish };
+    virtual engine::lifecycle_result on_request(request_event e, std::string_view id, session_id s,
+                                                std::span<const std::uint64_t> keys, const access_context& ctx) = 0;
+    [[nodiscard]] virtual std::size_t queued_requests() const { return 0; }
     virtual bool orders_by_request() const { return false; }  // vllm_lru: ranks by request and position
     virtual const engine::vllm_arc* arc() const { return nullptr; }
     virtual engine::vllm_arc* arc() { return nullptr; }
+};
+
+template <class Life>
+engine::lifecycle_result dispatch(Life& life, core_base::request_event e, std::string_view id, session_id s,
+                                  std::span<const std::uint64_t> keys, const access_context& ctx) {
+    switch (e) {
+        case core_base::request_event::arrive: return life.arrive(id, s, keys);
+        case core_base::request_event::schedule: return life.schedule(id, ctx);
+        case core_base::request_event::preempt: return life.preempt(id, keys);
+        case core_base::request_event::finish: return life.finish(id, ctx);
+    }
+    return {};
+}
+
+/// vLLM's own orders hear no queue: their requests are still checked (the
+/// same reasons for an unknown or repeated id), their decisions untouched.
+struct no_queue {
+    void enqueue(std::uint64_t, session_id, std::span<const std::uint64_t>) noexcept {}
+    void dequeue(std::uint64_t, const access_context&) noexcept {}
 };
 
 /// What vllm_lru and vllm_arc share behind the seam: pins, the protected
@@ -76,10 +101,19 @@ public:
                                                     const access_context&) override {
         return p_.evict(n, [&](std::uint32_t id) { return is_protected[id] != 0; });
     }
-    void clear() override { p_.clear(); }
+    void clear() override {
+        p_.clear();
+        life_ = engine::request_lifecycle<no_queue>(queue_);
+    }
+    engine::lifecycle_result on_request(request_event e, std::string_view id, session_id s,
+                                        std::span<const std::uint64_t> keys, const access_context& ctx) override {
+        return dispatch(life_, e, id, s, keys, ctx);
+    }
 
 protected:
     Order p_;
+    no_queue queue_;
+    engine::request_lifecycle<no_queue> life_{queue_};
 };
 
 class lru_core final : public vllm_order_core<engine::vllm_lru> {
@@ -128,7 +162,7 @@ public:
 /// its hit (an insertion alone is not a second use).
 class kvpolicy_core final : public core_base {
 public:
-    kvpolicy_core(std::size_t n, const dyn_policy::config_type& c) : p_(n, c) {}
+    kvpolicy_core(std::size_t n, const dyn_policy::config_type& c) : p_(n, c), hears_(p_.policy().hears_queue()) {}
     void insert(std::uint32_t id, std::string_view, std::uint64_t, std::optional<std::int64_t>, std::int64_t,
                 int ref_cnt, const access_context& ctx) override {
         p_.insert(id, ctx, ref_cnt == 0);
@@ -150,12 +184,27 @@ public:
                                                     const access_context& ctx) override {
         return p_.evict(n, protected_ids, ctx);
     }
-    void clear() override { p_ = engine::cache_policy_core<dyn_policy>(p_.capacity(), config_); }
+    void clear() override {
+        p_ = engine::cache_policy_core<dyn_policy>(p_.capacity(), config_);
+        life_ = engine::request_lifecycle<engine::cache_policy_core<dyn_policy>>(p_);
+        unheard_ = engine::request_lifecycle<no_queue>(no_queue_);
+    }
+    // A policy that does not hear the queue gets no queue at all (the same
+    // checks of the events, no bookkeeping): it decides as without one.
+    engine::lifecycle_result on_request(request_event e, std::string_view id, session_id s,
+                                        std::span<const std::uint64_t> keys, const access_context& ctx) override {
+        return hears_ ? dispatch(life_, e, id, s, keys, ctx) : dispatch(unheard_, e, id, s, keys, ctx);
+    }
+    [[nodiscard]] std::size_t queued_requests() const override { return p_.queued_requests(); }
     void keep_config(const dyn_policy::config_type& c) { config_ = c; }
 
 private:
     engine::cache_policy_core<dyn_policy> p_;
     dyn_policy::config_type config_;
+    bool hears_;
+    engine::request_lifecycle<engine::cache_policy_core<dyn_policy>> life_{p_};
+    no_queue no_queue_;
+    engine::request_lifecycle<no_queue> unheard_{no_queue_};
 };
 
 /// The adapter's clock: milliseconds since an arbitrary start (steady).
@@ -279,6 +328,26 @@ public:
         core_->finish(w, c);
         if (session_end && session != 0) core_->end_session(c);
     }
+
+    /// A connector's event for request `id` (engine/request_lifecycle.hpp):
+    /// None when applied, else why it was ignored (the caller logs it).
+    /// `keys`: the request's offload keys in block order (arrive, preempt).
+    std::optional<std::string> request_event(int event, std::string_view id, nb::handle keys, std::uint64_t session) {
+        std::vector<std::uint64_t> k;
+        if (!keys.is_none()) {
+            nb::object seq = nb::steal(PySequence_Fast(keys.ptr(), "keys must be iterable"));
+            if (!seq.is_valid()) throw nb::python_error();
+            const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
+            PyObject** items = PySequence_Fast_ITEMS(seq.ptr());
+            k.reserve(static_cast<std::size_t>(n));
+            for (Py_ssize_t i = 0; i < n; ++i) k.push_back(key_hash(items[i]));
+        }
+        const engine::lifecycle_result r =
+                core_->on_request(static_cast<core_base::request_event>(event), id, session_id{session}, k, clock());
+        if (r) return std::nullopt;
+        return r.reason;
+    }
+    [[nodiscard]] std::size_t queued_requests() const { return core_->queued_requests(); }
 
     void mark_evictable(nb::handle key) {
         const std::uint32_t id = slot_of(key.ptr());
@@ -428,6 +497,23 @@ void bind_vllm_policy(nb::module_& m) {
         .def("request_access", &cache_policy_binding::request_access)
         .def("finish", &cache_policy_binding::finish, nb::arg("ordered"), nb::arg("insertion_only"), nb::arg("reused"),
              nb::arg("session") = 0, nb::arg("expected_return_s").none() = nb::none(), nb::arg("session_end") = false)
+        .def("request_arrived",
+             [](cache_policy_binding& b, std::string_view id, nb::handle keys, std::uint64_t session) {
+                 return b.request_event(0, id, keys, session);
+             },
+             nb::arg("request_id"), nb::arg("keys"), nb::arg("session") = 0)
+        .def("request_scheduled",
+             [](cache_policy_binding& b, std::string_view id) { return b.request_event(1, id, nb::none(), 0); },
+             nb::arg("request_id"))
+        .def("request_preempted",
+             [](cache_policy_binding& b, std::string_view id, nb::handle keys) {
+                 return b.request_event(2, id, keys, 0);
+             },
+             nb::arg("request_id"), nb::arg("keys"))
+        .def("request_finished",
+             [](cache_policy_binding& b, std::string_view id) { return b.request_event(3, id, nb::none(), 0); },
+             nb::arg("request_id"))
+        .def_prop_ro("queued_requests", &cache_policy_binding::queued_requests)
         .def("mark_evictable", &cache_policy_binding::mark_evictable)
         .def("mark_non_evictable", &cache_policy_binding::mark_non_evictable)
         .def("evict", &cache_policy_binding::evict)

@@ -214,6 +214,14 @@ def cache_policy(policy: str, *, class_name: Optional[str] = None, **options: An
                 self.mark_evictable = mark_evictable
             self.mark_non_evictable = core.mark_non_evictable
             self.remove = core.remove
+            # The engine's requests as a connector hears them (C++:
+            # engine/request_lifecycle.hpp): a queue-aware policy keeps what
+            # queued requests read; each call returns None, or why the event
+            # was ignored (an unknown or repeated id), for the caller to log.
+            self.request_arrived = core.request_arrived
+            self.request_scheduled = core.request_scheduled
+            self.request_preempted = core.request_preempted
+            self.request_finished = core.request_finished
 
         # vLLM's request rank lives in the request's own scratch state, one per
         # (policy, reset generation), as vLLM's LRUCachePolicy keeps it.
