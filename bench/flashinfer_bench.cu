@@ -80,20 +80,6 @@ struct row_writer {
     }
 };
 
-// Medians after a warm-up; a first run of a second or more is the measurement.
-template <class F>
-double time_long_us(cudaStream_t stream, int reps, F&& enqueue) {
-    event_handle start(true), stop(true);
-    KVPOLICY_CUDA_CHECK(cudaEventRecord(start.get(), stream));
-    enqueue();
-    KVPOLICY_CUDA_CHECK(cudaEventRecord(stop.get(), stream));
-    KVPOLICY_CUDA_CHECK(cudaEventSynchronize(stop.get()));
-    float ms = 0.0f;
-    KVPOLICY_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
-    if (ms >= 1000.0f) return 1000.0 * ms;
-    return bench::time_gpu_us(stream, reps, enqueue);
-}
-
 // K and V of `pages` packed pages, separate arrays; page p of request r at p.
 struct paged_cache {
     device_buffer<bf16> k, v;
@@ -267,14 +253,14 @@ void minference_rows(cudaStream_t stream, int reps, const std::vector<std::uint3
         const auto cq = device_span<const bf16>{q.get(), qv}, ck = device_span<const bf16>{k.get(), kvv},
                    cv = device_span<const bf16>{v.get(), kvv};
         const int prefill_reps = reps > 0 ? std::min(reps, 3) : 3;
-        const double dense_us = time_long_us(stream, prefill_reps, [&] {
+        const double dense_us = bench::time_long_us(stream, prefill_reps, [&] {
             fi::dense_causal_prefill<bf16>(cq, ck, cv, n, heads, o.view(), stream);
         });
         device_minference est(mcfg, stream);
         const device_prefill_qkv_view in{.q = q32.view(qv), .k = k32.view(kvv), .v = v32.view(kvv), .num_tokens = n,
                                          .num_q_heads = q_heads, .num_kv_heads = kv_heads, .head_dim = d,
                                          .scale = heads.scale()};
-        const double estimate_us = time_long_us(stream, prefill_reps, [&] { est.estimate(in); });
+        const double estimate_us = bench::time_long_us(stream, prefill_reps, [&] { est.estimate(in); });
         fi::minference_prefill<bf16> prefill(stream);
         const auto t0 = std::chrono::steady_clock::now();
         const vertical_slash_index index = est.copy_index(n);
@@ -283,7 +269,7 @@ void minference_rows(cudaStream_t stream, int reps, const std::vector<std::uint3
         const auto t2 = std::chrono::steady_clock::now();
         prefill.set_indices(rows, heads);
         const auto t3 = std::chrono::steady_clock::now();
-        const double sparse_us = time_long_us(stream, prefill_reps, [&] { prefill.run(cq, ck, cv, o.view()); });
+        const double sparse_us = bench::time_long_us(stream, prefill_reps, [&] { prefill.run(cq, ck, cv, o.view()); });
         const auto us = [](auto a, auto b) { return std::chrono::duration<double, std::micro>(b - a).count(); };
         const double copy_us = us(t0, t1), convert_us = us(t1, t2), plan_us = us(t2, t3);
         const double e2e_us = estimate_us + copy_us + convert_us + plan_us + sparse_us;

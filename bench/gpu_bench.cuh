@@ -59,24 +59,36 @@ inline double median(std::vector<double> v) {
     return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+/// Microseconds of one run of `enqueue()` on `stream`, timed by events around it.
+template <class F>
+double time_once_us(cudaStream_t stream, F&& enqueue) {
+    cuda::event_handle start(true), stop(true);
+    KVPOLICY_CUDA_CHECK(cudaEventRecord(start.get(), stream));
+    enqueue();
+    KVPOLICY_CUDA_CHECK(cudaEventRecord(stop.get(), stream));
+    KVPOLICY_CUDA_CHECK(cudaEventSynchronize(stop.get()));
+    float ms = 0.0f;
+    KVPOLICY_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+    return 1000.0 * ms;
+}
+
 /// Median microseconds of `reps` runs of `enqueue()` on `stream`, timed by
 /// events around each run, after one untimed warm-up run.
 template <class F>
 double time_gpu_us(cudaStream_t stream, int reps, F&& enqueue) {
-    cuda::event_handle start(true), stop(true);
     enqueue();
     KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream));
     std::vector<double> t;
-    for (int r = 0; r < reps; ++r) {
-        KVPOLICY_CUDA_CHECK(cudaEventRecord(start.get(), stream));
-        enqueue();
-        KVPOLICY_CUDA_CHECK(cudaEventRecord(stop.get(), stream));
-        KVPOLICY_CUDA_CHECK(cudaEventSynchronize(stop.get()));
-        float ms = 0.0f;
-        KVPOLICY_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
-        t.push_back(1000.0 * ms);
-    }
+    for (int r = 0; r < reps; ++r) t.push_back(time_once_us(stream, enqueue));
     return median(t);
+}
+
+/// One timed run; a run of a second or more is the measurement (repeating a
+/// long prefill only costs time), a shorter one is followed by time_gpu_us.
+template <class F>
+double time_long_us(cudaStream_t stream, int reps, F&& enqueue) {
+    const double once = time_once_us(stream, enqueue);
+    return once >= 1e6 ? once : time_gpu_us(stream, reps, enqueue);
 }
 
 /// Median wall-clock microseconds of `reps` runs of `run()` (which must

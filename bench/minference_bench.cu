@@ -67,17 +67,7 @@ peaks device_peaks() {
 // first run of a second or more is the measurement.
 template <class F>
 double time_row_us(cudaStream_t stream, int reps, bool long_once, F&& enqueue) {
-    if (long_once) {
-        kvpolicy::cuda::event_handle start(true), stop(true);
-        KVPOLICY_CUDA_CHECK(cudaEventRecord(start.get(), stream));
-        enqueue();
-        KVPOLICY_CUDA_CHECK(cudaEventRecord(stop.get(), stream));
-        KVPOLICY_CUDA_CHECK(cudaEventSynchronize(stop.get()));
-        float ms = 0.0f;
-        KVPOLICY_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
-        if (ms >= 1000.0f) return 1000.0 * ms;
-    }
-    return bench::time_gpu_us(stream, reps, enqueue);
+    return long_once ? bench::time_long_us(stream, reps, enqueue) : bench::time_gpu_us(stream, reps, enqueue);
 }
 
 // The previous dense kernel: one warp per (query, head).

@@ -28,6 +28,7 @@
 #include <random>
 #include <vector>
 
+#include "cuda_16bit_vectors.cuh"
 #include "cuda_test.cuh"
 #include "cuda_test_data.cuh"
 
@@ -39,28 +40,7 @@ namespace fi = kvpolicy::cuda::flashinfer;
 
 constexpr std::uint32_t q_heads = 32, kv_heads = 8, d = 128, page = 16;
 
-template <class T>
-const char* type_name() {
-    return std::same_as<T, bf16> ? "bf16" : "fp16";
-}
-// bf16 keeps 8 bits of mantissa, fp16 11: the output's rounding dominates.
-template <class T>
-float tolerance() {
-    return std::same_as<T, bf16> ? 2e-2f : 4e-3f;
-}
 
-template <class T>
-std::vector<T> to_elements(const std::vector<float>& x) {
-    std::vector<T> out(x.size());
-    for (std::size_t i = 0; i < x.size(); ++i) out[i] = from_float<T>(x[i]);
-    return out;
-}
-template <class T>
-std::vector<float> to_floats(const std::vector<T>& x) {
-    std::vector<float> out(x.size());
-    for (std::size_t i = 0; i < x.size(); ++i) out[i] = to_float(x[i]);
-    return out;
-}
 
 // Reference over the pages `table` lists, `tokens` of them valid.
 std::vector<float> reference(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
@@ -137,7 +117,7 @@ struct cache {
 
 template <class T>
 void dense(std::mt19937_64& rng) {
-    std::printf("dense decode, %s\n", type_name<T>());
+    std::printf("dense decode, %s\n", element_name<T>());
     constexpr std::uint32_t num_pages = 1200;
     cache<T> c(rng, num_pages);
     const std::vector<std::uint64_t> lengths{1, 17, 4000, 333, 16 * 60};
@@ -172,7 +152,7 @@ void dense(std::mt19937_64& rng) {
         const std::vector<float> gr(got.begin() + std::ptrdiff_t{r} * q_heads * d,
                                     got.begin() + std::ptrdiff_t{r + 1} * q_heads * d);
         const std::string what = "batch_decode request of " + std::to_string(lengths[r]) + " tokens";
-        compare(what.c_str(), gr, want, tolerance<T>());
+        compare(what.c_str(), gr, want, element_tolerance<T>());
     }
 
     // single_decode: one request's pages contiguous (pages 0 .. n/page - 1 in order).
@@ -190,13 +170,13 @@ void dense(std::mt19937_64& rng) {
         KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
         compare(split ? "single_decode, split over the GPU" : "single_decode, one CTA per KV head",
                 to_floats(download(dout.get(), q1.size())), reference(q1, c.k, c.v, contiguous, tokens),
-                tolerance<T>());
+                element_tolerance<T>());
     }
 }
 
 template <class T>
 void quest_sparse(std::mt19937_64& rng) {
-    std::printf("Quest-sparse decode, %s\n", type_name<T>());
+    std::printf("Quest-sparse decode, %s\n", element_name<T>());
     constexpr std::uint32_t num_pages = 2048;
     cache<T> c(rng, num_pages);
     const stream_handle stream;
@@ -303,7 +283,7 @@ void quest_sparse(std::mt19937_64& rng) {
                                     got.begin() + std::ptrdiff_t{r + 1} * q_heads * d);
         const std::string what = "sparse request of " + std::to_string(lengths[r]) + " tokens, " +
                                  std::to_string(table.size()) + " pages";
-        compare(what.c_str(), gr, reference(qr, c.k, c.v, table, want.kv_len(r)), tolerance<T>());
+        compare(what.c_str(), gr, reference(qr, c.k, c.v, table, want.kv_len(r)), element_tolerance<T>());
     }
 }
 

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_16bit_vectors.cuh"
 #include "cuda_test.cuh"
 #include "cuda_test_data.cuh"
 #include "support/random_vertical_slash.hpp"
@@ -36,26 +37,6 @@ namespace fi = kvpolicy::cuda::flashinfer;
 
 constexpr std::uint32_t q_heads = 32, kv_heads = 8, d = 128;
 
-template <class T>
-const char* type_name() {
-    return std::same_as<T, bf16> ? "bf16" : "fp16";
-}
-template <class T>
-float tolerance() {
-    return std::same_as<T, bf16> ? 2e-2f : 4e-3f;
-}
-template <class T>
-std::vector<T> to_elements(const std::vector<float>& x) {
-    std::vector<T> out(x.size());
-    for (std::size_t i = 0; i < x.size(); ++i) out[i] = from_float<T>(x[i]);
-    return out;
-}
-template <class T>
-std::vector<float> to_floats(const std::vector<T>& x) {
-    std::vector<float> out(x.size());
-    for (std::size_t i = 0; i < x.size(); ++i) out[i] = to_float(x[i]);
-    return out;
-}
 
 void compare(const std::string& what, const std::vector<float>& got, const std::vector<double>& want, float tol) {
     float worst = 0.0f;
@@ -128,7 +109,7 @@ void bad_input() {
 
 template <class T>
 void dense(std::mt19937_64& rng) {
-    std::printf("dense causal prefill, %s\n", type_name<T>());
+    std::printf("dense causal prefill, %s\n", element_name<T>());
     constexpr std::uint32_t n = 300;
     const std::vector<float> q = to_floats(to_elements<T>(random_floats(rng, std::size_t{n} * q_heads * d)));
     const std::vector<float> k = to_floats(to_elements<T>(random_floats(rng, std::size_t{n} * kv_heads * d)));
@@ -141,12 +122,12 @@ void dense(std::mt19937_64& rng) {
                                 dout.view(q.size()), cudaStreamPerThread);
     KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
     compare("dense_causal_prefill, 300 tokens", to_floats(download(dout.get(), q.size())), naive_causal(q, k, v, n),
-            tolerance<T>());
+            element_tolerance<T>());
 }
 
 template <class T>
 void sparse(std::mt19937_64& rng, std::uint32_t n, std::uint32_t nv, std::uint32_t ns, const char* what) {
-    std::printf("MInference prefill, %s, %s\n", type_name<T>(), what);
+    std::printf("MInference prefill, %s, %s\n", element_name<T>(), what);
     constexpr std::uint32_t query_block = 64, page = 16;
     const std::vector<float> q = to_floats(to_elements<T>(random_floats(rng, std::size_t{n} * q_heads * d)));
     const std::vector<float> k = to_floats(to_elements<T>(random_floats(rng, std::size_t{n} * kv_heads * d)));
@@ -173,7 +154,7 @@ void sparse(std::mt19937_64& rng, std::uint32_t n, std::uint32_t nv, std::uint32
     KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
     compare(std::string("minference_prefill, ") + std::to_string(n) + " tokens, " + std::to_string(rows.verticals.indices.size()) +
                 " column entries",
-            to_floats(download(dout.get(), q.size())), want, tolerance<T>());
+            to_floats(download(dout.get(), q.size())), want, element_tolerance<T>());
 }
 
 }  // namespace flashinfer_prefill_test

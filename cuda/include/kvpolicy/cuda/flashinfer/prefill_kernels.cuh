@@ -22,6 +22,7 @@
 
 #include "kvpolicy/cuda/flashinfer/instantiated.cuh"
 #include "kvpolicy/cuda/flashinfer/interop.cuh"
+#include "kvpolicy/cuda/flashinfer/paged_kv.cuh"
 
 namespace kvpolicy::cuda::flashinfer::detail {
 
@@ -105,11 +106,7 @@ void batch_prefill_paged_run(const batch_prefill_paged_launch<T>& a, cudaStream_
     using N = native_t<T>;
     ::flashinfer::PrefillPlanInfo info;
     info.FromVector(std::vector<std::int64_t>(a.plan.begin(), a.plan.end()));
-    const std::int64_t strides[3] = {a.kv.page_stride, a.kv.token_stride, instantiated_head_dim};  // NHD
-    ::flashinfer::paged_kv_t<N, std::int32_t> kv(
-        a.kv.num_kv_heads, a.kv.page_size, instantiated_head_dim, a.batch_size, ::flashinfer::QKVLayout::kNHD,
-        native(a.kv.k.data()), native(a.kv.v.data()), strides, strides, mutable_ids(a.kv.indices.data()),
-        mutable_ids(a.kv.indptr.data()), mutable_ids(a.kv.last_page_len.data()));
+    auto kv = native_paged_kv(a.kv, a.batch_size);
     P params(native(a.q.data()), kv, /*maybe_custom_mask=*/nullptr, mutable_ids(a.qo_indptr.data()),
              /*maybe_mask_indptr=*/nullptr, /*maybe_q_rope_offset=*/nullptr, native(a.o.data()),
              a.lse.empty() ? nullptr : a.lse.data(),
