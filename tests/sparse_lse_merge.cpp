@@ -14,16 +14,13 @@
 #include <random>
 #include <vector>
 
+#include "support/random_floats.hpp"
+
 using namespace kvpolicy;
 
 namespace {
 
-std::vector<float> random_floats(std::mt19937_64& rng, std::size_t n, float scale = 1.0f) {
-    std::normal_distribution<float> g(0.0f, scale);
-    std::vector<float> v(n);
-    for (float& x : v) x = g(rng);
-    return v;
-}
+using kvpolicy::testing::random_floats;
 
 struct problem {
     decode_attention_shape shape;

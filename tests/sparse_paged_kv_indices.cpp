@@ -25,18 +25,13 @@
 #include <string>
 #include <vector>
 
+#include "support/random_floats.hpp"
 #include "support/random_vertical_slash.hpp"
 
 using namespace kvpolicy;
+using kvpolicy::testing::random_floats;
 
 namespace {
-
-std::vector<float> random_floats(std::mt19937_64& rng, std::size_t n, float spread = 1.5f) {
-    std::normal_distribution<float> x(0.0f, spread);
-    std::vector<float> v(n);
-    for (float& f : v) f = x(rng);
-    return v;
-}
 
 void require_close(double got, double want, double tol) {
     if (std::isinf(want)) {
@@ -88,9 +83,9 @@ quest_case random_quest_case(std::mt19937_64& rng) {
         c.chosen.push_back(all);
     }
     const std::size_t kv = std::size_t{c.pool_pages} * c.page_size * c.num_kv_heads * c.head_dim;
-    c.k = random_floats(rng, kv);
-    c.v = random_floats(rng, kv);
-    c.q = random_floats(rng, batch * c.num_q_heads * c.head_dim);
+    c.k = random_floats(rng, kv, 1.5f);
+    c.v = random_floats(rng, kv, 1.5f);
+    c.q = random_floats(rng, batch * c.num_q_heads * c.head_dim, 1.5f);
     return c;
 }
 
@@ -223,9 +218,9 @@ prefill_case random_prefill_case(std::mt19937_64& rng, std::uint32_t query_block
     c.d = 4 + static_cast<std::uint32_t>(rng() % 4);
     c.query_block = query_block;
     c.page_size = page_size;
-    c.q = random_floats(rng, std::size_t{c.n} * c.hq * c.d);
-    c.k = random_floats(rng, std::size_t{c.n} * c.hkv * c.d);
-    c.v = random_floats(rng, std::size_t{c.n} * c.hkv * c.d);
+    c.q = random_floats(rng, std::size_t{c.n} * c.hq * c.d, 1.5f);
+    c.k = random_floats(rng, std::size_t{c.n} * c.hkv * c.d, 1.5f);
+    c.v = random_floats(rng, std::size_t{c.n} * c.hkv * c.d, 1.5f);
     const auto nv = static_cast<std::uint32_t>(rng() % (c.n + 1)), ns = static_cast<std::uint32_t>(rng() % (c.n + 1));
     c.index = testing::random_index(rng, c.hq, c.n, nv, ns);
     return c;

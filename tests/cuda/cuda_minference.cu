@@ -27,6 +27,7 @@
 #include <kvpolicy/sparse/prefill_attention.hpp>
 
 #include "cuda_test.cuh"
+#include "../support/random_floats.hpp"
 #include "../support/random_vertical_slash.hpp"
 
 namespace cuda_minference {
@@ -35,12 +36,7 @@ using namespace kvpolicy::cuda;
 
 namespace {
 
-std::vector<float> random_floats(std::mt19937_64& rng, std::size_t n, float scale = 1.0f) {
-    std::normal_distribution<float> g(0.0f, scale);
-    std::vector<float> v(n);
-    for (float& x : v) x = g(rng);
-    return v;
-}
+using kvpolicy::testing::random_floats;
 
 void settle() { KVPOLICY_CUDA_CHECK(cudaDeviceSynchronize()); }
 

@@ -20,14 +20,11 @@
 #include <kvpolicy/cuda/check.cuh>
 #include <kvpolicy/cuda/memory.cuh>
 
+#include "support/random_floats.hpp"
+
 namespace kvpolicy::cuda::testing {
 
-inline std::vector<float> random_floats(std::mt19937_64& rng, std::size_t n, float scale = 1.0f) {
-    std::normal_distribution<float> g(0.0f, scale);
-    std::vector<float> v(n);
-    for (float& x : v) x = g(rng);
-    return v;
-}
+using kvpolicy::testing::random_floats;
 
 // cudaMemcpy and cudaMemset run on the legacy stream, which does not order
 // with the non-blocking streams the code under test uses: settle first.

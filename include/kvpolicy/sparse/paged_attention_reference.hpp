@@ -20,6 +20,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kvpolicy/core/error.hpp"
@@ -42,6 +43,37 @@ struct strided_kv_view {
                                         std::int64_t{head} * stride_head);
     }
 };
+
+namespace detail {
+/// Softmax attention of one query row over the keys and values `kv` points
+/// at, in double: o[0, d) and the row's lse (-inf, o = 0, for no key).
+/// `logits` is scratch.
+inline void attend_row_double(const float* q, std::size_t d, double scale,
+                              std::span<const std::pair<const float*, const float*>> kv, double* o, double& lse,
+                              std::vector<double>& logits) {
+    logits.resize(kv.size());
+    double big = -std::numeric_limits<double>::infinity();
+    for (std::size_t e = 0; e < kv.size(); ++e) {
+        double dot = 0.0;
+        for (std::size_t x = 0; x < d; ++x) dot += double{q[x]} * double{kv[e].first[x]};
+        logits[e] = dot * scale;
+        big = std::max(big, logits[e]);
+    }
+    std::fill(o, o + d, 0.0);
+    double sum = 0.0;
+    for (std::size_t e = 0; e < kv.size(); ++e) {
+        const double p = std::exp(logits[e] - big);
+        sum += p;
+        for (std::size_t x = 0; x < d; ++x) o[x] += p * double{kv[e].second[x]};
+    }
+    if (kv.empty()) {
+        lse = -std::numeric_limits<double>::infinity();
+        return;
+    }
+    for (std::size_t x = 0; x < d; ++x) o[x] /= sum;
+    lse = big + std::log(sum);
+}
+}  // namespace detail
 
 /// Effects: o [rows][num_q_heads][head_dim] and lse [rows][num_q_heads] of
 /// attention over `pages` (this file's header), softmax scale `scale`.
@@ -78,7 +110,8 @@ inline void paged_attention_reference(std::span<const float> q, std::uint32_t nu
         }
     }
     const std::uint32_t group = num_q_heads / kv.num_kv_heads;
-    std::vector<double> logits, acc(d);
+    std::vector<double> logits;
+    std::vector<std::pair<const float*, const float*>> seen_kv;
     for (std::size_t r = 0; r < batch; ++r) {
         const std::uint64_t kv_len = pages.kv_len(r);
         const auto q0 = static_cast<std::size_t>(qo_indptr[r]), qo_len = static_cast<std::size_t>(qo_indptr[r + 1]) - q0;
@@ -89,30 +122,14 @@ inline void paged_attention_reference(std::span<const float> q, std::uint32_t nu
                                              : static_cast<std::int64_t>(kv_len) - 1;
             const std::uint64_t seen = last < 0 ? 0 : std::min<std::uint64_t>(kv_len, static_cast<std::uint64_t>(last) + 1);
             for (std::uint32_t j = 0; j < num_q_heads; ++j) {
-                const std::uint32_t h = j / group;
-                const float* qr = q.data() + ((q0 + t) * num_q_heads + j) * d;
-                logits.resize(seen);
-                double big = -std::numeric_limits<double>::infinity();
+                seen_kv.clear();
                 for (std::uint64_t e = 0; e < seen; ++e) {
-                    const float* k = kv.k.data() + kv.offset(list[e / pages.page_size],
-                                                             static_cast<std::uint32_t>(e % pages.page_size), h);
-                    double dot = 0.0;
-                    for (std::size_t x = 0; x < d; ++x) dot += double{qr[x]} * double{k[x]};
-                    logits[e] = dot * scale;
-                    big = std::max(big, logits[e]);
-                }
-                std::ranges::fill(acc, 0.0);
-                double sum = 0.0;
-                for (std::uint64_t e = 0; e < seen; ++e) {
-                    const double p = std::exp(logits[e] - big);
-                    sum += p;
-                    const float* v = kv.v.data() + kv.offset(list[e / pages.page_size],
-                                                             static_cast<std::uint32_t>(e % pages.page_size), h);
-                    for (std::size_t x = 0; x < d; ++x) acc[x] += p * double{v[x]};
+                    const std::size_t at = kv.offset(list[e / pages.page_size],
+                                                     static_cast<std::uint32_t>(e % pages.page_size), j / group);
+                    seen_kv.emplace_back(kv.k.data() + at, kv.v.data() + at);
                 }
                 const std::size_t row = (q0 + t) * num_q_heads + j;
-                for (std::size_t x = 0; x < d; ++x) o[row * d + x] = seen == 0 ? 0.0 : acc[x] / sum;
-                lse[row] = seen == 0 ? -std::numeric_limits<double>::infinity() : big + std::log(sum);
+                detail::attend_row_double(q.data() + row * d, d, scale, seen_kv, o.data() + row * d, lse[row], logits);
             }
         }
     }
@@ -133,7 +150,8 @@ inline void vertical_slash_block_attention_reference(const prefill_qkv_view& in,
     const std::size_t n = in.num_tokens, d = in.head_dim;
     const std::uint32_t group = in.num_q_heads / in.num_kv_heads;
     std::vector<char> visible(n);
-    std::vector<double> logits(n), acc(d);
+    std::vector<double> logits;
+    std::vector<std::pair<const float*, const float*>> seen_kv;
     for (std::uint32_t j = 0; j < in.num_q_heads; ++j) {
         const std::uint32_t h = j / group;
         for (std::size_t r0 = 0; r0 < n; r0 += query_block) {
@@ -150,28 +168,15 @@ inline void vertical_slash_block_attention_reference(const prefill_qkv_view& in,
                         }
             }
             for (std::size_t i = r0; i < r1; ++i) {
-                const float* q = in.q.data() + (i * in.num_q_heads + j) * d;
-                double big = -std::numeric_limits<double>::infinity();
-                for (std::size_t key = 0; key <= i; ++key) {
-                    if (key < r0 && !visible[key]) continue;
-                    const float* k = in.k.data() + (key * in.num_kv_heads + h) * d;
-                    double dot = 0.0;
-                    for (std::size_t x = 0; x < d; ++x) dot += double{q[x]} * double{k[x]};
-                    logits[key] = dot * double{in.scale};
-                    big = std::max(big, logits[key]);
-                }
-                std::ranges::fill(acc, 0.0);
-                double sum = 0.0;
-                for (std::size_t key = 0; key <= i; ++key) {
-                    if (key < r0 && !visible[key]) continue;
-                    const double p = std::exp(logits[key] - big);
-                    sum += p;
-                    const float* v = in.v.data() + (key * in.num_kv_heads + h) * d;
-                    for (std::size_t x = 0; x < d; ++x) acc[x] += p * double{v[x]};
-                }
+                seen_kv.clear();
+                for (std::size_t key = 0; key <= i; ++key)
+                    if (key >= r0 || visible[key]) {
+                        const std::size_t at = (key * in.num_kv_heads + h) * d;
+                        seen_kv.emplace_back(in.k.data() + at, in.v.data() + at);
+                    }
                 const std::size_t row = i * in.num_q_heads + j;
-                for (std::size_t x = 0; x < d; ++x) o[row * d + x] = acc[x] / sum;
-                lse[row] = big + std::log(sum);
+                detail::attend_row_double(in.q.data() + row * d, d, double{in.scale}, seen_kv, o.data() + row * d,
+                                          lse[row], logits);
             }
         }
     }
