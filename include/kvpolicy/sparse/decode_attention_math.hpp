@@ -19,21 +19,12 @@
 #include <cstddef>
 
 #include "kvpolicy/core/host_device.hpp"
+#include "kvpolicy/sparse/float_math.hpp"
 #include "kvpolicy/sparse/kv_element.hpp"
 
 namespace kvpolicy {
 
 inline constexpr unsigned warp_lanes = 32;
-
-namespace detail {
-[[nodiscard]] KVPOLICY_HOST_DEVICE inline float exp_f(float x) noexcept {
-#if defined(__CUDA_ARCH__)
-    return expf(x);
-#else
-    return std::exp(x);
-#endif
-}
-}  // namespace detail
 
 /// Lane `lane`'s share of q . k for one token and KV head: the sum over
 /// j < per_lane of q_lane[j] * k[lane + 32 j], k widened to float.

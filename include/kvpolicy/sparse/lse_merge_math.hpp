@@ -23,20 +23,10 @@
 #include <cstdint>
 
 #include "kvpolicy/core/host_device.hpp"
-#include "kvpolicy/sparse/decode_attention_math.hpp"
+#include "kvpolicy/sparse/float_math.hpp"
 #include "kvpolicy/sparse/kv_element.hpp"
 
 namespace kvpolicy {
-
-namespace detail {
-[[nodiscard]] KVPOLICY_HOST_DEVICE inline float log_f(float x) noexcept {
-#if defined(__CUDA_ARCH__)
-    return logf(x);
-#else
-    return std::log(x);
-#endif
-}
-}  // namespace detail
 
 /// How two states (o_a, lse_a) and (o_b, lse_b) of one row combine.
 struct lse_pair_merge {

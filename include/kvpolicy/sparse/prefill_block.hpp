@@ -1,10 +1,11 @@
 // prefill_block: the per-thread math of CTA-tiled prefill attention
 // (FlashAttention-2 on CUDA cores, fp32), shared by the host and the CUDA
-// kernels (kvpolicy/cuda/minference.cuh).
+// kernels (kvpolicy/cuda/minference.cuh). The CTA's shape, shared memory and
+// registers are sparse/prefill_block_layout.hpp's; the key tiles a block
+// walks (dense causal or vertical-slash) are sparse/prefill_block_tiles.hpp's.
 //
-// One CTA of prefill_block_threads (256) threads owns a block of
-// prefill_block_rows (64) queries [i0, i1) of one query head. It walks key
-// tiles of up to prefill_block_keys (64) keys, staged in shared memory:
+// One CTA owns a block of 64 queries [i0, i1) of one query head. For each key
+// tile of up to 64 keys, staged in shared memory:
 //   load keys   the tile's key ids, masks and K rows -> shared      | sync
 //   scores      thread (tx, ty) = (t % 16, t / 16) computes the 4 x 4
 //               micro-tile S[ty*4 + r][tx + 16 c] = scale * q . k in
@@ -15,24 +16,6 @@
 //   accumulate  O[ty*4 + r][64 j + 4 tx + e] += P V in registers           | sync
 // and finally sums each row's 16 partial denominators and writes o = acc / l
 // and lse = m + log l (natural log; a row without keys: o 0, lse -inf).
-// Dense causal attention walks the tiles [0, 64), [64, 128), ... below i1;
-// only tiles that reach past i0 are masked (j <= i).
-//
-// Vertical-slash attention (sparse/minference.hpp: query i reads the kept
-// columns j <= i and i - o for the kept offsets o <= i, each key once) walks,
-// for the block, first the union of the intervals [max(0, i0 - o), i1 - 1 - o]
-// of the kept offsets o < i1, merged, as contiguous tiles masked with
-// j <= i && (offset i - j kept || column j kept); then the kept columns < i1
-// outside that union, gathered 64 list entries at a time, masked j <= i. No
-// rounding to 64-key blocks: the masks are exact. Membership tests are
-// binary searches over the head's sorted lists, one per key slot and one per
-// offset of the tile's window (at most 127 offsets i - j), done in the load
-// phase by separate threads.
-//
-// The head_dim template argument D (64, 128 or 256) sizes the registers and
-// shared memory; the runtime head_dim is a multiple of 32 at most D, its
-// missing channels read as zeros (so 32 runs on D = 64, 96 on 128, 160 ..
-// 224 on 256).
 //
 // Every phase is a KVPOLICY_HOST_DEVICE function of one thread index over raw
 // pointers; prefill_block_attention strings them together with a `threads`
@@ -47,226 +30,11 @@
 #include <cstdint>
 
 #include "kvpolicy/core/host_device.hpp"
-#include "kvpolicy/sparse/prefill_tile.hpp"
+#include "kvpolicy/sparse/float_math.hpp"
+#include "kvpolicy/sparse/prefill_block_layout.hpp"
+#include "kvpolicy/sparse/prefill_block_tiles.hpp"
 
 namespace kvpolicy {
-
-inline constexpr std::uint32_t prefill_block_rows = 64;      ///< queries per CTA
-inline constexpr std::uint32_t prefill_block_keys = 64;      ///< keys per tile
-inline constexpr std::uint32_t prefill_block_threads = 256;  ///< threads per CTA
-inline constexpr std::uint32_t prefill_block_tx = 16;        ///< thread columns (t % 16)
-inline constexpr std::uint32_t prefill_block_tm = 4;         ///< rows per thread
-inline constexpr std::uint32_t prefill_block_tn = 4;         ///< score columns per thread
-/// Offsets i - j one slash tile can hold: rows + keys - 1, rounded up.
-inline constexpr std::uint32_t prefill_block_window = 128;
-inline constexpr std::uint32_t prefill_no_key = 0xffffffffu;
-
-static_assert(prefill_block_threads == prefill_block_tx * (prefill_block_rows / prefill_block_tm));
-static_assert(prefill_block_keys == prefill_block_tx * prefill_block_tn);
-static_assert(prefill_block_window >= prefill_block_rows + prefill_block_keys - 1);
-static_assert(prefill_block_threads >= prefill_block_keys + prefill_block_window);
-
-/// Shared memory of one CTA for head_dim template D, in floats / words.
-template <std::uint32_t D>
-struct prefill_block_layout {
-    static_assert(D == 64 || D == 128 || D == 256);
-    /// q and K/V rows: a multiple of 4 (float4) that is 4 mod 32, so eight
-    /// threads reading rows tx .. tx + 7 at one channel hit distinct banks.
-    static constexpr std::uint32_t row_stride = D + 4;
-    static constexpr std::uint32_t p_stride = prefill_block_keys + 4;
-    static constexpr std::size_t q_floats = std::size_t{prefill_block_rows} * row_stride;
-    static constexpr std::size_t kv_floats = std::size_t{prefill_block_keys} * row_stride;
-    static constexpr std::size_t p_floats = std::size_t{prefill_block_rows} * p_stride;
-    static constexpr std::size_t red_floats = std::size_t{prefill_block_rows} * prefill_block_tx;
-    static constexpr std::size_t words = 2 * std::size_t{prefill_block_keys} + prefill_block_window;
-    static constexpr std::size_t bytes = 4 * (q_floats + kv_floats + p_floats + red_floats + words);
-};
-
-/// Pointers into one CTA's shared memory.
-struct prefill_block_shared {
-    float* q = nullptr;                  ///< [rows][row_stride] the block's queries
-    float* kv = nullptr;                 ///< [keys][row_stride] the tile's K rows, then its V rows
-    float* p = nullptr;                  ///< [rows][p_stride] probabilities of the tile
-    float* red = nullptr;                ///< [rows][16] per-thread row maxima, then denominators
-    std::uint32_t* keys = nullptr;       ///< [keys] token of each slot, prefill_no_key if void
-    std::uint32_t* col_kept = nullptr;   ///< [keys] slash tiles: slot's key is a kept column
-    std::uint32_t* off_kept = nullptr;   ///< [window] slash tiles: offset base + x is kept
-};
-
-/// Carves `base` (16-byte aligned, prefill_block_layout<D>::bytes) into the parts.
-template <std::uint32_t D>
-[[nodiscard]] KVPOLICY_HOST_DEVICE inline prefill_block_shared prefill_block_carve(float* base) noexcept {
-    using L = prefill_block_layout<D>;
-    prefill_block_shared s;
-    s.q = base;
-    s.kv = s.q + L::q_floats;
-    s.p = s.kv + L::kv_floats;
-    s.red = s.p + L::p_floats;
-    s.keys = reinterpret_cast<std::uint32_t*>(s.red + L::red_floats);
-    s.col_kept = s.keys + prefill_block_keys;
-    s.off_kept = s.col_kept + prefill_block_keys;
-    return s;
-}
-
-/// One thread's registers: its 4 x 4 scores, its rows' running max and
-/// partial denominators, its 4 x D/16 output accumulators.
-template <std::uint32_t D>
-struct prefill_block_thread {
-    static constexpr std::uint32_t cols = D / 16;
-    float s[prefill_block_tm][prefill_block_tn];
-    float acc[prefill_block_tm][cols];
-    float m[prefill_block_tm];
-    float l[prefill_block_tm];  ///< over this thread's columns only; summed at the end
-};
-
-enum class prefill_tile_kind : std::uint32_t {
-    dense,   ///< keys first .. first + count - 1, admitted when j <= i
-    slash,   ///< keys first .., admitted when j <= i and (offset or column kept)
-    column,  ///< list entries first .. of the kept columns, admitted when j <= i
-};
-
-/// One key tile of a block (the same in every thread of the CTA).
-struct prefill_key_tile {
-    prefill_tile_kind kind = prefill_tile_kind::dense;
-    std::uint32_t first = 0;  ///< first key (dense, slash) or first column list entry
-    std::uint32_t count = 0;  ///< slots used, 1 .. prefill_block_keys
-    bool masked = true;       ///< false: every slot admitted for every row
-};
-
-/// Where one CTA reads and writes: the head's arguments, its block, and for
-/// vertical-slash attention the head's kept lists (ascending).
-struct prefill_block_ctx {
-    prefill_head_args a{};
-    std::uint32_t n = 0;   ///< tokens
-    std::uint32_t h = 0;   ///< query head
-    std::uint32_t kvh = 0; ///< its KV head
-    std::uint32_t i0 = 0;  ///< first query of the block
-    std::uint32_t i1 = 0;  ///< one past its last (<= n)
-    bool vec = false;      ///< q, k, v 16-byte aligned: float4 loads from global memory
-    const std::uint32_t* verticals = nullptr;
-    std::uint32_t vertical_count = 0;
-    const std::uint32_t* slashes = nullptr;
-    std::uint32_t slash_count = 0;
-};
-
-[[nodiscard]] KVPOLICY_HOST_DEVICE inline prefill_block_ctx prefill_block_context(
-    const prefill_head_args& a, std::uint32_t n, std::uint32_t h, std::uint32_t block, bool vec,
-    const std::uint32_t* verticals = nullptr, std::uint32_t vertical_count = 0,
-    const std::uint32_t* slashes = nullptr, std::uint32_t slash_count = 0) noexcept {
-    prefill_block_ctx c;
-    c.a = a;
-    c.n = n;
-    c.h = h;
-    c.kvh = h / (a.num_q_heads / a.num_kv_heads);
-    c.i0 = block * prefill_block_rows;
-    c.i1 = n - c.i0 < prefill_block_rows ? n : c.i0 + prefill_block_rows;
-    c.vec = vec;
-    c.verticals = verticals;
-    c.vertical_count = vertical_count;
-    c.slashes = slashes;
-    c.slash_count = slash_count;
-    return c;
-}
-
-[[nodiscard]] KVPOLICY_HOST_DEVICE inline std::uint32_t prefill_blocks(std::uint32_t n) noexcept {
-    return (n + prefill_block_rows - 1) / prefill_block_rows;
-}
-
-/// Whether the sorted list holds x.
-[[nodiscard]] KVPOLICY_HOST_DEVICE inline bool sorted_contains(const std::uint32_t* sorted, std::uint32_t n,
-                                                              std::uint32_t x) noexcept {
-    const std::uint32_t at = upper_bound_index(sorted, n, x);
-    return at > 0 && sorted[at - 1] == x;
-}
-
-/// Whether the sorted list holds a value in [lo, hi].
-[[nodiscard]] KVPOLICY_HOST_DEVICE inline bool sorted_holds_in(const std::uint32_t* sorted, std::uint32_t n,
-                                                              std::uint32_t lo, std::uint32_t hi) noexcept {
-    const std::uint32_t at = lo == 0 ? 0 : upper_bound_index(sorted, n, lo - 1);  // first >= lo
-    return at < n && sorted[at] <= hi;
-}
-
-/// Dense causal key tiles of a block: [0, 64), [64, 128), ... below i1.
-struct dense_block_tiles {
-    std::uint32_t i0 = 0, i1 = 0, next = 0;
-
-    [[nodiscard]] KVPOLICY_HOST_DEVICE static dense_block_tiles make(const prefill_block_ctx& c) noexcept {
-        return {c.i0, c.i1, 0};
-    }
-    KVPOLICY_HOST_DEVICE bool next_tile(prefill_key_tile& tile) noexcept {
-        if (next >= i1) return false;
-        const std::uint32_t count = i1 - next < prefill_block_keys ? i1 - next : prefill_block_keys;
-        tile.kind = prefill_tile_kind::dense;
-        tile.first = next;
-        tile.count = count;
-        tile.masked = count < prefill_block_keys || next + count - 1 > i0;  // only the diagonal tile
-        next += count;
-        return true;
-    }
-};
-
-/// Vertical-slash key tiles of a block: the merged union of the kept
-/// offsets' key intervals, 64 keys at a time, then the kept column list
-/// entries below i1, 64 at a time (those inside the union are voided by the
-/// load phase). Offsets are walked from the largest below i1 down, so the
-/// intervals come in ascending order of start and end. Whatever the lists
-/// hold (an index left unfinished on the device), every key is below i1.
-struct vertical_slash_block_tiles {
-    const std::uint32_t* slashes = nullptr;
-    std::uint32_t i0 = 0, i1 = 0;
-    std::uint32_t next_slash = 0;      ///< offsets [0, next_slash) not merged yet
-    std::uint32_t pos = 0, stop = 0;   ///< keys [pos, stop) of the current range not tiled yet
-    std::uint32_t next_col = 0, col_end = 0;
-
-    [[nodiscard]] KVPOLICY_HOST_DEVICE static vertical_slash_block_tiles make(const prefill_block_ctx& c) noexcept {
-        vertical_slash_block_tiles s;
-        s.slashes = c.slashes;
-        s.i0 = c.i0;
-        s.i1 = c.i1;
-        s.next_slash = upper_bound_index(c.slashes, c.slash_count, c.i1 - 1);
-        s.col_end = upper_bound_index(c.verticals, c.vertical_count, c.i1 - 1);
-        return s;
-    }
-    [[nodiscard]] KVPOLICY_HOST_DEVICE std::uint32_t start_of(std::uint32_t o) const noexcept {
-        return o >= i0 ? 0u : i0 - o;
-    }
-    KVPOLICY_HOST_DEVICE bool next_tile(prefill_key_tile& tile) noexcept {
-        while (pos >= stop && next_slash > 0) {  // open the next merged range
-            const std::uint32_t o = slashes[--next_slash];
-            if (o >= i1) continue;  // only from unsorted lists
-            pos = start_of(o);
-            stop = i1 - o;
-            while (next_slash > 0) {
-                const std::uint32_t o2 = slashes[next_slash - 1];
-                if (o2 < i1) {
-                    if (start_of(o2) > stop) break;  // a gap: the next range
-                    if (i1 - o2 > stop) stop = i1 - o2;
-                }
-                --next_slash;
-            }
-        }
-        if (pos < stop) {
-            const std::uint32_t count = stop - pos < prefill_block_keys ? stop - pos : prefill_block_keys;
-            tile.kind = prefill_tile_kind::slash;
-            tile.first = pos;
-            tile.count = count;
-            tile.masked = true;
-            pos += count;
-            return true;
-        }
-        if (next_col < col_end) {
-            const std::uint32_t count =
-                col_end - next_col < prefill_block_keys ? col_end - next_col : prefill_block_keys;
-            tile.kind = prefill_tile_kind::column;
-            tile.first = next_col;
-            tile.count = count;
-            tile.masked = true;
-            next_col += count;
-            return true;
-        }
-        return false;
-    }
-};
 
 namespace detail {
 
@@ -295,22 +63,6 @@ KVPOLICY_HOST_DEVICE inline void prefill_store4(float* p, const prefill_f4& x) n
     p[1] = x.v[1];
     p[2] = x.v[2];
     p[3] = x.v[3];
-#endif
-}
-
-[[nodiscard]] KVPOLICY_HOST_DEVICE inline float prefill_exp(float x) noexcept {
-#if defined(__CUDA_ARCH__)
-    return expf(x);
-#else
-    return std::exp(x);
-#endif
-}
-
-[[nodiscard]] KVPOLICY_HOST_DEVICE inline float prefill_log(float x) noexcept {
-#if defined(__CUDA_ARCH__)
-    return logf(x);
-#else
-    return std::log(x);
 #endif
 }
 
@@ -477,13 +229,13 @@ KVPOLICY_HOST_DEVICE inline void prefill_block_softmax(const prefill_block_share
             for (std::uint32_t k = 0; k < prefill_block_tn; ++k) p[k * prefill_block_tx] = 0.0f;
             continue;
         }
-        const float correction = detail::prefill_exp(th.m[r] - mx);  // 0 while m was -inf
+        const float correction = detail::exp_f(th.m[r] - mx);  // 0 while m was -inf
         th.l[r] *= correction;
         KVPOLICY_UNROLL
         for (std::uint32_t j = 0; j < prefill_block_thread<D>::cols; ++j) th.acc[r][j] *= correction;
         KVPOLICY_UNROLL
         for (std::uint32_t k = 0; k < prefill_block_tn; ++k) {
-            const float e = th.s[r][k] == -INFINITY ? 0.0f : detail::prefill_exp(th.s[r][k] - mx);
+            const float e = th.s[r][k] == -INFINITY ? 0.0f : detail::exp_f(th.s[r][k] - mx);
             th.l[r] += e;
             p[k * prefill_block_tx] = e;
         }
@@ -567,7 +319,7 @@ KVPOLICY_HOST_DEVICE inline void prefill_block_store(const prefill_block_ctx& c,
             KVPOLICY_UNROLL
             for (std::uint32_t u = 0; u < 4; ++u) o[ch + u] = l > 0.0f ? th.acc[r][4 * j + u] / l : 0.0f;
         }
-        if (tx == 0) c.a.lse[out] = th.m[r] == -INFINITY || !(l > 0.0f) ? -INFINITY : th.m[r] + detail::prefill_log(l);
+        if (tx == 0) c.a.lse[out] = th.m[r] == -INFINITY || !(l > 0.0f) ? -INFINITY : th.m[r] + detail::log_f(l);
     }
 }
 
@@ -592,11 +344,6 @@ KVPOLICY_HOST_DEVICE inline void prefill_block_attention(const prefill_block_ctx
     }
     threads([&](std::uint32_t t, prefill_block_thread<D>& th) { prefill_block_share_l<D>(sh, t, th); });
     threads([&](std::uint32_t t, prefill_block_thread<D>& th) { prefill_block_store<D>(c, sh, t, th); });
-}
-
-/// The head_dim template a runtime head_dim (a multiple of 32, <= 256) runs on.
-[[nodiscard]] KVPOLICY_HOST_DEVICE inline std::uint32_t prefill_block_dim(std::uint32_t head_dim) noexcept {
-    return head_dim <= 64 ? 64u : head_dim <= 128 ? 128u : 256u;
 }
 
 }  // namespace kvpolicy
