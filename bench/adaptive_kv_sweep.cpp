@@ -14,7 +14,7 @@
 // adaptive_kv's smaller shadows above 32,768 items), leader_only 0 or 1, and optionally
 // switch_sigmas, switch_gain and the LRFU experts' ghost_factor. Default:
 // adaptive_kv's own configuration.
-#include <kvpolicy/eviction/best_of_shadows.hpp>
+#include <kvpolicy/eviction/adaptive_kv.hpp>
 #include <kvpolicy/sim/replay.hpp>
 #include <kvpolicy/sim/trace.hpp>
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include <kvpolicy/eviction/best_of_shadows.hpp>
+#include <kvpolicy/eviction/adaptive_kv.hpp>
 #include <kvpolicy/eviction/lru.hpp>
 #include <kvpolicy/eviction/queue_aware.hpp>
 #include <kvpolicy/sim/replay.hpp>

@@ -5,7 +5,7 @@
 // the key sample's rate and size; the configuration errors.
 #include <catch2/catch.hpp>
 
-#include <kvpolicy/eviction/best_of_shadows.hpp>
+#include <kvpolicy/eviction/adaptive_kv.hpp>
 #include <kvpolicy/eviction/fifo.hpp>
 #include <kvpolicy/eviction/lrfu.hpp>
 #include <kvpolicy/eviction/lru.hpp>

@@ -7,7 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <kvpolicy/cache/tiered_cache.hpp>
-#include <kvpolicy/eviction/best_of_shadows.hpp>
+#include <kvpolicy/eviction/adaptive_kv.hpp>
 #include <kvpolicy/eviction/lrfu.hpp>
 #include <kvpolicy/eviction/lru.hpp>
 #include <kvpolicy/eviction/session_aware_lru.hpp>

@@ -18,7 +18,7 @@
 
 #include <kvpolicy/cache/tiered_cache.hpp>
 #include <kvpolicy/core/waiting_queue.hpp>
-#include <kvpolicy/eviction/best_of_shadows.hpp>
+#include <kvpolicy/eviction/adaptive_kv.hpp>
 #include <kvpolicy/eviction/lru.hpp>
 #include <kvpolicy/eviction/queue_aware.hpp>
 #include <kvpolicy/eviction/session_aware_lru.hpp>

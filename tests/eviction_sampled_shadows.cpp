@@ -12,7 +12,7 @@
 // - with leader_only and no switch, the victims are those of the full mode.
 #include <catch2/catch.hpp>
 
-#include <kvpolicy/eviction/best_of_shadows.hpp>
+#include <kvpolicy/eviction/adaptive_kv.hpp>
 #include <kvpolicy/eviction/lrfu.hpp>
 #include <kvpolicy/eviction/lru.hpp>
 #include <kvpolicy/eviction/superseded_lru.hpp>

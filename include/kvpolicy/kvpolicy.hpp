@@ -28,6 +28,7 @@
 #include "kvpolicy/cost/uniform_weights.hpp"
 #include "kvpolicy/cost/unit_cost.hpp"
 
+#include "kvpolicy/eviction/adaptive_kv.hpp"
 #include "kvpolicy/eviction/arc.hpp"
 #include "kvpolicy/eviction/belady.hpp"
 #include "kvpolicy/eviction/best_of_shadows.hpp"

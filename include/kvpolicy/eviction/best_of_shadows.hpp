@@ -7,25 +7,16 @@
 // insert, access, hold, release and erase) and keeps its own order; victims
 // are popped from the expert followed now and erased from the others, so
 // switching experts costs nothing and never moves data. Beside them, each
-// expert runs a *shadow*: the same policy over a spatial sample of the keys
-// (those whose hash falls below rate R = min(sample_rate, shadow_items /
-// capacity)), at
-// R x capacity items, fed with the sampled keys' references, holds and
-// releases as the real cache makes them. The shadows count, for every two
-// experts, the sampled references one of them hit and the other missed;
-// counts halve every `window` x shadow capacity sampled references. The
-// expert whose shadow hits most is followed once its lead over the followed
-// one's is significant: more than `switch_sigmas` standard deviations of the
-// difference, whose variance, were the two equally good, is the number of
-// references exactly one of them hit (McNemar's test for paired outcomes).
-// So noise does not make it switch back and forth, and no margin has to
-// suit every hit ratio. With several rivals the best of them passes that
-// test by chance now and then, so a switch also needs a lead of at least
-// `switch_gain` of the window's references (a hit-ratio difference): with
-// leader_only a switch rebuilds the leader over every cached item, which
-// experts that hit alike are not worth. Sampling keys uniformly keeps each
-// shadow a scaled replica of a full-size cache (SHARDS), so which expert
-// leads in the shadows is which would lead at full size.
+// expert runs a *shadow* (shadow_cache.hpp): the same policy over a spatial
+// sample of the keys (those whose hash falls below rate R = min(sample_rate,
+// shadow_items / capacity)), at R x capacity items, fed with the sampled
+// keys' references, holds and releases as the real cache makes them. A
+// tally of the shadows' hits (shadow_tally.hpp) names the expert to follow:
+// the one whose shadow hits most lately, once its lead over the followed
+// one's is significant (McNemar's test, `switch_sigmas`) and at least
+// `switch_gain` of the window's references: with leader_only a switch
+// rebuilds the leader over every cached item, which experts that hit alike
+// are not worth.
 //
 // Why. No single order serves every KV workload and capacity (README "Which
 // policy"): a long LRFU half-life closes 28% of the LRU -> Belady gap on the
@@ -33,16 +24,11 @@
 // on the agentic trace at 5%. Measuring beats guessing: the shadows answer
 // "which order would have hit more here, lately" with the workload's own
 // references, and with LRU among the experts the choice falls back to LRU
-// where nothing beats it. The shadows count a hit whenever the sampled key is
-// cached, not the prefix rule (a hit counts only up to a request's first
-// miss); for experts that keep cached sets prefix-closed (lru, lrfu,
-// superseded_lru, session_aware_lru) the two agree. (Scoring each shadow by
-// the prefix rule over a request's sampled keys left every hit ratio of
-// README "Which policy" unchanged to the sixth digit.)
+// where nothing beats it.
 //
 // When to use it: when the workload is not known in advance, or changes. The
-// preset `adaptive_kv` follows LRU, LRFU at half-lives of 2, 8 and 32
-// capacities, superseded_lru or session_aware_lru.
+// preset `adaptive_kv` (adaptive_kv.hpp) follows LRU, LRFU at half-lives of
+// 2, 8 and 32 capacities, superseded_lru or session_aware_lru.
 //
 // Departures: the paper runs miniature simulations to tune a parameter
 // offline or periodically; here they run continuously and the real cache
@@ -52,40 +38,23 @@
 // lrfu keeps an erased item's history, so its order is the same whoever
 // chose the victim.
 //
-// The sample and prefix structure. Keys are sampled one by one (a block,
-// not its chain): every expert's reuse distances, the LRFU values and the
-// reference counts are per key, so a sampled shadow at R x capacity sees each
-// sampled key's reuses at R x the distance on average, whatever chain it is
-// in. Whether that estimate is close to the full-size hit ratio depends on
-// how evenly references spread over keys: a block every request reads (a
-// shared system prompt) is in the sample or not, and moves every shadow's
-// hit ratio by up to its share of the references / R. On the Mooncake
-// conversation trace at 1% that made every shadow's hit ratio about 0.4 too
-// high at R = 0.05 (docs/performance.md, bench/adaptive_kv_sweep). The choice
-// reads only differences between shadows, and such a block is a hit in all of
-// them, so it shifts every shadow alike; sampling whole chains by their root
-// would put every request reading it in or out together, worse.
-//
 // Leader-only state (config leader_only, adaptive_kv's default): only the
 // followed expert exists over the cached items; a switch builds the new one
-// from what this class keeps per item (a 32-byte record: key, last
-// placement order, last reference time and session, references since
-// inserted, whether a second session read it, whether it came in as its
-// session's last chunk), as lrfu's resume_order rebuilds its heap. LRU's
-// order comes back exactly. What a switch would lose is carried where the
-// new leader can take it: an LRFU replacing another LRFU takes its values,
-// times and ghosts (lrfu::adopt_history; only the half-life changes), and
-// session_aware_lru takes from its own shadow what it learned about the
-// workload rather than the items: the sessions' rhythms, the return-gap
-// fit, the margin's tuner and the tails' reuse rates
-// (session_aware_lru::adopt_learning; the shadow saw the same sessions'
-// requests, and in a shadow at R x capacity an item waits about as long to
-// be evicted as at full size, so the margin and rates mean the same). An
-// LRFU built after another expert starts from reference counts without
-// ghosts. Without the carry the rebuilt leaders lost up to 0.043 of hit
-// ratio (agentic trace at 1%: the margin, relearned from 16 after each of
-// 211 switches); with it, within 0.005 of the full state in every cell of
-// README "Which policy" (docs/performance.md).
+// from what item_history.hpp keeps per item (32 bytes), as lrfu's
+// resume_order rebuilds its heap. LRU's order comes back exactly. What a
+// switch would lose is carried where the new leader can take it: an LRFU
+// replacing another LRFU takes its values, times and ghosts
+// (lrfu::adopt_history; only the half-life changes), and session_aware_lru
+// takes from its own shadow what it learned about the workload rather than
+// the items: the sessions' rhythms, the return-gap fit, the margin's tuner
+// and the tails' reuse rates (session_aware_lru::adopt_learning; the shadow
+// saw the same sessions' requests, and in a shadow at R x capacity an item
+// waits about as long to be evicted as at full size, so the margin and rates
+// mean the same). An LRFU built after another expert starts from reference
+// counts without ghosts. Without the carry the rebuilt leaders lost up to
+// 0.043 of hit ratio (agentic trace at 1%: the margin, relearned from 16
+// after each of 211 switches); with it, within 0.005 of the full state in
+// every cell of README "Which policy" (docs/performance.md).
 //
 // Cost: full state: the experts' costs added (each does every operation) plus
 // R times the same for the shadows, a key hash and k^2 counter updates per
@@ -102,7 +71,6 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
-#include <span>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -113,12 +81,10 @@
 #include "kvpolicy/core/concepts.hpp"
 #include "kvpolicy/core/error.hpp"
 #include "kvpolicy/core/item_key.hpp"
-#include "kvpolicy/core/key_index.hpp"
+#include "kvpolicy/eviction/item_history.hpp"
+#include "kvpolicy/eviction/shadow_cache.hpp"
+#include "kvpolicy/eviction/shadow_tally.hpp"
 #include "kvpolicy/eviction/tracked_policy.hpp"
-#include "kvpolicy/eviction/lrfu.hpp"
-#include "kvpolicy/eviction/lru.hpp"
-#include "kvpolicy/eviction/session_aware_lru.hpp"
-#include "kvpolicy/eviction/superseded_lru.hpp"
 
 namespace kvpolicy {
 
@@ -233,8 +199,7 @@ public:
           real_(make_experts(capacity, config, std::index_sequence_for<Experts...>{})),
           shadows_(make_shadows(shadow_capacity_, config, std::index_sequence_for<Experts...>{})),
           items_(capacity),
-          halve_every_(std::max<std::uint64_t>(16, static_cast<std::uint64_t>(config.window * static_cast<double>(shadow_capacity_)))),
-          choose_every_(std::max<std::uint64_t>(16, halve_every_ / 16)) {
+          tally_(config.window, shadow_capacity_, config.switch_sigmas, config.switch_gain) {
         if (!config_.leader_only)
             for (std::size_t i = 1; i < expert_count; ++i) set_ordering(i, false);
     }
@@ -245,7 +210,7 @@ public:
     void on_insert(item_id id, const access_context& ctx) {
         tracking_.mark_inserted(id);
         each_real([&](auto& p) { p.on_insert(id, ctx); });
-        items_[id.index()].key = ctx.key;
+        items_.set_key(id, ctx.key);
         note_reference(id, ctx, true, 1);
         if (sampled(ctx.key)) shadow_reference(ctx);
     }
@@ -258,7 +223,7 @@ public:
     void on_hold(item_id id) {
         tracking_.mark_held(id);
         each_real([&](auto& p) { p.on_hold(id); });
-        const std::uint64_t key = items_[id.index()].key;
+        const std::uint64_t key = items_.key(id);
         if (sampled(key))
             std::apply([&](auto&... s) { (s.hold(key), ...); }, shadows_);
     }
@@ -272,7 +237,7 @@ public:
     void on_erase(item_id id) {
         (void)tracking_.mark_erased(id);  // held or not, every expert forgets it
         each_real([&](auto& p) { p.on_erase(id); });
-        const std::uint64_t key = items_[id.index()].key;
+        const std::uint64_t key = items_.key(id);
         if (sampled(key))
             std::apply([&](auto&... s) { (s.forget(key), ...); }, shadows_);
     }
@@ -286,7 +251,7 @@ public:
             if constexpr (hears_session_ends<std::remove_cvref_t<decltype(policy)>>) policy.on_session_end(session, now);
         };
         each_real(tell);
-        std::apply([&](auto&... s) { (tell(s.policy), ...); }, shadows_);
+        std::apply([&](auto&... s) { (tell(s.policy()), ...); }, shadows_);
     }
     std::optional<item_id> pop_victim(timestamp now) {
         const std::optional<item_id> v = pop_followed(now, std::index_sequence_for<Experts...>{});
@@ -299,12 +264,7 @@ public:
     /// How many times the followed expert changed.
     [[nodiscard]] std::uint64_t switches() const noexcept { return switches_; }
     /// Each shadow's decayed hit count, in expert order.
-    [[nodiscard]] std::array<double, expert_count> shadow_hits() const {
-        std::array<double, expert_count> out{};
-        std::size_t i = 0;
-        std::apply([&](const auto&... s) { ((out[i++] = s.hits), ...); }, shadows_);
-        return out;
-    }
+    [[nodiscard]] std::array<double, expert_count> shadow_hits() const { return tally_.hits(); }
     /// Keys are sampled into the shadows at this rate.
     [[nodiscard]] double sample_rate() const noexcept { return rate_; }
     /// Items each shadow holds at most.
@@ -318,7 +278,7 @@ public:
     template <std::size_t I>
     [[nodiscard]] const auto& expert() const noexcept {
         const auto& real = std::get<I>(real_);
-        return real ? *real : std::get<I>(shadows_).policy;
+        return real ? *real : std::get<I>(shadows_).policy();
     }
     /// Each shadow's hits and sampled references since the start, not
     /// halved: hits / references is the shadow's hit ratio, an estimate of
@@ -326,92 +286,18 @@ public:
     [[nodiscard]] std::array<std::uint64_t, expert_count> shadow_total_hits() const {
         std::array<std::uint64_t, expert_count> out{};
         std::size_t i = 0;
-        std::apply([&](const auto&... s) { ((out[i++] = s.total_hits), ...); }, shadows_);
+        std::apply([&](const auto&... s) { ((out[i++] = s.total_hits()), ...); }, shadows_);
         return out;
     }
-    [[nodiscard]] std::uint64_t shadow_references() const noexcept { return references_; }
+    [[nodiscard]] std::uint64_t shadow_references() const noexcept { return tally_.references(); }
 
     /// leader_only: renumbers the cached items' placement stamps (kept for
     /// a rebuild) as 1..n in the same order, so the 32-bit counter goes on
     /// from n. Done when the counter would wrap, once per 2^32 placements;
     /// it changes no decision (tests call it to check that). O(n log n).
-    void renumber_stamps() {
-        std::vector<std::uint32_t> cached;
-        cached.reserve(tracking_.size());
-        for (std::uint32_t x = 0; x < items_.size(); ++x)
-            if (tracking_.contains(item_id{x})) cached.push_back(x);
-        std::sort(cached.begin(), cached.end(),
-                  [&](std::uint32_t a, std::uint32_t b) { return items_[a].stamp < items_[b].stamp; });
-        stamp_counter_ = 0;
-        for (const std::uint32_t x : cached) items_[x].stamp = ++stamp_counter_;
-    }
+    void renumber_stamps() { items_.renumber(tracking_); }
 
 private:
-    // One expert over the sampled keys, as a flat cache that holds and
-    // releases them as the real cache does.
-    template <class P>
-    struct shadow {
-        P policy;
-        key_index where;                     // key -> slot
-        std::vector<std::uint64_t> key_of;   // [slots] key in each slot
-        std::vector<std::uint8_t> held;      // [slots] 1 while the real cache holds the key
-        std::vector<std::uint32_t> freed;    // slots of keys the real cache erased
-        std::uint32_t used = 0;
-        double hits = 0.0;
-        std::uint64_t total_hits = 0;
-
-        shadow(std::size_t capacity, const typename P::config_type& config)
-            : policy(capacity, config), where(capacity), key_of(capacity, 0), held(capacity, 0) {}
-
-        // Returns whether the key was cached.
-        bool reference(const access_context& ctx) {
-            std::uint32_t slot = where.find(ctx.key);
-            if (slot != no_index) {
-                hits += 1.0;
-                ++total_hits;
-                policy.on_access(item_id{slot}, ctx);
-                return true;
-            }
-            policy.on_miss(ctx);
-            if (!freed.empty()) {
-                slot = freed.back();
-                freed.pop_back();
-            } else if (used < key_of.size()) {
-                slot = used++;
-            } else {
-                const std::optional<item_id> v = policy.pop_victim(ctx.now);
-                if (!v) return false;  // every slot held: served, not cached
-                slot = v->value;
-                where.erase(key_of[slot]);
-            }
-            where.insert(ctx.key, slot);
-            key_of[slot] = ctx.key;
-            policy.on_insert(item_id{slot}, ctx);
-            return false;
-        }
-        void hold(std::uint64_t key) {
-            const std::uint32_t slot = where.find(key);
-            if (slot == no_index || held[slot]) return;
-            held[slot] = 1;
-            policy.on_hold(item_id{slot});
-        }
-        void release(const access_context& ctx) {
-            const std::uint32_t slot = where.find(ctx.key);
-            if (slot == no_index || !held[slot]) return;
-            held[slot] = 0;
-            policy.on_release(item_id{slot}, ctx);
-        }
-        // The real cache erased the key (its session was freed, its copy
-        // failed): the shadow loses it too, held or not.
-        void forget(std::uint64_t key) {
-            const std::uint32_t slot = where.erase(key);
-            if (slot == no_index) return;
-            held[slot] = 0;
-            policy.on_erase(item_id{slot});
-            freed.push_back(slot);
-        }
-    };
-
     static config_type validated(const config_type& c) {
         if (c.shadow_items == 0)
             throw config_error("best_of_shadows: shadow_items 0 leaves the shadows nothing to measure; give at least 1 "
@@ -444,39 +330,19 @@ private:
         ((!c.leader_only || I == 0 ? (void)std::get<I>(out).emplace(capacity, std::get<I>(c.experts)) : void()), ...);
         return out;
     }
+    template <std::size_t... I>
+    static std::tuple<shadow_cache<Experts>...> make_shadows(std::size_t capacity, const config_type& c,
+                                                             std::index_sequence<I...>) {
+        return std::tuple<shadow_cache<Experts>...>(shadow_cache<Experts>(capacity, std::get<I>(c.experts))...);
+    }
     // `f` on every expert that keeps state now.
     template <class F>
     void each_real(F&& f) {
         std::apply([&](auto&... p) { ((p ? (void)f(*p) : void()), ...); }, real_);
     }
-    // leader_only: the order of the item's last placement (LRU's), and the
-    // time and session of its last reference, to rebuild a new leader from.
+    // leader_only: what a rebuild needs of the reference (item_history::note).
     void note_reference(item_id id, const access_context& ctx, bool placed, std::uint32_t use = 0) noexcept {
-        if (!config_.leader_only) return;
-        item_record& r = items_[id.index()];
-        if (placed) {
-            if (stamp_counter_ == max_stamp) renumber_stamps();
-            r.stamp = ++stamp_counter_;
-        }
-        // A release places the item but references nothing: its context is
-        // the last access's (a queue letting go of the item passes that, at
-        // the time it lets go), and a rebuild replaying it as a reference
-        // made its session look back at that time (the session's end
-        // forgotten: conversation trace at 10% with the queue, 0.36 -> 0.35).
-        if (use == 0) return;
-        r.now = ctx.now;
-        if (use == 1) {
-            const bool tail = std::uint64_t{ctx.chunk.value} + 1 >= ctx.session_total_chunks;
-            r.uses = static_cast<std::uint16_t>(tail ? 1u | tail_bit : 1u);
-        } else if (use == 2) {
-            if (r.session != ctx.session.value) r.uses |= shared_bit;
-            if (count_of(r.uses) < max_uses) ++r.uses;
-        }
-        r.session = ctx.session.value;
-    }
-    template <std::size_t... I>
-    static std::tuple<shadow<Experts>...> make_shadows(std::size_t capacity, const config_type& c, std::index_sequence<I...>) {
-        return std::tuple<shadow<Experts>...>(shadow<Experts>(capacity, std::get<I>(c.experts))...);
+        if (config_.leader_only) items_.note(id, ctx, placed, use, tracking_);
     }
 
     [[nodiscard]] bool sampled(std::uint64_t key) const noexcept {
@@ -486,36 +352,17 @@ private:
         std::array<bool, expert_count> hit{};
         std::size_t i = 0;
         std::apply([&](auto&... s) { ((hit[i++] = s.reference(ctx)), ...); }, shadows_);
-        for (std::size_t x = 0; x < expert_count; ++x)
-            for (std::size_t y = 0; y < expert_count; ++y)
-                if (hit[x] && !hit[y]) only_[x][y] += 1.0;
-        window_references_ += 1.0;
-        if (++references_ % choose_every_ == 0) choose();
-        if (references_ % halve_every_ == 0) {
-            window_references_ *= 0.5;
-            std::apply([](auto&... s) { ((s.hits *= 0.5), ...); }, shadows_);
-            for (auto& row : only_)
-                for (double& n : row) n *= 0.5;
-        }
+        if (const std::optional<std::size_t> best = tally_.record(hit, followed_)) follow(*best);
     }
-    void choose() {
-        const std::array<double, expert_count> hits = shadow_hits();
-        std::size_t best = followed_;
-        for (std::size_t i = 0; i < expert_count; ++i)
-            if (hits[i] > hits[best]) best = i;
-        const double lead = only_[best][followed_] - only_[followed_][best];
-        const double discordant = only_[best][followed_] + only_[followed_][best];
-        if (best != followed_ && lead > config_.switch_sigmas * std::sqrt(discordant) &&
-            lead >= config_.switch_gain * window_references_) {
-            if (config_.leader_only) {
-                rebuild(best, std::index_sequence_for<Experts...>{});
-            } else {
-                set_ordering(best, true);
-                set_ordering(followed_, false);
-            }
-            followed_ = best;
-            ++switches_;
+    void follow(std::size_t best) {
+        if (config_.leader_only) {
+            rebuild(best, std::index_sequence_for<Experts...>{});
+        } else {
+            set_ordering(best, true);
+            set_ordering(followed_, false);
         }
+        followed_ = best;
+        ++switches_;
     }
     // Only the followed expert's order is ever popped: the others that can
     // rebuild theirs on demand stop keeping it until they are followed.
@@ -529,25 +376,13 @@ private:
         };
         std::apply([&](auto&... p) { (set(p), ...); }, real_);
     }
-    // leader_only: expert `to` is built over the cached items, placed in the
-    // order of their last placement (an LRU order: exactly LRU's when `to`
-    // is lru), each as inserted at its last reference's time by its session
-    // and accessed as many more times as it was referenced since it came in
-    // (at that same time: a frequency for LRFU, up to max_uses), as a tail
-    // or not, marked shared if a second session read it, the held ones then
-    // held; the followed expert is dropped. An LRFU after an LRFU takes the
-    // outgoing one's history instead; session_aware_lru first takes its
-    // shadow's learning. What else the new expert would have learned (when
-    // the references were, evicted blocks' histories) starts afresh;
-    // O(n log n).
+    // leader_only: expert `to` is built over the cached items
+    // (item_history::replay); the followed expert is dropped. An LRFU after
+    // an LRFU takes the outgoing one's history instead; session_aware_lru
+    // first takes its shadow's learning. O(n log n).
     template <std::size_t... I>
     void rebuild(std::size_t to, std::index_sequence<I...>) {
-        std::vector<std::uint32_t> cached;
-        cached.reserve(tracking_.size());
-        for (std::uint32_t x = 0; x < items_.size(); ++x)
-            if (tracking_.contains(item_id{x})) cached.push_back(x);
-        std::sort(cached.begin(), cached.end(),
-                  [&](std::uint32_t a, std::uint32_t b) { return items_[a].stamp < items_[b].stamp; });
+        const std::vector<std::uint32_t> cached = items_.by_placement(tracking_);
         const auto build = [&](auto& slot, const auto& config, const auto& shadow_policy) {
             auto& p = slot.emplace(tracking_.capacity(), config);
             // What the expert learned about the workload, not about the
@@ -565,27 +400,7 @@ private:
             };
             ((I == followed_ ? carry(std::get<I>(real_)) : void()), ...);
             if (carried) return;
-            // Each item is replayed at its own last reference's time, though
-            // the placement order need not follow those times (a release or
-            // a queue letting go places an item later than it was read):
-            // a session-aware expert takes the time as that session's
-            // arrival, and a running maximum made sessions that had ended
-            // look back at the rebuild (conversation trace at 10% with the
-            // queue: 0.3596 -> 0.3468). No expert needs the replay's times
-            // in order.
-            for (const std::uint32_t x : cached) {
-                const item_record& r = items_[x];
-                access_context ctx;
-                ctx.now = r.now;
-                ctx.key = r.key;
-                ctx.session = session_id{r.session};
-                ctx.session_total_chunks = r.uses & tail_bit ? 1 : 2;  // chunk 0: a tail or not
-                p.on_insert(item_id{x}, ctx);
-                for (std::uint32_t u = 1; u < count_of(r.uses); ++u) p.on_access(item_id{x}, ctx);
-                if constexpr (requires { p.mark_shared(item_id{x}); })
-                    if (r.uses & shared_bit) p.mark_shared(item_id{x});
-                if (tracking_.is_held(item_id{x})) p.on_hold(item_id{x});
-            }
+            items_.replay(p, cached, tracking_);
             // The replay's inserts are no requests, but the expert heard them
             // as such: its margin tuner scored each pending decision whose
             // block is cached here as that block coming back (raising the
@@ -596,7 +411,9 @@ private:
             // replay left them).
             if constexpr (requires { p.adopt_learning(shadow_policy); }) p.adopt_learning(shadow_policy);
         };
-        ((I == to ? build(std::get<I>(real_), std::get<I>(config_.experts), std::get<I>(shadows_).policy) : void()), ...);
+        ((I == to ? build(std::get<I>(real_), std::get<I>(config_.experts), std::get<I>(shadows_).policy())
+                  : void()),
+         ...);
         ((I == followed_ ? std::get<I>(real_).reset() : void()), ...);
     }
     template <std::size_t... I>
@@ -612,108 +429,15 @@ private:
     std::uint64_t sample_below_;         // a key is sampled if mix64(key) is below this
     std::size_t shadow_capacity_;
     std::tuple<std::optional<Experts>...> real_;  // every expert over every cached item, or the followed one
-    std::tuple<shadow<Experts>...> shadows_;
-    // What is kept per item, in one record (one cache line touched per
-    // operation): its key, and with leader_only what a rebuild needs.
-    struct item_record {
-        std::uint64_t key = 0;      // stable key
-        timestamp now = 0;          // time of the last reference
-        std::uint64_t session = 0;  // session of the last reference
-        std::uint32_t stamp = 0;    // order of the last placement (renumbered before it wraps)
-        std::uint16_t uses = 0;     // references since inserted, up to max_uses; shared_bit, tail_bit
-    };
-    static_assert(sizeof(item_record) == 32);
-    std::vector<item_record> items_;     // [capacity]
-    static constexpr std::uint16_t max_uses = 64;
-    static constexpr std::uint16_t shared_bit = 0x8000;  // in uses_: accessed by a second session
-    static constexpr std::uint16_t tail_bit = 0x4000;    // in uses_: inserted as its session's last chunk
-    [[nodiscard]] static std::uint32_t count_of(std::uint16_t uses) noexcept { return uses & 0x3fffu; }
-    static constexpr std::uint32_t max_stamp = ~std::uint32_t{0};
-    std::uint32_t stamp_counter_ = 0;
-    std::uint64_t halve_every_;          // sampled references between halvings of the hit counts
-    std::uint64_t choose_every_;         // sampled references between choices
-    std::uint64_t references_ = 0;       // sampled references so far
-    double window_references_ = 0.0;     // sampled references, halved with the hits
-    // [x][y] sampled references shadow x hit and shadow y missed, halved with the hits
-    std::array<std::array<double, expert_count>, expert_count> only_{};
+    std::tuple<shadow_cache<Experts>...> shadows_;
+    item_history items_;                 // each item's key; with leader_only what a rebuild needs
+    shadow_tally<expert_count> tally_;   // the shadows' hits, and which expert to follow
     std::size_t followed_ = 0;
     std::uint64_t switches_ = 0;
 };
 
-/// The policy to pick when the workload is not known (README "Which
-/// policy"): whichever of LRU, LRFU at half-lives of 2, 8 and 32 capacities
-/// (recency, then more and more frequency), superseded_lru (what sessions
-/// moved on from first) and session_aware_lru (the session expected back
-/// last) hits most in the shadows lately. With session_aware_lru among the
-/// experts, what a release says (output tokens, an engine's return hint) and
-/// session ends reach the choice: given exact return hints, adaptive_kv
-/// with every expert's state came within 0.005 of session_aware_lru's hit
-/// ratio in 7 of README "Which policy"'s 9 cells (before issue 36's
-/// defaults; with them, 0.1488 against 0.1676 on the conversation trace at
-/// 1%).
-///
-/// Its defaults (issue 36; docs/performance.md, "adaptive_kv on sampled
-/// shadows"): only the followed expert keeps per-item state (leader_only;
-/// a switch carries what the new leader can take: an LRFU's values and
-/// ghosts from the LRFU it replaces, session_aware_lru's learning from its
-/// shadow), and each shadow holds `shadow_items` (4096) items (all keys
-/// below that capacity; SHARDS' fixed-size sample above it). Shadows of
-/// 4096 items kept its hit ratio within 0.005 of the full-state version's
-/// and above LRU's in every cell of README "Which policy"; 2048 put it
-/// 0.0007 below LRU on the synthetic trace at 5%, and 5% samples (91 items
-/// at 1,827 blocks) misjudged which LRFU leads on the conversation trace.
-/// Below about 80,000 items that costs more than LRU's price:
-/// adaptive_kv_fast samples at most 5% there. Above 32,768 items (where 4096
-/// would sample under 1/8 of the keys) each shadow holds 1024 items: the
-/// shadows' fixed 6 MB came to 60 bytes per cached item at 10^5 items, and
-/// 1024-item shadows gave the same hit ratio (within 0.0004) on the
-/// conversation trace at 25% and 50% of its blocks and the agentic trace at
-/// 5% and 10%, where the experts' hit ratios differ by up to 0.3; every
-/// README "Which policy" cell below 32,768 blocks keeps its 4096. A switch needs a lead of at
-/// least 0.1% of the window's sampled references (switch_gain): it left
-/// every cell of README "Which policy" unchanged to the fourth digit and
-/// stopped a 10^6-item cache from rebuilding its leader for LRU and an LRFU
-/// that missed alike (0.2%: up to 0.0025 lower).
-struct adaptive_kv_preset {
-    static constexpr std::string_view name = "adaptive_kv";
-    static constexpr best_of_shadows_defaults defaults{.shadow_items = 4096,
-                                                       .sample_rate = 1.0,
-                                                       .switch_gain = 0.001,
-                                                       .leader_only = true,
-                                                       .large_capacity = 32'768,
-                                                       .large_shadow_items = 1024};
-};
-
-/// adaptive_kv's experts under a preset's name and defaults.
-template <class Preset>
-using adaptive_kv_experts =
-    basic_best_of_shadows<Preset, lru, basic_lrfu<2>, basic_lrfu<8>, basic_lrfu<32>, superseded_lru, session_aware_lru>;
-using adaptive_kv = adaptive_kv_experts<adaptive_kv_preset>;
-
-/// adaptive_kv with its shadows sampling at most 5% of the keys and holding
-/// at most 1024 items each: far cheaper than adaptive_kv below about 80,000
-/// items (at 10^3 items its shadows hold 50 items, not 1,000), for a hit
-/// ratio up to 0.009 lower on the Mooncake traces at 1-10% of their blocks
-/// (docs/performance.md).
-struct adaptive_kv_fast_preset {
-    static constexpr std::string_view name = "adaptive_kv_fast";
-    static constexpr best_of_shadows_defaults defaults{.shadow_items = 1024,
-                                                       .sample_rate = 0.05,
-                                                       .switch_gain = adaptive_kv_preset::defaults.switch_gain,
-                                                       .leader_only = adaptive_kv_preset::defaults.leader_only,
-                                                       .large_capacity = adaptive_kv_preset::defaults.large_capacity,
-                                                       .large_shadow_items = adaptive_kv_preset::defaults.large_shadow_items};
-};
-using adaptive_kv_fast = adaptive_kv_experts<adaptive_kv_fast_preset>;
-
-static_assert(eviction_policy<adaptive_kv>);
-static_assert(hears_session_ends<adaptive_kv>);
-static_assert(eviction_policy<adaptive_kv_fast>);
 /// best_of_shadows over any experts, with the plain defaults.
 template <eviction_policy... Experts>
 using best_of_shadows = basic_best_of_shadows<best_of_shadows_preset, Experts...>;
-
-static_assert(eviction_policy<best_of_shadows<lru, lrfu>>);
-static_assert(!hears_session_ends<best_of_shadows<lru, lrfu>>);
 
 }  // namespace kvpolicy

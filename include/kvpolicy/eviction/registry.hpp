@@ -3,9 +3,9 @@
 #pragma once
 
 #include "kvpolicy/core/type_list.hpp"
+#include "kvpolicy/eviction/adaptive_kv.hpp"
 #include "kvpolicy/eviction/arc.hpp"
 #include "kvpolicy/eviction/belady.hpp"
-#include "kvpolicy/eviction/best_of_shadows.hpp"
 #include "kvpolicy/eviction/checkerboard.hpp"
 #include "kvpolicy/eviction/clock.hpp"
 #include "kvpolicy/eviction/fifo.hpp"
