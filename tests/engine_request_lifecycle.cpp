@@ -291,3 +291,32 @@ TEST_CASE("request_lifecycle: a policy that does not hear the queue decides as w
         REQUIRE(with.queued_requests() == 0);
     }
 }
+
+TEST_CASE("cache_policy_core::reset: the cache empties, the queue stays", "[engine][queue]") {
+    cache_policy_core<queue_aware<lru>> core(3, {});
+    request_lifecycle life(core);
+    auto at = [](std::uint64_t key, std::uint64_t now) {
+        access_context c;
+        c.key = key;
+        c.now = now;
+        return c;
+    };
+    for (std::uint32_t id = 0; id < 3; ++id) core.insert(id, at(10 + id, id + 1), true);
+    REQUIRE(life.arrive("q", session_id{1}, std::vector<std::uint64_t>{11, 20}));
+    core.reset({});
+    REQUIRE(core.size() == 0);
+    REQUIRE(core.queued_requests() == 1);  // "q" still waits, reading 11 and 20
+    // After the reset, key 20 is stored first: LRU would evict it first, the
+    // queue keeps it while "q" waits.
+    core.insert(0, at(20, 10), true);
+    core.insert(1, at(30, 11), true);
+    core.insert(2, at(31, 12), true);
+    const access_context now = at(0, 13);
+    REQUIRE(core.evict(1, {}, now) == std::optional<std::vector<std::uint32_t>>{{1}});
+    REQUIRE(life.schedule("q", now));  // the lifecycle goes on as before the reset
+    REQUIRE(core.queued_requests() == 0);
+    // Dequeued, key 20 is LRU's most recent (as a queue_aware policy hands
+    // back every chunk a started request read): 31 goes, then 20.
+    REQUIRE(core.evict(1, {}, at(0, 14)) == std::optional<std::vector<std::uint32_t>>{{2}});
+    REQUIRE(core.evict(1, {}, at(0, 15)) == std::optional<std::vector<std::uint32_t>>{{0}});
+}

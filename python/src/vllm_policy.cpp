@@ -64,6 +64,7 @@ public:
     virtual engine::lifecycle_result on_request(request_event e, std::string_view id, session_id s,
                                                 std::span<const std::uint64_t> keys, const access_context& ctx) = 0;
     [[nodiscard]] virtual std::size_t queued_requests() const { return 0; }
+    [[nodiscard]] virtual bool hears_queue() const { return false; }
     virtual bool orders_by_request() const { return false; }  // vllm_lru: ranks by request and position
     virtual const engine::vllm_arc* arc() const { return nullptr; }
     virtual engine::vllm_arc* arc() { return nullptr; }
@@ -101,10 +102,8 @@ public:
                                                     const access_context&) override {
         return p_.evict(n, [&](std::uint32_t id) { return is_protected[id] != 0; });
     }
-    void clear() override {
-        p_.clear();
-        life_ = engine::request_lifecycle<no_queue>(queue_);
-    }
+    // A cache reset drops chunks; the engine's requests are still there.
+    void clear() override { p_.clear(); }
     engine::lifecycle_result on_request(request_event e, std::string_view id, session_id s,
                                         std::span<const std::uint64_t> keys, const access_context& ctx) override {
         return dispatch(life_, e, id, s, keys, ctx);
@@ -184,11 +183,9 @@ public:
                                                     const access_context& ctx) override {
         return p_.evict(n, protected_ids, ctx);
     }
-    void clear() override {
-        p_ = engine::cache_policy_core<dyn_policy>(p_.capacity(), config_);
-        life_ = engine::request_lifecycle<engine::cache_policy_core<dyn_policy>>(p_);
-        unheard_ = engine::request_lifecycle<no_queue>(no_queue_);
-    }
+    // A cache reset drops chunks; the engine's requests, queued or
+    // running, are still there (cache_policy_core::reset keeps the queue).
+    void clear() override { p_.reset(config_); }
     // A policy that does not hear the queue gets no queue at all (the same
     // checks of the events, no bookkeeping): it decides as without one.
     engine::lifecycle_result on_request(request_event e, std::string_view id, session_id s,
@@ -196,6 +193,7 @@ public:
         return hears_ ? dispatch(life_, e, id, s, keys, ctx) : dispatch(unheard_, e, id, s, keys, ctx);
     }
     [[nodiscard]] std::size_t queued_requests() const override { return p_.queued_requests(); }
+    [[nodiscard]] bool hears_queue() const override { return hears_; }
     void keep_config(const dyn_policy::config_type& c) { config_ = c; }
 
 private:
@@ -348,6 +346,7 @@ public:
         return r.reason;
     }
     [[nodiscard]] std::size_t queued_requests() const { return core_->queued_requests(); }
+    [[nodiscard]] bool hears_queue() const { return core_->hears_queue(); }
 
     void mark_evictable(nb::handle key) {
         const std::uint32_t id = slot_of(key.ptr());
@@ -514,6 +513,7 @@ void bind_vllm_policy(nb::module_& m) {
              [](cache_policy_binding& b, std::string_view id) { return b.request_event(3, id, nb::none(), 0); },
              nb::arg("request_id"))
         .def_prop_ro("queued_requests", &cache_policy_binding::queued_requests)
+        .def_prop_ro("hears_queue", &cache_policy_binding::hears_queue)
         .def("mark_evictable", &cache_policy_binding::mark_evictable)
         .def("mark_non_evictable", &cache_policy_binding::mark_non_evictable)
         .def("evict", &cache_policy_binding::evict)

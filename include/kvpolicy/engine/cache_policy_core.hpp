@@ -136,6 +136,16 @@ public:
         }
     }
 
+    /// Empties the cache (every chunk forgotten, the policy as new with
+    /// `config`) and keeps the waiting queue: an engine's cache reset drops
+    /// what is stored, not the requests still queued, whose reads count
+    /// again for the chunks stored after it.
+    void reset(const typename Policy::config_type& config) {
+        cache_policy_core fresh(capacity(), config);
+        if constexpr (hears_queue) fresh.queue_ = std::move(queue_);
+        *this = std::move(fresh);
+    }
+
     /// Requests queued (0 for a policy that does not hear the queue).
     [[nodiscard]] std::size_t queued_requests() const noexcept {
         if constexpr (hears_queue) return queue_.size();

@@ -9,7 +9,10 @@ Two seams, one per vLLM API generation:
 - vLLM 0.30 and later (``vllm/v1/kv_offload/base.py``): cache policies that
   vLLM's own ``CPUOffloadingManager`` loads by name from this module
   (``"eviction_policy": NAME, "cache_policy_module_path": "kvpolicy.vllm"``);
-  see ``_policies``. (0.21 to 0.26 load no policy from outside vLLM; 0.27 to
+  see ``_policies``; and ``KvpolicyOffloadingConnector``, vLLM 0.33's
+  ``OffloadingConnector`` telling those policies of the waiting queue
+  (``"kv_connector": "KvpolicyOffloadingConnector", "kv_connector_module_path":
+  "kvpolicy.vllm"``; see ``_connector``). (0.21 to 0.26 load no policy from outside vLLM; 0.27 to
   0.29 do, but their ARC is not the one ``vllm_arc`` copies.)
 
 Importing this module needs no vLLM; the vLLM subclasses are built on first
@@ -36,6 +39,8 @@ def __getattr__(name: str):
     (``"cache_policy_module_path": "kvpolicy.vllm"``), built on first use."""
     if name.startswith("__"):
         raise AttributeError(name)
+    if name == "KvpolicyOffloadingConnector":
+        return importlib.import_module(__name__ + "._connector").connector_class()
     # import_module, not `from . import`: the latter asks this very function
     # for `_policies` before the submodule exists.
     _policies = importlib.import_module(__name__ + "._policies")

@@ -70,12 +70,14 @@ manager is built, before any request.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
 import logging
 import math
 import os
+import threading
 from typing import Any, Dict, Optional, Tuple, Type
 
 from .. import ConfigError, policies
@@ -198,6 +200,7 @@ def cache_policy(policy: str, *, class_name: Optional[str] = None, **options: An
             super().__init__(cache_capacity)
             opts = dict(fixed) if fixed or class_name else _env_options(name)
             self._core = core = CachePolicyCore(kv_name, cache_capacity, opts)
+            _announce(self)
             self._by_request = core.orders_by_request
             self._hears_hints = kv_name not in _IDENTICAL and seam.insert_request
             self._generation = 0
@@ -222,6 +225,7 @@ def cache_policy(policy: str, *, class_name: Optional[str] = None, **options: An
             self.request_scheduled = core.request_scheduled
             self.request_preempted = core.request_preempted
             self.request_finished = core.request_finished
+            self.hears_queue = core.hears_queue
 
         # vLLM's request rank lives in the request's own scratch state, one per
         # (policy, reset generation), as vLLM's LRUCachePolicy keeps it.
@@ -329,6 +333,30 @@ def cache_policy(policy: str, *, class_name: Optional[str] = None, **options: An
 
     KvpolicyCachePolicy.__name__ = KvpolicyCachePolicy.__qualname__ = name
     return KvpolicyCachePolicy
+
+
+_built = threading.local()
+
+
+@contextlib.contextmanager
+def policies_built():
+    """The kvpolicy cache policies vLLM builds inside this block, on this
+    thread: a connector learns its manager's policies as they are made,
+    without reaching into vLLM's manager (``_connector``)."""
+    outer = getattr(_built, "policies", None)
+    _built.policies = built = []
+    try:
+        yield built
+    finally:
+        _built.policies = outer
+        if outer is not None:
+            outer.extend(built)
+
+
+def _announce(policy) -> None:
+    built = getattr(_built, "policies", None)
+    if built is not None:
+        built.append(policy)
 
 
 class RequestHints:

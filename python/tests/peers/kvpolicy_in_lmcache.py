@@ -18,9 +18,10 @@ LMCache's private state or its ARC variant's internals;
 python/tests/test_lmcache_policies.py says why for each.
 """
 
-import os
 
 import pytest
+
+from deselect import deselect_listed
 
 
 @pytest.hookimpl(trylast=True)  # after lmcache_stubs made LMCache importable
@@ -63,19 +64,4 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    path = os.environ.get("KVPOLICY_DESELECT")
-    if not path:
-        return
-    with open(path) as f:
-        names = {line.split("#")[0].strip() for line in f} - {""}
-
-    def base(item):
-        return item.nodeid.split("[")[0]
-
-    kept = [i for i in items if base(i) not in names]
-    deselected = [i for i in items if base(i) in names]
-    missing = names - {base(i) for i in items}
-    if missing:
-        raise RuntimeError(f"KVPOLICY_DESELECT names tests that do not exist: {sorted(missing)}")
-    config.hook.pytest_deselected(items=deselected)
-    items[:] = kept
+    deselect_listed(config, items)

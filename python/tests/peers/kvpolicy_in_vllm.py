@@ -15,9 +15,10 @@ chunk's ref count written behind the manager). python/tests/test_vllm_policies.p
 asserts what each of them asserts through the policy's answers.
 """
 
-import os
 
 import pytest
+
+from deselect import deselect_listed
 
 
 @pytest.hookimpl(trylast=True)  # after vllm_stubs made vLLM importable
@@ -30,18 +31,4 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    path = os.environ.get("KVPOLICY_DESELECT")
-    if not path:
-        return
-    with open(path) as f:
-        names = {line.split("#")[0].strip() for line in f} - {""}
-    def base(item):  # a parametrized test's id without its parameters
-        return item.nodeid.split("[")[0]
-
-    kept = [i for i in items if base(i) not in names]
-    deselected = [i for i in items if base(i) in names]
-    missing = names - {base(i) for i in items}
-    if missing:
-        raise RuntimeError(f"KVPOLICY_DESELECT names tests that do not exist: {sorted(missing)}")
-    config.hook.pytest_deselected(items=deselected)
-    items[:] = kept
+    deselect_listed(config, items)

@@ -1,0 +1,195 @@
+"""kvpolicy's KV connector for vLLM >= 0.33: vLLM's ``OffloadingConnector``,
+telling the kvpolicy cache policies behind it of the engine's waiting queue.
+
+vLLM's scheduler hands a connector every request three ways: on arrival
+(``on_new_request``, its block hashes already computed), when it is scheduled
+or preempted (``build_connector_meta``: the step's new, resumed and preempted
+requests) and when it ends, finished or aborted (``request_finished``). A
+queue-aware kvpolicy policy (``kvpolicy_queue_aware_adaptive_kv``, ...)
+keeps the chunks queued requests will read; vLLM's CPU tier alone never
+hears of them. Load it with::
+
+    --kv-transfer-config '{"kv_connector": "KvpolicyOffloadingConnector",
+      "kv_connector_module_path": "kvpolicy.vllm", "kv_role": "kv_both",
+      "kv_connector_extra_config": {"cpu_bytes_to_use": 64000000000,
+        "eviction_policy": "kvpolicy_queue_aware_adaptive_kv",
+        "cache_policy_module_path": "kvpolicy.vllm"}}'
+
+This class only translates. Everything vLLM's connector does, it does
+unchanged (it is a subclass that adds calls after vLLM's own); the
+bookkeeping of which request waits is C++ (``engine/request_lifecycle.hpp``
+behind each policy's ``request_*`` calls). A request's keys are its offload
+keys exactly as vLLM's offloading scheduler derives them from
+``request.block_hashes`` (one per chunk per offloaded KV group), so a queued
+request protects the very chunks it will look up. Where no policy behind the
+connector hears the queue (``vllm_lru``, vLLM's own policies, a tiered
+manager without a kvpolicy tier) it makes no call at all: vLLM's
+``OffloadingConnector``, decision for decision.
+
+An event the bookkeeping cannot use (an unknown or repeated request id) is
+ignored with its reason on the ``kvpolicy.vllm`` logger; nothing here raises
+inside vLLM's scheduler.
+"""
+
+from __future__ import annotations
+
+import logging
+from itertools import islice
+from types import SimpleNamespace
+from typing import Any, Callable, Iterable, List, Optional
+
+from ._policies import parse_hints, policies_built
+
+logger = logging.getLogger("kvpolicy.vllm")
+
+CONNECTOR_NAME = "KvpolicyOffloadingConnector"
+
+
+def offload_keys(block_hashes: Iterable[bytes], group_configs, make_offload_key: Callable) -> List[Any]:
+    """A request's offload keys as vLLM 0.33's offloading scheduler derives
+    them (``RequestOffloadState.update_offload_keys``): for each offloaded KV
+    group, the hash closing each chunk (every ``hashes_per_chunk``-th block
+    hash), tagged with the group."""
+    hashes = block_hashes if isinstance(block_hashes, list) else list(block_hashes)
+    keys: List[Any] = []
+    for group in group_configs:
+        step = group.hashes_per_chunk
+        keys.extend(make_offload_key(h, group.group_idx) for h in islice(hashes, step - 1, None, step))
+    return keys
+
+
+class QueueRelay:
+    """The engine's request events, passed to every policy that hears the
+    queue, under the manager's lock (vLLM: every caller of the manager's
+    state holds it; the policy is that state)."""
+
+    def __init__(self, policies, lock: Callable[[], Any], keys_of: Callable[[Any], List[Any]]):
+        self._policies = list(policies)
+        self._lock = lock
+        self._keys_of = keys_of
+        self._requests: dict = {}  # id -> Request, to read a preempted request's hashes
+
+    @property
+    def policies(self) -> list:
+        return list(self._policies)
+
+    def arrived(self, request) -> None:
+        rid = request.request_id
+        if rid in self._requests:
+            logger.warning("kvpolicy connector: request %r arrived again; ignored", rid)
+            return
+        self._requests[rid] = request
+        hints = parse_hints(SimpleNamespace(req_id=rid, kv_hints=getattr(request, "kv_hints", None),
+                                            kv_transfer_params=getattr(request, "kv_transfer_params", None)))
+        self._send("request_arrived", rid, self._keys(request), hints.session)
+
+    def step(self, scheduler_output) -> None:
+        # Preemptions first: a request preempted and resumed in one step (a
+        # cache reset can do that) ends the step running.
+        for rid in getattr(scheduler_output, "preempted_req_ids", None) or ():
+            request = self._requests.get(rid)
+            if request is None:
+                logger.warning("kvpolicy connector: preempted request %r never arrived; ignored", rid)
+                continue
+            self._send("request_preempted", rid, self._keys(request))
+        for new in scheduler_output.scheduled_new_reqs:
+            self._send("request_scheduled", new.req_id)
+        cached = scheduler_output.scheduled_cached_reqs
+        for rid in getattr(cached, "resumed_req_ids", None) or ():
+            self._send("request_scheduled", rid)
+
+    def finished(self, request) -> None:
+        self._requests.pop(request.request_id, None)
+        self._send("request_finished", request.request_id)
+
+    def _keys(self, request) -> List[Any]:
+        try:
+            return self._keys_of(request)
+        except Exception:  # noqa: BLE001: a request's keys never stop the scheduler
+            logger.exception("kvpolicy connector: request %r: its offload keys could not be read; "
+                             "it protects no chunk", request.request_id)
+            return []
+
+    def _send(self, method: str, *args) -> None:
+        with self._lock():
+            for policy in self._policies:
+                try:
+                    why = getattr(policy, method)(*args)
+                except Exception:  # noqa: BLE001: bookkeeping never stops the scheduler
+                    logger.exception("kvpolicy connector: %s%r failed; ignored", method, args[:1])
+                    continue
+                if why is not None:
+                    logger.warning("kvpolicy connector: %s", why)
+
+
+def _vllm_connector():
+    try:
+        from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import (  # type: ignore
+            OffloadingConnector,
+        )
+        from vllm.v1.kv_offload.base import make_offload_key  # type: ignore[import-not-found]
+    except ImportError as e:
+        raise ImportError(f"kvpolicy.vllm.{CONNECTOR_NAME} subclasses vLLM's OffloadingConnector "
+                          "(vLLM >= 0.33); install vLLM") from e
+    return OffloadingConnector, make_offload_key
+
+
+_class: Optional[type] = None
+
+
+def connector_class() -> type:
+    """``kvpolicy.vllm.KvpolicyOffloadingConnector``, built on first use over
+    the vLLM imported now."""
+    global _class
+    if _class is not None:
+        return _class
+    base, make_offload_key = _vllm_connector()
+
+    class KvpolicyOffloadingConnector(base):
+        """vLLM's OffloadingConnector that tells kvpolicy's cache policies of
+        the waiting queue (kvpolicy.vllm._connector)."""
+
+        def __init__(self, vllm_config, role, kv_cache_config=None, *args, **kwargs):
+            with policies_built() as built:
+                super().__init__(vllm_config, role, kv_cache_config, *args, **kwargs)
+            self._queue_relay: Optional[QueueRelay] = None
+            scheduler = self.connector_scheduler
+            listeners = [p for p in built if getattr(p, "hears_queue", False)]
+            if scheduler is None or not listeners:
+                return
+            manager, groups = scheduler.manager, scheduler.config.kv_group_configs
+            self._queue_relay = QueueRelay(
+                listeners, lambda: manager.lock,
+                lambda request: offload_keys(request.block_hashes, groups, make_offload_key))
+
+        @property
+        def queue_relay(self) -> Optional[QueueRelay]:
+            """What tells the policies of the queue; None where none hears it."""
+            return self._queue_relay
+
+        def on_new_request(self, request) -> None:
+            super().on_new_request(request)
+            if self._queue_relay is not None:
+                self._queue_relay.arrived(request)
+
+        def build_connector_meta(self, scheduler_output):
+            meta = super().build_connector_meta(scheduler_output)
+            if self._queue_relay is not None:
+                self._queue_relay.step(scheduler_output)
+            return meta
+
+        def request_finished(self, request, block_ids):
+            result = super().request_finished(request, block_ids)
+            if self._queue_relay is not None:
+                self._queue_relay.finished(request)
+            return result
+
+        def request_finished_all_groups(self, request, block_ids):
+            result = super().request_finished_all_groups(request, block_ids)
+            if self._queue_relay is not None:
+                self._queue_relay.finished(request)
+            return result
+
+    KvpolicyOffloadingConnector.__module__ = "kvpolicy.vllm"
+    _class = KvpolicyOffloadingConnector
+    return _class
