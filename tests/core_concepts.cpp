@@ -141,6 +141,19 @@ TEST_CASE("an unknown name lists every accepted name", "[registry]") {
     }
 }
 
+TEST_CASE("a name looked up once is dispatched by its index", "[registry]") {
+    constexpr std::size_t arc_at = index_of_name<eviction_policies>("arc");
+    STATIC_REQUIRE(arc_at == index_of_type<eviction_policies, arc>);
+    STATIC_REQUIRE(index_of_name<eviction_policies>("ARC") == eviction_policies::size);
+    STATIC_REQUIRE(index_of_type<type_list<int, char, long>, long> == 2);
+    for_each_type<eviction_policies>([]<class P>() {
+        const std::string got = visit_by_index<eviction_policies>(index_of_type<eviction_policies, P>,
+                                                                  []<class Q>() { return std::string(Q::name); });
+        REQUIRE(got == P::name);
+    });
+    REQUIRE_THROWS_AS(visit_by_index<eviction_policies>(eviction_policies::size, []<class P>() {}), usage_error);
+}
+
 TEST_CASE("for_each_type visits the list in order", "[registry]") {
     std::string seen;
     for_each_type<eviction_policies>([&]<class P>() { seen += std::string(P::name) + ";"; });

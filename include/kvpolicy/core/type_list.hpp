@@ -59,12 +59,40 @@ template <class List>
     return out;
 }
 
+/// The position in `List` of the type named `name`, or `List::size` if none is.
+template <class List>
+[[nodiscard]] constexpr std::size_t index_of_name(std::string_view name) noexcept {
+    const auto& names = names_of<List>();
+    for (std::size_t i = 0; i < names.size(); ++i)
+        if (names[i] == name) return i;
+    return List::size;
+}
+
 template <class List>
 [[nodiscard]] constexpr bool has_name(std::string_view name) noexcept {
-    for (std::string_view n : names_of<List>())
-        if (n == name) return true;
-    return false;
+    return index_of_name<List>(name) < List::size;
 }
+
+namespace detail {
+template <class T, class... Ts>
+constexpr std::size_t index_of_type_in() noexcept {
+    constexpr bool same[] = {std::is_same_v<T, Ts>..., false};
+    std::size_t i = 0;
+    while (i < sizeof...(Ts) && !same[i]) ++i;
+    return i;
+}
+template <class T, class List>
+struct type_index;
+template <class T, class... Ts>
+struct type_index<T, type_list<Ts...>> {
+    static constexpr std::size_t value = index_of_type_in<T, Ts...>();
+    static_assert(value < sizeof...(Ts), "index_of_type: the type is not in this list");
+};
+}  // namespace detail
+
+/// The position of `T` in `List` (a compile-time error if `T` is not in it).
+template <class List, class T>
+inline constexpr std::size_t index_of_type = detail::type_index<T, List>::value;
 
 /// Throws the error `visit_by_name` throws for a name not in `List`: for
 /// callers that look a name up in parts of a list (a dispatch split over
@@ -75,23 +103,35 @@ template <class List>
                              "'; accepted: " + joined_names<List>());
 }
 
+/// Calls `f.template operator()<T>()` for the type `T` at position `index`
+/// of `List` and returns its result: a name looked up once
+/// (`index_of_name`) and carried as its position is dispatched without
+/// comparing it again. Throws: usage_error if `index` is not below
+/// `List::size`.
+template <class List, class F>
+decltype(auto) visit_by_index(std::size_t index, F&& f) {
+    return [&]<class... Ts>(type_list<Ts...>) -> decltype(auto) {
+        using first = std::tuple_element_t<0, std::tuple<Ts...>>;
+        using result = decltype(f.template operator()<first>());
+        // One entry per type, in list order, so the index picks the call.
+        using entry = result (*)(F&);
+        static constexpr entry table[] = {+[](F& g) -> result { return g.template operator()<Ts>(); }...};
+        if (index >= sizeof...(Ts))
+            throw usage_error("visit_by_index: index " + std::to_string(index) + " is past the list's " +
+                              std::to_string(sizeof...(Ts)) + " types");
+        return table[index](f);
+    }(List{});
+}
+
 /// Calls `f.template operator()<T>()` for the type `T` of `List` whose name is
 /// `name` and returns its result. `what` names the kind of thing in the error
 /// ("eviction policy"). Throws: unknown_name_error listing the accepted names.
 template <class List, class F>
 decltype(auto) visit_by_name(std::string_view name, F&& f, std::string_view what = "name") {
     static_assert(detail::names_unique<List>(), "two types in this list share a name; names must be unique");
-    return [&]<class... Ts>(type_list<Ts...>) -> decltype(auto) {
-        using first = std::tuple_element_t<0, std::tuple<Ts...>>;
-        using result = decltype(f.template operator()<first>());
-        // One entry per type, in list order, so the name's index picks the call.
-        using entry = result (*)(F&);
-        static constexpr entry table[] = {+[](F& g) -> result { return g.template operator()<Ts>(); }...};
-        const auto& names = names_of<List>();
-        for (std::size_t i = 0; i < names.size(); ++i)
-            if (names[i] == name) return table[i](f);
-        throw_unknown_name<List>(name, what);
-    }(List{});
+    const std::size_t index = index_of_name<List>(name);
+    if (index == List::size) throw_unknown_name<List>(name, what);
+    return visit_by_index<List>(index, std::forward<F>(f));
 }
 
 namespace detail {
