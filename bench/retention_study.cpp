@@ -30,6 +30,7 @@
 #include <kvpolicy/eviction/lru.hpp>
 #include <kvpolicy/eviction/retention_value.hpp>
 #include <kvpolicy/sim/replay.hpp>
+#include <kvpolicy/sim/run_options.hpp>
 #include <kvpolicy/sim/trace.hpp>
 #include <kvpolicy/sim/workload.hpp>
 
@@ -121,8 +122,8 @@ int main(int argc, char** argv) {
         sim::request_record r;
         while (reader.next(r)) reqs.push_back(r);
     }
-    // kvpolicy-sim's default prefill cost (tools/kvpolicy-sim/main.cpp).
-    g_replay_cost = pensieve_linear({.alpha = 1.31e-9 * block_size, .beta = 0, .const_non_attention = 4e-5 * block_size});
+    // kvpolicy-sim's default prefill cost.
+    g_replay_cost = sim::prefill_cost_options{}.model(block_size);
     std::printf("retention_study: %s, %zu requests, block %u tokens, %u layer(s), CPU tier %zu blocks (LRU)\n",
                 trace.empty() ? "built-in chat workload" : trace.c_str(), reqs.size(), block_size, layers, cpu_capacity);
     for (const std::size_t capacity : capacities) {

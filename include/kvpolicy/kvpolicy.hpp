@@ -97,7 +97,10 @@
 #include "kvpolicy/pool/block_pool.hpp"
 
 // The simulator's headers are host-only (zlib, range-v3): not under nvcc.
+// Its driver (driver.hpp) is declared here and compiled in the
+// kvpolicy_sim_driver library (src/sim/).
 #if !defined(__CUDACC__)
+#include "kvpolicy/sim/driver.hpp"
 #include "kvpolicy/sim/replay.hpp"
 #include "kvpolicy/sim/report.hpp"
 #include "kvpolicy/sim/trace.hpp"

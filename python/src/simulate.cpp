@@ -1,28 +1,20 @@
-// kvpolicy.simulate: kvpolicy-sim as a function. The runs are the tool's own
-// (tools/kvpolicy-sim/runs.cpp, run_flat.cpp, run_requests.cpp and the parts
-// sources.cmake generates, compiled into this module: the same input
-// loading, thread pool, gap column and --bounds), and the results go out through the tool's JSON writer
+// kvpolicy.simulate: kvpolicy-sim as a function. The runs are the
+// simulator's driver's (kvpolicy/sim/driver.hpp, the kvpolicy_sim_driver
+// library kvpolicy-sim links too: the same input loading, thread pool, gap
+// column and --bounds), and the results go out through the tool's JSON writer
 // (sim::write_json_lines), so a field the simulator gains reaches Python
 // with no change here. Runs go in parallel threads with the GIL released.
-#include <algorithm>
 #include <sstream>
-#include <thread>
 #include <vector>
 
+#include <kvpolicy/sim/driver.hpp>
 #include <kvpolicy/sim/report.hpp>
 
 #include "bindings.hpp"
-#include "sim_runs.hpp"
 
 namespace kvpolicy::python {
 
 namespace {
-
-using namespace kvpolicy::sim_tool;
-
-bool ends_with(std::string_view s, std::string_view suffix) {
-    return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
 
 double number(const nb::dict& d, const char* key, double fallback) {
     return d.contains(key) ? nb::cast<double>(d[key]) : fallback;
@@ -38,11 +30,11 @@ void bind_simulate(nb::module_& m) {
            const std::string& cpu_policy, std::uint32_t block_size, std::uint32_t layers, std::uint64_t seed,
            unsigned threads, bool skip_bad_lines, const nb::dict& cost, const nb::dict& workload,
            std::optional<std::string> return_hints, bool bounds) {
-            options o;
+            sim::run_options o;
             o.trace = trace.value_or("");
-            o.format = format ? (*format == "csv" ? trace_format::csv : trace_format::mooncake)
-                       : ends_with(o.trace, ".csv") ? trace_format::csv
-                                                    : trace_format::mooncake;
+            o.format = format ? (*format == "csv" ? sim::trace_format::csv : sim::trace_format::mooncake)
+                       : o.trace.ends_with(".csv") ? sim::trace_format::csv
+                                                   : sim::trace_format::mooncake;
             if (format && *format != "csv" && *format != "mooncake")
                 throw config_error("simulate: format '" + *format + "' is not one of mooncake, csv");
             if (mode && *mode != "flat" && *mode != "prefix" && *mode != "tiered")
@@ -50,9 +42,9 @@ void bind_simulate(nb::module_& m) {
             o.mode = mode ? (*mode == "flat" ? sim::replay_mode::flat
                              : *mode == "tiered" ? sim::replay_mode::tiered
                                                  : sim::replay_mode::prefix)
-                     : o.format == trace_format::csv ? sim::replay_mode::flat
-                                                     : sim::replay_mode::prefix;
-            if (o.format == trace_format::csv && o.mode != sim::replay_mode::flat)
+                     : o.format == sim::trace_format::csv ? sim::replay_mode::flat
+                                                          : sim::replay_mode::prefix;
+            if (o.format == sim::trace_format::csv && o.mode != sim::replay_mode::flat)
                 throw config_error("simulate: mode '" + mode.value_or("") +
                                    "' needs requests (mooncake JSONL or the built-in workload); a CSV holds only "
                                    "block accesses: use mode='flat'");
@@ -64,35 +56,26 @@ void bind_simulate(nb::module_& m) {
                 throw config_error("simulate: block_size and layers must be at least 1");
             if (policies.empty()) throw config_error("simulate: give at least one policy (kvpolicy.policies())");
             if (capacities.empty()) throw config_error("simulate: give at least one capacity in blocks");
-            for (const std::string& p : policies) {
-                if (p == "all") {
-                    o.policies.clear();
-                    for (std::string_view n : names_of<eviction_policies>()) o.policies.emplace_back(n);
-                    break;
-                }
-                if (!has_name<eviction_policies>(p))
-                    throw unknown_name_error("unknown eviction policy '" + p + "'; accepted: all, " +
-                                             joined_names<eviction_policies>());
-                o.policies.push_back(p);
-            }
-            o.policies = sim::plan_runs(o.policies, bounds, false).policies;  // kvpolicy-sim --bounds
-            for (std::size_t c : capacities)
+            o.policies = std::move(policies);  // names or "all", each looked up once by the driver
+            o.bounds = bounds;                 // kvpolicy-sim --bounds
+            for (std::size_t c : capacities) {
                 if (c == 0) throw config_error("simulate: capacity 0 cannot hold a block; give at least 1");
-            o.capacities = std::move(capacities);
+                o.capacities.push_back({.blocks = c, .text = std::to_string(c)});
+            }
             o.cpu_capacity = cpu_capacity;
             o.cpu_policy = cpu_policy;
             o.block_size = block_size;
             o.layers = layers;
             o.seed = seed;
             o.skip_bad_lines = skip_bad_lines;
-            if (return_hints) set_return_hints(o, *return_hints);
-            o.threads = threads == 0 ? std::max(1u, std::thread::hardware_concurrency()) : threads;
-            // The tool's defaults: Llama-3-8B on an H100 (see kvpolicy-sim's main.cpp).
-            o.replay.cost = pensieve_linear({.alpha = number(cost, "alpha", 1.31e-9 * block_size),
-                                             .beta = number(cost, "beta", 0.0),
-                                             .const_non_attention = number(cost, "const", 4e-5 * block_size)});
-            o.replay.bandwidth_bytes_per_s = number(cost, "bandwidth", 25) * 1e9;
-            o.replay.kv_bytes_per_token = number(cost, "kv_bytes_per_token", o.replay.kv_bytes_per_token);
+            o.return_hints = return_hints.value_or("");
+            o.threads = threads;
+            // Unset figures take kvpolicy-sim's defaults (sim::prefill_cost_options).
+            if (cost.contains("alpha")) o.cost.alpha = number(cost, "alpha", 0.0);
+            if (cost.contains("beta")) o.cost.beta = number(cost, "beta", 0.0);
+            if (cost.contains("const")) o.cost.constant = number(cost, "const", 0.0);
+            o.cost.bandwidth_gbps = number(cost, "bandwidth", o.cost.bandwidth_gbps);
+            o.cost.kv_bytes_per_token = number(cost, "kv_bytes_per_token", o.cost.kv_bytes_per_token);
             for (auto [k, v] : workload) {
                 const std::string key = nb::cast<std::string>(k);
                 const double x = nb::cast<double>(v);
@@ -113,10 +96,7 @@ void bind_simulate(nb::module_& m) {
             std::ostringstream out;
             {
                 nb::gil_scoped_release unlocked;
-                const shared_inputs in = load_inputs(o);
-                std::vector<sim::replay_result> results = run_all(o, in);
-                sim::fill_gap_closed(results);
-                sim::write_json_lines(out, results);
+                sim::write_json_lines(out, sim::compare(std::move(o)).results);
             }
             return out.str();
         },

@@ -14,13 +14,15 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <range/v3/view/chunk_by.hpp>
 
 #include "kvpolicy/core/error.hpp"
 #include "kvpolicy/sim/capacity.hpp"
-#include "kvpolicy/sim/replay.hpp"
+#include "kvpolicy/sim/replay_result.hpp"
+#include "kvpolicy/sim/run_plan.hpp"
 
 namespace kvpolicy::sim {
 
@@ -59,45 +61,6 @@ inline double capacity_saved(const replay_result& r) {
 }
 }  // namespace detail
 
-/// The policies a comparison replays, from the ones the user asked for: the
-/// LRU -> Belady bounds (the gap column) run only when asked (`bounds`), and
-/// --match-lru's target (LRU at each capacity) runs without a row of its own
-/// when LRU was not asked for. Nothing else is added: a one-policy replay
-/// replays one policy.
-struct run_plan {
-    std::vector<std::string> policies;          ///< to replay: the requested ones first, in their order
-    std::vector<std::string> added_for_bounds;  ///< of lru, belady: not requested, run for the gap column (shown)
-    bool lru_hidden = false;                    ///< lru runs for --match-lru only: its rows are dropped
-};
-
-/// Plans the runs (see run_plan). A name given twice runs once.
-inline run_plan plan_runs(const std::vector<std::string>& requested, bool bounds, bool match_lru) {
-    run_plan plan;
-    const auto has = [&](std::string_view name) {
-        return std::find(plan.policies.begin(), plan.policies.end(), name) != plan.policies.end();
-    };
-    for (const std::string& p : requested)
-        if (!has(p)) plan.policies.push_back(p);
-    if (bounds)
-        for (const char* ref : {"lru", "belady"})
-            if (!has(ref)) {
-                plan.policies.emplace_back(ref);
-                plan.added_for_bounds.emplace_back(ref);
-            }
-    if (match_lru && !has("lru")) {
-        plan.policies.emplace_back("lru");
-        plan.lru_hidden = true;
-    }
-    return plan;
-}
-
-/// Drops the rows the user did not ask for and `plan` does not show (lru
-/// run only as --match-lru's target); the others keep their order.
-inline void keep_shown(std::vector<replay_result>& results, const run_plan& plan) {
-    if (!plan.lru_hidden) return;
-    std::erase_if(results, [](const replay_result& r) { return r.policy == "lru"; });
-}
-
 /// Fills each result's `gap_closed` from the lru and belady runs at the same
 /// capacity (NaN where either is missing, or Belady is not above LRU), and in
 /// tiered mode `ready_gap_closed`, the same share of LRU's -> Belady's total
@@ -105,8 +68,8 @@ inline void keep_shown(std::vector<replay_result>& results, const run_plan& plan
 inline void fill_gap_closed(std::vector<replay_result>& results) {
     std::map<std::size_t, std::pair<const replay_result*, const replay_result*>> refs;  // capacity -> (lru, belady)
     for (const replay_result& r : results) {
-        if (r.policy == "lru") refs[r.capacity].first = &r;
-        if (r.policy == "belady") refs[r.capacity].second = &r;
+        if (r.policy == baseline_policy) refs[r.capacity].first = &r;
+        if (r.policy == optimal_policy) refs[r.capacity].second = &r;
     }
     constexpr double none = std::numeric_limits<double>::quiet_NaN();
     for (replay_result& r : results) {
@@ -202,7 +165,7 @@ inline void write_table(std::ostream& out, const std::vector<replay_result>& res
         const std::size_t capacity = rows.front()->capacity;
         const replay_result* opt = nullptr;
         for (const replay_result* r : rows)
-            if (r->policy == "belady") opt = r;
+            if (r->policy == optimal_policy) opt = r;
         const replay_mode mode = rows.front()->mode;
         out << "\ncapacity " << capacity << " blocks";
         if (mode == replay_mode::tiered) out << " (gpu) + " << rows.front()->cpu_capacity << " (cpu)";
@@ -264,7 +227,7 @@ inline void write_table(std::ostream& out, const std::vector<replay_result>& res
     for (const replay_result& r : results) {
         any_match = any_match || r.lru_match_capacity > 0 || r.lru_match_unreachable;
         any_requests = any_requests || r.mode != replay_mode::flat;
-        bounds_at[r.capacity] |= (r.policy == "lru" ? 1 : 0) | (r.policy == "belady" ? 2 : 0);
+        bounds_at[r.capacity] |= (r.policy == baseline_policy ? 1 : 0) | (r.policy == optimal_policy ? 2 : 0);
     }
     std::map<std::string, std::string> elsewhere;  // policy -> the setting it is built for
     for (const replay_result& r : results)
@@ -327,23 +290,24 @@ inline void write_plot(const std::string& png, const std::vector<replay_result>&
     // other policy thin and light, in colours that repeat only after 10, with
     // a point type of its own: with 20+ policies the references must stand
     // out and the rest stay tellable apart.
+    constexpr std::string_view recommended = "adaptive_kv";
     static constexpr const char* light[] = {"#8fb8de", "#f2b880", "#9ed39e", "#e7a3a3", "#c5b0d5",
                                             "#c49c94", "#f7b6d2", "#bcbd22", "#9edae5", "#b0b0b0"};
     // References drawn last, on top of the rest.
     std::vector<std::string> order;
     for (const auto& [policy, pts] : series)
-        if (policy != "lru" && policy != "belady" && policy != "adaptive_kv") order.push_back(policy);
-    for (const char* ref : {"adaptive_kv", "lru", "belady"})
-        if (series.contains(ref)) order.emplace_back(ref);
+        if (policy != baseline_policy && policy != optimal_policy && policy != recommended) order.push_back(policy);
+    for (const std::string_view ref : {recommended, baseline_policy, optimal_policy})
+        if (series.contains(std::string(ref))) order.emplace_back(ref);
     // One panel: a line per policy of `order`, its points from `data`.
     auto panel = [&](std::map<std::string, std::map<std::size_t, double>>& data) {
         script << "plot ";
         std::size_t index = 0, others = 0;
         for (const std::string& policy : order) {
             script << (index == 0 ? "" : ", ") << "'-' using 1:2 with linespoints ";
-            if (policy == "belady") script << "lw 4 lc rgb '#000000' pt 7 ps 1.2";
-            else if (policy == "lru") script << "lw 4 lc rgb '#d62728' pt 5 ps 1.2";
-            else if (policy == "adaptive_kv") script << "lw 3 lc rgb '#1f77b4' pt 9 ps 1.1";
+            if (policy == optimal_policy) script << "lw 4 lc rgb '#000000' pt 7 ps 1.2";
+            else if (policy == baseline_policy) script << "lw 4 lc rgb '#d62728' pt 5 ps 1.2";
+            else if (policy == recommended) script << "lw 3 lc rgb '#1f77b4' pt 9 ps 1.1";
             else {
                 script << "lw 1.5 lc rgb '" << light[others % 10] << "' pt " << 1 + others % 12 << " ps 0.8";
                 ++others;

@@ -1,0 +1,91 @@
+// The simulator's options as one aggregate: what kvpolicy-sim's flags and
+// kvpolicy.simulate's arguments fill in, as given (names, capacity lists,
+// the hint spec), before anything is looked up. The driver
+// (kvpolicy/sim/driver.hpp) checks and resolves it once, in `prepare`.
+//
+//     const sim::run_options o{.trace = "conversation_trace.jsonl",
+//                              .policies = {"lru", "arc"},
+//                              .capacities = sim::parse_capacity_list("1%,5%"),
+//                              .block_size = 512};
+//     sim::write_comparison(std::cout, sim::compare(o));
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvpolicy/cost/pensieve_linear.hpp"
+#include "kvpolicy/sim/capacity.hpp"
+#include "kvpolicy/sim/replay_config.hpp"
+#include "kvpolicy/sim/replay_result.hpp"
+#include "kvpolicy/sim/workload.hpp"
+
+namespace kvpolicy::sim {
+
+enum class trace_format { mooncake, csv };
+
+/// The prefill cost tiered mode charges (seconds saved, ready time). An
+/// unset figure is Llama-3-8B's on an H100 at the run's block size.
+struct prefill_cost_options {
+    std::optional<double> alpha;          ///< seconds per context token to recompute one block
+    std::optional<double> beta;           ///< seconds per block, attention part (default 0)
+    std::optional<double> constant;       ///< seconds per block, non-attention part
+    double bandwidth_gbps = 25;           ///< CPU -> GPU
+    double remote_bandwidth_gbps = 12.5;  ///< remote store -> CPU (100 Gb/s)
+    double kv_bytes_per_token = request_replay_config{}.kv_bytes_per_token;
+
+    /// The recompute cost model of these figures at `block_size` tokens per
+    /// block. Unset: Llama-3-8B on an H100 at ~400 TFLOP/s effective, 2 x
+    /// 8e9 FLOPs per token outside attention (40 us) and 4 x 4096 x 32 FLOPs
+    /// per token per context token in attention (1.3 ns). Throws:
+    /// config_error as pensieve_linear for a figure that is not a cost.
+    [[nodiscard]] pensieve_linear model(std::uint32_t block_size) const {
+        return pensieve_linear({.alpha = alpha.value_or(1.31e-9 * block_size),
+                                .beta = beta.value_or(0.0),
+                                .const_non_attention = constant.value_or(4e-5 * block_size)});
+    }
+};
+
+struct run_options {
+    // What to replay.
+    std::string trace;  ///< Mooncake JSONL (.jsonl, .jsonl.gz) or block CSV; empty: the built-in workload
+    trace_format format = trace_format::mooncake;
+    replay_mode mode = replay_mode::prefix;
+    chat_workload_config workload;  ///< the built-in workload (its block size and seed are the ones below)
+    std::uint64_t seed = 1;         ///< of the built-in workload, and of oracle:SIGMA's errors
+    bool skip_bad_lines = false;    ///< count malformed trace lines, report them, and go on
+
+    // What to compare.
+    std::vector<std::string> policies;      ///< eviction policies by name, or `all`
+    std::vector<capacity_spec> capacities;  ///< blocks, or shares of the distinct blocks (the GPU tier's)
+    bool bounds = false;     ///< also lru and belady where not asked for: the gap column
+    bool match_lru = false;  ///< also each result's least capacity reaching LRU's hit ratio
+
+    // The cache.
+    std::size_t cpu_capacity = 0;     ///< CPU tier, blocks (tiered mode)
+    std::size_t remote_capacity = 0;  ///< remote store shared by the instances, blocks (tiered mode)
+    std::size_t instances = 1;        ///< serving instances, requests routed by session (tiered mode)
+    std::string cpu_policy = "lru";   ///< the CPU tier's policy in tiered mode: lru or checkerboard
+    std::uint32_t block_size = 16;    ///< tokens per block
+    std::uint32_t layers = 1;         ///< layers per block: > 1 makes items layer-chunks (request modes)
+    /// The hints releases carry: ends, oracle, oracle:SIGMA or file:PATH
+    /// (`--return-hints`); empty: none.
+    std::string return_hints;
+    /// The waiting queue (request_replay_config::lookahead, serve_rate): at
+    /// most one of the two.
+    std::size_t lookahead = 0;
+    double serve_rate = 0;
+    prefill_cost_options cost;
+
+    unsigned threads = 0;  ///< parallel runs; 0: all cores
+
+    // What write_comparison writes.
+    std::string output = "table";  ///< table, csv or json, to its stream
+    std::string plot;              ///< a PNG of hit ratio against capacity; empty: none
+    std::string csv_file;          ///< also the CSV, to this file; empty: none
+    std::string json_file;         ///< also the JSON lines, to this file; empty: none
+};
+
+}  // namespace kvpolicy::sim
