@@ -53,6 +53,22 @@ struct prefill_key_tile {
     return at < n && sorted[at] <= hi;
 }
 
+namespace detail {
+
+/// The next tile of `kind`: entries [next, end), at most prefill_block_keys
+/// of them, masked; `next` moves past them. Precondition: next < end.
+KVPOLICY_HOST_DEVICE inline void take_tile(prefill_key_tile& tile, prefill_tile_kind kind, std::uint32_t& next,
+                                           std::uint32_t end) noexcept {
+    const std::uint32_t count = end - next < prefill_block_keys ? end - next : prefill_block_keys;
+    tile.kind = kind;
+    tile.first = next;
+    tile.count = count;
+    tile.masked = true;
+    next += count;
+}
+
+}  // namespace detail
+
 /// Dense causal key tiles of a block: [0, 64), [64, 128), ... below i1.
 struct dense_block_tiles {
     std::uint32_t i0 = 0, i1 = 0, next = 0;
@@ -62,12 +78,8 @@ struct dense_block_tiles {
     }
     KVPOLICY_HOST_DEVICE bool next_tile(prefill_key_tile& tile) noexcept {
         if (next >= i1) return false;
-        const std::uint32_t count = i1 - next < prefill_block_keys ? i1 - next : prefill_block_keys;
-        tile.kind = prefill_tile_kind::dense;
-        tile.first = next;
-        tile.count = count;
-        tile.masked = count < prefill_block_keys || next + count - 1 > i0;  // only the diagonal tile
-        next += count;
+        detail::take_tile(tile, prefill_tile_kind::dense, next, i1);
+        tile.masked = tile.count < prefill_block_keys || tile.first + tile.count - 1 > i0;  // only the diagonal tile
         return true;
     }
 };
@@ -113,27 +125,15 @@ struct vertical_slash_block_tiles {
             }
         }
         if (pos < stop) {
-            const std::uint32_t count = stop - pos < prefill_block_keys ? stop - pos : prefill_block_keys;
-            tile.kind = prefill_tile_kind::slash;
-            tile.first = pos;
-            tile.count = count;
-            tile.masked = true;
-            pos += count;
+            detail::take_tile(tile, prefill_tile_kind::slash, pos, stop);
             return true;
         }
         if (next_col < col_end) {
-            const std::uint32_t count =
-                col_end - next_col < prefill_block_keys ? col_end - next_col : prefill_block_keys;
-            tile.kind = prefill_tile_kind::column;
-            tile.first = next_col;
-            tile.count = count;
-            tile.masked = true;
-            next_col += count;
+            detail::take_tile(tile, prefill_tile_kind::column, next_col, col_end);
             return true;
         }
         return false;
     }
 };
-
 
 }  // namespace kvpolicy
