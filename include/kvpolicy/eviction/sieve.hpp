@@ -29,17 +29,16 @@
 
 #include <cstdint>
 #include <optional>
-#include <span>
 #include <string_view>
-#include <vector>
 
 #include "kvpolicy/core/concepts.hpp"
-#include "kvpolicy/core/index_list.hpp"
-#include "kvpolicy/eviction/tracked_policy.hpp"
+#include "kvpolicy/eviction/second_chance.hpp"
 
 namespace kvpolicy {
 
-class sieve : public tracked_policy<sieve> {
+// The queue is second_chance_policy's (second_chance.hpp): front = tail
+// (oldest), back = head (newest).
+class sieve : public second_chance_policy<sieve> {
 public:
     struct config_type {};
 
@@ -47,47 +46,10 @@ public:
     static constexpr eviction_order order = eviction_order::static_between_accesses;
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.
-    explicit sieve(std::size_t capacity, const config_type& = {})
-        : tracked_policy(capacity), links_(capacity), visited_(capacity, 0) {}
-
-    void on_insert(item_id id, const access_context&) noexcept {
-        tracking_.mark_inserted(id);
-        visited_[id.value] = 0;
-        links_.push_back(queue_, id.value);
-    }
-    void on_access(item_id id, const access_context&) noexcept {
-        tracking_.mark_accessed(id);
-        visited_[id.value] = 1;
-    }
-    void on_hold(item_id id) noexcept { tracking_.mark_held(id); }  // stays in the queue
-    /// Not a new reference: the bit stays as the accesses left it, the place too.
-    void on_release(item_id id, const access_context&) noexcept { tracking_.mark_released(id); }
-    void on_erase(item_id id) noexcept {
-        tracking_.mark_erased(id);
-        unlink(id.value);
-    }
-
-    /// Complexity: O(1 + held/evictable) amortised; O(size()) worst case.
-    std::optional<item_id> pop_victim(timestamp) noexcept {
-        if (tracking_.evictable_size() == 0) return std::nullopt;
-        std::uint32_t o = hand_ != no_index ? hand_ : queue_.front;
-        while (tracking_.is_held(item_id{o}) || visited_[o] != 0) {
-            if (!tracking_.is_held(item_id{o})) visited_[o] = 0;  // a held item is passed over, bit untouched
-            o = links_.next(o);
-            if (o == no_index) o = queue_.front;
-        }
-        const item_id v{o};
-        hand_ = o;
-        unlink(o);  // the hand moves on to the next item toward the head
-        tracking_.mark_evicted(v);
-        return v;
-    }
+    explicit sieve(std::size_t capacity, const config_type& = {}) : second_chance_policy(capacity) {}
 
     /// The visited bit. Precondition: contains(id).
-    [[nodiscard]] bool visited(item_id id) const noexcept {
-        KVPOLICY_ASSERT(contains(id));
-        return visited_[id.value] != 0;
-    }
+    [[nodiscard]] bool visited(item_id id) const noexcept { return bit(id); }
     /// The item the next eviction looks at first, or nullopt for the tail.
     [[nodiscard]] std::optional<item_id> hand() const noexcept {
         if (hand_ == no_index) return std::nullopt;
@@ -95,17 +57,27 @@ public:
     }
 
 private:
+    friend second_chance_policy<sieve>;
+
+    // The hand starts where it stopped and walks toward the head, wrapping
+    // to the tail; it rests on the victim, whose leaving moves it on.
+    std::uint32_t find_victim() noexcept {
+        std::uint32_t o = hand_ != no_index ? hand_ : queue_.front;
+        while (second_chance(o)) {
+            o = links_.next(o);
+            if (o == no_index) o = queue_.front;
+        }
+        hand_ = o;
+        return o;
+    }
     // Leaving the queue moves a hand resting on the item one step toward the
     // head; past the head it falls back to "start at the tail".
-    void unlink(std::uint32_t id) noexcept {
-        if (hand_ == id) hand_ = links_.next(id);
-        links_.remove(queue_, id);
+    void leave(std::uint32_t x) noexcept {
+        if (hand_ == x) hand_ = links_.next(x);
+        links_.remove(queue_, x);
     }
 
-    index_links links_;                  // [capacity] queue links
-    index_list queue_;                   // tracked items, held ones included; front = tail (oldest), back = head (newest)
-    std::vector<std::uint8_t> visited_;  // [capacity] visited bits
-    std::uint32_t hand_ = no_index;      // next item to examine; no_index = the tail
+    std::uint32_t hand_ = no_index;  // next item to examine; no_index = the tail
 };
 
 static_assert(eviction_policy<sieve>);
