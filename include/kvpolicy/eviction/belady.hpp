@@ -27,17 +27,28 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
-#include <span>
 #include <string_view>
 
 #include "kvpolicy/core/concepts.hpp"
-#include "kvpolicy/core/indexed_heap.hpp"
-#include "kvpolicy/eviction/tracked_policy.hpp"
+#include "kvpolicy/eviction/heap_ordered_policy.hpp"
 
 namespace kvpolicy {
 
-class belady : public tracked_policy<belady> {
+/// Belady's order as a rank: the heap pops its least element, so "least" is
+/// "farthest next use".
+struct belady_rank {
+    timestamp next_use;
+    std::uint32_t depth;  // the item's chunk: deeper first among equal next uses
+    std::uint64_t stamp;  // when next_use was given: older first among equals
+
+    friend constexpr bool operator<(const belady_rank& a, const belady_rank& b) noexcept {
+        if (a.next_use != b.next_use) return a.next_use > b.next_use;
+        if (a.depth != b.depth) return a.depth > b.depth;
+        return a.stamp < b.stamp;
+    }
+};
+
+class belady : public heap_ordered_policy<belady, belady_rank> {
 public:
     /// MIN has no parameter: the trace supplies the future.
     struct config_type {};
@@ -47,7 +58,7 @@ public:
     /// Reads `ctx.next_use`: simulators must pass the trace's next uses.
     static constexpr bool uses_future = true;
 
-    explicit belady(std::size_t capacity, const config_type& = {}) : tracked_policy(capacity), heap_(capacity) {}
+    explicit belady(std::size_t capacity, const config_type& = {}) : heap_ordered_policy(capacity) {}
 
     void on_insert(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_inserted(id);
@@ -59,42 +70,12 @@ public:
         if (tracking_.is_evictable(id)) heap_.update(id.value, {ctx.next_use, ctx.chunk.value, stamp_++});
     }
 
-    void on_hold(item_id id) noexcept {
-        tracking_.mark_held(id);
-        heap_.erase(id.value);
-    }
-
     void on_release(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_released(id);
         heap_.push(id.value, {ctx.next_use, ctx.chunk.value, stamp_++});
     }
 
-    void on_erase(item_id id) noexcept {
-        if (tracking_.mark_erased(id)) heap_.erase(id.value);
-    }
-
-    std::optional<item_id> pop_victim(timestamp) noexcept {
-        if (heap_.empty()) return std::nullopt;
-        const item_id victim{heap_.pop()};
-        tracking_.mark_evicted(victim);
-        return victim;
-    }
-
 private:
-    // The heap pops its least element, so "least" is "farthest next use".
-    struct rank {
-        timestamp next_use;
-        std::uint32_t depth;  // the item's chunk: deeper first among equal next uses
-        std::uint64_t stamp;  // when next_use was given: older first among equals
-
-        friend constexpr bool operator<(const rank& a, const rank& b) noexcept {
-            if (a.next_use != b.next_use) return a.next_use > b.next_use;
-            if (a.depth != b.depth) return a.depth > b.depth;
-            return a.stamp < b.stamp;
-        }
-    };
-
-    indexed_heap<rank> heap_;  // evictable items, farthest next use on top
     std::uint64_t stamp_ = 0;
 };
 

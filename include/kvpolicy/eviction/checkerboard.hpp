@@ -26,17 +26,24 @@
 
 #include <cstdint>
 #include <limits>
-#include <optional>
-#include <span>
 #include <string_view>
 
 #include "kvpolicy/core/concepts.hpp"
-#include "kvpolicy/core/indexed_heap.hpp"
-#include "kvpolicy/eviction/tracked_policy.hpp"
+#include "kvpolicy/eviction/heap_ordered_policy.hpp"
 
 namespace kvpolicy {
 
-class lexicographic_checkerboard : public tracked_policy<lexicographic_checkerboard> {
+/// Where an item sorts in lexicographic_checkerboard: smaller keys are
+/// evicted first.
+struct checkerboard_order_key {
+    std::uint32_t layer_from_back;  // max - layer: the last layer sorts first
+    std::uint64_t session;
+    std::uint32_t chunk;
+
+    friend constexpr auto operator<=>(const checkerboard_order_key&, const checkerboard_order_key&) noexcept = default;
+};
+
+class lexicographic_checkerboard : public heap_ordered_policy<lexicographic_checkerboard, checkerboard_order_key> {
 public:
     struct config_type {};
 
@@ -49,16 +56,10 @@ public:
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.
     explicit lexicographic_checkerboard(std::size_t capacity, const config_type& = {})
-        : tracked_policy(capacity), heap_(capacity) {}
+        : heap_ordered_policy(capacity) {}
 
     /// Where an item described by `ctx` sorts: smaller keys are evicted first.
-    struct order_key {
-        std::uint32_t layer_from_back;  // max - layer: the last layer sorts first
-        std::uint64_t session;
-        std::uint32_t chunk;
-
-        friend constexpr auto operator<=>(const order_key&, const order_key&) noexcept = default;
-    };
+    using order_key = checkerboard_order_key;
     [[nodiscard]] static constexpr order_key order_key_of(const access_context& ctx) noexcept {
         return {std::numeric_limits<std::uint32_t>::max() - ctx.layer.value, ctx.session.value, ctx.chunk.value};
     }
@@ -68,27 +69,10 @@ public:
         heap_.push(id.value, order_key_of(ctx));
     }
     void on_access(item_id id, const access_context&) noexcept { tracking_.mark_accessed(id); }
-    void on_hold(item_id id) noexcept {
-        tracking_.mark_held(id);
-        heap_.erase(id.value);
-    }
     void on_release(item_id id, const access_context&) noexcept {
         tracking_.mark_released(id);
         heap_.push(id.value, heap_.key(id.value));  // the heap keeps a removed id's key
     }
-    void on_erase(item_id id) noexcept {
-        if (tracking_.mark_erased(id)) heap_.erase(id.value);
-    }
-    /// Complexity: O(log n).
-    std::optional<item_id> pop_victim(timestamp) noexcept {
-        if (heap_.empty()) return std::nullopt;
-        const item_id v{heap_.pop()};
-        tracking_.mark_evicted(v);
-        return v;
-    }
-
-private:
-    indexed_heap<order_key> heap_;  // evictable items by key, then id
 };
 
 static_assert(eviction_policy<lexicographic_checkerboard>);

@@ -25,21 +25,30 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
-#include <span>
 #include <string_view>
 #include <vector>
 
 #include "kvpolicy/core/concepts.hpp"
-#include "kvpolicy/core/indexed_heap.hpp"
 #include "kvpolicy/cost/unit_cost.hpp"
-#include "kvpolicy/eviction/tracked_policy.hpp"
+#include "kvpolicy/eviction/heap_ordered_policy.hpp"
 
 namespace kvpolicy {
 
+/// GDSF's order as a rank: the least H first.
+struct gdsf_rank {
+    double h;
+    std::uint64_t stamp;  // when h was set: older first among equal h
+
+    friend constexpr bool operator<(const gdsf_rank& a, const gdsf_rank& b) noexcept {
+        return a.h < b.h || (a.h == b.h && a.stamp < b.stamp);
+    }
+};
+
 template <cost_model Cost = unit_cost>
-class gdsf : public tracked_policy<gdsf<Cost>> {
-    using tracked = tracked_policy<gdsf<Cost>>;
-    using tracked::tracking_;
+class gdsf : public heap_ordered_policy<gdsf<Cost>, gdsf_rank> {
+    using ordered = heap_ordered_policy<gdsf<Cost>, gdsf_rank>;
+    using ordered::heap_;
+    using ordered::tracking_;
 
 public:
     struct config_type {
@@ -54,7 +63,7 @@ public:
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.
     gdsf(std::size_t capacity, const config_type& config)
-        : tracked(capacity), cost_model_(config.cost), heap_(capacity), freq_(capacity, 0),
+        : ordered(capacity), cost_model_(config.cost), freq_(capacity, 0),
           value_(capacity, 0.0) {}
 
     void on_insert(item_id id, const access_context& ctx) noexcept {
@@ -72,20 +81,12 @@ public:
         if (tracking_.is_evictable(id)) heap_.update(id.value, priority(id.value));
     }
 
-    void on_hold(item_id id) noexcept {
-        tracking_.mark_held(id);
-        heap_.erase(id.value);
-    }
-
     void on_release(item_id id, const access_context&) noexcept {
         tracking_.mark_released(id);
         heap_.push(id.value, priority(id.value));
     }
 
-    void on_erase(item_id id) noexcept {
-        if (tracking_.mark_erased(id)) heap_.erase(id.value);
-    }
-
+    /// The least H, which becomes the inflation L. Complexity: O(log n).
     std::optional<item_id> pop_victim(timestamp) noexcept {
         if (heap_.empty()) return std::nullopt;
         const std::uint32_t v = heap_.top();
@@ -100,21 +101,11 @@ public:
     [[nodiscard]] double inflation() const noexcept { return inflation_; }
 
 private:
-    struct rank {
-        double h;
-        std::uint64_t stamp;  // when h was set: older first among equal h
-
-        friend constexpr bool operator<(const rank& a, const rank& b) noexcept {
-            return a.h < b.h || (a.h == b.h && a.stamp < b.stamp);
-        }
-    };
-
-    rank priority(std::uint32_t x) noexcept {
+    gdsf_rank priority(std::uint32_t x) noexcept {
         return {inflation_ + static_cast<double>(freq_[x]) * value_[x], stamp_++};
     }
 
     [[no_unique_address]] Cost cost_model_;
-    indexed_heap<rank> heap_;     // evictable items by (H, stamp)
     std::vector<std::uint32_t> freq_;  // [capacity] references since insert
     std::vector<double> value_;        // [capacity] cost / size
     double inflation_ = 0.0;

@@ -24,14 +24,11 @@
 
 #include <compare>
 #include <cstdint>
-#include <optional>
-#include <span>
 #include <string_view>
 #include <vector>
 
 #include "kvpolicy/core/concepts.hpp"
-#include "kvpolicy/core/indexed_heap.hpp"
-#include "kvpolicy/eviction/tracked_policy.hpp"
+#include "kvpolicy/eviction/heap_ordered_policy.hpp"
 
 namespace kvpolicy {
 
@@ -44,7 +41,7 @@ struct lfu_rank {
     friend constexpr auto operator<=>(const lfu_rank&, const lfu_rank&) noexcept = default;
 };
 
-class lfu : public tracked_policy<lfu> {
+class lfu : public heap_ordered_policy<lfu, lfu_rank> {
 public:
     struct config_type {};
 
@@ -53,7 +50,7 @@ public:
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.
     explicit lfu(std::size_t capacity, const config_type& = {})
-        : tracked_policy(capacity), heap_(capacity), count_(capacity, 0), last_use_(capacity, 0) {}
+        : heap_ordered_policy(capacity), count_(capacity, 0), last_use_(capacity, 0) {}
 
     void on_insert(item_id id, const access_context&) noexcept {
         tracking_.mark_inserted(id);
@@ -69,27 +66,10 @@ public:
         if (tracking_.is_evictable(id)) heap_.update(id.value, key_of(id.value));
     }
 
-    void on_hold(item_id id) noexcept {
-        tracking_.mark_held(id);
-        heap_.erase(id.value);
-    }
-
     /// Not a new reference: count and last use stay as the accesses left them.
     void on_release(item_id id, const access_context&) noexcept {
         tracking_.mark_released(id);
         heap_.push(id.value, key_of(id.value));
-    }
-
-    void on_erase(item_id id) noexcept {
-        if (tracking_.mark_erased(id)) heap_.erase(id.value);
-    }
-
-    /// Complexity: O(log n).
-    std::optional<item_id> pop_victim(timestamp) noexcept {
-        if (heap_.empty()) return std::nullopt;
-        const item_id v{heap_.pop()};
-        tracking_.mark_evicted(v);
-        return v;
     }
 
     /// Uses counted since the item was inserted. Precondition: contains(id).
@@ -101,7 +81,6 @@ public:
 private:
     [[nodiscard]] lfu_rank key_of(std::uint32_t id) const noexcept { return {count_[id], last_use_[id]}; }
 
-    indexed_heap<lfu_rank> heap_;          // evictable items, fewest uses then oldest last use first
     std::vector<std::uint64_t> count_;     // [capacity] uses since insert
     std::vector<std::uint64_t> last_use_;  // [capacity] number of the latest insert / access
     std::uint64_t next_use_ = 0;

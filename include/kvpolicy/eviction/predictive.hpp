@@ -31,13 +31,10 @@
 
 #include <cmath>
 #include <cstdint>
-#include <optional>
-#include <span>
 #include <string_view>
 
 #include "kvpolicy/core/concepts.hpp"
-#include "kvpolicy/core/indexed_heap.hpp"
-#include "kvpolicy/eviction/tracked_policy.hpp"
+#include "kvpolicy/eviction/heap_ordered_policy.hpp"
 
 namespace kvpolicy {
 
@@ -70,7 +67,7 @@ struct predictive_rank {
     friend constexpr bool operator==(const predictive_rank&, const predictive_rank&) noexcept = default;
 };
 
-class predictive : public tracked_policy<predictive> {
+class predictive : public heap_ordered_policy<predictive, predictive_rank> {
 public:
     struct config_type {};
 
@@ -79,7 +76,7 @@ public:
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.
     explicit predictive(std::size_t capacity, const config_type& = {})
-        : tracked_policy(capacity), heap_(capacity) {}
+        : heap_ordered_policy(capacity) {}
 
     void on_insert(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_inserted(id);
@@ -89,24 +86,9 @@ public:
         tracking_.mark_accessed(id);
         if (tracking_.is_evictable(id)) heap_.update(id.value, rank(ctx));
     }
-    void on_hold(item_id id) noexcept {
-        tracking_.mark_held(id);
-        heap_.erase(id.value);
-    }
     void on_release(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_released(id);
         heap_.push(id.value, rank(ctx));
-    }
-    void on_erase(item_id id) noexcept {
-        if (tracking_.mark_erased(id)) heap_.erase(id.value);
-    }
-
-    /// Complexity: O(log n).
-    std::optional<item_id> pop_victim(timestamp) noexcept {
-        if (heap_.empty()) return std::nullopt;
-        const item_id v{heap_.pop()};
-        tracking_.mark_evicted(v);
-        return v;
     }
 
     /// The item's rank. Precondition: evictable.
@@ -121,7 +103,6 @@ private:
         return predictive_rank::of(ctx.estimated_lifetime, ctx.sequence_length, ctx.max_length, ++uses_);
     }
 
-    indexed_heap<predictive_rank> heap_;  // evictable items by rank
     std::uint64_t uses_ = 0;
 };
 
