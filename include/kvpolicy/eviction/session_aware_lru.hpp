@@ -260,13 +260,7 @@ public:
         if (!tracking_.contains(id) || shared_[x]) return;
         shared_[x] = 1;
         if (where_[x] != in_oldest_and_own) return;
-        session_state& s = *find_session(session_[x]);  // kept while it owns blocks
-        const bool first = s.own.front == x;
-        own_links_.remove(s.own, x);
-        if (first) {
-            if (farthest_.contains(x)) farthest_.erase(x);
-            refile(session_[x], s);
-        }
+        leave_own(x);
         where_[x] = in_oldest;
     }
     /// Whether unreused tails are demoted now.
@@ -421,20 +415,24 @@ private:
         where_[x] = in_oldest_and_own;
         if (s->own.size == 1) refile(session_[x], *s);
     }
+    // x (in_oldest_and_own) leaves its session's own list; the session is
+    // refiled when x was its first block.
+    void leave_own(std::uint32_t x) {
+        session_state& s = *find_session(session_[x]);  // kept while it owns blocks
+        const bool first = s.own.front == x;
+        own_links_.remove(s.own, x);
+        if (first) {
+            if (farthest_.contains(x)) farthest_.erase(x);
+            refile(session_[x], s);
+        }
+    }
     void unlink(std::uint32_t x) {
         switch (where_[x]) {
             case in_demoted: links_.remove(demoted_, x); break;
-            case in_oldest_and_own: {
-                session_state& s = *find_session(session_[x]);  // kept while it owns blocks
-                const bool first = s.own.front == x;
-                own_links_.remove(s.own, x);
-                if (first) {
-                    if (farthest_.contains(x)) farthest_.erase(x);
-                    refile(session_[x], s);
-                }
+            case in_oldest_and_own:
+                leave_own(x);
                 oldest_.erase(x);
                 break;
-            }
             case in_oldest: oldest_.erase(x); break;
             default: break;
         }
