@@ -38,6 +38,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Dict, Iterable, List, Optional
 
 # OPT-125m's configuration, what vLLM's ModelConfig reads (no weights are loaded).
@@ -165,6 +166,7 @@ class ReplayConfig:
 @dataclass
 class ReplayResult:
     requests: int = 0
+    rejected: int = 0  # longer than the GPU's KV cache (max_model_len): refused, as vLLM's front end does
     steps: int = 0
     prompt_tokens: int = 0
     prefill_tokens_computed: int = 0
@@ -178,7 +180,7 @@ class ReplayResult:
     def summary(self) -> Dict[str, Any]:
         q = sorted(self.queue_depths) or [0]
         return {
-            "requests": self.requests, "steps": self.steps, "prompt_tokens": self.prompt_tokens,
+            "requests": self.requests, "rejected": self.rejected, "steps": self.steps, "prompt_tokens": self.prompt_tokens,
             "prefill_tokens_computed": self.prefill_tokens_computed, "cpu_chunks_loaded": self.cpu_chunks_loaded,
             "preemptions": self.preemptions, "queue_median": statistics.median(q), "queue_max": q[-1],
             "scheduler_ms_per_step": 1e3 * self.scheduler_s / max(self.steps, 1),
@@ -186,8 +188,10 @@ class ReplayResult:
         }
 
 
-def _vllm():
-    import torch  # noqa: F401  (vLLM needs it; imported first for a clear error)
+def _vllm() -> SimpleNamespace:
+    """vLLM's classes the replay builds, imported when a replay starts
+    (not at import: the Hugging Face environment must be set first)."""
+    import torch
     from vllm import SamplingParams
     from vllm.config import CacheConfig, DeviceConfig, KVTransferConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import OffloadingWorkerMetadata
@@ -200,55 +204,61 @@ def _vllm():
     from vllm.v1.request import Request
     from vllm.v1.structured_output import StructuredOutputManager
 
-    return dict(**{k: v for k, v in locals().items()})
+    return SimpleNamespace(
+        torch=torch, SamplingParams=SamplingParams, CacheConfig=CacheConfig, DeviceConfig=DeviceConfig,
+        KVTransferConfig=KVTransferConfig, ModelConfig=ModelConfig, SchedulerConfig=SchedulerConfig,
+        VllmConfig=VllmConfig, OffloadingWorkerMetadata=OffloadingWorkerMetadata, sha256=sha256,
+        get_request_block_hasher=get_request_block_hasher, init_none_hash=init_none_hash, Scheduler=Scheduler,
+        FullAttentionSpec=FullAttentionSpec, KVCacheConfig=KVCacheConfig, KVCacheGroupSpec=KVCacheGroupSpec,
+        KVCacheTensor=KVCacheTensor, CPUOffloadingSpec=CPUOffloadingSpec, KVConnectorOutput=KVConnectorOutput,
+        ModelRunnerOutput=ModelRunnerOutput, Request=Request, StructuredOutputManager=StructuredOutputManager)
 
 
 class Replay:
     """One scheduler, its connector and CPU tier, over one trace."""
 
     def __init__(self, cfg: ReplayConfig, record_steps: bool = False):
-        import torch
-
         v = _vllm()
         self.v, self.cfg, self.record_steps = v, cfg, record_steps
         model_dir = cfg.model_dir or write_model_dir(tempfile.mkdtemp(prefix="kvpolicy-model-"))
-        spec = v["FullAttentionSpec"](block_size=cfg.block_size, num_kv_heads=1, head_size=1, dtype=torch.float32)
+        self.max_model_len = cfg.gpu_blocks * cfg.block_size
+        spec = v.FullAttentionSpec(block_size=cfg.block_size, num_kv_heads=1, head_size=1, dtype=v.torch.float32)
         chunk_bytes = spec.page_size_bytes
-        align = v["CPUOffloadingSpec"].BLOCK_SIZE_ALIGNMENT
+        align = v.CPUOffloadingSpec.BLOCK_SIZE_ALIGNMENT
         aligned = -(-chunk_bytes // align) * align
         extra = {"cpu_bytes_to_use": cfg.cpu_chunks * aligned, "eviction_policy": cfg.policy}
         if cfg.policy_module:
             extra["cache_policy_module_path"] = cfg.policy_module
-        vllm_config = v["VllmConfig"](
-            model_config=v["ModelConfig"](model=model_dir, dtype="float16", seed=0, skip_tokenizer_init=True,
-                                          max_model_len=MAX_MODEL_LEN),
-            scheduler_config=v["SchedulerConfig"](max_num_seqs=cfg.max_num_seqs,
+        vllm_config = v.VllmConfig(
+            model_config=v.ModelConfig(model=model_dir, dtype="float16", seed=0, skip_tokenizer_init=True,
+                                          max_model_len=self.max_model_len),
+            scheduler_config=v.SchedulerConfig(max_num_seqs=cfg.max_num_seqs,
                                                   max_num_batched_tokens=cfg.max_num_batched_tokens,
-                                                  max_model_len=MAX_MODEL_LEN, enable_chunked_prefill=True,
+                                                  max_model_len=self.max_model_len, enable_chunked_prefill=True,
                                                   is_encoder_decoder=False),
-            cache_config=v["CacheConfig"](block_size=cfg.block_size, gpu_memory_utilization=0.9,
+            cache_config=v.CacheConfig(block_size=cfg.block_size, gpu_memory_utilization=0.9,
                                           enable_prefix_caching=True),
-            kv_transfer_config=v["KVTransferConfig"](kv_connector=cfg.connector,
+            kv_transfer_config=v.KVTransferConfig(kv_connector=cfg.connector,
                                                      kv_connector_module_path=cfg.connector_module,
                                                      kv_role="kv_both", kv_connector_extra_config=extra),
-            device_config=v["DeviceConfig"]("cpu"),
+            device_config=v.DeviceConfig("cpu"),
         )
         vllm_config.cache_config.num_gpu_blocks = cfg.gpu_blocks
-        kv_cache_config = v["KVCacheConfig"](
+        kv_cache_config = v.KVCacheConfig(
             num_blocks=cfg.gpu_blocks,
-            kv_cache_tensors=[v["KVCacheTensor"](size=chunk_bytes * cfg.gpu_blocks, layers=["layer"],
+            kv_cache_tensors=[v.KVCacheTensor(size=chunk_bytes * cfg.gpu_blocks, layers=["layer"],
                                                  layer_stride=chunk_bytes * cfg.gpu_blocks,
                                                  block_stride=chunk_bytes)],
-            kv_cache_groups=[v["KVCacheGroupSpec"](["layer"], spec)],
+            kv_cache_groups=[v.KVCacheGroupSpec(["layer"], spec)],
         )
-        self.scheduler = v["Scheduler"](
+        self.scheduler = v.Scheduler(
             vllm_config=vllm_config, kv_cache_config=kv_cache_config, log_stats=True,
-            structured_output_manager=v["StructuredOutputManager"](vllm_config), block_size=cfg.block_size)
+            structured_output_manager=v.StructuredOutputManager(vllm_config), block_size=cfg.block_size)
         self.connector = self.scheduler.connector
         self.manager = self.connector.connector_scheduler.manager
         self.worker = FakeOffloadingWorker()
-        v["init_none_hash"](v["sha256"])
-        self._hasher = v["get_request_block_hasher"](cfg.block_size, v["sha256"])
+        v.init_none_hash(v.sha256)
+        self._hasher = v.get_request_block_hasher(cfg.block_size, v.sha256)
         self.result = ReplayResult()
         self._tier_log: List[tuple] = []
         _time_policy(self.manager, self.connector, self.result)
@@ -257,20 +267,20 @@ class Replay:
     def _watch_tier(self) -> None:
         """Counts the CPU tier's loads, and logs its loads, stores and
         evictions (the tier's decisions, for comparing runs)."""
-        manager, res, log = self.manager, self.result, self._tier_log
+        manager, res = self.manager, self.result
         prepare_load, prepare_store = manager.prepare_load, manager.prepare_store
 
         def load(keys, req_context):
             keys = list(keys)
             res.cpu_chunks_loaded += len(keys)
             if self.record_steps:
-                log.append(("load", req_context.req_id, tuple(bytes(k) for k in keys)))
+                self._tier_log.append(("load", req_context.req_id, tuple(bytes(k) for k in keys)))
             return prepare_load(keys, req_context)
 
         def store(keys, req_context):
             out = prepare_store(keys, req_context)
             if self.record_steps:
-                log.append(("store", req_context.req_id, tuple(bytes(k) for k in keys),
+                self._tier_log.append(("store", req_context.req_id, tuple(bytes(k) for k in keys),
                             None if out is None else (tuple(bytes(k) for k in out.keys_to_store),
                                                       tuple(bytes(k) for k in out.evicted_keys))))
             return out
@@ -281,19 +291,26 @@ class Replay:
     def policy(self):
         return getattr(self.manager, "_policy", None)
 
-    def add(self, rid: str, req: TraceRequest) -> None:
+    def add(self, rid: str, req: TraceRequest) -> bool:
+        """Adds the request to the scheduler; False where it is refused (too long)."""
         v, cfg = self.v, self.cfg
         tokens = prompt_tokens(req, cfg.block_size, cfg.trace_block)
-        out = req.output_length if cfg.max_output is None else min(req.output_length, cfg.max_output)
-        params = v["SamplingParams"](max_tokens=max(out, 1), ignore_eos=True)
+        out = max(1, req.output_length if cfg.max_output is None else min(req.output_length, cfg.max_output))
+        if len(tokens) + out > self.max_model_len:
+            # vLLM's front end refuses it (max_model_len: what the GPU's KV
+            # cache holds); it never reaches the scheduler.
+            self.result.rejected += 1
+            return False
+        params = v.SamplingParams(max_tokens=out, ignore_eos=True)
         kv_params = {"kvpolicy": {"session": req.session}} if req.session is not None else None
-        request = v["Request"](request_id=rid, prompt_token_ids=tokens, sampling_params=params,
+        request = v.Request(request_id=rid, prompt_token_ids=tokens, sampling_params=params,
                                pooling_params=None, block_hasher=self._hasher)
         if kv_params is not None:
             request.kv_transfer_params = kv_params
         self.result.requests += 1
         self.result.prompt_tokens += len(tokens)
         self.scheduler.add_request(request)
+        return True
 
     def abort(self, rid: str) -> None:
         from vllm.v1.request import RequestStatus
@@ -321,11 +338,11 @@ class Replay:
             sampled.append([1] if request.num_computed_tokens >= prompt else [])
         meta = out.kv_connector_metadata
         completed, recving = self.worker.step(meta)
-        worker_meta = v["OffloadingWorkerMetadata"](completed_jobs={j: 1 for j in completed})
-        output = v["ModelRunnerOutput"](
+        worker_meta = v.OffloadingWorkerMetadata(completed_jobs={j: 1 for j in completed})
+        output = v.ModelRunnerOutput(
             req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)}, sampled_token_ids=sampled,
             logprobs=None, prompt_logprobs_dict={}, pooler_output=None,
-            kv_connector_output=v["KVConnectorOutput"](finished_sending=set(), finished_recving=recving,
+            kv_connector_output=v.KVConnectorOutput(finished_sending=set(), finished_recving=recving,
                                                        kv_connector_worker_meta=worker_meta))
         t2 = time.perf_counter()
         self.scheduler.update_from_output(out, output)

@@ -30,6 +30,10 @@ mkdir -p build
 ( scripts/docs.sh tools && scripts/check-packaging.sh --tools && python3 python/tests/peers/sources.py ) \
     >build/prefetch.log 2>&1 &
 prefetch=$!
+# vLLM and torch from PyPI for the tests inside a real vLLM (python/engine_tests;
+# about 9 GiB, 4 minutes on a fresh machine), made beside the ASan build too.
+scripts/vllm-venv.sh build/vllm-venv >build/vllm-venv.log 2>&1 &
+vllm_venv=$!
 prefetched() {
     [ -z "$prefetch" ] && return 0
     wait "$prefetch" || echo "test.sh: fetching ahead failed (build/prefetch.log); the steps below fetch again" >&2
@@ -89,10 +93,22 @@ python3 -m venv "$venv"
 # KVPOLICY_REDIS=ON: the package's remote tier (TieredCache(remote=...),
 # python/tests/test_remote.py against real redis-server processes) must be
 # built here, linking hiredis and OpenSSL as install-deps.sh installed them.
-"$venv/bin/pip" install -q --config-settings=cmake.define.KVPOLICY_PYTHON_WARNINGS_AS_ERRORS=ON \
-    --config-settings=cmake.define.KVPOLICY_REDIS=ON ".[test]"  # the extra carries what the peer tests import
+# One wheel, built once, goes into this environment and vLLM's below.
+rm -rf build/wheel
+"$venv/bin/pip" wheel -q --no-deps -w build/wheel \
+    --config-settings=cmake.define.KVPOLICY_PYTHON_WARNINGS_AS_ERRORS=ON \
+    --config-settings=cmake.define.KVPOLICY_REDIS=ON .
+wheel=$(ls build/wheel/kvpolicy-*.whl)
+"$venv/bin/pip" install -q "$wheel[test]"  # the extra carries what the peer tests import
 KVPOLICY_SIM=build/tools/kvpolicy-sim "$venv/bin/python" -m pytest -q -p no:cacheprovider python/tests
 stage "Python package and its tests"
+# kvpolicy inside a real vLLM 0.33 (python/engine_tests): vLLM's own
+# offloading-connector tests with kvpolicy's connector, and the connector in
+# vLLM's own Scheduler over a real trace (bench/vllm_replay.py).
+wait "$vllm_venv" || { cat build/vllm-venv.log >&2; echo "test.sh: scripts/vllm-venv.sh failed (above)" >&2; exit 1; }
+scripts/vllm-venv.sh build/vllm-venv "$wheel"
+build/vllm-venv/bin/python -m pytest -q -p no:cacheprovider python/engine_tests
+stage "kvpolicy inside vLLM"
 # The docs site (docs/, MkDocs Material; scripts/docs.sh): tests/docs checks
 # that every code block of the site that claims to compile or run is the code
 # the tests above compiled or ran, verbatim, that the simulator page's flags

@@ -65,6 +65,8 @@ public:
                                                 std::span<const std::uint64_t> keys, const access_context& ctx) = 0;
     [[nodiscard]] virtual std::size_t queued_requests() const { return 0; }
     [[nodiscard]] virtual bool hears_queue() const { return false; }
+    /// Where request `id` is in its lifecycle: waiting, running, or unknown.
+    [[nodiscard]] virtual std::optional<engine::request_state> request_state(std::string_view id) const = 0;
     virtual bool orders_by_request() const { return false; }  // vllm_lru: ranks by request and position
     virtual const engine::vllm_arc* arc() const { return nullptr; }
     virtual engine::vllm_arc* arc() { return nullptr; }
@@ -107,6 +109,9 @@ public:
     engine::lifecycle_result on_request(request_event e, std::string_view id, session_id s,
                                         std::span<const std::uint64_t> keys, const access_context& ctx) override {
         return dispatch(life_, e, id, s, keys, ctx);
+    }
+    [[nodiscard]] std::optional<engine::request_state> request_state(std::string_view id) const override {
+        return life_.state(id);
     }
 
 protected:
@@ -191,6 +196,9 @@ public:
     engine::lifecycle_result on_request(request_event e, std::string_view id, session_id s,
                                         std::span<const std::uint64_t> keys, const access_context& ctx) override {
         return hears_ ? dispatch(life_, e, id, s, keys, ctx) : dispatch(unheard_, e, id, s, keys, ctx);
+    }
+    [[nodiscard]] std::optional<engine::request_state> request_state(std::string_view id) const override {
+        return hears_ ? life_.state(id) : unheard_.state(id);
     }
     [[nodiscard]] std::size_t queued_requests() const override { return p_.queued_requests(); }
     [[nodiscard]] bool hears_queue() const override { return hears_; }
@@ -347,6 +355,11 @@ public:
     }
     [[nodiscard]] std::size_t queued_requests() const { return core_->queued_requests(); }
     [[nodiscard]] bool hears_queue() const { return core_->hears_queue(); }
+    [[nodiscard]] std::optional<std::string> request_state(std::string_view id) const {
+        const auto state = core_->request_state(id);
+        if (!state) return std::nullopt;
+        return *state == engine::request_state::waiting ? "waiting" : "running";
+    }
 
     void mark_evictable(nb::handle key) {
         const std::uint32_t id = slot_of(key.ptr());
@@ -514,6 +527,8 @@ void bind_vllm_policy(nb::module_& m) {
              nb::arg("request_id"))
         .def_prop_ro("queued_requests", &cache_policy_binding::queued_requests)
         .def_prop_ro("hears_queue", &cache_policy_binding::hears_queue)
+        .def("request_state", &cache_policy_binding::request_state, nb::arg("request_id"),
+             "'waiting', 'running', or None for a request never heard of or ended.")
         .def("mark_evictable", &cache_policy_binding::mark_evictable)
         .def("mark_non_evictable", &cache_policy_binding::mark_non_evictable)
         .def("evict", &cache_policy_binding::evict)

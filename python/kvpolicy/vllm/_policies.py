@@ -226,6 +226,7 @@ def cache_policy(policy: str, *, class_name: Optional[str] = None, **options: An
             self.request_preempted = core.request_preempted
             self.request_finished = core.request_finished
             self.hears_queue = core.hears_queue
+            self.request_state = core.request_state
 
         # vLLM's request rank lives in the request's own scratch state, one per
         # (policy, reset generation), as vLLM's LRUCachePolicy keeps it.
