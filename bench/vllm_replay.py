@@ -83,6 +83,7 @@ class TraceRequest:
     input_length: int
     output_length: int
     session: Optional[str] = None
+    session_end: bool = False  # the session's last request (what a client's session_end hint says)
 
 
 def read_trace(path: str, limit: Optional[int] = None) -> List[TraceRequest]:
@@ -104,7 +105,48 @@ def read_trace(path: str, limit: Optional[int] = None) -> List[TraceRequest]:
             except (ValueError, KeyError, TypeError) as e:
                 raise ValueError(f"{path}:{n}: not a trace request ({e}); each line is a JSON object with "
                                  "timestamp, input_length, output_length and hash_ids") from None
+    last = {r.session: r for r in out if r.session is not None}
+    for r in last.values():
+        r.session_end = True
     return out
+
+
+def belady_hits(accesses: List[tuple], capacity: int) -> int:
+    """Lookup hits of the offline optimum (Belady's MIN, bypass allowed) over
+    a CPU tier's access sequence: (0, key) a lookup, a hit if the key is
+    held; (1, key) a store offer. A key not held may be admitted at any of
+    its references: at a store offer as vLLM's tier does, and at a lookup
+    miss too (in vLLM the missed block is computed and offered for storing
+    right after, so this only loosens the bound, never tightens it). A held
+    key is worth keeping until its next lookup, unless a store offers it
+    first (it can be admitted there again): the one looked up soonest stays,
+    the classic argument for MIN."""
+    import heapq
+
+    n = len(accesses)
+    next_use = [n] * n  # the next lookup of the key, if no store offer of it comes first
+    seen: Dict[bytes, int] = {}
+    for i in range(n - 1, -1, -1):
+        op, key = accesses[i]
+        next_use[i] = seen.get(key, n)
+        seen[key] = i if op == 0 else n
+    held: Dict[bytes, int] = {}  # key -> its next use
+    heap: List[tuple] = []  # (-next use, key), stale entries skipped
+    hits = 0
+    for i, (op, key) in enumerate(accesses):
+        nxt = next_use[i]
+        if key in held:
+            hits += op == 0
+        if nxt == n:
+            held.pop(key, None)
+            continue
+        held[key] = nxt
+        heapq.heappush(heap, (-nxt, key))
+        while len(held) > capacity:
+            far, victim = heapq.heappop(heap)
+            if held.get(victim) == -far:
+                del held[victim]
+    return hits
 
 
 def prompt_tokens(req: TraceRequest, block_size: int, trace_block: int) -> List[int]:
@@ -171,6 +213,7 @@ class ReplayResult:
     prompt_tokens: int = 0
     prefill_tokens_computed: int = 0
     cpu_chunks_loaded: int = 0
+    cpu_lookups: int = 0
     preemptions: int = 0
     queue_depths: List[int] = field(default_factory=list)
     scheduler_s: float = 0.0
@@ -180,8 +223,10 @@ class ReplayResult:
     def summary(self) -> Dict[str, Any]:
         q = sorted(self.queue_depths) or [0]
         return {
-            "requests": self.requests, "rejected": self.rejected, "steps": self.steps, "prompt_tokens": self.prompt_tokens,
+            "requests": self.requests, "rejected": self.rejected, "steps": self.steps,
+            "prompt_tokens": self.prompt_tokens,
             "prefill_tokens_computed": self.prefill_tokens_computed, "cpu_chunks_loaded": self.cpu_chunks_loaded,
+            "cpu_lookups": self.cpu_lookups,
             "preemptions": self.preemptions, "queue_median": statistics.median(q), "queue_max": q[-1],
             "scheduler_ms_per_step": 1e3 * self.scheduler_s / max(self.steps, 1),
             "policy_ms_per_step": 1e3 * self.policy_s / max(self.steps, 1),
@@ -199,6 +244,7 @@ def _vllm() -> SimpleNamespace:
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
+    from vllm.v1.kv_offload.base import make_offload_key
     from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
     from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
     from vllm.v1.request import Request
@@ -210,16 +256,18 @@ def _vllm() -> SimpleNamespace:
         VllmConfig=VllmConfig, OffloadingWorkerMetadata=OffloadingWorkerMetadata, sha256=sha256,
         get_request_block_hasher=get_request_block_hasher, init_none_hash=init_none_hash, Scheduler=Scheduler,
         FullAttentionSpec=FullAttentionSpec, KVCacheConfig=KVCacheConfig, KVCacheGroupSpec=KVCacheGroupSpec,
-        KVCacheTensor=KVCacheTensor, CPUOffloadingSpec=CPUOffloadingSpec, KVConnectorOutput=KVConnectorOutput,
+        KVCacheTensor=KVCacheTensor, CPUOffloadingSpec=CPUOffloadingSpec, make_offload_key=make_offload_key,
+        KVConnectorOutput=KVConnectorOutput,
         ModelRunnerOutput=ModelRunnerOutput, Request=Request, StructuredOutputManager=StructuredOutputManager)
 
 
 class Replay:
     """One scheduler, its connector and CPU tier, over one trace."""
 
-    def __init__(self, cfg: ReplayConfig, record_steps: bool = False):
+    def __init__(self, cfg: ReplayConfig, record_steps: bool = False, record_accesses: bool = False):
         v = _vllm()
-        self.v, self.cfg, self.record_steps = v, cfg, record_steps
+        self.v, self.cfg, self.record_steps, self.record_accesses = v, cfg, record_steps, record_accesses
+        self.accesses: List[tuple] = []  # the CPU tier's (0 lookup | 1 store, key), in order
         model_dir = cfg.model_dir or write_model_dir(tempfile.mkdtemp(prefix="kvpolicy-model-"))
         self.max_model_len = cfg.gpu_blocks * cfg.block_size
         spec = v.FullAttentionSpec(block_size=cfg.block_size, num_kv_heads=1, head_size=1, dtype=v.torch.float32)
@@ -285,7 +333,57 @@ class Replay:
                                                       tuple(bytes(k) for k in out.evicted_keys))))
             return out
 
-        manager.prepare_load, manager.prepare_store = load, store
+        lookup = manager.lookup
+
+        # A waiting request is looked up again at every step the scheduler
+        # tries it; what counts is the lookup of the attempt that got it
+        # its blocks (update_state_after_alloc), once.
+        pending: Dict[str, List[tuple]] = {}
+        connector = self.connector
+        matched, allocated = connector.get_num_new_matched_tokens, connector.update_state_after_alloc
+
+        def match(request, *a, **k):
+            pending[request.request_id] = []
+            return matched(request, *a, **k)
+
+        def alloc(request, *a, **k):
+            looked = pending.pop(request.request_id, [])
+            if looked:
+                reads = self._cpu_reads(request, looked[0][1])
+                res.cpu_lookups += len(reads)
+                if self.record_accesses:
+                    self.accesses.extend((0, key) for key in reads)
+            return allocated(request, *a, **k)
+
+        def look(key, req_context):
+            result = lookup(key, req_context)
+            pending.setdefault(req_context.req_id, []).append((0, bytes(key)))
+            return result
+
+        connector.get_num_new_matched_tokens, connector.update_state_after_alloc = match, alloc
+
+        def store_recorded(keys, req_context):
+            out = store(keys, req_context)
+            if self.record_accesses and out is not None:
+                self.accesses.extend((1, bytes(k)) for k in out.keys_to_store)
+            return out
+
+        manager.prepare_load, manager.prepare_store, manager.lookup = load, store_recorded, look
+
+    def _cpu_reads(self, request, first: bytes) -> List[bytes]:
+        """What a request scheduled now could read from the CPU tier: its
+        prompt's chunks from the first one vLLM looked up (the end of its
+        GPU hit) on, whether or not each is there. vLLM's own lookup stops
+        at the first miss; this does not, so every policy's run reads the
+        same sequence (the Belady bound's input)."""
+        from kvpolicy.vllm._connector import offload_keys
+
+        scheduler = self.connector.connector_scheduler
+        groups = scheduler.config.kv_group_configs
+        keys = [bytes(k) for k in offload_keys(request.block_hashes, groups, self.v.make_offload_key)]
+        prompt_chunks = request.num_prompt_tokens // groups[0].tokens_per_chunk
+        start = keys.index(first) if first in keys else len(keys)
+        return keys[start:max(start, prompt_chunks)]
 
     @property
     def policy(self):
@@ -302,7 +400,9 @@ class Replay:
             self.result.rejected += 1
             return False
         params = v.SamplingParams(max_tokens=out, ignore_eos=True)
-        kv_params = {"kvpolicy": {"session": req.session}} if req.session is not None else None
+        kv_params = None
+        if req.session is not None:
+            kv_params = {"kvpolicy": {"session": req.session, "session_end": req.session_end}}
         request = v.Request(request_id=rid, prompt_token_ids=tokens, sampling_params=params,
                                pooling_params=None, block_hasher=self._hasher)
         if kv_params is not None:
@@ -422,12 +522,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--limit", type=int, default=None, help="first N requests")
     p.add_argument("--policy", default="lru")
     p.add_argument("--kvpolicy", action="store_true", help="kvpolicy's connector and policy module")
-    for f in ("block_size", "trace_block", "gpu_blocks", "cpu_chunks", "max_num_seqs", "max_num_batched_tokens", "max_output"):
+    for f in ("block_size", "trace_block", "gpu_blocks", "cpu_chunks", "max_num_seqs", "max_num_batched_tokens",
+              "max_output"):
         p.add_argument("--" + f.replace("_", "-"), type=int, default=getattr(ReplayConfig, f))
     for f in ("step_ms", "ms_per_token", "speedup"):
         p.add_argument("--" + f.replace("_", "-"), type=float, default=getattr(ReplayConfig, f))
     a = p.parse_args(argv)
-    cfg = ReplayConfig(policy=a.policy, block_size=a.block_size, trace_block=a.trace_block, gpu_blocks=a.gpu_blocks, cpu_chunks=a.cpu_chunks,
+    cfg = ReplayConfig(policy=a.policy, block_size=a.block_size, trace_block=a.trace_block, gpu_blocks=a.gpu_blocks,
+                       cpu_chunks=a.cpu_chunks,
                        max_num_seqs=a.max_num_seqs, max_num_batched_tokens=a.max_num_batched_tokens,
                        max_output=a.max_output, step_ms=a.step_ms, ms_per_token=a.ms_per_token, speedup=a.speedup)
     if a.kvpolicy:

@@ -1,0 +1,145 @@
+"""vLLM's LRU against kvpolicy's queue-aware policy, in vLLM's own scheduler (issue 45's table).
+
+For each trace, CPU tier (1 / 5 / 10% of the replayed requests' distinct
+blocks) and load (the arrival speed-up at which vLLM's LRU run has a median
+waiting queue of 8, 32 or 128 requests), two replays through
+bench/vllm_replay.py:
+
+- vLLM's ``OffloadingConnector`` with its own ``lru``;
+- ``kvpolicy.vllm.KvpolicyOffloadingConnector`` with
+  ``kvpolicy_queue_aware_adaptive_kv`` (the waiting queue, and each session's
+  last request marked ``session_end`` where the trace has sessions);
+
+and the offline bound: Belady's MIN over the CPU tier's access sequence of
+the LRU run (``belady_hits``). Reported per cell: CPU-tier hits (chunks
+loaded), the share of the LRU -> Belady gap the policy closes, the prefill
+tokens computed, the median queue, and the policy's time per step (its
+calls and the connector's queue relay) against vLLM's scheduler's.
+
+    build/vllm-venv/bin/python bench/vllm_replay_study.py --out build/vllm-replay
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from vllm_replay import Replay, ReplayConfig, belady_hits, read_trace  # noqa: E402
+
+TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+# name: (file, tokens per trace block, requests replayed)
+TRACE_SET = {
+    "conversation": (TRACES / "mooncake" / "conversation_trace.jsonl", 512, 3000),
+    "synthetic": (TRACES / "mooncake" / "synthetic_trace.jsonl", 512, 3000),
+    "agentic": (TRACES / "agentic" / "agentic_mix.jsonl.gz", 64, 400),
+}
+
+
+def shape(reqs, cpu_chunks: int, speedup: float, **kw) -> dict:
+    blocks = sorted(len(r.hash_ids) for r in reqs)
+    # A small GPU prefix cache: the longest request, or 8 median ones, whichever is more.
+    gpu = max(blocks[-1] + 16, 8 * statistics.median(blocks))
+    return dict(gpu_blocks=int(gpu), cpu_chunks=cpu_chunks, max_num_seqs=16, max_num_batched_tokens=2048,
+                max_output=16, speedup=speedup, **kw)
+
+
+def run(reqs, trace_block: int, kvpolicy: bool, accesses: bool = False, **kw):
+    cfg = ReplayConfig(trace_block=trace_block, **kw)
+    if kvpolicy:
+        cfg.policy, cfg.policy_module = "kvpolicy_queue_aware_adaptive_kv", "kvpolicy.vllm"
+        cfg.connector, cfg.connector_module = "KvpolicyOffloadingConnector", "kvpolicy.vllm"
+    replay = Replay(cfg, record_accesses=accesses)
+    replay.run(reqs)
+    return replay
+
+
+def calibrate(reqs, trace_block: int, cpu_chunks: int, target: float, iterations: int) -> float:
+    """The speed-up whose LRU run has the median queue nearest ``target``
+    (geometric bisection: the queue grows with the arrival rate)."""
+    lo, hi = 0.25, 4096.0
+    best = (float("inf"), 1.0)
+    for _ in range(iterations):
+        mid = (lo * hi) ** 0.5
+        q = statistics.median(run(reqs, trace_block, False, **shape(reqs, cpu_chunks, mid)).result.queue_depths)
+        best = min(best, (abs(q - target), mid))
+        if q < target:
+            lo = mid
+        else:
+            hi = mid
+    return best[1]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default="build/vllm-replay")
+    p.add_argument("--traces", default=",".join(TRACE_SET))
+    p.add_argument("--queues", default="8,32,128")
+    p.add_argument("--fractions", default="0.01,0.05,0.10")
+    p.add_argument("--requests", type=int, default=None, help="requests replayed per trace (default: per trace)")
+    p.add_argument("--iterations", type=int, default=6, help="calibration runs per load")
+    a = p.parse_args(argv)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name in a.traces.split(","):
+        path, trace_block, limit = TRACE_SET[name]
+        reqs = read_trace(str(path), a.requests or limit)
+        distinct = len({h for r in reqs for h in r.hash_ids})
+        for target in (float(q) for q in a.queues.split(",")):
+            speedup = calibrate(reqs, trace_block, max(1, int(0.05 * distinct)), target, a.iterations)
+            for fraction in (float(f) for f in a.fractions.split(",")):
+                cpu = max(1, int(fraction * distinct))
+                t0 = time.time()
+                lru = run(reqs, trace_block, False, accesses=True, **shape(reqs, cpu, speedup))
+                qa = run(reqs, trace_block, True, **shape(reqs, cpu, speedup))
+                bound = belady_hits(lru.accesses, cpu)
+                l, q = lru.result, qa.result
+                gap = bound - l.cpu_chunks_loaded
+                row = {
+                    "trace": name, "requests": len(reqs), "distinct_blocks": distinct, "cpu_fraction": fraction,
+                    "cpu_chunks": cpu, "queue_target": target, "speedup": round(speedup, 3),
+                    "queue_median_lru": statistics.median(l.queue_depths),
+                    "queue_median_kvpolicy": statistics.median(q.queue_depths),
+                    "hits_lru": l.cpu_chunks_loaded, "hits_kvpolicy": q.cpu_chunks_loaded, "hits_belady": bound,
+                    "lookups_lru": l.cpu_lookups, "lookups_kvpolicy": q.cpu_lookups,
+                    "gap_closed": None if gap <= 0 else (q.cpu_chunks_loaded - l.cpu_chunks_loaded) / gap,
+                    "prefill_lru": l.prefill_tokens_computed, "prefill_kvpolicy": q.prefill_tokens_computed,
+                    "rejected": l.rejected,
+                    "scheduler_ms_per_step": 1e3 * q.scheduler_s / max(q.steps, 1),
+                    "policy_ms_per_step": 1e3 * q.policy_s / max(q.steps, 1),
+                    "lru_policy_ms_per_step": 1e3 * l.policy_s / max(l.steps, 1),
+                    "seconds": round(time.time() - t0, 1),
+                }
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                (out / "cells.json").write_text(json.dumps(rows, indent=1))
+    (out / "table.md").write_text(markdown(rows))
+    print(markdown(rows))
+    return 0
+
+
+def markdown(rows) -> str:
+    head = ("| trace | CPU tier | queue (LRU / kvpolicy) | CPU hits LRU | kvpolicy | Belady | gap closed "
+            "| prefill tokens LRU | kvpolicy | policy / scheduler ms per step |\n"
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+    lines = []
+    for r in rows:
+        gap = "-" if r["gap_closed"] is None else f"{100 * r['gap_closed']:.0f}%"
+        lines.append(
+            f"| {r['trace']} | {100 * r['cpu_fraction']:.0f}% ({r['cpu_chunks']}) "
+            f"| {r['queue_median_lru']:g} / {r['queue_median_kvpolicy']:g} | {r['hits_lru']} | {r['hits_kvpolicy']} "
+            f"| {r['hits_belady']} | {gap} | {r['prefill_lru']} | {r['prefill_kvpolicy']} "
+            f"| {r['policy_ms_per_step']:.3f} / {r['scheduler_ms_per_step']:.3f} |")
+    return head + "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
