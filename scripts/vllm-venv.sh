@@ -22,7 +22,7 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/pins" 2>/dev/null)" != "$pins"
     rm -rf "$venv"
     python3 -m venv "$venv"
     # shellcheck disable=SC2086  # the pins are words
-    "$venv/bin/pip" install -q --disable-pip-version-check $pins
+    "$venv/bin/pip" install -q --disable-pip-version-check --no-compile $pins
     echo "$pins" >"$venv/pins"
 fi
 if [ -n "$wheel" ]; then
