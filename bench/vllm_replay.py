@@ -385,10 +385,6 @@ class Replay:
         start = keys.index(first) if first in keys else len(keys)
         return keys[start:max(start, prompt_chunks)]
 
-    @property
-    def policy(self):
-        return getattr(self.manager, "_policy", None)
-
     def add(self, rid: str, req: TraceRequest) -> bool:
         """Adds the request to the scheduler; False where it is refused (too long)."""
         v, cfg = self.v, self.cfg

@@ -127,7 +127,7 @@ def check_states(replay: Replay, gone: set) -> None:
         assert policy.request_state(rid) == expect, (rid, request.status)
     for rid in gone:
         assert policy.request_state(rid) is None, rid
-    assert policy._core.queued_requests == waiting
+    assert policy.queued_requests == waiting
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -155,7 +155,7 @@ def test_the_policy_hears_exactly_vllms_waiting_queue(conversation, seed):
         check_states(replay, added - set(replay.scheduler.requests))
     assert replay.result.preemptions > 0 and aborted_waiting > 0 and aborted_running > 0
     (policy,) = replay.connector.queue_relay.policies
-    assert policy._core.queued_requests == 0  # every request ended: nothing is left behind
+    assert policy.queued_requests == 0  # every request ended: nothing is left behind
 
 
 def test_cache_reset_keeps_the_queue(conversation):
@@ -164,10 +164,10 @@ def test_cache_reset_keeps_the_queue(conversation):
         replay.add(str(i), req)
     replay.step()
     (policy,) = replay.connector.queue_relay.policies
-    queued = policy._core.queued_requests
+    queued = policy.queued_requests
     assert queued > 0
     assert replay.scheduler.reset_connector_cache()  # the CPU tier's reset: the policy's clear()
-    assert policy._core.queued_requests == queued
+    assert policy.queued_requests == queued
     while replay.busy():
         replay.step()
         check_states(replay, set())
@@ -187,7 +187,7 @@ def test_unknown_and_repeated_events_are_logged_never_raised(conversation, caplo
         relay.finished(Unknown())
         relay.step(_Output(preempted={"ghost"}, new=["ghost2"]))
     text = caplog.text
-    assert "request 'a' arrived again; ignored" in text or "arrived already" in text
+    assert "arrive: request 'a' arrived already; a request id is used once; ignored" in text
     assert "finish: request 'nobody' is not known" in text
     assert "preempted request 'ghost' never arrived; ignored" in text
     assert "schedule: request 'ghost2' is not known" in text

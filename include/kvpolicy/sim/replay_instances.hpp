@@ -134,11 +134,7 @@ replay_result replay_instances(RequestSource& source, const request_replay_confi
             continue;
         } catch (const usage_error& e) {
             (void)cache.end_step();
-            parse_error bad(cfg.trace_name, req.line, e.what());
-            if (!cfg.skip_bad_lines) throw bad;
-            r.bad_lines.add(bad);
-            r.accesses -= n;
-            r.tokens -= tokens;
+            r.refuse_bad_request(cfg.trace_name, req.line, e.what(), cfg.skip_bad_lines, n, tokens);
             continue;
         }
         const swap_plan& plan = cache.end_step();

@@ -198,11 +198,7 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
             continue;
         } catch (const usage_error& e) {
             (void)cache.end_step();
-            parse_error bad(cfg.trace_name, req.line, e.what());
-            if (!cfg.skip_bad_lines) throw bad;
-            r.bad_lines.add(bad);
-            r.accesses -= n;
-            r.tokens -= tokens;
+            r.refuse_bad_request(cfg.trace_name, req.line, e.what(), cfg.skip_bad_lines, n, tokens);
             free_at = start;
             continue;
         }

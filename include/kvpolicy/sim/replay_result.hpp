@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "kvpolicy/core/error.hpp"
 #include "kvpolicy/sim/records.hpp"
 
 namespace kvpolicy::sim {
@@ -72,6 +73,19 @@ struct replay_result {
     std::size_t lru_match_capacity = 0;  ///< least capacity reaching LRU's hit ratio here; 0 = not computed
     bool lru_match_unreachable = false;  ///< computed, and not reached below the distinct blocks
     bad_line_report bad_lines;
+
+    /// A request the cache refused as malformed (`why`): a parse error
+    /// naming `trace`:`line`, or with `skip` (skip_bad_lines) a bad line
+    /// counted and the request's `blocks` and `request_tokens` taken back
+    /// out of the totals.
+    void refuse_bad_request(const std::string& trace, std::size_t line, const std::string& why, bool skip,
+                            std::uint64_t blocks, std::uint64_t request_tokens) {
+        parse_error bad(trace, line, why);
+        if (!skip) throw bad;
+        bad_lines.add(bad);
+        accesses -= blocks;
+        tokens -= request_tokens;
+    }
 
     [[nodiscard]] double hit_ratio() const noexcept {
         return accesses == 0 ? 0.0 : static_cast<double>(hits) / static_cast<double>(accesses);

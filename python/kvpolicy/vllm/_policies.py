@@ -237,6 +237,12 @@ def cache_policy(policy: str, *, class_name: Optional[str] = None, **options: An
                 req_context.set_state(state)
             return state.rank
 
+        @property
+        def queued_requests(self) -> int:
+            """Requests waiting in the engine's queue, as this policy heard them
+            (0 for a policy that does not hear the queue)."""
+            return self._core.queued_requests
+
         def get(self, key):  # replaced per instance by the dict's own get
             return self._core.chunks.get(key)
 
