@@ -16,16 +16,25 @@ loaded), the share of the LRU -> Belady gap the policy closes, the prefill
 tokens computed, the median queue, and the policy's time per step (its
 calls and the connector's queue relay) against vLLM's scheduler's.
 
-    build/vllm-venv/bin/python bench/vllm_replay_study.py --out build/vllm-replay
+Beside each cell, the same figures from ``kvpolicy-sim --mode offload`` (the
+same arrangement, requests one at a time) on the same requests, GPU and CPU
+capacities and load: its ``--serve-rate`` bisected until its LRU run's median
+queue is vLLM's LRU run's. The hit ratios compared are token hit ratios (the
+prompt tokens not computed), each engine's own.
+
+    build/vllm-venv/bin/python bench/vllm_replay_study.py --out build/vllm-replay --sim build/tools/kvpolicy-sim
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -77,6 +86,36 @@ def calibrate(reqs, trace_block: int, cpu_chunks: int, target: float, iterations
     return best[1]
 
 
+POLICY = "queue_aware_adaptive_kv"
+
+
+def simulate(sim: str, trace: str, trace_block: int, gpu: int, cpu: int, serve_rate: float, sessions: bool,
+             policies: str) -> dict:
+    """kvpolicy-sim's offload mode on ``trace``: its JSON rows by policy."""
+    cmd = [sim, "--trace", trace, "--mode", "offload", "--policy", policies, "--capacity", str(gpu),
+           "--cpu-capacity", str(cpu), "--block-size", str(trace_block), "--serve-rate", repr(serve_rate),
+           "--output", "json", "--threads", "1"]
+    if sessions:  # the session_end hints vLLM's run sends
+        cmd += ["--return-hints", "ends"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return {row["policy"]: row for row in map(json.loads, out.splitlines()) if row}
+
+
+def sim_serve_rate(sim: str, trace: str, trace_block: int, gpu: int, cpu: int, target: float) -> float:
+    """The serve rate (tokens/s) whose LRU run has the median queue nearest ``target``."""
+    lo, hi = 1e3, 1e10
+    best = (float("inf"), hi)
+    for _ in range(30):
+        mid = (lo * hi) ** 0.5
+        q = simulate(sim, trace, trace_block, gpu, cpu, mid, False, "lru")["lru"]["queue_depth_p50"]
+        best = min(best, (abs(q - target), mid))
+        if q > target:
+            lo = mid
+        else:
+            hi = mid
+    return best[1]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="build/vllm-replay")
@@ -85,6 +124,7 @@ def main(argv=None) -> int:
     p.add_argument("--fractions", default="0.01,0.05,0.10")
     p.add_argument("--requests", type=int, default=None, help="requests replayed per trace (default: per trace)")
     p.add_argument("--iterations", type=int, default=6, help="calibration runs per load")
+    p.add_argument("--sim", default="build/tools/kvpolicy-sim", help="kvpolicy-sim, for its offload mode beside vLLM")
     a = p.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -93,6 +133,11 @@ def main(argv=None) -> int:
         path, trace_block, limit = TRACE_SET[name]
         reqs = read_trace(str(path), a.requests or limit)
         distinct = len({h for r in reqs for h in r.hash_ids})
+        sessions = any(r.session is not None for r in reqs)
+        head = tempfile.NamedTemporaryFile("w", suffix=".jsonl", prefix=f"kvpolicy-{name}-", delete=False)
+        with head, (gzip.open if str(path).endswith(".gz") else open)(path, "rt") as f:
+            for _, line in zip(range(len(reqs)), f):
+                head.write(line)
         for target in (float(q) for q in a.queues.split(",")):
             speedup = calibrate(reqs, trace_block, max(1, int(0.05 * distinct)), target, a.iterations)
             for fraction in (float(f) for f in a.fractions.split(",")):
@@ -118,9 +163,25 @@ def main(argv=None) -> int:
                     "lru_policy_ms_per_step": 1e3 * l.policy_s / max(l.steps, 1),
                     "seconds": round(time.time() - t0, 1),
                 }
+                gpu = shape(reqs, cpu, speedup)["gpu_blocks"]
+                rate = sim_serve_rate(a.sim, head.name, trace_block, gpu, cpu, row["queue_median_lru"])
+                sim = simulate(a.sim, head.name, trace_block, gpu, cpu, rate, sessions, f"lru,{POLICY},belady")
+                s_lru, s_q, s_opt = sim["lru"], sim[POLICY], sim["belady"]
+                s_gap = s_opt["cpu_hits"] - s_lru["cpu_hits"]
+                row.update({
+                    "hit_ratio_lru": 1 - l.prefill_tokens_computed / l.prompt_tokens,
+                    "hit_ratio_kvpolicy": 1 - q.prefill_tokens_computed / q.prompt_tokens,
+                    "sim_serve_rate": rate, "sim_queue_median": s_lru["queue_depth_p50"],
+                    "sim_hits_lru": s_lru["cpu_hits"], "sim_hits_kvpolicy": s_q["cpu_hits"],
+                    "sim_hits_belady": s_opt["cpu_hits"],
+                    "sim_gap_closed": None if s_gap <= 0 else (s_q["cpu_hits"] - s_lru["cpu_hits"]) / s_gap,
+                    "sim_hit_ratio_lru": s_lru["token_hit_ratio"], "sim_hit_ratio_kvpolicy": s_q["token_hit_ratio"],
+                    "sim_gpu_hits": s_lru["gpu_hits"], "sim_requests_refused": s_lru["bypassed_requests"],
+                })
                 rows.append(row)
                 print(json.dumps(row), flush=True)
                 (out / "cells.json").write_text(json.dumps(rows, indent=1))
+        os.unlink(head.name)
     (out / "table.md").write_text(markdown(rows))
     print(markdown(rows))
     return 0
@@ -128,17 +189,30 @@ def main(argv=None) -> int:
 
 def markdown(rows) -> str:
     head = ("| trace | CPU tier | queue (LRU / kvpolicy) | CPU hits LRU | kvpolicy | Belady | gap closed "
-            "| prefill tokens LRU | kvpolicy | policy / scheduler ms per step |\n"
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-    lines = []
+            "| prefill tokens LRU | kvpolicy | cut | policy / scheduler ms per step |\n"
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+    sim_head = ("| trace | CPU tier | median queue | token hit ratio LRU: vLLM / sim | kvpolicy: vLLM / sim "
+                "| CPU hits LRU: vLLM / sim | kvpolicy: vLLM / sim | Belady: vLLM / sim | gap closed: vLLM / sim |\n"
+                "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+    lines, sim_lines = [], []
+
+    def pct(x):
+        return "-" if x is None else f"{100 * x:.0f}%"
+
     for r in rows:
-        gap = "-" if r["gap_closed"] is None else f"{100 * r['gap_closed']:.0f}%"
+        cell = f"| {r['trace']} | {100 * r['cpu_fraction']:.0f}% ({r['cpu_chunks']}) "
+        cut = 1 - r["prefill_kvpolicy"] / r["prefill_lru"]
         lines.append(
-            f"| {r['trace']} | {100 * r['cpu_fraction']:.0f}% ({r['cpu_chunks']}) "
-            f"| {r['queue_median_lru']:g} / {r['queue_median_kvpolicy']:g} | {r['hits_lru']} | {r['hits_kvpolicy']} "
-            f"| {r['hits_belady']} | {gap} | {r['prefill_lru']} | {r['prefill_kvpolicy']} "
+            cell + f"| {r['queue_median_lru']:g} / {r['queue_median_kvpolicy']:g} | {r['hits_lru']} "
+            f"| {r['hits_kvpolicy']} | {r['hits_belady']} | {pct(r['gap_closed'])} | {r['prefill_lru']} "
+            f"| {r['prefill_kvpolicy']} | {100 * cut:.1f}% "
             f"| {r['policy_ms_per_step']:.3f} / {r['scheduler_ms_per_step']:.3f} |")
-    return head + "\n".join(lines) + "\n"
+        sim_lines.append(
+            cell + f"| {r['queue_median_lru']:g} | {r['hit_ratio_lru']:.4f} / {r['sim_hit_ratio_lru']:.4f} "
+            f"| {r['hit_ratio_kvpolicy']:.4f} / {r['sim_hit_ratio_kvpolicy']:.4f} "
+            f"| {r['hits_lru']} / {r['sim_hits_lru']} | {r['hits_kvpolicy']} / {r['sim_hits_kvpolicy']} "
+            f"| {r['hits_belady']} / {r['sim_hits_belady']} | {pct(r['gap_closed'])} / {pct(r['sim_gap_closed'])} |")
+    return head + "\n".join(lines) + "\n\n" + sim_head + "\n".join(sim_lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -37,19 +37,17 @@ void bind_simulate(nb::module_& m) {
                                                    : sim::trace_format::mooncake;
             if (format && *format != "csv" && *format != "mooncake")
                 throw config_error("simulate: format '" + *format + "' is not one of mooncake, csv");
-            if (mode && *mode != "flat" && *mode != "prefix" && *mode != "tiered")
-                throw config_error("simulate: mode '" + *mode + "' is not one of flat, prefix, tiered");
-            o.mode = mode ? (*mode == "flat" ? sim::replay_mode::flat
-                             : *mode == "tiered" ? sim::replay_mode::tiered
-                                                 : sim::replay_mode::prefix)
+            if (mode && !sim::replay_mode_named(*mode))
+                throw config_error("simulate: mode '" + *mode + "' is not one of flat, prefix, tiered, offload");
+            o.mode = mode ? *sim::replay_mode_named(*mode)
                      : o.format == sim::trace_format::csv ? sim::replay_mode::flat
                                                           : sim::replay_mode::prefix;
             if (o.format == sim::trace_format::csv && o.mode != sim::replay_mode::flat)
                 throw config_error("simulate: mode '" + mode.value_or("") +
                                    "' needs requests (mooncake JSONL or the built-in workload); a CSV holds only "
                                    "block accesses: use mode='flat'");
-            if (o.mode == sim::replay_mode::tiered && cpu_capacity == 0)
-                throw config_error("simulate: mode='tiered' needs cpu_capacity=N (blocks of the CPU tier)");
+            if ((o.mode == sim::replay_mode::tiered || o.mode == sim::replay_mode::offload) && cpu_capacity == 0)
+                throw config_error("simulate: mode='" + *mode + "' needs cpu_capacity=N (blocks of the CPU tier)");
             if (layers > 1 && o.mode == sim::replay_mode::flat)
                 throw config_error("simulate: layers applies to prefix and tiered modes; flat mode replays blocks");
             if (block_size == 0 || layers == 0)

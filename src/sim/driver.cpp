@@ -114,8 +114,9 @@ run_setup prepare(run_options o) {
     run_setup s;
     s.options = std::move(o);
     const run_options& opt = s.options;
-    if (opt.mode == replay_mode::tiered && opt.cpu_capacity == 0)
-        throw config_error("--mode tiered needs --cpu-capacity N (blocks of the CPU tier)");
+    if ((opt.mode == replay_mode::tiered || opt.mode == replay_mode::offload) && opt.cpu_capacity == 0)
+        throw config_error("--mode " + std::string(to_string(opt.mode)) +
+                           " needs --cpu-capacity N (blocks of the CPU tier)");
     if ((opt.remote_capacity > 0 || opt.instances > 1) && opt.mode != replay_mode::tiered)
         throw config_error("--remote-capacity and --instances need --mode tiered (remote hits are staged "
                            "through the CPU tier) and --cpu-capacity N");
@@ -126,8 +127,11 @@ run_setup prepare(run_options o) {
         (opt.mode == replay_mode::flat || opt.instances > 1 || opt.remote_capacity > 0))
         throw config_error("--lookahead and --serve-rate apply to prefix and tiered modes with one instance "
                            "and no remote store (requests queue at one engine)");
-    if (opt.layers > 1 && opt.mode == replay_mode::flat)
-        throw config_error("--layers applies to prefix and tiered modes; flat mode replays blocks");
+    if (opt.prefill_chunk > 0 && opt.mode != replay_mode::offload)
+        throw config_error("--prefill-chunk applies to offload mode (the CPU tier's stores, step by step)");
+    if (opt.layers > 1 && (opt.mode == replay_mode::flat || opt.mode == replay_mode::offload))
+        throw config_error("--layers applies to prefix and tiered modes; " + std::string(to_string(opt.mode)) +
+                           " mode replays whole blocks");
 
     // Only what was asked runs: the gap column's LRU and Belady with
     // --bounds (Belady reads the whole trace into memory first), LRU
@@ -135,6 +139,14 @@ run_setup prepare(run_options o) {
     // up here, once.
     s.plan = plan_runs(expand_all(opt.policies), opt.bounds, opt.match_lru);
     for (const std::string& name : s.plan.policies) s.policies.push_back(choose_policy(name));
+    // Offload mode gives Belady its own bound (MIN over the CPU tier's
+    // reads) and no other policy a block's next use.
+    if (opt.mode == replay_mode::offload)
+        for (const policy_choice& p : s.policies)
+            if (p.uses_future && p.name != belady::name)
+                throw config_error("--mode offload: " + std::string(p.name) +
+                                   " reads each block's next use, which offload mode does not pass; "
+                                   "belady is its bound there");
     if (opt.mode == replay_mode::tiered && !has_name<detail::cpu_tier::alternatives>(opt.cpu_policy))
         throw_unknown_name<detail::cpu_tier::alternatives>(opt.cpu_policy, "CPU-tier policy");
 
@@ -157,6 +169,7 @@ run_setup prepare(run_options o) {
     r.cpu_policy = opt.cpu_policy;
     r.lookahead = opt.lookahead;
     r.serve_rate = opt.serve_rate;
+    r.prefill_chunk = opt.prefill_chunk;
     if (s.options.threads == 0) s.options.threads = std::max(1u, std::thread::hardware_concurrency());
     return s;
 }

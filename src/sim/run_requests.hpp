@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include <kvpolicy/sim/replay.hpp>
+#include <kvpolicy/sim/replay_offload.hpp>
 
 #include "runs.hpp"
 
@@ -74,6 +75,27 @@ replay_result replay(const run_setup& s, std::size_t capacity, const run_inputs&
     return r;
 }
 
+/// Offload mode: `Policy` decides the CPU tier's victims behind vLLM's
+/// GPU prefix cache (replay_offload.hpp).
+template <class Policy>
+replay_result offload(const run_setup& s, std::size_t capacity, const run_inputs& in) {
+    request_replay_config cfg = s.replay;
+    cfg.capacity = capacity;
+    cfg.expected_returns = in.returns.get();
+    const auto config = replay_policy_config<Policy>(cfg);
+    if (in.requests) {
+        vector_request_source requests(*in.requests);
+        any_request_source src(requests);
+        return replay_offload<Policy>(src, cfg, config);
+    }
+    mooncake_reader reader(s.options.trace, s.options.skip_bad_lines);
+    any_request_source src(reader);
+    replay_result r = replay_offload<Policy>(src, cfg, config);
+    r.bad_lines.count += reader.bad_lines().count;
+    for (const auto& m : reader.bad_lines().first_messages) r.bad_lines.first_messages.push_back(m);
+    return r;
+}
+
 template <std::size_t Part>
 replay_result run_requests_part(const run_setup& s, const policy_choice& policy, std::size_t capacity,
                                 const run_inputs& in) {
@@ -81,6 +103,7 @@ replay_result run_requests_part(const run_setup& s, const policy_choice& policy,
     constexpr std::size_t begin = request_part_begin(Part), end = request_part_begin(Part + 1);
     return visit_by_index<type_list_slice<eviction_policies, begin, end>>(
         policy.index - begin, [&]<class Gpu>() -> replay_result {
+            if (s.options.mode == replay_mode::offload) return offload<Gpu>(s, capacity, in);
             // The offline reference knows the future on both tiers: MIN's CPU
             // tier drops the item used farthest ahead, whatever --cpu-policy says.
             if constexpr (std::is_same_v<Gpu, belady>) {

@@ -45,6 +45,9 @@ struct request_replay_config {
     /// arrived and not yet started. 0 and 0: no queue. replay_requests only.
     std::size_t lookahead = 0;
     double serve_rate = 0;
+    /// Offload mode (replay_offload): tokens a request prefills per engine
+    /// step, each step's blocks offered for storing apart; 0: one step.
+    std::uint64_t prefill_chunk = 0;
 };
 
 }  // namespace kvpolicy::sim

@@ -27,6 +27,7 @@
 #include "kvpolicy/sim/replay_config.hpp"
 #include "kvpolicy/sim/replay_result.hpp"
 #include "kvpolicy/sim/request_times.hpp"
+#include "kvpolicy/sim/served_requests.hpp"
 
 namespace kvpolicy::sim {
 
@@ -85,12 +86,6 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
     r.cpu_capacity = mode == replay_mode::tiered ? cfg.cpu_capacity : 0;
     r.mode = mode;
     const double transfer_s = cfg.kv_bytes_per_token * cfg.block_size / cfg.bandwidth_bytes_per_s;
-    if (cfg.lookahead > 0 && cfg.serve_rate > 0)
-        throw config_error("the waiting queue: give a lookahead or a serve rate, not both");
-    if (cfg.serve_rate < 0 || !std::isfinite(cfg.serve_rate))
-        throw config_error("serve rate " + std::to_string(cfg.serve_rate) +
-                           " tokens/s: give a finite rate > 0 (or 0 for no queue)");
-    r.queue_modelled = cfg.lookahead > 0 || cfg.serve_rate > 0;
     if (items == 1 && cfg.pipeline_layers == 0)
         throw config_error("the ready time's pipeline: 0 model layers; give the model's layer count (Llama-3-8B: 32)");
     // The ready time (critical_path.hpp): one stage per item layer, or the
@@ -112,32 +107,7 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
         }
         return pipelined_ready_time(work);
     };
-    // Requests read from the source and not yet served: the first is served
-    // next, the others queued (enqueued) once they have arrived.
-    struct pending {
-        request_record req;
-        std::size_t index;
-        timestamp now;
-        session_id session;
-        bool queued;
-    };
-    std::deque<pending> ahead;
-    std::size_t read = 0;
-    timestamp now = 0;
-    session_deriver sessions;
-    auto read_one = [&]() -> bool {
-        pending p;
-        if (!source.next(p.req)) return false;
-        p.index = read++;
-        now = times ? times->now[p.index] : request_time(now, p.req.timestamp_ms);
-        p.now = now;
-        p.session = session_id{p.req.has_session ? p.req.session : sessions.session_of(p.req, cfg.block_size)};
-        p.queued = false;
-        ahead.push_back(std::move(p));
-        return true;
-    };
-    double free_at = 0;  // serve_rate: when the instance finishes the request it is serving
-    std::vector<std::uint32_t> depths;
+    served_requests<RequestSource> served(source, cfg, times);
     std::unordered_set<std::uint64_t> seen_sessions;  // admitted with a block: those fairness counts
     std::unordered_set<std::uint64_t> computed;       // every block some request computed
     // Misses from block `from` on: count those computed before, remember all.
@@ -148,30 +118,8 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
         }
     };
     const auto t0 = std::chrono::steady_clock::now();
-    for (;;) {
-        if (ahead.empty() && !read_one()) break;
-        // The queue when ahead.front() starts: the next `lookahead` requests,
-        // or those arrived by the time the instance is free.
-        double start = 0;
-        if (cfg.lookahead > 0) {
-            while (ahead.size() <= cfg.lookahead && read_one()) {}
-        } else if (cfg.serve_rate > 0) {
-            start = std::max(static_cast<double>(ahead.front().req.timestamp_ms) / 1000.0, free_at);
-            while (static_cast<double>(ahead.back().req.timestamp_ms) / 1000.0 <= start && read_one()) {}
-        }
-        if (r.queue_modelled) {
-            std::uint32_t depth = 0;
-            for (std::size_t k = 1; k < ahead.size(); ++k) {
-                pending& q = ahead[k];
-                if (cfg.serve_rate > 0 && static_cast<double>(q.req.timestamp_ms) / 1000.0 > start) break;
-                ++depth;
-                if (!q.queued) cache.enqueue(q.index, q.session, q.req.hash_ids);
-                q.queued = true;
-            }
-            depths.push_back(depth);
-        }
-        pending p = std::move(ahead.front());
-        ahead.pop_front();
+    pending_request p;
+    while (served.next(p, [&](pending_request& q) { cache.enqueue(q.index, q.session, q.req.hash_ids); })) {
         const request_record& req = p.req;
         const std::size_t index = p.index;
         ++r.requests;
@@ -194,12 +142,12 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
             count_reprefill(req.hash_ids, 0);
             std::fill(loads_at.begin(), loads_at.end(), 0);
             ready.add(ready_time(req.hash_ids, 0));
-            free_at = start + (cfg.serve_rate > 0 ? static_cast<double>(tokens) / cfg.serve_rate : 0.0);
+            served.served(tokens);
             continue;
         } catch (const usage_error& e) {
             (void)cache.end_step();
             r.refuse_bad_request(cfg.trace_name, req.line, e.what(), cfg.skip_bad_lines, n, tokens);
-            free_at = start;
+            served.served(0);
             continue;
         }
         const swap_plan& plan = cache.end_step();
@@ -223,20 +171,9 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
         r.hit_tokens += hit_tokens;
         for (std::size_t i = 0; i < a.match.run; ++i) r.prefill_seconds_saved += cfg.cost.cost(i * cfg.block_size);
         r.prefill_seconds_saved -= static_cast<double>(a.match.cpu_blocks) * transfer_s;
-        if (cfg.serve_rate > 0) free_at = start + static_cast<double>(tokens - hit_tokens) / cfg.serve_rate;
+        served.served(tokens - hit_tokens);
     }
-    if (!depths.empty()) {
-        double sum = 0;
-        for (std::uint32_t d : depths) sum += d;
-        r.queue_depth_mean = sum / static_cast<double>(depths.size());
-        auto quantile = [&](double q) {
-            const auto k = static_cast<std::ptrdiff_t>(q * static_cast<double>(depths.size() - 1));
-            std::nth_element(depths.begin(), depths.begin() + k, depths.end());
-            return static_cast<std::size_t>(depths[static_cast<std::size_t>(k)]);
-        };
-        r.queue_depth_p50 = quantile(0.5);
-        r.queue_depth_p99 = quantile(0.99);
-    }
+    served.report(r);
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     r.ready_s_total = ready.total();
     r.ready_s_mean = ready.mean();

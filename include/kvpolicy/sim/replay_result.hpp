@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -14,21 +15,30 @@
 
 namespace kvpolicy::sim {
 
-enum class replay_mode : std::uint8_t { flat, prefix, tiered };
+enum class replay_mode : std::uint8_t { flat, prefix, tiered, offload };
 
 [[nodiscard]] inline std::string_view to_string(replay_mode m) noexcept {
     switch (m) {
         case replay_mode::flat: return "flat";
         case replay_mode::prefix: return "prefix";
         case replay_mode::tiered: return "tiered";
+        case replay_mode::offload: return "offload";
     }
     return "?";
+}
+
+/// The mode named `name` ("flat", "prefix", "tiered", "offload"); nothing
+/// for another name.
+[[nodiscard]] inline std::optional<replay_mode> replay_mode_named(std::string_view name) noexcept {
+    for (replay_mode m : {replay_mode::flat, replay_mode::prefix, replay_mode::tiered, replay_mode::offload})
+        if (to_string(m) == name) return m;
+    return std::nullopt;
 }
 
 struct replay_result {
     std::string policy;
     std::string built_for;     ///< the policy's built_for<P>() (empty: any setting); tables note it
-    std::size_t capacity = 0;  ///< blocks (the GPU tier's, in tiered mode)
+    std::size_t capacity = 0;  ///< blocks (the GPU tier's, in tiered and offload modes)
     replay_mode mode = replay_mode::flat;
     std::uint64_t requests = 0;
     std::uint64_t accesses = 0;  ///< block accesses
@@ -40,7 +50,7 @@ struct replay_result {
     std::uint64_t tokens = 0;
     std::uint64_t hit_tokens = 0;
     std::uint64_t bypassed_requests = 0;
-    // tiered
+    // tiered (offload: cpu_capacity, gpu_hits, cpu_hits)
     std::size_t cpu_capacity = 0;
     std::uint64_t gpu_hits = 0;
     std::uint64_t cpu_hits = 0;

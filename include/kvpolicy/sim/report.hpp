@@ -101,6 +101,9 @@ inline void write_json_lines(std::ostream& out, const std::vector<replay_result>
             o << ", \"token_hit_ratio\": " << r.token_hit_ratio() << ", \"bypassed_requests\": " << r.bypassed_requests
               << ", \"sessions\": " << r.sessions << ", \"fairness\": " << detail::json_number(r.fairness)
               << ", \"re_prefill_share\": " << r.re_prefill_share();
+        if (r.mode == replay_mode::offload)
+            o << ", \"cpu_capacity\": " << r.cpu_capacity << ", \"gpu_hits\": " << r.gpu_hits
+              << ", \"cpu_hits\": " << r.cpu_hits;
         if (r.mode == replay_mode::tiered)
             o << ", \"cpu_capacity\": " << r.cpu_capacity << ", \"gpu_hits\": " << r.gpu_hits
               << ", \"cpu_hits\": " << r.cpu_hits << ", \"recomputed_blocks\": " << r.recomputed_blocks
@@ -168,7 +171,8 @@ inline void write_table(std::ostream& out, const std::vector<replay_result>& res
             if (r->policy == optimal_policy) opt = r;
         const replay_mode mode = rows.front()->mode;
         out << "\ncapacity " << capacity << " blocks";
-        if (mode == replay_mode::tiered) out << " (gpu) + " << rows.front()->cpu_capacity << " (cpu)";
+        if (mode == replay_mode::tiered || mode == replay_mode::offload)
+            out << " (gpu) + " << rows.front()->cpu_capacity << " (cpu)";
         out << ", " << to_string(mode) << " mode, " << rows.front()->accesses << " block accesses\n";
         char line[256];
         bool matched = false;
@@ -184,6 +188,7 @@ inline void write_table(std::ostream& out, const std::vector<replay_result>& res
         if (mode != replay_mode::flat) out << "  token hit  fairness  re-prefill";
         if (mode == replay_mode::tiered)
             out << "   gpu hits   cpu hits  swap-outs  prefill s saved  ready ms mean     p99   total s  ready gap %";
+        if (mode == replay_mode::offload) out << "   gpu hits   cpu hits";
         const bool queue = rows.front()->queue_modelled;
         if (queue) out << "  queue mean/p50/p99";
         out << "  accesses/s\n";
@@ -211,6 +216,11 @@ inline void write_table(std::ostream& out, const std::vector<replay_result>& res
                 out << line;
                 std::snprintf(line, sizeof line, "  %13.3f %7.2f %9.2f %12s", 1e3 * r->ready_s_mean, 1e3 * r->ready_s_p99,
                               r->ready_s_total, detail::fixed_or(100 * r->ready_gap_closed, 1, "-").c_str());
+                out << line;
+            }
+            if (mode == replay_mode::offload) {
+                std::snprintf(line, sizeof line, " %10llu %10llu", static_cast<unsigned long long>(r->gpu_hits),
+                              static_cast<unsigned long long>(r->cpu_hits));
                 out << line;
             }
             if (queue) {

@@ -77,6 +77,10 @@ struct run_options {
     /// most one of the two.
     std::size_t lookahead = 0;
     double serve_rate = 0;
+    /// Offload mode: tokens a request prefills per engine step (vLLM's
+    /// max_num_batched_tokens); each step's blocks are offered for storing
+    /// apart. 0: the whole prompt in one step.
+    std::uint64_t prefill_chunk = 0;
     prefill_cost_options cost;
 
     unsigned threads = 0;  ///< parallel runs; 0: all cores
