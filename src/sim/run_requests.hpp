@@ -12,7 +12,6 @@
 #include <type_traits>
 
 #include <kvpolicy/sim/replay.hpp>
-#include <kvpolicy/sim/replay_offload.hpp>
 
 #include "runs.hpp"
 

@@ -15,6 +15,11 @@
 // - tiered: the same with a CPU tier below the GPU tier; CPU hits are
 //   swapped in, GPU victims sheltered, CPU victims dropped. With
 //   `num_layers` > 1 each block is that many layer-chunk items (seed 000).
+// - offload: vLLM's arrangement of a CPU offloading tier: its GPU prefix
+//   cache in front (not under test), every computed block offered to the
+//   CPU tier, whose victims the policy decides; a request reads the CPU
+//   tier from its GPU hit's end to the first chunk missing
+//   (replay_offload.hpp).
 // Belady needs the future: its engines take the whole trace in memory and
 // pass every access's next use; every other policy streams.
 //
@@ -26,13 +31,16 @@
 //   replay_flat.hpp       flat replay
 //   request_times.hpp     the request clock, derived sessions, next uses
 //   return_hints.hpp      release hints from the trace's future or a file
+//   served_requests.hpp   the serve order and the waiting queue (one instance)
 //   replay_requests.hpp   prefix and tiered replay through tiered_cache
+//   replay_offload.hpp    offload replay through engine::cache_policy_core
 //   replay_instances.hpp  several instances and a remote store
 #pragma once
 
 #include "kvpolicy/sim/replay_config.hpp"
 #include "kvpolicy/sim/replay_flat.hpp"
 #include "kvpolicy/sim/replay_instances.hpp"
+#include "kvpolicy/sim/replay_offload.hpp"
 #include "kvpolicy/sim/replay_requests.hpp"
 #include "kvpolicy/sim/replay_result.hpp"
 #include "kvpolicy/sim/request_times.hpp"
