@@ -86,9 +86,12 @@ class TraceRequest:
     session_end: bool = False  # the session's last request (what a client's session_end hint says)
 
 
-def read_trace(path: str, limit: Optional[int] = None) -> List[TraceRequest]:
+def read_trace(path: str, limit: Optional[int] = None, derive_block: int = 0) -> List[TraceRequest]:
     """Mooncake-format JSONL (``.gz`` too): ``timestamp`` (ms), ``input_length``,
-    ``output_length``, ``hash_ids`` and an optional ``session``."""
+    ``output_length``, ``hash_ids`` and an optional ``session``. With
+    ``derive_block`` (the trace's tokens per block), a trace that names no
+    sessions gets the conversations kvpolicy-sim derives
+    (``kvpolicy.derive_sessions``): what a chat client knows and sends."""
     opener = gzip.open if path.endswith(".gz") else open
     out: List[TraceRequest] = []
     with opener(path, "rt") as f:
@@ -105,6 +108,12 @@ def read_trace(path: str, limit: Optional[int] = None) -> List[TraceRequest]:
             except (ValueError, KeyError, TypeError) as e:
                 raise ValueError(f"{path}:{n}: not a trace request ({e}); each line is a JSON object with "
                                  "timestamp, input_length, output_length and hash_ids") from None
+    if derive_block and all(r.session is None for r in out):
+        from kvpolicy import derive_sessions
+
+        ids = derive_sessions([r.hash_ids for r in out], [r.input_length for r in out], derive_block)
+        for r, s in zip(out, ids):
+            r.session = f"c{s}"
     last = {r.session: r for r in out if r.session is not None}
     for r in last.values():
         r.session_end = True

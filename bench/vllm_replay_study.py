@@ -7,8 +7,10 @@ bench/vllm_replay.py:
 
 - vLLM's ``OffloadingConnector`` with its own ``lru``;
 - ``kvpolicy.vllm.KvpolicyOffloadingConnector`` with
-  ``kvpolicy_queue_aware_adaptive_kv`` (the waiting queue, and each session's
-  last request marked ``session_end`` where the trace has sessions);
+  ``kvpolicy_queue_aware_adaptive_kv`` (the waiting queue; each request names
+  its session, the trace's or, where it names none, the conversation
+  ``kvpolicy.derive_sessions`` finds, as a chat client knows it, and a
+  session's last request says ``session_end``);
 
 and the offline bound: Belady's MIN over the CPU tier's access sequence of
 the LRU run (``belady_hits``). Reported per cell: CPU-tier hits (chunks
@@ -52,11 +54,14 @@ TRACE_SET = {
 }
 
 
+MAX_BATCHED_TOKENS = 2048
+
+
 def shape(reqs, cpu_chunks: int, speedup: float, **kw) -> dict:
     blocks = sorted(len(r.hash_ids) for r in reqs)
     # A small GPU prefix cache: the longest request, or 8 median ones, whichever is more.
     gpu = max(blocks[-1] + 16, 8 * statistics.median(blocks))
-    return dict(gpu_blocks=int(gpu), cpu_chunks=cpu_chunks, max_num_seqs=16, max_num_batched_tokens=2048,
+    return dict(gpu_blocks=int(gpu), cpu_chunks=cpu_chunks, max_num_seqs=16, max_num_batched_tokens=MAX_BATCHED_TOKENS,
                 max_output=16, speedup=speedup, **kw)
 
 
@@ -91,11 +96,14 @@ POLICY = "queue_aware_adaptive_kv"
 
 def simulate(sim: str, trace: str, trace_block: int, gpu: int, cpu: int, serve_rate: float, sessions: bool,
              policies: str) -> dict:
-    """kvpolicy-sim's offload mode on ``trace``: its JSON rows by policy."""
+    """kvpolicy-sim's offload mode on ``trace``: its JSON rows by policy. A
+    step prefills what vLLM's does (max_num_batched_tokens, in the trace's
+    tokens: one vLLM block per trace block)."""
+    step = MAX_BATCHED_TOKENS // ReplayConfig.block_size * trace_block
     cmd = [sim, "--trace", trace, "--mode", "offload", "--policy", policies, "--capacity", str(gpu),
            "--cpu-capacity", str(cpu), "--block-size", str(trace_block), "--serve-rate", repr(serve_rate),
-           "--output", "json", "--threads", "1"]
-    if sessions:  # the session_end hints vLLM's run sends
+           "--prefill-chunk", str(step), "--output", "json", "--threads", "1"]
+    if sessions:  # the sessions and their ends vLLM's run sends (derived where the trace names none)
         cmd += ["--return-hints", "ends"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return {row["policy"]: row for row in map(json.loads, out.splitlines()) if row}
@@ -131,9 +139,8 @@ def main(argv=None) -> int:
     rows = []
     for name in a.traces.split(","):
         path, trace_block, limit = TRACE_SET[name]
-        reqs = read_trace(str(path), a.requests or limit)
+        reqs = read_trace(str(path), a.requests or limit, derive_block=trace_block)
         distinct = len({h for r in reqs for h in r.hash_ids})
-        sessions = any(r.session is not None for r in reqs)
         head = tempfile.NamedTemporaryFile("w", suffix=".jsonl", prefix=f"kvpolicy-{name}-", delete=False)
         with head, (gzip.open if str(path).endswith(".gz") else open)(path, "rt") as f:
             for _, line in zip(range(len(reqs)), f):
@@ -165,7 +172,7 @@ def main(argv=None) -> int:
                 }
                 gpu = shape(reqs, cpu, speedup)["gpu_blocks"]
                 rate = sim_serve_rate(a.sim, head.name, trace_block, gpu, cpu, row["queue_median_lru"])
-                sim = simulate(a.sim, head.name, trace_block, gpu, cpu, rate, sessions, f"lru,{POLICY},belady")
+                sim = simulate(a.sim, head.name, trace_block, gpu, cpu, rate, True, f"lru,{POLICY},belady")
                 s_lru, s_q, s_opt = sim["lru"], sim[POLICY], sim["belady"]
                 s_gap = s_opt["cpu_hits"] - s_lru["cpu_hits"]
                 row.update({

@@ -31,6 +31,7 @@ from ._kvpolicy import (
     VictimBatchSelector,
     _simulate_json,
     block_digests,
+    derive_sessions,
     digest_handles,
     policies,
     policy_options,
@@ -50,6 +51,7 @@ __all__ = [
     "UsageError",
     "VictimBatchSelector",
     "block_digests",
+    "derive_sessions",
     "digest_handles",
     "policies",
     "policy_options",
@@ -76,6 +78,9 @@ def simulate(
     skip_bad_lines: bool = False,
     return_hints: Optional[str] = None,
     bounds: bool = False,
+    lookahead: int = 0,
+    serve_rate: float = 0.0,
+    prefill_chunk: int = 0,
     as_frame: bool = False,
     **options: Any,
 ) -> Union[List[Dict[str, Any]], "pandas.DataFrame"]:  # noqa: F821
@@ -87,9 +92,10 @@ def simulate(
     rows instead (pandas is needed only then).
 
     trace: Mooncake JSONL (``.jsonl``, ``.jsonl.gz``) or a block CSV; None for
-    the built-in workload. mode: ``flat``, ``prefix`` or ``tiered`` (default:
-    prefix; flat for a CSV). policies: names, or ``"all"``. options: prefill
-    cost (``alpha``, ``beta``, ``const``, ``bandwidth`` in GB/s,
+    the built-in workload. mode: ``flat``, ``prefix``, ``tiered`` or
+    ``offload`` (vLLM's CPU offloading tier behind its GPU prefix cache, the
+    policy deciding the CPU tier's victims; default: prefix, flat for a CSV).
+    policies: names, or ``"all"``. options: prefill cost (``alpha``, ``beta``, ``const``, ``bandwidth`` in GB/s,
     ``kv_bytes_per_token``) and the built-in workload's ``sessions``,
     ``session_rate``, ``turns``, ``prompt_tokens``, ``answer_tokens``,
     ``think_time``, ``system_prompt_tokens``, ``system_prompts``.
@@ -101,6 +107,9 @@ def simulate(
     bounds: ``kvpolicy-sim --bounds``: also run ``lru`` and ``belady`` where
     ``policies`` leaves them out, for ``gap_closed`` (their rows come back
     too); otherwise only the policies given run.
+    lookahead, serve_rate: the waiting queue (``--lookahead``,
+    ``--serve-rate``); prefill_chunk: offload mode's tokens per engine step
+    (``--prefill-chunk``).
     The GIL is released while the runs go, in ``threads`` threads (0: all cores).
     """
     if isinstance(policies, str):
@@ -111,7 +120,7 @@ def simulate(
     text = _simulate_json(
         None if trace is None else str(trace), format, mode, list(policies), [int(c) for c in capacities],
         cpu_capacity, cpu_policy, block_size, layers, seed, threads, skip_bad_lines, cost, options, return_hints,
-        bounds,
+        bounds, lookahead, serve_rate, prefill_chunk,
     )
     rows = [json.loads(line) for line in text.splitlines() if line]
     if as_frame:

@@ -9,6 +9,7 @@
 
 #include <kvpolicy/sim/driver.hpp>
 #include <kvpolicy/sim/report.hpp>
+#include <kvpolicy/sim/request_times.hpp>
 
 #include "bindings.hpp"
 
@@ -29,7 +30,8 @@ void bind_simulate(nb::module_& m) {
            std::vector<std::string> policies, std::vector<std::size_t> capacities, std::size_t cpu_capacity,
            const std::string& cpu_policy, std::uint32_t block_size, std::uint32_t layers, std::uint64_t seed,
            unsigned threads, bool skip_bad_lines, const nb::dict& cost, const nb::dict& workload,
-           std::optional<std::string> return_hints, bool bounds) {
+           std::optional<std::string> return_hints, bool bounds, std::size_t lookahead, double serve_rate,
+           std::uint64_t prefill_chunk) {
             sim::run_options o;
             o.trace = trace.value_or("");
             o.format = format ? (*format == "csv" ? sim::trace_format::csv : sim::trace_format::mooncake)
@@ -56,6 +58,9 @@ void bind_simulate(nb::module_& m) {
             if (capacities.empty()) throw config_error("simulate: give at least one capacity in blocks");
             o.policies = std::move(policies);  // names or "all", each looked up once by the driver
             o.bounds = bounds;                 // kvpolicy-sim --bounds
+            o.lookahead = lookahead;           // the driver checks these three
+            o.serve_rate = serve_rate;
+            o.prefill_chunk = prefill_chunk;
             for (std::size_t c : capacities) {
                 if (c == 0) throw config_error("simulate: capacity 0 cannot hold a block; give at least 1");
                 o.capacities.push_back({.blocks = c, .text = std::to_string(c)});
@@ -101,8 +106,32 @@ void bind_simulate(nb::module_& m) {
         nb::arg("trace").none(), nb::arg("format").none(), nb::arg("mode").none(), nb::arg("policies"),
         nb::arg("capacities"), nb::arg("cpu_capacity"), nb::arg("cpu_policy"), nb::arg("block_size"),
         nb::arg("layers"), nb::arg("seed"), nb::arg("threads"), nb::arg("skip_bad_lines"), nb::arg("cost"),
-        nb::arg("workload"), nb::arg("return_hints").none(), nb::arg("bounds"),
+        nb::arg("workload"), nb::arg("return_hints").none(), nb::arg("bounds"), nb::arg("lookahead"),
+        nb::arg("serve_rate"), nb::arg("prefill_chunk"),
         "kvpolicy-sim --output json, as text (kvpolicy.simulate parses it).");
+    m.def(
+        "derive_sessions",
+        [](const std::vector<std::vector<std::uint64_t>>& hash_ids, const std::vector<std::uint64_t>& input_lengths,
+           std::uint32_t block_size) {
+            if (hash_ids.size() != input_lengths.size())
+                throw config_error("derive_sessions: " + std::to_string(hash_ids.size()) + " hash lists and " +
+                                   std::to_string(input_lengths.size()) + " input lengths; give one of each per request");
+            if (block_size == 0) throw config_error("derive_sessions: block_size 0; give the trace's tokens per block");
+            sim::session_deriver sessions;
+            std::vector<std::uint64_t> out;
+            out.reserve(hash_ids.size());
+            sim::request_record r;
+            for (std::size_t i = 0; i < hash_ids.size(); ++i) {
+                r.hash_ids = hash_ids[i];
+                r.input_length = input_lengths[i];
+                out.push_back(sessions.session_of(r, block_size));
+            }
+            return out;
+        },
+        nb::arg("hash_ids"), nb::arg("input_lengths"), nb::arg("block_size"),
+        "Each request's conversation, as kvpolicy-sim derives it for a trace that names none: a request joins "
+        "the earlier request whose last full block is the deepest of its own blocks, else opens a session "
+        "(numbered from 0). `hash_ids`, `input_lengths`: per request, in trace order.");
 }
 
 }  // namespace kvpolicy::python

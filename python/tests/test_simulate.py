@@ -55,6 +55,12 @@ def test_flat_misses_equal_libcachesim_on_the_mooncake_block_csvs(traces):
           "--capacity", "1827", "--return-hints", "oracle:0.5"],
          dict(trace="{m}/conversation_trace.jsonl", block_size=512, policies="lru,session_aware_lru,belady",
               capacities=1827, return_hints="oracle:0.5")),
+        (["--trace", "{m}/conversation_trace.jsonl", "--block-size", "512", "--mode", "offload",
+          "--policy", "lru,queue_aware_adaptive_kv,belady", "--capacity", "300", "--cpu-capacity", "2000",
+          "--serve-rate", "3e6", "--prefill-chunk", "65536", "--return-hints", "ends"],
+         dict(trace="{m}/conversation_trace.jsonl", block_size=512, mode="offload",
+              policies="lru,queue_aware_adaptive_kv,belady", capacities=300, cpu_capacity=2000, serve_rate=3e6,
+              prefill_chunk=65536, return_hints="ends")),
         (["--policy", "lru,gdsf", "--capacity", "800", "--sessions", "50"],
          dict(policies=["lru", "gdsf"], capacities=[800], sessions=50)),
         (["--policy", "arc", "--capacity", "800", "--sessions", "50", "--bounds"],
@@ -106,6 +112,26 @@ def test_simulate_errors():
         kvpolicy.simulate("/nonexistent.jsonl")
     with pytest.raises(kvpolicy.ConfigError, match="unknown option 'sesions'"):
         kvpolicy.simulate(sesions=3)
+    with pytest.raises(kvpolicy.ConfigError, match="mode='offload' needs cpu_capacity=N"):
+        kvpolicy.simulate(mode="offload")
+    with pytest.raises(kvpolicy.ConfigError, match=r"^--prefill-chunk applies to offload mode"):
+        kvpolicy.simulate(prefill_chunk=4096)
+    with pytest.raises(kvpolicy.ConfigError, match=r"^--mode offload: reuse_oracle_lru reads each block's next use"):
+        kvpolicy.simulate(mode="offload", cpu_capacity=100, policies="lru,reuse_oracle_lru")
+    with pytest.raises(kvpolicy.ConfigError, match=r"^--layers applies to prefix and tiered modes; offload mode"):
+        kvpolicy.simulate(mode="offload", cpu_capacity=100, layers=4)
+    with pytest.raises(kvpolicy.ConfigError, match=r"^--lookahead and --serve-rate both model the waiting queue"):
+        kvpolicy.simulate(lookahead=4, serve_rate=1e6)
+
+
+def test_derive_sessions_is_the_simulators_conversations():
+    """A turn joins the conversation whose last full block is its deepest; a shared first block
+    (a system prompt another conversation computed first) ties nothing together."""
+    hashes = [[1, 2], [1, 2, 3, 4], [1, 9], [1, 2, 3, 4, 5], [1, 9, 10], [7]]
+    lengths = [32, 64, 32, 80, 48, 16]
+    assert kvpolicy.derive_sessions(hashes, lengths, 16) == [0, 0, 1, 0, 1, 2]
+    with pytest.raises(kvpolicy.ConfigError, match="2 hash lists and 1 input lengths"):
+        kvpolicy.derive_sessions([[1], [2]], [16], 16)
 
 
 def test_return_hints_reach_session_aware_lru(traces):
