@@ -148,7 +148,7 @@ def test_return_hints_reach_session_aware_lru(traces):
     assert oracle["adaptive_kv"] > plain["session_aware_lru"] + 0.05
     with pytest.raises(kvpolicy.ConfigError, match=r"--return-hints oracle:x: give ends"):
         kvpolicy.simulate(trace, return_hints="oracle:x")
-    with pytest.raises(kvpolicy.ConfigError, match="applies to prefix and tiered modes"):
+    with pytest.raises(kvpolicy.ConfigError, match="applies to prefix, tiered and offload modes"):
         kvpolicy.simulate(trace, mode="flat", return_hints="ends")
 
 

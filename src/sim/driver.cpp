@@ -99,7 +99,7 @@ void set_return_hints(run_setup& s, const std::string& spec) {
                            "(its gap off by e^(SIGMA x N(0,1)), e.g. oracle:1.2) or file:PATH (one hint per "
                            "request: milliseconds until its session's next request, never, or empty)");
     if (o.mode == replay_mode::flat || o.instances > 1 || o.remote_capacity > 0)
-        throw config_error("--return-hints applies to prefix and tiered modes with one instance "
+        throw config_error("--return-hints applies to prefix, tiered and offload modes with one instance "
                            "(releases are per request there)");
     s.return_hint_error = sigma;
     s.hints = spec == "ends"                ? hint_source::ends
@@ -125,7 +125,7 @@ run_setup prepare(run_options o) {
         throw config_error("--lookahead and --serve-rate both model the waiting queue; give one");
     if ((opt.lookahead > 0 || opt.serve_rate > 0) &&
         (opt.mode == replay_mode::flat || opt.instances > 1 || opt.remote_capacity > 0))
-        throw config_error("--lookahead and --serve-rate apply to prefix and tiered modes with one instance "
+        throw config_error("--lookahead and --serve-rate apply to prefix, tiered and offload modes with one instance "
                            "and no remote store (requests queue at one engine)");
     if (opt.prefill_chunk > 0 && opt.mode != replay_mode::offload)
         throw config_error("--prefill-chunk applies to offload mode (the CPU tier's stores, step by step)");

@@ -71,16 +71,16 @@ int main(int argc, char** argv) {
                    "session_aware_lru, read from the trace's future: ends (a session's last request says it "
                    "will not return), oracle (each release says when its session comes back), oracle:SIGMA "
                    "(that gap off by a factor e^(SIGMA x N(0,1))), or your predictor's, file:PATH (a line per "
-                   "request: milliseconds until its session's next request, never, or empty for none); prefix "
-                   "and tiered modes, one instance");
+                   "request: milliseconds until its session's next request, never, or empty for none); prefix, "
+                   "tiered and offload modes, one instance");
     app.add_option("--lookahead", o.lookahead,
                    "the waiting queue, D requests deep: before each request starts the cache is told of the next D "
                    "(tiered_cache::enqueue), as an engine knows the requests it has queued; policies that hear it "
-                   "(queue_aware_*) keep what they read; prefix and tiered modes, one instance");
+                   "(queue_aware_*) keep what they read; prefix, tiered and offload modes, one instance");
     app.add_option("--serve-rate", o.serve_rate,
                    "the waiting queue from load: one instance prefills uncached tokens at this many per second, "
                    "requests start in arrival order (the trace's timestamps), and the queue holds those arrived and "
-                   "not started; prefix and tiered modes, one instance")
+                   "not started; prefix, tiered and offload modes, one instance")
         ->check(CLI::PositiveNumber);
     app.add_option("--prefill-chunk", o.prefill_chunk,
                    "offload mode: tokens a request prefills per engine step (vLLM's max_num_batched_tokens), each "
