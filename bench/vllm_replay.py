@@ -52,6 +52,18 @@ HF_REPO = "facebook/opt-125m"
 MAX_MODEL_LEN = 1 << 20
 
 
+_MODEL_ROOT: Optional[tempfile.TemporaryDirectory] = None  # one per process, removed when it exits
+
+
+def default_model_dir() -> str:
+    """The process's model folder (write_model_dir), made at first use."""
+    global _MODEL_ROOT
+    if _MODEL_ROOT is None:
+        _MODEL_ROOT = tempfile.TemporaryDirectory(prefix="kvpolicy-model-")
+        write_model_dir(_MODEL_ROOT.name)
+    return os.path.join(_MODEL_ROOT.name, "opt-125m-config")
+
+
 def write_model_dir(root: str) -> str:
     """A local model folder holding only ``config.json`` (what ModelConfig
     reads), its positions widened to the longest trace prompt."""
@@ -277,7 +289,7 @@ class Replay:
         v = _vllm()
         self.v, self.cfg, self.record_steps, self.record_accesses = v, cfg, record_steps, record_accesses
         self.accesses: List[tuple] = []  # the CPU tier's (0 lookup | 1 store, key), in order
-        model_dir = cfg.model_dir or write_model_dir(tempfile.mkdtemp(prefix="kvpolicy-model-"))
+        model_dir = cfg.model_dir or default_model_dir()
         self.max_model_len = cfg.gpu_blocks * cfg.block_size
         spec = v.FullAttentionSpec(block_size=cfg.block_size, num_kv_heads=1, head_size=1, dtype=v.torch.float32)
         chunk_bytes = spec.page_size_bytes

@@ -19,8 +19,9 @@ sys.path.insert(0, str(ROOT / "python" / "tests"))
 
 import vllm_replay  # noqa: E402
 
-_hf_home = tempfile.mkdtemp(prefix="kvpolicy-hf-")
-vllm_replay.write_hf_cache(_hf_home)
-os.environ["HF_HOME"] = _hf_home
+# Removed when the session's interpreter exits (the object's finalizer).
+_hf_home = tempfile.TemporaryDirectory(prefix="kvpolicy-hf-")
+vllm_replay.write_hf_cache(_hf_home.name)
+os.environ["HF_HOME"] = _hf_home.name
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
