@@ -131,7 +131,7 @@ def main(argv=None) -> int:
     p.add_argument("--queues", default="8,32,128")
     p.add_argument("--fractions", default="0.01,0.05,0.10")
     p.add_argument("--requests", type=int, default=None, help="requests replayed per trace (default: per trace)")
-    p.add_argument("--iterations", type=int, default=6, help="calibration runs per load")
+    p.add_argument("--iterations", type=int, default=10, help="calibration runs per load")
     p.add_argument("--sim", default="build/tools/kvpolicy-sim", help="kvpolicy-sim, for its offload mode beside vLLM")
     a = p.parse_args(argv)
     out = Path(a.out)
