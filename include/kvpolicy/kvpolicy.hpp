@@ -13,6 +13,7 @@
 #include "kvpolicy/core/item_key.hpp"
 #include "kvpolicy/core/key_index.hpp"
 #include "kvpolicy/core/memory_space.hpp"
+#include "kvpolicy/core/policy_options.hpp"
 #include "kvpolicy/core/sparse_context.hpp"
 #include "kvpolicy/core/tier.hpp"
 #include "kvpolicy/core/transfer.hpp"
@@ -43,6 +44,7 @@
 #include "kvpolicy/eviction/qos_aware.hpp"
 #include "kvpolicy/eviction/queue_aware.hpp"
 #include "kvpolicy/eviction/registry.hpp"
+#include "kvpolicy/eviction/options_help.hpp"
 #include "kvpolicy/eviction/retention_value.hpp"
 #include "kvpolicy/eviction/round_robin.hpp"
 #include "kvpolicy/eviction/runtime_choice.hpp"
@@ -93,6 +95,7 @@
 #include "kvpolicy/engine/request_lifecycle.hpp"
 #include "kvpolicy/engine/vllm_arc.hpp"
 #include "kvpolicy/engine/vllm_lru.hpp"
+#include "kvpolicy/engine/vllm_orders.hpp"  // the registry's second list: vLLM's own orders by name
 
 #include "kvpolicy/pool/block_pool.hpp"
 

@@ -39,6 +39,7 @@ from ._kvpolicy import (
 )
 
 __all__ = [
+    "ADAPTER_PREFIX",
     "HAS_REDIS",
     "CapacityError",
     "ConfigError",
@@ -54,12 +55,25 @@ __all__ = [
     "derive_sessions",
     "digest_handles",
     "policies",
+    "policy_name",
     "policy_options",
     "select_victims",
     "simulate",
 ]
 
 _COST_OPTIONS = ("alpha", "beta", "const", "bandwidth", "kv_bytes_per_token")
+
+#: What an engine adapter may put before a kvpolicy policy's name where the
+#: engine has names of its own (vLLM's ``eviction_policy``, LMCache's
+#: ``cache_policy``, SGLang's ``--radix-eviction-policy``).
+ADAPTER_PREFIX = "kvpolicy_"
+
+
+def policy_name(name: str) -> str:
+    """The registered name an adapter's ``name`` stands for: every adapter
+    (vLLM, LMCache, SGLang) takes a policy as ``s3fifo`` or
+    ``kvpolicy_s3fifo`` alike."""
+    return name[len(ADAPTER_PREFIX):] if name.startswith(ADAPTER_PREFIX) else name
 
 
 def simulate(

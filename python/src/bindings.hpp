@@ -16,8 +16,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <kvpolicy/core/error.hpp>
-
-#include "policy_config.hpp"
+#include <kvpolicy/core/policy_options.hpp>
 
 namespace kvpolicy::python {
 
@@ -44,7 +43,7 @@ template <class T>
 std::span<const T> as_span(nb::handle obj, const char* what, nb::object& keep);
 
 /// Options for a policy from Python keyword arguments (numbers or bools).
-policy_options options_from(const nb::dict& kwargs, const char* what);
+std::vector<option_value> options_from(const nb::dict& kwargs, const char* what);
 
 void bind_policy(nb::module_& m);
 void bind_select(nb::module_& m);

@@ -18,10 +18,10 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include <kvpolicy/core/policy_options.hpp>
 #include <kvpolicy/eviction/registry.hpp>
-
-#include "policy_config.hpp"
 
 namespace kvpolicy::python {
 
@@ -48,7 +48,7 @@ class dyn_policy {
 public:
     struct config_type {
         std::string policy = "lru";
-        policy_options options;
+        std::vector<option_value> options;
     };
 
     static constexpr std::string_view name = "dynamic";

@@ -4,6 +4,8 @@
 // the C++ message; the classes also derive from the builtin Python users
 // catch for that kind of mistake (ValueError for bad values and misuse,
 // RuntimeError for a request the cache cannot meet).
+#include <kvpolicy/core/clock.hpp>
+
 #include "bindings.hpp"
 
 #include <cmath>
@@ -72,8 +74,8 @@ template std::span<const std::int64_t> as_span<std::int64_t>(nb::handle, const c
 template std::span<const std::uint8_t> as_span<std::uint8_t>(nb::handle, const char*, nb::object&);
 template std::span<const double> as_span<double>(nb::handle, const char*, nb::object&);
 
-policy_options options_from(const nb::dict& kwargs, const char* what) {
-    policy_options out;
+std::vector<option_value> options_from(const nb::dict& kwargs, const char* what) {
+    std::vector<option_value> out;
     for (auto [k, v] : kwargs) {
         const std::string name = nb::cast<std::string>(k);
         if (!nb::isinstance<nb::int_>(v) && !nb::isinstance<nb::float_>(v) && !nb::isinstance<nb::bool_>(v))

@@ -34,6 +34,7 @@
 #include <kvpolicy/core/item_key.hpp>
 
 #include <kvpolicy/engine/offload_manager.hpp>
+#include <kvpolicy/engine/vllm_orders.hpp>
 
 #include "bindings.hpp"
 #include "dyn_policy.hpp"
@@ -78,19 +79,18 @@ public:
     /// vllm_arc only: Throws: usage_error (another policy, or out of range).
     virtual void set_arc_target(double t) = 0;
 
-    /// The names accepted besides kvpolicy's policies: vLLM's own orders.
-    static constexpr std::string_view vllm_names = "vllm_lru, vllm_arc";
-
-    /// Throws: unknown_name_error listing every policy; config_error for 0
-    /// blocks or a bad option.
+    /// `policy`: a name of eviction_policies or engine::vllm_0_11_orders
+    /// (vllm_lru, vllm_arc: vllm_0_11_name). Throws: unknown_name_error
+    /// listing every accepted name; config_error for 0 blocks or a bad option.
     static std::unique_ptr<any_offload_manager> make(std::size_t num_blocks, const std::string& policy,
-                                                     const policy_options& options, bool events);
+                                                     std::span<const option_value> options, bool events);
 };
 
 template <class Order>
 class offload_manager_model final : public any_offload_manager {
 public:
-    offload_manager_model(std::size_t n, const typename Order::config_type& c, bool events) : m_(n, c, events) {}
+    offload_manager_model(std::size_t n, const typename Order::config_type& c, bool events, std::string given)
+        : m_(n, c, events), name_(std::move(given)) {}
     [[nodiscard]] std::size_t capacity() const noexcept override { return m_.capacity(); }
     [[nodiscard]] std::size_t num_free() const noexcept override { return m_.num_free(); }
     [[nodiscard]] std::size_t size() const noexcept override { return m_.size(); }
@@ -100,7 +100,7 @@ public:
     }
     [[nodiscard]] slot_state state(std::uint32_t s) const noexcept override { return m_.state(s); }
     [[nodiscard]] std::uint32_t loads(std::uint32_t s) const noexcept override { return m_.loads(s); }
-    [[nodiscard]] std::string_view policy_name() const noexcept override { return Order::name; }
+    [[nodiscard]] std::string_view policy_name() const noexcept override { return name_; }
     [[nodiscard]] std::size_t lookup(std::span<const std::uint64_t> h) override { return m_.lookup(h); }
     void prepare_load(std::span<const std::uint64_t> h, std::span<std::uint32_t> s) override { m_.prepare_load(h, s); }
     void touch(std::span<const std::uint64_t> h) override { m_.touch(h); }
@@ -131,37 +131,27 @@ public:
         if constexpr (std::same_as<Order, engine::vllm_legacy_arc_order>)
             m_.order().set_target(t);
         else
-            throw usage_error(std::string("_set_arc_target: policy '") + std::string(Order::name) +
+            throw usage_error("_set_arc_target: policy '" + name_ +
                               "' has no ARC target; only policy 'vllm_arc' has one");
     }
 
 private:
     engine::offload_manager<Order> m_;
+    std::string name_;  // as the caller gave it
 };
 
 inline std::unique_ptr<any_offload_manager> any_offload_manager::make(std::size_t num_blocks, const std::string& policy,
-                                                                      const policy_options& options, bool events) {
-    if (policy == "vllm_lru" || policy == "vllm_arc") {
-        if (!options.empty())
-            throw config_error("OffloadingManager: policy '" + policy +
-                               "' takes no options (it is vLLM's own, exactly); drop them");
-        if (policy == "vllm_lru")
-            return std::make_unique<offload_manager_model<engine::vllm_legacy_lru_order>>(num_blocks,
-                                                                                          engine::vllm_legacy_lru_order::config_type{}, events);
-        return std::make_unique<offload_manager_model<engine::vllm_legacy_arc_order>>(num_blocks,
-                                                                                      engine::vllm_legacy_arc_order::config_type{}, events);
-    }
-    try {
-        return visit_by_name<eviction_policies>(
-            policy,
-            [&]<class P>() -> std::unique_ptr<any_offload_manager> {
-                return std::make_unique<offload_manager_model<engine::policy_order<P>>>(num_blocks, make_config<P>(options),
-                                                                                       events);
-            },
-            "eviction policy");
-    } catch (const unknown_name_error& e) {  // the list of accepted names goes on with vLLM's
-        throw unknown_name_error(std::string(e.what()) + ", " + std::string(vllm_names));
-    }
+                                                                      std::span<const option_value> options, bool events) {
+    const std::string_view name = engine::vllm_0_11_name(policy);
+    const auto build = [&]<class Order, class P>() -> std::unique_ptr<any_offload_manager> {
+        return std::make_unique<offload_manager_model<Order>>(num_blocks, make_config<P>(options), events, policy);
+    };
+    if (has_name<engine::vllm_0_11_orders>(name))
+        return visit_by_name<engine::vllm_0_11_orders>(name, [&]<class O>() { return build.template operator()<O, O>(); });
+    if (!has_name<eviction_policies>(name))
+        throw unknown_name_error("unknown eviction policy '" + policy + "'; accepted: " + engine::vllm_0_11_accepted_names());
+    return visit_by_name<eviction_policies>(
+        name, [&]<class P>() { return build.template operator()<engine::policy_order<P>, P>(); });
 }
 
 /// A bytes object's 64-bit key: mix64 of its length, then one mix64 per 8

@@ -2,8 +2,11 @@
 // driven over integer ids. Each call validates every id first (the C++
 // policies have preconditions, not checks, on their hot path), then makes
 // one virtual call that loops over the batch inside the concrete policy.
+#include <cmath>
 #include <limits>
 #include <optional>
+
+#include <kvpolicy/engine/vllm_orders.hpp>
 
 #include "bindings.hpp"
 #include "dyn_policy.hpp"
@@ -195,23 +198,58 @@ private:
     timestamp now_ = 0;
 };
 
+template <class List>
+std::vector<std::string> names_list() {
+    std::vector<std::string> out;
+    for (std::string_view n : names_of<List>()) out.emplace_back(n);
+    return out;
+}
+
+/// An option's number as its type: an int, a bool or a float.
+nb::object typed(std::string_view type, double v) {
+    if (type == "bool") return nb::bool_(v != 0);
+    if (type == "int" && std::isfinite(v)) return nb::steal(PyLong_FromDouble(v));
+    return nb::float_(v);
+}
+
+nb::list options_as_dicts(const std::vector<option_description>& options) {
+    nb::list out;
+    for (const option_description& d : options) {
+        nb::dict o;
+        o["name"] = std::string(d.name);
+        o["type"] = std::string(d.type);
+        o["default"] = typed(d.type, d.default_value);
+        o["min"] = typed(d.type, d.range.min);
+        o["max"] = typed(d.type, d.range.max);
+        o["help"] = std::string(d.help);
+        out.append(o);
+    }
+    return out;
+}
+
 }  // namespace
 
 void bind_policy(nb::module_& m) {
     m.def(
         "policies",
-        [] {
-            std::vector<std::string> out;
-            for (std::string_view n : names_of<eviction_policies>()) out.emplace_back(n);
-            return out;
-        },
+        [] { return names_list<eviction_policies>(); },
         "The names of every registered eviction policy, in registry order.");
     m.def(
         "policy_options",
-        [](const std::string& name) {
-            return visit_by_name<eviction_policies>(name, []<class P>() { return option_names<P>(); }, "eviction policy");
+        [](const std::string& name) { return options_as_dicts(engine::registered_options(name)); },
+        nb::arg("name"),
+        "The options policy `name` takes (any registered name, vLLM's orders included), in declaration\n"
+        "order: dicts of name, type ('float', 'int' or 'bool'), default, min, max (inclusive) and help.");
+    m.def(
+        "_vllm_orders",
+        [] {
+            nb::dict out;
+            out["cache_policies"] = names_list<engine::vllm_cache_policies>();
+            out["offloading_manager"] = names_list<engine::vllm_0_11_orders>();
+            return out;
         },
-        nb::arg("name"), "The keyword options policy `name` accepts (empty for most).");
+        "vLLM's own orders by name (include/kvpolicy/engine/vllm_orders.hpp): vLLM >= 0.21's CachePolicy\n"
+        "classes and the 0.11-0.20 OffloadingManager's (which also takes vllm_lru, vllm_arc for them).");
 
     using h = policy_handle;
     const auto ids_doc = "ids: an int or a 1-D integer sequence; a NumPy uint32 array is read without a copy.";

@@ -4,6 +4,7 @@
 // place; other dtypes are converted once.
 #include <memory>
 
+#include <kvpolicy/eviction/registry.hpp>
 #include <kvpolicy/eviction/select_victims.hpp>
 #include <kvpolicy/select/nth_element_selector.hpp>
 

@@ -10,7 +10,7 @@
 // with no Python frame per key.
 //
 // Three kinds behind one virtual interface: vllm_lru and vllm_arc (vLLM's
-// own decisions, exactly) and any registered kvpolicy policy
+// own decisions, exactly: engine::vllm_cache_policies) and any registered kvpolicy policy
 // (cache_policy_core over dyn_policy).
 #include <algorithm>
 #include <chrono>
@@ -23,8 +23,7 @@
 
 #include <kvpolicy/engine/cache_policy_core.hpp>
 #include <kvpolicy/engine/request_lifecycle.hpp>
-#include <kvpolicy/engine/vllm_arc.hpp>
-#include <kvpolicy/engine/vllm_lru.hpp>
+#include <kvpolicy/engine/vllm_orders.hpp>
 
 #include "bindings.hpp"
 #include "dyn_policy.hpp"
@@ -238,12 +237,14 @@ public:
         // vLLM builds a manager of 0 chunks (nothing is ever stored): the
         // policy behind it has one slot that is never handed out.
         const std::size_t slots = std::max<std::size_t>(capacity, 1);
-        if (policy == "vllm_lru" || policy == "vllm_arc") {
+        if (has_name<engine::vllm_cache_policies>(policy)) {
             if (nb::len(options) != 0)
                 throw config_error(policy + ": takes no options (it is vLLM's own policy, exactly); got " +
                                    nb::cast<std::string>(nb::str(options)));
-            if (policy == "vllm_lru") core_ = std::make_unique<lru_core>(slots);
-            else core_ = std::make_unique<arc_core>(slots);
+            core_ = visit_by_name<engine::vllm_cache_policies>(policy, [&]<class Order>() -> std::unique_ptr<core_base> {
+                if constexpr (std::same_as<Order, engine::vllm_lru>) return std::make_unique<lru_core>(slots);
+                else return std::make_unique<arc_core>(slots);
+            });
         } else {
             dyn_policy::config_type c{policy, options_from(options, policy.c_str())};
             auto k = std::make_unique<kvpolicy_core>(slots, c);

@@ -465,6 +465,20 @@ def test_register_cache_policies_adds_kvpolicy_names_to_lmcaches_mapping(lmc):
             lmc.cache_policy.POLICY_MAPPING.pop(n, None)
 
 
+def test_both_name_forms_are_one_policy(lmc):
+    """kvpolicy.policy_name: s3fifo and kvpolicy_s3fifo, in every LMCache seam."""
+    assert kl.eviction_policy("kvpolicy_s3fifo", small_fraction=0.2).kvpolicy_name == "s3fifo"
+    assert kl.eviction_policy("s3fifo").kvpolicy_name == "s3fifo"
+    assert kl.cache_policy("kvpolicy_lru").kvpolicy_name == kl.cache_policy("lru").kvpolicy_name == "lru"
+    try:
+        assert "KVPOLICY_S3FIFO" in kl.register_cache_policies(kvpolicy_s3fifo={"small_fraction": 0.2})
+    finally:
+        for n in kl.policy_names():
+            lmc.cache_policy.POLICY_MAPPING.pop(kl.CACHE_POLICY_PREFIX + n.upper(), None)
+    with pytest.raises(kvpolicy.ConfigError, match="unknown policy 'kvpolicy_nope'"):
+        kl.eviction_policy("kvpolicy_nope")
+
+
 # --- bad input ------------------------------------------------------------------
 
 def test_bad_names_and_options_raise_naming_them(lmc):

@@ -17,9 +17,13 @@ def test_policies_lists_the_registry():
                  "tail_aware_lru", "session_aware_lru", "reuse_oracle_lru", "lrfu", "superseded_lru", "adaptive_kv",
                  "queue_aware_lru", "queue_aware_adaptive_kv"):
         assert name in ALL
+
+    def names(policy):
+        return [o["name"] for o in kvpolicy.policy_options(policy)]
+
     assert kvpolicy.policy_options("lru") == []
-    assert "small_fraction" in kvpolicy.policy_options("s3fifo")
-    assert kvpolicy.policy_options("session_aware_lru") == [
+    assert "small_fraction" in names("s3fifo")
+    assert names("session_aware_lru") == [
         "far_factor",
         "gap_weight",
         "max_sessions",
@@ -27,10 +31,53 @@ def test_policies_lists_the_registry():
         "predict_gaps",
         "gap_min_samples",
     ]
-    assert kvpolicy.policy_options("lrfu") == ["half_life", "ghost_factor"]
-    assert kvpolicy.policy_options("adaptive_kv") == ["shadow_items", "window", "switch_sigmas", "switch_gain",
-                                                      "large_capacity", "large_shadow_items"]
+    assert names("lrfu") == ["half_life", "ghost_factor"]
+    assert names("adaptive_kv") == ["shadow_items", "window", "switch_sigmas", "switch_gain", "large_capacity",
+                                    "large_shadow_items"]
+    assert names("retention_value") == ["alpha", "beta", "const_non_attention"]
     assert kvpolicy.policy_options("queue_aware_adaptive_kv") == kvpolicy.policy_options("adaptive_kv")
+
+
+def test_policy_options_describe_each_option():
+    """Name, type, default (the C++ config_type{}'s), inclusive range and help, for every registered name."""
+    assert kvpolicy.policy_options("s3fifo")[0] == {
+        "name": "small_fraction", "type": "float", "default": 0.1, "min": 0.0, "max": 1.0,
+        "help": "share of the capacity for the small FIFO S"}
+    s3 = {o["name"]: o for o in kvpolicy.policy_options("s3fifo")}
+    assert (s3["move_to_main_threshold"]["type"], s3["move_to_main_threshold"]["default"]) == ("int", 2)
+    assert (s3["move_to_main_threshold"]["min"], s3["move_to_main_threshold"]["max"]) == (1, 3)
+    assert s3["fill_main_before_first_eviction"]["default"] is False
+    retention = {o["name"]: o["default"] for o in kvpolicy.policy_options("retention_value")}
+    assert retention == {"alpha": 0.001, "beta": 0.01, "const_non_attention": 0.005}
+    assert kvpolicy.policy_options("adaptive_kv_fast")[0]["default"] == 1024  # the preset's own
+    for name in ALL + ["vllm_lru", "vllm_arc", "vllm_0_11_lru", "vllm_0_11_arc"]:
+        for o in kvpolicy.policy_options(name):
+            assert set(o) == {"name", "type", "default", "min", "max", "help"}
+            assert o["type"] in ("float", "int", "bool") and o["help"]
+            assert o["min"] <= o["default"] <= o["max"], (name, o)
+            if name in ALL:  # each default is accepted as given
+                kvpolicy.EvictionPolicy(name, 64, **{o["name"]: o["default"]})
+    assert kvpolicy.policy_options("vllm_lru") == []
+    with pytest.raises(kvpolicy.UnknownNameError, match=r"^unknown eviction policy 'nope'; accepted: fifo, .*, "
+                                                         r"vllm_lru, vllm_arc, vllm_0_11_lru, vllm_0_11_arc$"):
+        kvpolicy.policy_options("nope")
+
+
+@pytest.mark.parametrize("policy, option, value, message", [
+    ("s3fifo", "small_fraction", 1.5, "s3fifo: option small_fraction = 1.5 is outside [0, 1]"),
+    ("s3fifo", "move_to_main_threshold", 0, "s3fifo: option move_to_main_threshold = 0 is outside [1, 3]"),
+    ("slru", "segments", 2.5, "slru: option segments = 2.5 is not a whole number; give an integer in [1, 255]"),
+    ("retention_value", "alpha", -1, "retention_value: option alpha = -1 is outside [0, inf]"),
+    ("queue_aware_adaptive_kv", "switch_gain", 2,
+     "queue_aware_adaptive_kv: option switch_gain = 2 is outside [0, 1]"),
+    ("s3fifo", "smal_fraction", 0.1, "s3fifo: unknown option 'smal_fraction'; accepted: small_fraction, "
+                                     "ghost_fraction, move_to_main_threshold, fill_main_before_first_eviction"),
+    ("lru", "x", 1, "lru: takes no options, got 'x'"),
+])
+def test_a_bad_option_is_refused_naming_it(policy, option, value, message):
+    with pytest.raises(kvpolicy.ConfigError) as e:
+        kvpolicy.EvictionPolicy(policy, 10, **{option: value})
+    assert str(e.value) == message
 
 
 class NaiveLRU:
@@ -220,9 +267,11 @@ def test_configuration_errors():
         kvpolicy.EvictionPolicy("s3fifo", 10, smal_fraction=0.1)
     with pytest.raises(kvpolicy.ConfigError, match=r"^lru: takes no options, got 'x'"):
         kvpolicy.EvictionPolicy("lru", 10, x=1)
-    with pytest.raises(kvpolicy.ConfigError, match=r"^pensieve_linear: alpha = nan is not a cost"):
+    with pytest.raises(kvpolicy.ConfigError, match=r"^retention_value: option alpha = nan is outside \[0, inf\]$"):
         kvpolicy.EvictionPolicy("retention_value", 10, alpha=float("nan"))
-    with pytest.raises(kvpolicy.ConfigError, match=r"^slru: option segments = 2.500000 is not a whole number"):
+    with pytest.raises(kvpolicy.ConfigError, match=r"^pensieve_linear: alpha = inf is not a cost"):
+        kvpolicy.EvictionPolicy("retention_value", 10, alpha=float("inf"))
+    with pytest.raises(kvpolicy.ConfigError, match=r"^slru: option segments = 2.5 is not a whole number"):
         kvpolicy.EvictionPolicy("slru", 10, segments=2.5)
 
 
@@ -234,20 +283,22 @@ def test_options_reach_the_policy():
     p = kvpolicy.EvictionPolicy("s3fifo", 20, small_fraction=0.5)
     p.insert(list(range(20)), keys=list(range(20)))
     assert sorted(p.pop_victims(20).tolist()) == list(range(20))
-    with pytest.raises(kvpolicy.ConfigError, match=r"^session_aware_lru: far_factor -1"):
-        kvpolicy.EvictionPolicy("session_aware_lru", 20, far_factor=-1)
-    with pytest.raises(kvpolicy.ConfigError, match=r"^session_aware_lru: option max_sessions = 1.500000 is not a whole"):
+    with pytest.raises(kvpolicy.ConfigError, match=r"^session_aware_lru: far_factor inf"):
+        kvpolicy.EvictionPolicy("session_aware_lru", 20, far_factor=float("inf"))
+    with pytest.raises(kvpolicy.ConfigError, match=r"^session_aware_lru: option max_sessions = 1.5 is not a whole"):
         kvpolicy.EvictionPolicy("session_aware_lru", 20, max_sessions=1.5)
     fixed = kvpolicy.EvictionPolicy("session_aware_lru", 20, far_factor=4, tune_margin=0)
     fixed.insert(list(range(20)), keys=list(range(20)))
     assert sorted(fixed.pop_victims(20).tolist()) == list(range(20))
-    with pytest.raises(kvpolicy.ConfigError, match=r"^lrfu: half_life -1"):
+    with pytest.raises(kvpolicy.ConfigError, match=r"^lrfu: option half_life = -1 is outside \[0, inf\]$"):
         kvpolicy.EvictionPolicy("lrfu", 20, half_life=-1)
+    with pytest.raises(kvpolicy.ConfigError, match=r"^lrfu: half_life 0"):  # in the range, refused by lrfu
+        kvpolicy.EvictionPolicy("lrfu", 20, half_life=0)
     with pytest.raises(kvpolicy.ConfigError, match=r"^best_of_shadows: window 0"):
         kvpolicy.EvictionPolicy("adaptive_kv", 20, window=0)
-    with pytest.raises(kvpolicy.ConfigError, match=r"^best_of_shadows: switch_gain 1.500000 must be in \[0, 1\)"):
-        kvpolicy.EvictionPolicy("adaptive_kv", 20, switch_gain=1.5)
-    with pytest.raises(kvpolicy.ConfigError, match=r"^adaptive_kv: option shadow_items = 0.500000 is not a whole"):
+    with pytest.raises(kvpolicy.ConfigError, match=r"^best_of_shadows: switch_gain 1.000000 must be in \[0, 1\)"):
+        kvpolicy.EvictionPolicy("adaptive_kv", 20, switch_gain=1)
+    with pytest.raises(kvpolicy.ConfigError, match=r"^adaptive_kv: option shadow_items = 0.5 is not a whole"):
         kvpolicy.EvictionPolicy("adaptive_kv", 20, shadow_items=0.5)
 
 

@@ -478,7 +478,7 @@ def test_an_unknown_name_fails_before_the_cache_runs(sglang):
     ('{"alpah": 0.002}', r"unknown option 'alpah' of kvpolicy_retention_value; its options: \['alpha', 'beta', "
                          r"'const_non_attention'\]"),
     ('{"const": 0.002}', "unknown option 'const'"),
-    ('{"alpha": -1}', "alpha = -1.* is not a cost; give a finite value >= 0"),
+    ('{"alpha": -1}', r"retention_value: option alpha = -1 is outside \[0, inf\]"),
     ('{"alpha": "fast"}', "option alpha must be a number"),
     ('{"alpha": null}', "option alpha must be a number"),
     ('{"alpha": 0, "beta": 0, "const_non_attention": 0}', "all 0"),
@@ -504,7 +504,7 @@ def test_malformed_config_and_options_of_rules_without_any(sglang):
             sglang.tree("kvpolicy_lru", '{"x": 1}')
         with pytest.raises((TypeError, ValueError)):  # SGLang's factory(**config) of a JSON list
             sglang.tree("kvpolicy_lru", "[1]")
-    with pytest.raises(kvpolicy.ConfigError, match=r"install\(retention_value=...\): pensieve_linear: alpha = -1"):
+    with pytest.raises(kvpolicy.ConfigError, match=r"install\(retention_value=...\): retention_value: option alpha = -1"):
         kvpolicy.sglang.install(retention_value={"alpha": -1})
     with pytest.raises(kvpolicy.ConfigError, match="must be a dict"):
         kvpolicy.sglang.install(retention_value=3)
@@ -533,14 +533,20 @@ def test_offered_and_refused_names(loaded):
 
 
 def test_options_are_the_registrys(loaded):
-    """Option names and checks are kvpolicy's registry's (the C++ retention_value's)."""
-    assert set(ks._RetentionValue.options) <= set(kvpolicy.policy_options("retention_value"))
+    """Option names, defaults and checks are kvpolicy's registry's (the C++ retention_value's)."""
+    registered = {o["name"]: o["default"] for o in kvpolicy.policy_options("retention_value")}
+    assert set(ks._RetentionValue.options) <= set(registered)
     s = ks.strategy("retention_value", alpha=0.003, const_non_attention=0.0)
-    assert (s.alpha, s.beta, s.const_non_attention) == (0.003, 0.01, 0.0)
+    assert (s.alpha, s.beta, s.const_non_attention) == (0.003, registered["beta"], 0.0)
+    s = ks.strategy("kvpolicy_retention_value")  # both name forms
+    assert (s.alpha, s.beta, s.const_non_attention) == tuple(registered[o] for o in ks._RetentionValue.options)
+    assert type(ks.strategy("kvpolicy_lru")) is type(ks.strategy("lru"))
     with pytest.raises(kvpolicy.ConfigError, match="unknown option 'x' of kvpolicy_lru; its options: none"):
         ks.strategy("lru", x=1)
-    with pytest.raises(kvpolicy.ConfigError, match="alpha = nan is not a cost"):
+    with pytest.raises(kvpolicy.ConfigError, match=r"alpha = nan is outside \[0, inf\]"):
         ks.strategy("retention_value", alpha=float("nan"))
+    with pytest.raises(kvpolicy.ConfigError, match="alpha = inf is not a cost"):  # pensieve_linear's own check
+        ks.strategy("retention_value", alpha=float("inf"))
 
 
 def test_retention_value_keeps_a_just_used_node_last(loaded):

@@ -539,10 +539,16 @@ def test_vllm_arc_keeps_a_block_touched_while_storing_in_t1_and_refuses_when_t2_
 
 
 def test_vllm_policies_bad_input():
-    with pytest.raises(kvpolicy.ConfigError, match=r"^OffloadingManager: policy 'vllm_arc' takes no options"):
+    # vllm_lru and vllm_arc here are the registry's 0.11-0.20 orders, vllm_0_11_lru and vllm_0_11_arc.
+    with pytest.raises(kvpolicy.ConfigError, match=r"^vllm_0_11_arc: takes no options, got 'small_fraction'$"):
         OffloadingManager(4, "vllm_arc", small_fraction=0.1)
-    with pytest.raises(kvpolicy.UnknownNameError, match=r"accepted: .*lru.*, vllm_lru, vllm_arc$"):
+    with pytest.raises(kvpolicy.UnknownNameError,
+                       match=r"^unknown eviction policy 'vllm_nope'; accepted: fifo, .*lru.*, "
+                             r"vllm_0_11_lru, vllm_0_11_arc, vllm_lru, vllm_arc$"):
         OffloadingManager(4, "vllm_nope")
+    assert OffloadingManager(4, "vllm_0_11_arc").policy == "vllm_0_11_arc"
+    assert OffloadingManager(4, "vllm_arc").policy == "vllm_arc"  # as given
+    assert OffloadingManager(4, "kvpolicy_s3fifo").policy == "s3fifo"  # both name forms
     m = OffloadingManager(4, "vllm_arc")
     with pytest.raises(kvpolicy.UsageError, match=r"^vllm_arc target_t1_size 5\.0+ is outside \[0, 4\]"):
         m._set_arc_target(5)

@@ -437,8 +437,9 @@ def test_module_path_loading_and_bad_names(vllm):
     assert isinstance(e.value, AttributeError)
     with pytest.raises(kvpolicy.ConfigError, match="kvpolicy_belady.*next use.*simulator"):
         CachePolicyFactory.get_cache_policy_cls("kvpolicy_belady", "kvpolicy.vllm")
-    with pytest.raises(kvpolicy.ConfigError, match="'s3fifo'.*use 'kvpolicy_s3fifo'"):
-        CachePolicyFactory.get_cache_policy_cls("s3fifo", "kvpolicy.vllm")
+    # Both name forms, one class (kvpolicy.policy_name: the rule of every adapter).
+    assert CachePolicyFactory.get_cache_policy_cls("s3fifo", "kvpolicy.vllm") is kv.kvpolicy_s3fifo
+    assert kv.s3fifo is kv.kvpolicy_s3fifo and kv.kvpolicy_vllm_arc is kv.vllm_arc
     assert not hasattr(kv, "kvpolicy_nonesuch") and getattr(kv, "nonesuch", None) is None
     with pytest.raises(kvpolicy.ConfigError, match="unknown policy 'nonesuch'"):
         kv.cache_policy("nonesuch")

@@ -2,7 +2,9 @@
 // (vllm/v1/kv_offload/cpu/policies/{lru,arc}.py of 0.19.1 and 0.20.2, whose
 // decisions are the same; only the names of the Python API differ): the
 // orders an `offload_manager` keeps when it must decide exactly as vLLM's
-// own manager does, offered to users as policy "vllm_lru" and "vllm_arc".
+// own manager does, registered as "vllm_0_11_lru" and "vllm_0_11_arc"
+// (engine/vllm_orders.hpp; the OffloadingManager also takes "vllm_lru" and
+// "vllm_arc" for them).
 //
 // - `vllm_legacy_lru_order`: one recency list of every offloaded block,
 //   storing and loading ones included. A block enters at the most-recent end
@@ -48,7 +50,7 @@ namespace kvpolicy::engine {
 class vllm_legacy_lru_order {
 public:
     struct config_type {};
-    static constexpr std::string_view name = "vllm_lru";
+    static constexpr std::string_view name = "vllm_0_11_lru";
 
     vllm_legacy_lru_order(std::size_t num_blocks, const config_type& = {}) : links_(num_blocks) {}
 
@@ -93,7 +95,7 @@ private:
 class vllm_legacy_arc_order {
 public:
     struct config_type {};
-    static constexpr std::string_view name = "vllm_arc";
+    static constexpr std::string_view name = "vllm_0_11_arc";
 
     vllm_legacy_arc_order(std::size_t num_blocks, const config_type& = {})
         : capacity_(num_blocks), links_(num_blocks), in_t2_(num_blocks, 0), b1_(num_blocks), b2_(num_blocks) {}

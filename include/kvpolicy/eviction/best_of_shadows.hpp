@@ -79,6 +79,7 @@
 #include <vector>
 
 #include "kvpolicy/core/concepts.hpp"
+#include "kvpolicy/core/policy_options.hpp"
 #include "kvpolicy/core/error.hpp"
 #include "kvpolicy/core/item_key.hpp"
 #include "kvpolicy/eviction/item_history.hpp"
@@ -177,6 +178,17 @@ public:
         /// large_capacity items; >= 1.
         std::size_t large_shadow_items = Preset::defaults.large_shadow_items;
     };
+    // The experts keep their own defaults; the options tune the choice.
+    static constexpr auto options = std::tuple{
+        option{"shadow_items", &config_type::shadow_items, at_least(1), "items each shadow holds at most"},
+        option{"window", &config_type::window, {0.0, 1e9}, "shadow hits halve every window x shadow capacity references"},
+        option{"switch_sigmas", &config_type::switch_sigmas, non_negative,
+               "standard deviations of lead that make the choice switch experts"},
+        option{"switch_gain", &config_type::switch_gain, {0.0, 1.0}, "the least hit-ratio lead worth a switch"},
+        option{"large_capacity", &config_type::large_capacity, non_negative,
+               "above this many items, shadows hold large_shadow_items"},
+        option{"large_shadow_items", &config_type::large_shadow_items, at_least(1),
+               "items each shadow holds above large_capacity"}};
 
     static constexpr std::string_view name = Preset::name;
     static constexpr eviction_order order = eviction_order::static_between_accesses;

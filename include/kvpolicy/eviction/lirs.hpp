@@ -46,9 +46,11 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "kvpolicy/core/concepts.hpp"
+#include "kvpolicy/core/policy_options.hpp"
 #include "kvpolicy/core/error.hpp"
 #include "kvpolicy/core/index_list.hpp"
 #include "kvpolicy/core/item_key.hpp"
@@ -64,6 +66,10 @@ public:
         /// Non-resident HIR entries kept in S; 0 = the capacity.
         std::size_t max_nonresident = 0;
     };
+    static constexpr auto options = std::tuple{
+        option{"hir_fraction", &config_type::hir_fraction, {0.0, 1.0}, "share of the capacity for resident HIR blocks"},
+        option{"max_nonresident", &config_type::max_nonresident, {0, (1 << 30) - 1},
+               "non-resident HIR entries kept; 0: the capacity"}};
 
     static constexpr std::string_view name = "lirs";
     static constexpr eviction_order order = eviction_order::static_between_accesses;

@@ -52,9 +52,11 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "kvpolicy/core/concepts.hpp"
+#include "kvpolicy/core/policy_options.hpp"
 #include "kvpolicy/core/error.hpp"
 #include "kvpolicy/core/ghost_list.hpp"
 #include "kvpolicy/core/indexed_heap.hpp"
@@ -78,6 +80,11 @@ public:
         /// Victims whose history is remembered, in multiples of the capacity; >= 0.
         double ghost_factor = 4.0;
     };
+    static constexpr auto options = std::tuple{
+        option{"half_life", &config_type::half_life, non_negative,
+               "half-life of a reference's weight, in capacities of references (small: LRU, large: LFU)"},
+        option{"ghost_factor", &config_type::ghost_factor, non_negative,
+               "victims whose history is remembered, in capacities"}};
 
     static constexpr std::string_view name = "lrfu";
     static constexpr eviction_order order = eviction_order::static_between_accesses;

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "kvpolicy/core/concepts.hpp"
+#include "kvpolicy/core/policy_options.hpp"
 #include "kvpolicy/core/indexed_heap.hpp"
 #include "kvpolicy/eviction/item_tracking.hpp"
 #include "kvpolicy/eviction/lru.hpp"
@@ -84,6 +85,7 @@ class queue_aware {
 public:
     using config_type = typename Base::config_type;
     using base_type = Base;
+    static constexpr auto options = options_of<Base>();  // its config is Base's
 
     static constexpr std::string_view name = detail::queue_aware_name<Base>::value;
     static constexpr eviction_order order = Base::order;

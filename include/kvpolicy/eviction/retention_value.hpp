@@ -88,6 +88,7 @@
 #include <vector>
 
 #include "kvpolicy/core/concepts.hpp"
+#include "kvpolicy/core/policy_options.hpp"
 #include "kvpolicy/core/index_list.hpp"
 #include "kvpolicy/cost/pensieve_linear.hpp"
 #include "kvpolicy/cost/pipelined_depth.hpp"
@@ -138,6 +139,9 @@ public:
     using layer_weight_type = LayerWeight;
     using position_weight_type = PositionWeight;
     using selector_type = Selector;
+    /// The cost model's parameters (pensieve_linear: alpha, beta,
+    /// const_non_attention), set by rebuilding `cost`, which validates them.
+    static constexpr auto options = options_through<&config_type::cost, Cost>();
 
     static constexpr std::string_view name = "retention_value";
     /// Its victims are sheltered in a CPU tier and it weighs what losing one

@@ -58,9 +58,11 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "kvpolicy/core/concepts.hpp"
+#include "kvpolicy/core/policy_options.hpp"
 #include "kvpolicy/core/error.hpp"
 #include "kvpolicy/core/ghost_list.hpp"
 #include "kvpolicy/core/place_queue.hpp"
@@ -82,6 +84,13 @@ public:
         /// S3FIFOv0; the default, measured better on KV traces).
         bool fill_main_before_first_eviction = false;
     };
+    static constexpr auto options = std::tuple{
+        option{"small_fraction", &config_type::small_fraction, {0.0, 1.0}, "share of the capacity for the small FIFO S"},
+        option{"ghost_fraction", &config_type::ghost_fraction, {0.0, 1.0}, "ghost keys kept, as a share of the capacity"},
+        option{"move_to_main_threshold", &config_type::move_to_main_threshold, {1, 3},
+               "hits in S that move an item to the main FIFO M"},
+        option{"fill_main_before_first_eviction", &config_type::fill_main_before_first_eviction, {0, 1},
+               "before the first eviction, new items go to M once S is full"}};
 
     static constexpr std::string_view name = "s3fifo";
     static constexpr eviction_order order = eviction_order::static_between_accesses;

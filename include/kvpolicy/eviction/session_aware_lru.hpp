@@ -84,10 +84,12 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
 #include "kvpolicy/core/concepts.hpp"
+#include "kvpolicy/core/policy_options.hpp"
 #include "kvpolicy/core/error.hpp"
 #include "kvpolicy/core/index_list.hpp"
 #include "kvpolicy/core/indexed_heap.hpp"
@@ -121,6 +123,20 @@ public:
         /// or before it has learned: the session's mean gap.
         return_gap_model::config_type gaps{};
     };
+    static constexpr auto options = std::tuple{
+        option{"far_factor", &config_type::far_factor, non_negative,
+               "evict a session ahead of LRU when it is expected back this many times later (the start if tuned)"},
+        option{"gap_weight", &config_type::gap_weight, {0.0, 1.0}, "weight of the newest gap in a session's mean gap"},
+        option{"max_sessions", &config_type::max_sessions, non_negative, "sessions remembered; 0: max(capacity, 1024)"},
+        option_fn<config_type, bool>{"tune_margin", [](const config_type& c) { return c.tuner.enabled; },
+                                     [](config_type& c, bool v) { c.tuner.enabled = v; }, {0, 1},
+                                     "learn the margin from far_factor; 0: keep far_factor fixed"},
+        option_fn<config_type, bool>{"predict_gaps", [](const config_type& c) { return c.gaps.enabled; },
+                                     [](config_type& c, bool v) { c.gaps.enabled = v; }, {0, 1},
+                                     "predict a session's gap from its output tokens; 0: mean gaps only"},
+        option_fn<config_type, std::uint64_t>{"gap_min_samples", [](const config_type& c) { return c.gaps.min_samples; },
+                                              [](config_type& c, std::uint64_t v) { c.gaps.min_samples = v; },
+                                              non_negative, "samples before the gap model predicts"}};
 
     static constexpr std::string_view name = "session_aware_lru";
     static constexpr eviction_order order = eviction_order::static_between_accesses;

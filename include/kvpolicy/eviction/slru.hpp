@@ -32,9 +32,11 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "kvpolicy/core/concepts.hpp"
+#include "kvpolicy/core/policy_options.hpp"
 #include "kvpolicy/core/error.hpp"
 #include "kvpolicy/core/index_list.hpp"
 #include "kvpolicy/eviction/tracked_policy.hpp"
@@ -49,6 +51,8 @@ struct slru_config {
 class slru : public tracked_policy<slru> {
 public:
     using config_type = slru_config;
+    static constexpr auto options =
+            std::tuple{option{"segments", &config_type::segments, {1, 255}, "LRU segments; 1 is plain LRU"}};
 
     static constexpr std::string_view name = "slru";
     static constexpr eviction_order order = eviction_order::static_between_accesses;

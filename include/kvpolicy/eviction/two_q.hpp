@@ -35,9 +35,11 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "kvpolicy/core/concepts.hpp"
+#include "kvpolicy/core/policy_options.hpp"
 #include "kvpolicy/core/error.hpp"
 #include "kvpolicy/core/ghost_list.hpp"
 #include "kvpolicy/core/place_queue.hpp"
@@ -55,6 +57,9 @@ struct two_q_config {
 class two_q : public tracked_policy<two_q> {
 public:
     using config_type = two_q_config;
+    static constexpr auto options = std::tuple{
+        option{"kin", &config_type::kin, {0.0, 1.0}, "A1in's share of the capacity"},
+        option{"kout", &config_type::kout, non_negative, "keys A1out remembers, as a share of the capacity"}};
 
     static constexpr std::string_view name = "two_q";
     static constexpr eviction_order order = eviction_order::static_between_accesses;

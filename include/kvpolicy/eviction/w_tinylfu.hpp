@@ -43,9 +43,11 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "kvpolicy/core/concepts.hpp"
+#include "kvpolicy/core/policy_options.hpp"
 #include "kvpolicy/core/error.hpp"
 #include "kvpolicy/core/index_list.hpp"
 #include "kvpolicy/core/item_key.hpp"
@@ -153,6 +155,12 @@ public:
         /// W = sample_factor x capacity recorded uses between resets (paper: 10).
         std::uint32_t sample_factor = 10;
     };
+    static constexpr auto options = std::tuple{
+        option{"window_fraction", &config_type::window_fraction, {0.0, 1.0}, "share of the capacity for the window LRU"},
+        option{"protected_fraction", &config_type::protected_fraction, {0.0, 1.0},
+               "share of the main cache for the protected segment"},
+        option{"sample_factor", &config_type::sample_factor, at_least(1),
+               "recorded uses between sketch resets, in capacities"}};
 
     static constexpr std::string_view name = "w_tinylfu";
     static constexpr eviction_order order = eviction_order::static_between_accesses;

@@ -70,7 +70,7 @@ def install(policy: str = "lru", **options: Any):
     """LMCache's MP eviction controllers build kvpolicy's ``policy`` from now
     on (see the module docstring); returns the factory installed."""
     global _original
-    check_policy(policy, "kvpolicy.lmcache.install")
+    policy = check_policy(policy, "kvpolicy.lmcache.install")
     eviction_policy(policy, **options)  # options checked now, not at the server's first eviction
     import lmcache.v1.distributed.eviction_policy as pkg  # type: ignore[import-not-found]
 

@@ -60,7 +60,7 @@ def cache_policy(policy: str, *, max_keys: int = DEFAULT_MAX_KEYS, **options: An
     ``POLICY_MAPPING`` does) ordered by kvpolicy's ``policy`` with ``options``,
     checked now."""
     where = "kvpolicy.lmcache.cache_policy"
-    check_policy(policy, where)
+    policy = check_policy(policy, where)
     check_max_keys(max_keys, where)
     _CorePolicy(policy, 1, **options)
     fixed: Dict[str, Any] = dict(options)
@@ -105,10 +105,8 @@ def register_cache_policies(**options_by_policy: Dict[str, Any]) -> list:
     ``options_by_policy``: ``s3fifo={"small_fraction": 0.2}``. Returns the names."""
     from lmcache.v1.storage_backend.cache_policy import POLICY_MAPPING  # type: ignore[import-not-found]
 
-    for name in options_by_policy:
-        if name not in offered():
-            raise ConfigError(f"kvpolicy.lmcache.register_cache_policies: unknown policy {name!r}; "
-                              f"choose one of {offered()}")
+    options_by_policy = {check_policy(name, "kvpolicy.lmcache.register_cache_policies"): opts
+                         for name, opts in options_by_policy.items()}
     added = []
     for name in offered():
         opts = options_by_policy.get(name, {})

@@ -40,7 +40,7 @@ def _policy_class():
         def __init__(self, policy: str = "lru", *, isolation: bool = False, max_keys: int = DEFAULT_MAX_KEYS,
                      default_destination=None, section_name: Optional[str] = None, **options: Any):
             where = "kvpolicy.lmcache.eviction_policy"
-            check_policy(policy, where)
+            policy = check_policy(policy, where)
             check_max_keys(max_keys, where)
             if not isinstance(isolation, bool):
                 raise ConfigError(f"{where}: isolation={isolation!r} must be True or False")

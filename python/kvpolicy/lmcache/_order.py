@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from .. import ConfigError, policies
+from .. import ConfigError, policies, policy_name
 from .._kvpolicy import KeyOrder as _KeyOrder, _uses_future
 
 DEFAULT_MAX_KEYS = 1 << 16
@@ -36,12 +36,16 @@ def offered() -> List[str]:
     return [n for n in policies() if not _uses_future(n)]
 
 
-def check_policy(policy: str, where: str) -> None:
-    if not isinstance(policy, str) or policy not in policies():
+def check_policy(policy: str, where: str) -> str:
+    """The registered name ``policy`` stands for (``s3fifo`` or
+    ``kvpolicy_s3fifo``: ``s3fifo``), checked: offered by LMCache's seams."""
+    name = policy_name(policy) if isinstance(policy, str) else policy
+    if not isinstance(name, str) or name not in policies():
         raise ConfigError(f"{where}: unknown policy {policy!r}; choose one of {offered()}")
-    if _uses_future(policy):
+    if _uses_future(name):
         raise ConfigError(f"{where}: {policy!r} reads each key's next use, which only a simulator knows; "
                           f"choose one of {offered()}")
+    return name
 
 
 def check_max_keys(max_keys: Any, where: str) -> int:

@@ -63,9 +63,7 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 
-from .. import ConfigError, EvictionPolicy, policy_options
-
-PREFIX = "kvpolicy_"
+from .. import ADAPTER_PREFIX as PREFIX, ConfigError, EvictionPolicy, policy_name as _policy_name, policy_options
 NOT_OFFERED = {
     "gdsf": "its inflation value L is the last victim's score; SGLang pops victims without telling the strategy",
     "lrfu": "a node's worth sums a decayed weight per reference; a node keeps only its hit count and last access",
@@ -85,6 +83,7 @@ def _base():
 
 
 class _Lru:
+    # The C++ options this rule reads (their names, defaults and ranges are the registry's).
     options: Tuple[str, ...] = ()
 
     def __init__(self, **options: float):
@@ -136,10 +135,12 @@ def _clock(node_type: type) -> Callable[[], float]:
 class _RetentionValue(_Lru):
     options = ("alpha", "beta", "const_non_attention")
 
-    def __init__(self, alpha: float = 0.001, beta: float = 0.01, const_non_attention: float = 0.005):
-        # The defaults of kvpolicy's pensieve_linear (include/kvpolicy/cost/pensieve_linear.hpp), which
-        # checked these values (EvictionPolicy) before this runs: seed 000's illustrative numbers; calibrate.
-        self.alpha, self.beta, self.const_non_attention = float(alpha), float(beta), float(const_non_attention)
+    def __init__(self, **options: float):
+        # pensieve_linear's parameters, the registry's defaults under the options given (which
+        # EvictionPolicy checked before this runs).
+        values = {o["name"]: o["default"] for o in policy_options("retention_value")}
+        values.update(options)
+        self.alpha, self.beta, self.const_non_attention = (float(values[o]) for o in self.options)
 
     def cost(self, node) -> float:
         """Recompute seconds of the node's tokens: token i of n after a p-token
@@ -176,7 +177,7 @@ def policy_names() -> List[str]:
 def _build(policy: Any, options: Any, where: str):
     """kvpolicy's strategy for `policy` with `options`, everything checked first;
     ConfigError (a ValueError) naming `where`, the input and the fix."""
-    name = policy[len(PREFIX):] if isinstance(policy, str) and policy.startswith(PREFIX) else policy
+    name = _policy_name(policy) if isinstance(policy, str) else policy
     if name not in _RULES:
         why = NOT_OFFERED.get(name) if isinstance(name, str) else None
         raise ConfigError(f"{where}: unknown policy {policy!r}" + (f" ({why})" if why else "")
@@ -185,7 +186,7 @@ def _build(policy: Any, options: Any, where: str):
         raise ConfigError(f"{where}: the options of {PREFIX + name} must be a JSON object / dict of "
                           f"option: value, got {options!r}")
     rule = _RULES[name]
-    registered = policy_options(name)
+    registered = [o["name"] for o in policy_options(name)]
     for key in sorted(options):
         if key not in rule.options:
             known = f" (kvpolicy's C++ {name} takes it; SGLang's strategy scores one node at a time and does not)" \
@@ -296,7 +297,7 @@ def install(**options_by_policy: Dict[str, Any]) -> List[str]:
         if not isinstance(opts, dict):
             raise ConfigError(f"kvpolicy.sglang.install: {name}={opts!r} must be a dict of options")
         _build(name, opts, f"kvpolicy.sglang.install({name}=...)")  # checked now
-    options = {(n[len(PREFIX):] if n.startswith(PREFIX) else n): o for n, o in options_by_policy.items()}
+    options = {_policy_name(n): o for n, o in options_by_policy.items()}
 
     # The choices: sglang.srt.arg_groups.choices where SGLang has it (0.5.23), else server_args (0.5.10).
     choices = _module_if_present("sglang.srt.arg_groups.choices") or importlib.import_module("sglang.srt.server_args")

@@ -34,7 +34,8 @@ __all__ += ["cache_policy", "policy_names"]
 
 
 def __getattr__(name: str):
-    """``kvpolicy.vllm.vllm_lru``, ``kvpolicy.vllm.kvpolicy_s3fifo``, ...: the
+    """``kvpolicy.vllm.vllm_lru``, ``kvpolicy.vllm.kvpolicy_s3fifo`` (or
+    ``kvpolicy.vllm.s3fifo``, the same class), ...: the
     CachePolicy classes vLLM's ``CachePolicyFactory`` loads by name
     (``"cache_policy_module_path": "kvpolicy.vllm"``), built on first use."""
     if name.startswith("__"):
@@ -44,7 +45,7 @@ def __getattr__(name: str):
     # import_module, not `from . import`: the latter asks this very function
     # for `_policies` before the submodule exists.
     _policies = importlib.import_module(__name__ + "._policies")
-    if name in _policies.policy_names():
+    if _policies.offered_name(name) is not None:
         return _policies.policy_class(name)
     raise _policies.unknown_policy_error(name)
 

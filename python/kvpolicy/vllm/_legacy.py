@@ -44,8 +44,9 @@ for the list raises ``kvpolicy.UsageError`` naming it, changing nothing):
   evictions (``removed=True``) at ``prepare_store``, completed stores
   (``removed=False``) at ``complete_store``.
 
-``policy``: ``"vllm_lru"`` and ``"vllm_arc"`` decide as vLLM's own LRU and
-ARC of 0.11 to 0.20 (vLLM's ``LRUOffloadingManager`` and, from 0.11.1,
+``policy``: ``"vllm_lru"`` and ``"vllm_arc"`` (the registry's
+``vllm_0_11_lru`` and ``vllm_0_11_arc``, which are accepted too) decide as
+vLLM's own LRU and ARC of 0.11 to 0.20 (vLLM's ``LRUOffloadingManager`` and, from 0.11.1,
 ``ARCOffloadingManager``; from 0.19 its ``LRUCachePolicy`` and
 ``ARCCachePolicy``; vLLM's tests and a differential test against 0.11.0's
 LRU, 0.19.1's and 0.20.2's run in python/tests/test_vllm_legacy_peers.py),
@@ -81,7 +82,7 @@ from typing import Any, Iterable, List, Optional
 
 import numpy as np
 
-from .. import ConfigError
+from .. import ConfigError, policy_name
 from .._kvpolicy import OffloadCore
 
 __all__ = [
@@ -127,7 +128,8 @@ class OffloadingManager(OffloadCore):
     """vLLM's OffloadingManager over ``num_blocks`` slots and a kvpolicy policy.
 
     ``policy``: ``"vllm_lru"``, ``"vllm_arc"`` (vLLM's own decisions, no
-    options) or any name in ``kvpolicy.policies()``; ``config``: its options
+    options; also ``vllm_0_11_lru``, ``vllm_0_11_arc``) or any name in
+    ``kvpolicy.policies()`` (``kvpolicy_s3fifo`` or ``s3fifo``); ``config``: its options
     (``kvpolicy.policy_options(policy)``). ``enable_events``: record what
     take_events returns (off by default, as in vLLM); ``block_size`` labels them.
     See the module docstring for every method's semantics.
@@ -135,7 +137,7 @@ class OffloadingManager(OffloadCore):
 
     def __init__(self, num_blocks: int, policy: str = "lru", *, block_size: int = 0,
                  enable_events: bool = False, **config: Any):
-        super().__init__(num_blocks, policy, enable_events, **config)
+        super().__init__(num_blocks, policy_name(policy), enable_events, **config)
         self.block_size = block_size
 
     def prepare_load(self, block_hashes: Iterable[Any]) -> CPULoadStoreSpec:

@@ -80,24 +80,29 @@ import os
 import threading
 from typing import Any, Dict, Optional, Tuple, Type
 
-from .. import ConfigError, policies
-from .._kvpolicy import CachePolicyCore, _uses_future
+from .. import ADAPTER_PREFIX as _PREFIX, ConfigError, policies, policy_name as _kvpolicy_name
+from .._kvpolicy import CachePolicyCore, _uses_future, _vllm_orders
 
-_IDENTICAL = ("vllm_lru", "vllm_arc")
+# vLLM's own CachePolicy orders, by the registry's names (engine/vllm_orders.hpp).
+_IDENTICAL = tuple(_vllm_orders()["cache_policies"])
 logger = logging.getLogger("kvpolicy.vllm")
 HINT_VERSION = "1"
-_PREFIX = "kvpolicy_"
 OPTIONS_ENV = "KVPOLICY_VLLM_POLICY_OPTIONS"
 
 
-def _kvpolicy_name(name: str) -> str:
-    """kvpolicy's own name for a vLLM ``eviction_policy`` (``kvpolicy_s3fifo`` -> ``s3fifo``)."""
-    return name[len(_PREFIX):] if name.startswith(_PREFIX) else name
-
-
 def policy_names() -> list:
-    """Every name ``kvpolicy.vllm`` offers as an ``eviction_policy``."""
+    """Every name ``kvpolicy.vllm`` offers as an ``eviction_policy`` (each
+    ``kvpolicy_<name>`` is also offered as ``<name>``: ``kvpolicy.policy_name``)."""
     return list(_IDENTICAL) + [_PREFIX + n for n in policies() if not _uses_future(n)]
+
+
+def offered_name(name: str) -> Optional[str]:
+    """The name in ``policy_names()`` that ``name`` stands for (``s3fifo``
+    and ``kvpolicy_s3fifo``: ``kvpolicy_s3fifo``), or None if none."""
+    kv_name = _kvpolicy_name(name)
+    if kv_name in _IDENTICAL:
+        return kv_name
+    return _PREFIX + kv_name if kv_name in policies() and not _uses_future(kv_name) else None
 
 
 class UnknownCachePolicyError(ConfigError, AttributeError):
@@ -114,8 +119,6 @@ def unknown_policy_error(name: str) -> UnknownCachePolicyError:
     if kv_name in policies() and _uses_future(kv_name):
         why = (f"kvpolicy's {kv_name!r} reads each block's next use, which only a simulator knows, "
                "so vLLM cannot run it")
-    elif kv_name in policies():
-        why = f"kvpolicy's policies are offered with the prefix: use {_PREFIX + kv_name!r}"
     else:
         why = "no such cache policy"
     return UnknownCachePolicyError(f"module 'kvpolicy.vllm' has no attribute {name!r}: {why}; "
@@ -134,7 +137,8 @@ def _env_options(name: str) -> Dict[str, Any]:
     if not isinstance(table, dict) or not all(isinstance(v, dict) for v in table.values()):
         raise ConfigError(f"{OPTIONS_ENV}: must map policy names to objects of options, "
                           f'such as {{"kvpolicy_s3fifo": {{"small_fraction": 0.2}}}}')
-    return dict(table.get(name, {}))
+    # Keyed by either name form (s3fifo or kvpolicy_s3fifo).
+    return dict(next((v for k, v in table.items() if _kvpolicy_name(k) == _kvpolicy_name(name)), {}))
 
 
 def _vllm():
@@ -492,7 +496,7 @@ _classes: Dict[Tuple[str, type], Type] = {}
 def policy_class(name: str) -> Type:
     """The CachePolicy class ``kvpolicy.vllm.<name>``, built once per vLLM
     CachePolicy class it subclasses (the vLLM imported now)."""
-    key = (name, _vllm().CachePolicy)
+    key = (offered_name(name) or name, _vllm().CachePolicy)
     if key not in _classes:
         _classes[key] = cache_policy(name)
     return _classes[key]
