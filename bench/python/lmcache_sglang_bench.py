@@ -35,7 +35,6 @@ import gzip
 import heapq
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -44,7 +43,7 @@ REPO = HERE.parents[2]
 sys.path.insert(0, str(REPO / "python" / "tests"))
 sys.path.insert(0, str(REPO / "python" / "tests" / "peers"))
 
-from peers.sources import LMCACHE_0_5_6, SGLANG_0_5_10_POST1, extract  # noqa: E402
+from peers.sources import LMCACHE_0_5_6, SGLANG_0_5_10_POST1, extract, scratch_dir  # noqa: E402
 
 LMCACHE_POLICIES = ["lru", "fifo", "clock", "sieve", "s3fifo", "arc", "two_q", "lfu", "slru", "w_tinylfu", "lirs",
                     "gdsf", "lrfu", "tail_aware_lru", "session_aware_lru", "superseded_lru", "adaptive_kv"]
@@ -133,7 +132,7 @@ def replay_log(log, policy):
 
 
 def bench_lmcache(requests_ids, share, runs, policies):
-    src = extract(LMCACHE_0_5_6, Path(tempfile.mkdtemp(prefix="lmcache-")), ("lmcache/",))
+    src = extract(LMCACHE_0_5_6, scratch_dir("lmcache-"), ("lmcache/",))
     import lmcache_stubs
 
     lmcache_stubs.install(str(src))
@@ -253,7 +252,7 @@ def sglang_replay(strategy, requests, capacity):
 
 
 def bench_sglang(requests, share, runs):
-    src = extract(SGLANG_0_5_10_POST1, Path(tempfile.mkdtemp(prefix="sglang-")),
+    src = extract(SGLANG_0_5_10_POST1, scratch_dir("sglang-"),
                   ("sglang/srt/mem_cache/evict_policy.py",))
     import sglang_stubs
 

@@ -35,7 +35,6 @@ import gzip
 import hashlib
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -44,7 +43,7 @@ REPO = HERE.parents[2]
 sys.path.insert(0, str(REPO / "python" / "tests"))
 sys.path.insert(0, str(REPO / "python" / "tests" / "peers"))
 
-from peers.sources import VLLM_0_33_0, extract  # noqa: E402
+from peers.sources import VLLM_0_33_0, extract, scratch_dir  # noqa: E402
 
 POLICIES = ["vllm_lru", "vllm_arc", "kvpolicy_lru", "kvpolicy_s3fifo", "kvpolicy_arc", "kvpolicy_adaptive_kv",
             "kvpolicy_session_aware_lru"]
@@ -190,7 +189,7 @@ def main():
     ap.add_argument("--policies", default=",".join(POLICIES))
     a = ap.parse_args()
 
-    src = extract(VLLM_0_33_0, Path(tempfile.mkdtemp(prefix="vllm-")), ("vllm/",))
+    src = extract(VLLM_0_33_0, scratch_dir("vllm-"), ("vllm/",))
     import vllm_stubs
 
     vllm_stubs.install(str(src))

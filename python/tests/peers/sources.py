@@ -37,6 +37,7 @@ import os
 import re
 import shutil
 import tarfile
+import tempfile
 import urllib.request
 import warnings
 import zipfile
@@ -84,6 +85,17 @@ SGLANG_0_5_23 = Release("sglang", "0.5.23", "8d257a319395b322bb1be327d05e5528859
                         wheel="sglang-0.5.23-cp312-cp312-manylinux_2_34_x86_64.whl")
 PINS = (VLLM_0_33_0, VLLM_0_30_0, VLLM_0_20_2, VLLM_0_19_1, VLLM_0_11_0, LMCACHE_0_5_6, SGLANG_0_5_10_POST1,
         SGLANG_0_5_23)
+
+
+_SCRATCH: list = []  # kept until the process exits, then removed
+
+
+def scratch_dir(prefix: str) -> Path:
+    """A temporary directory that lives as long as the process (sources
+    extracted into it are imported from it) and is removed when it exits."""
+    d = tempfile.TemporaryDirectory(prefix=prefix)
+    _SCRATCH.append(d)
+    return Path(d.name)
 
 
 def _version_key(version: str):
