@@ -1,11 +1,18 @@
-"""The docs' policy tables against the registry: every registered name is in
-docs/eviction-policies.md's table, and its options table is exactly what the
-registry declares (regenerate it: ``python python/tests/test_registry_docs.py --write``)."""
+"""The docs' policy tables and kvpolicy-sim's --help against the registry: every
+registered name is in docs/eviction-policies.md's table, its options table is
+exactly what the registry declares (regenerate it: ``python
+python/tests/test_registry_docs.py --write``), and --help lists every policy
+with its options."""
 
 import math
+import os
 import pathlib
 import re
+import shutil
+import subprocess
 import sys
+
+import pytest
 
 import kvpolicy
 
@@ -59,6 +66,22 @@ def test_the_options_table_is_the_registrys():
     assert text[start:end] == options_table(), \
         "docs/eviction-policies.md's options table differs from the registry: run " \
         "python python/tests/test_registry_docs.py --write"
+
+
+def test_the_simulators_help_lists_every_policy_with_its_options():
+    env = os.environ.get("KVPOLICY_SIM")
+    sim = next((p for p in ([env] if env else []) + [str(DOC.parents[1] / "build/release/tools/kvpolicy-sim"),
+                                                      shutil.which("kvpolicy-sim")] if p and os.path.isfile(p)), None)
+    if sim is None:
+        pytest.skip("no kvpolicy-sim binary (build the release preset, or set KVPOLICY_SIM)")
+    text = subprocess.run([sim, "--help"], capture_output=True, text=True, check=True).stdout
+    # "  policy" lines, each followed by "      option  type, default D, in [MIN, MAX]: help" lines.
+    listed = [("option" if line.startswith("      ") else "policy", line.split()[0])
+              for line in text[text.index("Policies and their options"):].splitlines()[2:] if line.strip()]
+    expected = []
+    for name in kvpolicy.policies():
+        expected += [("policy", name)] + [("option", o["name"]) for o in kvpolicy.policy_options(name)]
+    assert listed == expected
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
