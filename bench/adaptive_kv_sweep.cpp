@@ -74,7 +74,7 @@ struct run_figures {
     double sampled_share = 0;  // sampled block references / block references
     std::array<double, adaptive_kv::expert_count> shadow{};
     std::uint64_t switches = 0;
-    double sample_rate = 0;           // what the policy ran with
+    double sample_rate = 0;  // what the policy ran with
     std::size_t shadow_capacity = 0;
 };
 
@@ -86,13 +86,16 @@ run_figures run(const std::string& trace, std::uint32_t block_size, std::size_t 
     cfg.block_size = block_size;
     cfg.trace_name = trace;
     sim::mooncake_reader reader(trace, false);
-    const sim::replay_result r = sim::replay_requests<swept_adaptive_kv, lru>(reader, cfg, sim::replay_mode::prefix, nullptr);
+    const sim::replay_result r =
+        sim::replay_requests<swept_adaptive_kv, lru>(reader, cfg, sim::replay_mode::prefix, nullptr);
     run_figures f;
     f.hit_ratio = r.hit_ratio();
     f.seconds = r.seconds;
     f.sampled_share = static_cast<double>(g_shadow_references) / static_cast<double>(r.accesses);
     for (std::size_t i = 0; i < f.shadow.size(); ++i)
-        f.shadow[i] = g_shadow_references ? static_cast<double>(g_shadow_hits[i]) / static_cast<double>(g_shadow_references) : 0.0;
+        f.shadow[i] = g_shadow_references
+                          ? static_cast<double>(g_shadow_hits[i]) / static_cast<double>(g_shadow_references)
+                          : 0.0;
     f.switches = g_switches;
     f.sample_rate = g_sample_rate;
     f.shadow_capacity = g_shadow_capacity;
@@ -132,7 +135,9 @@ int main(int argc, char** argv) {
         } else if (a == "--setting") {
             const auto f = split(value(), ':');
             if (f.size() < 3 || f.size() > 6) {
-                std::fprintf(stderr, "adaptive_kv_sweep: --setting RATE:SHADOW_ITEMS:LEADER_ONLY[:SIGMAS[:GAIN[:GHOSTS]]], e.g. 0.05:4096:1\n");
+                std::fprintf(stderr,
+                             "adaptive_kv_sweep: --setting RATE:SHADOW_ITEMS:LEADER_ONLY[:SIGMAS[:GAIN[:GHOSTS]]], "
+                             "e.g. 0.05:4096:1\n");
                 return 2;
             }
             adaptive_kv::config_type c;
@@ -164,7 +169,8 @@ int main(int argc, char** argv) {
     }
     if (settings.empty()) settings.emplace_back();
     std::printf("%-10s %-8s %-8s %-6s %-9s %-8s %-8s %-7s %s\n", "capacity", "rate", "shadow", "leader", "hit_ratio",
-                "seconds", "switches", "share", "shadow hit ratios (lru lrfu2 lrfu8 lrfu32 superseded session) [error vs full]");
+                "seconds", "switches", "share",
+                "shadow hit ratios (lru lrfu2 lrfu8 lrfu32 superseded session) [error vs full]");
     for (const std::size_t capacity : capacities) {
         std::optional<run_figures> full;
         if (reference) {
@@ -182,9 +188,9 @@ int main(int argc, char** argv) {
         }
         for (const auto& c : settings) {
             const run_figures f = run(trace, block_size, capacity, c);
-            std::printf("%-10zu %-8.4f %-8zu %-3d%-3g/%-6g %-9.4f %-8.1f %-8llu %-7.4f", capacity, f.sample_rate, f.shadow_capacity,
-                        c.leader_only ? 1 : 0, c.switch_sigmas, c.switch_gain, f.hit_ratio, f.seconds, static_cast<unsigned long long>(f.switches),
-                        f.sampled_share);
+            std::printf("%-10zu %-8.4f %-8zu %-3d%-3g/%-6g %-9.4f %-8.1f %-8llu %-7.4f", capacity, f.sample_rate,
+                        f.shadow_capacity, c.leader_only ? 1 : 0, c.switch_sigmas, c.switch_gain, f.hit_ratio,
+                        f.seconds, static_cast<unsigned long long>(f.switches), f.sampled_share);
             for (std::size_t i = 0; i < f.shadow.size(); ++i) {
                 std::printf(" %.4f", f.shadow[i]);
                 if (full) std::printf(" [%+.4f]", f.shadow[i] - full->shadow[i]);

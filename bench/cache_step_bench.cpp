@@ -74,8 +74,10 @@ struct straightforward_cache {
     void admit(const std::vector<block_hash>& hashes, std::vector<block_hash>& held) {
         std::size_t run = 0;
         for (block_hash h : hashes) {
-            if (gpu_held.contains(h) || gpu_map.contains(h) || cpu_map.contains(h)) ++run;
-            else break;
+            if (gpu_held.contains(h) || gpu_map.contains(h) || cpu_map.contains(h))
+                ++run;
+            else
+                break;
         }
         hits += run;
         for (block_hash h : hashes) {
@@ -174,8 +176,9 @@ int main(int argc, char** argv) {
     std::printf("  %-36s %12s %12s %12s\n", "cache", "us/step", "ns/block", "hits");
     std::printf("  %-36s %12.1f %12.2f %12llu\n", "kvpolicy vllm_like_cache", 1e6 * ours / static_cast<double>(steps),
                 1e9 * ours / static_cast<double>(blocks), static_cast<unsigned long long>(hits));
-    std::printf("  %-36s %12.1f %12.2f %12llu\n", "unordered_map + std::list", 1e6 * theirs / static_cast<double>(steps),
-                1e9 * theirs / static_cast<double>(blocks), static_cast<unsigned long long>(base_hits));
+    std::printf("  %-36s %12.1f %12.2f %12llu\n", "unordered_map + std::list",
+                1e6 * theirs / static_cast<double>(steps), 1e9 * theirs / static_cast<double>(blocks),
+                static_cast<unsigned long long>(base_hits));
     std::printf("  speed-up: %.2fx (best of %d, thread CPU time)\n", theirs / ours, repeats);
     if (hits != base_hits) {
         std::fprintf(stderr, "the two caches served different hits: the comparison is void\n");

@@ -94,7 +94,8 @@ std::optional<std::int64_t> ghost_bytes(std::size_t n) {
     } else if constexpr (std::is_same_v<P, s3fifo>) {
         return heap_bytes_of([&] { return ghost_list(static_cast<std::size_t>(static_cast<double>(n) * 0.9) + 1); });
     } else if constexpr (std::is_same_v<P, lirs>) {  // the same policy with a single ghost slot
-        return heap_bytes_of([&] { return lirs(n, {}); }) - heap_bytes_of([&] { return lirs(n, {.max_nonresident = 1}); });
+        return heap_bytes_of([&] { return lirs(n, {}); }) -
+               heap_bytes_of([&] { return lirs(n, {.max_nonresident = 1}); });
     } else {
         return std::nullopt;
     }
@@ -103,8 +104,8 @@ std::optional<std::int64_t> ghost_bytes(std::size_t n) {
 struct workload {
     std::size_t capacity;
     std::uint64_t universe;
-    std::vector<std::uint32_t> keys;    // the request stream
-    std::vector<timestamp> next_use;    // Belady's oracle for each request
+    std::vector<std::uint32_t> keys;  // the request stream
+    std::vector<timestamp> next_use;  // Belady's oracle for each request
 };
 
 workload make_workload(std::size_t capacity, std::size_t requests, std::uint64_t seed) {
@@ -177,7 +178,8 @@ measurement run(const workload& w, double seconds) {
     misses = 0;
     const std::size_t first = i;
     const auto start = clock_type::now();
-    const auto deadline = start + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds));
+    const auto deadline =
+        start + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds));
     for (; i < w.keys.size(); ++i) {
         request(i);
         if ((i & 255) == 0 && clock_type::now() > deadline) break;
@@ -197,7 +199,7 @@ class fifo_plain_queue {
 public:
     using config_type = fifo::config_type;
     explicit fifo_plain_queue(std::size_t capacity, const config_type& = {})
-        : tracking_(capacity, "fifo"), links_(capacity) {}
+            : tracking_(capacity, "fifo"), links_(capacity) {}
     void on_insert(item_id id, const access_context&) noexcept {
         tracking_.mark_inserted(id);
         links_.push_back(queue_, id.value);
@@ -220,14 +222,14 @@ class s3fifo_plain_queues {
 public:
     using config_type = s3fifo::config_type;
     explicit s3fifo_plain_queues(std::size_t capacity, const config_type& = {})
-        : tracking_(capacity, "s3fifo"),
-          links_(capacity),
-          in_main_(capacity, 0),
-          freq_(capacity, 0),
-          keys_(capacity, 0),
-          small_target_(static_cast<std::size_t>(static_cast<double>(capacity) * 0.1)),
-          ghost_target_(static_cast<std::size_t>(static_cast<double>(capacity) * 0.9)),
-          ghost_(ghost_target_ == 0 ? 0 : ghost_target_ + 1) {}
+            : tracking_(capacity, "s3fifo"),
+              links_(capacity),
+              in_main_(capacity, 0),
+              freq_(capacity, 0),
+              keys_(capacity, 0),
+              small_target_(static_cast<std::size_t>(static_cast<double>(capacity) * 0.1)),
+              ghost_target_(static_cast<std::size_t>(static_cast<double>(capacity) * 0.9)),
+              ghost_(ghost_target_ == 0 ? 0 : ghost_target_ + 1) {}
 
     void on_insert(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_inserted(id);
@@ -396,7 +398,7 @@ int main(int argc, char** argv) {
         return r;
     };
     for (const auto& [policy, plain] : {std::pair<std::string, std::string>{"fifo", "fifo, plain queue"},
-                                       std::pair<std::string, std::string>{"s3fifo", "s3fifo, plain queues"}}) {
+                                        std::pair<std::string, std::string>{"s3fifo", "s3fifo, plain queues"}}) {
         const auto at = std::find_if(rows.begin(), rows.end(), [&](const row& r) { return r.name == policy; });
         if (at == rows.end()) continue;
         row r = policy == "fifo" ? plain_row.template operator()<fifo_plain_queue>(plain.c_str())
@@ -404,8 +406,9 @@ int main(int argc, char** argv) {
         rows.insert(at + 1, std::move(r));
     }
 
-    for (const auto& [policy, held] : {std::pair<std::string, std::string>{"adaptive_kv", "adaptive_kv, LRU followed"},
-                                       std::pair<std::string, std::string>{"adaptive_kv_fast", "adaptive_kv_fast, LRU followed"}}) {
+    for (const auto& [policy, held] :
+         {std::pair<std::string, std::string>{"adaptive_kv", "adaptive_kv, LRU followed"},
+          std::pair<std::string, std::string>{"adaptive_kv_fast", "adaptive_kv_fast, LRU followed"}}) {
         const auto at = std::find_if(rows.begin(), rows.end(), [&](const row& r) { return r.name == policy; });
         if (at == rows.end()) continue;
         row r{held, 0, std::nullopt, {}};
@@ -430,12 +433,15 @@ int main(int argc, char** argv) {
         if (r.name == "lru") baseline = &r;
 
     std::printf("%-20s %8s %8s", "policy", "B/item", "ghost B");
-    for (const std::size_t n : sizes) std::printf(" %12s %7s %6s", ("ns/req@" + std::to_string(n)).c_str(), "x lru", "miss");
+    for (const std::size_t n : sizes)
+        std::printf(" %12s %7s %6s", ("ns/req@" + std::to_string(n)).c_str(), "x lru", "miss");
     std::printf("\n");
     for (const auto& r : rows) {
         std::printf("%-20s %8.1f", r.name.c_str(), r.bytes_per_item);
-        if (r.ghost_bytes_per_item) std::printf(" %8.1f", *r.ghost_bytes_per_item);
-        else std::printf(" %8s", "-");
+        if (r.ghost_bytes_per_item)
+            std::printf(" %8.1f", *r.ghost_bytes_per_item);
+        else
+            std::printf(" %8s", "-");
         for (std::size_t s = 0; s < r.by_size.size(); ++s) {
             const double ratio = baseline ? r.by_size[s].ns_per_request / baseline->by_size[s].ns_per_request : 0.0;
             std::printf(" %12.1f %7.2f %6.3f", r.by_size[s].ns_per_request, ratio, r.by_size[s].miss_ratio);
@@ -447,7 +453,8 @@ int main(int argc, char** argv) {
             continue;
         std::printf("%s with place queues / on plain FIFO queues:", rows[i].name.c_str());
         for (std::size_t k = 0; k < std::size(sizes); ++k)
-            std::printf(" %.2fx @%zu", rows[i].by_size[k].ns_per_request / rows[i + 1].by_size[k].ns_per_request, sizes[k]);
+            std::printf(" %.2fx @%zu", rows[i].by_size[k].ns_per_request / rows[i + 1].by_size[k].ns_per_request,
+                        sizes[k]);
         std::printf("\n");
     }
 
@@ -457,19 +464,22 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "eviction_bench: cannot write %s\n", json_path.c_str());
             return 1;
         }
-        out << "{\n  \"workload\": \"zipf 0.9 over 2x capacity keys; hit = on_access, miss = pop_victim + on_insert\",\n";
+        out << "{\n  \"workload\": \"zipf 0.9 over 2x capacity keys; hit = on_access, miss = pop_victim + "
+               "on_insert\",\n";
         out << "  \"policies\": [\n";
         for (std::size_t i = 0; i < rows.size(); ++i) {
             const auto& r = rows[i];
             out << "    {\"name\": \"" << r.name << "\", \"bytes_per_item\": " << r.bytes_per_item
                 << ", \"ghost_bytes_per_item\": ";
-            if (r.ghost_bytes_per_item) out << *r.ghost_bytes_per_item;
-            else out << "null";
+            if (r.ghost_bytes_per_item)
+                out << *r.ghost_bytes_per_item;
+            else
+                out << "null";
             out << ", \"sizes\": [";
             for (std::size_t s = 0; s < r.by_size.size(); ++s) {
                 const double ratio = baseline ? r.by_size[s].ns_per_request / baseline->by_size[s].ns_per_request : 0.0;
-                out << (s ? ", " : "") << "{\"resident\": " << sizes[s] << ", \"ns_per_request\": "
-                    << r.by_size[s].ns_per_request << ", \"ratio_to_lru\": " << ratio
+                out << (s ? ", " : "") << "{\"resident\": " << sizes[s]
+                    << ", \"ns_per_request\": " << r.by_size[s].ns_per_request << ", \"ratio_to_lru\": " << ratio
                     << ", \"miss_ratio\": " << r.by_size[s].miss_ratio << ", \"requests\": " << r.by_size[s].requests
                     << "}";
             }

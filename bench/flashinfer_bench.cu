@@ -84,15 +84,20 @@ struct row_writer {
 struct paged_cache {
     device_buffer<bf16> k, v;
     std::uint32_t pages;
-    explicit paged_cache(std::uint32_t num_pages) : k(std::size_t{num_pages} * page * token_values),
-                                                    v(std::size_t{num_pages} * page * token_values), pages(num_pages) {
+    explicit paged_cache(std::uint32_t num_pages)
+            : k(std::size_t{num_pages} * page * token_values),
+              v(std::size_t{num_pages} * page * token_values),
+              pages(num_pages) {
         bench::fill_uniform(k.get(), std::size_t{num_pages} * page * token_values, 1);
         bench::fill_uniform(v.get(), std::size_t{num_pages} * page * token_values, 2);
     }
     [[nodiscard]] fi::paged_kv_cache<bf16> view() const {
         const std::size_t n = std::size_t{pages} * page * token_values;
-        return {.k = device_span<const bf16>{k.get(), n}, .v = device_span<const bf16>{v.get(), n},
-                .num_pages = pages, .page_size = page, .num_kv_heads = kv_heads};
+        return {.k = device_span<const bf16>{k.get(), n},
+                .v = device_span<const bf16>{v.get(), n},
+                .num_pages = pages,
+                .page_size = page,
+                .num_kv_heads = kv_heads};
     }
 };
 
@@ -100,13 +105,19 @@ struct paged_cache {
 double own_decode_us(cudaStream_t stream, int reps, const paged_cache& c, device_span<const std::uint32_t> table,
                      std::uint32_t tokens, device_buffer<float>& q32, device_buffer<float>& o32,
                      device_buffer<float>& lse) {
-    const basic_paged_decode_args<bf16> args{
-        .q = q32.view(std::size_t{q_heads} * d), .k_cache = device_span<const bf16>{c.k.get(), c.view().k.size()},
-        .v_cache = device_span<const bf16>{c.v.get(), c.view().v.size()}, .block_stride = 0,
-        .block_table = table.first((tokens + page - 1) / page), .num_tokens = tokens,
-        .shape = {.num_q_heads = q_heads, .num_kv_heads = kv_heads, .head_dim = d, .block_size = page,
-                  .scale = heads.scale()},
-        .o = o32.view(std::size_t{q_heads} * d), .lse = lse.view(q_heads)};
+    const basic_paged_decode_args<bf16> args{.q = q32.view(std::size_t{q_heads} * d),
+                                             .k_cache = device_span<const bf16>{c.k.get(), c.view().k.size()},
+                                             .v_cache = device_span<const bf16>{c.v.get(), c.view().v.size()},
+                                             .block_stride = 0,
+                                             .block_table = table.first((tokens + page - 1) / page),
+                                             .num_tokens = tokens,
+                                             .shape = {.num_q_heads = q_heads,
+                                                       .num_kv_heads = kv_heads,
+                                                       .head_dim = d,
+                                                       .block_size = page,
+                                                       .scale = heads.scale()},
+                                             .o = o32.view(std::size_t{q_heads} * d),
+                                             .lse = lse.view(q_heads)};
     double best = 1e30;
     for (std::uint32_t splits : {16u, 32u, 64u, 128u, 256u}) {
         std::size_t bytes = 0;
@@ -135,20 +146,24 @@ void dense_decode(cudaStream_t stream, int reps, row_writer& out) {
     fi::device_paged_kv_buffer idx;
     for (std::uint32_t tokens : {2048u, 4096u, 32768u, 131072u}) {
         const std::uint32_t pages = tokens / page;
-        const std::vector<std::int32_t> indptr{0, static_cast<std::int32_t>(pages)}, last{static_cast<std::int32_t>(page)};
+        const std::vector<std::int32_t> indptr{0, static_cast<std::int32_t>(pages)},
+            last{static_cast<std::int32_t>(page)};
         const std::vector<std::int32_t> indices(ids.begin(), ids.begin() + pages);
         idx.upload(page, indptr, indices, last, max_pages, stream);
         decode.plan(indptr, heads, page);
         const device_span<const bf16> qv{q.get(), std::size_t{q_heads} * d};
-        const double batch_us = bench::time_gpu_us(stream, reps, [&] { decode.run(qv, c.view(), idx.view(), o.view()); });
+        const double batch_us =
+            bench::time_gpu_us(stream, reps, [&] { decode.run(qv, c.view(), idx.view(), o.view()); });
         device_buffer<bf16> tmp(fi::single_decode_tmp_elements(tokens, q_heads));
         const std::size_t kvv = std::size_t{tokens} * token_values;
         const double single_us = bench::time_gpu_us(stream, reps, [&] {
-            fi::single_decode<bf16>(qv, device_span<const bf16>{c.k.get(), kvv}, device_span<const bf16>{c.v.get(), kvv},
-                                    tokens, heads, o.view(), tmp.view(), stream);
+            fi::single_decode<bf16>(qv, device_span<const bf16>{c.k.get(), kvv},
+                                    device_span<const bf16>{c.v.get(), kvv}, tokens, heads, o.view(), tmp.view(),
+                                    stream);
         });
         const double own_us = own_decode_us(stream, reps, c, table.view(), tokens, q32, o32, lse);
-        out.add("dense_decode", "flashinfer batch_decode (1 request)", tokens, 1, batch_us, "kvpolicy split-KV decode", own_us);
+        out.add("dense_decode", "flashinfer batch_decode (1 request)", tokens, 1, batch_us, "kvpolicy split-KV decode",
+                own_us);
         out.add("dense_decode", "flashinfer single_decode", tokens, 1, single_us, "kvpolicy split-KV decode", own_us);
         out.add("dense_decode", "flashinfer single_decode vs batch_decode", tokens, 1, single_us,
                 "flashinfer batch_decode (1 request)", batch_us);
@@ -162,8 +177,8 @@ void quest_rows(cudaStream_t stream, int reps, row_writer& out) {
         for (std::uint32_t requests : {1u, 16u}) {
             const std::uint32_t blocks = tokens / page, pages = blocks * requests;
             paged_cache c(pages);
-            const quest_config cfg{.num_layers = 1, .num_blocks = pages, .num_kv_heads = kv_heads, .head_dim = d,
-                                   .token_budget = budget};
+            const quest_config cfg{
+                .num_layers = 1, .num_blocks = pages, .num_kv_heads = kv_heads, .head_dim = d, .token_budget = budget};
             basic_device_quest<bf16> q_sel(cfg, stream);
             std::vector<std::uint32_t> ids(pages), valid(pages, page);
             std::iota(ids.begin(), ids.end(), 0u);
@@ -200,7 +215,8 @@ void quest_rows(cudaStream_t stream, int reps, row_writer& out) {
                 const quest_paged_row& row = layout.rows[r];
                 q_sel.select_top_device(temp.view(), bytes, layer_index{0},
                                         dids.view(pages).subspan(r * blocks + row.middle_begin, middle),
-                                        q32.view(std::size_t{requests} * q_heads * d).subspan(std::size_t{r} * q_heads * d, std::size_t{q_heads} * d),
+                                        q32.view(std::size_t{requests} * q_heads * d)
+                                            .subspan(std::size_t{r} * q_heads * d, std::size_t{q_heads} * d),
                                         q_heads, row.keep, positions.view().subspan(row.positions_begin, row.keep),
                                         status.view().subspan(r, 1), flags.view().subspan(r, 1));
             };
@@ -219,7 +235,8 @@ void quest_rows(cudaStream_t stream, int reps, row_writer& out) {
             fi::device_paged_kv_buffer dense_idx;
             dense_idx.upload(page, indptr, all_pages, full_last, pages, stream);
             dense.plan(indptr, heads, page);
-            const double dense_us = bench::time_gpu_us(stream, reps, [&] { dense.run(qv, c.view(), dense_idx.view(), o.view()); });
+            const double dense_us =
+                bench::time_gpu_us(stream, reps, [&] { dense.run(qv, c.view(), dense_idx.view(), o.view()); });
             out.add("quest", "quest end to end (score+topK+indices+decode)", tokens, requests, quest_us,
                     "flashinfer dense batch_decode", dense_us);
             if (requests == 1) {
@@ -232,7 +249,8 @@ void quest_rows(cudaStream_t stream, int reps, row_writer& out) {
 }
 
 __global__ void to_bf16_kernel(const float* x, bf16* y, std::size_t n) {
-    for (std::size_t i = std::size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
+    for (std::size_t i = std::size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
+         i += std::size_t{gridDim.x} * blockDim.x)
         y[i] = to_bf16(x[i]);
 }
 
@@ -253,12 +271,16 @@ void minference_rows(cudaStream_t stream, int reps, const std::vector<std::uint3
         const auto cq = device_span<const bf16>{q.get(), qv}, ck = device_span<const bf16>{k.get(), kvv},
                    cv = device_span<const bf16>{v.get(), kvv};
         const int prefill_reps = reps > 0 ? std::min(reps, 3) : 3;
-        const double dense_us = bench::time_long_us(stream, prefill_reps, [&] {
-            fi::dense_causal_prefill<bf16>(cq, ck, cv, n, heads, o.view(), stream);
-        });
+        const double dense_us = bench::time_long_us(
+            stream, prefill_reps, [&] { fi::dense_causal_prefill<bf16>(cq, ck, cv, n, heads, o.view(), stream); });
         device_minference est(mcfg, stream);
-        const device_prefill_qkv_view in{.q = q32.view(qv), .k = k32.view(kvv), .v = v32.view(kvv), .num_tokens = n,
-                                         .num_q_heads = q_heads, .num_kv_heads = kv_heads, .head_dim = d,
+        const device_prefill_qkv_view in{.q = q32.view(qv),
+                                         .k = k32.view(kvv),
+                                         .v = v32.view(kvv),
+                                         .num_tokens = n,
+                                         .num_q_heads = q_heads,
+                                         .num_kv_heads = kv_heads,
+                                         .head_dim = d,
                                          .scale = heads.scale()};
         const double estimate_us = bench::time_long_us(stream, prefill_reps, [&] { est.estimate(in); });
         fi::minference_prefill<bf16> prefill(stream);
@@ -273,12 +295,13 @@ void minference_rows(cudaStream_t stream, int reps, const std::vector<std::uint3
         const auto us = [](auto a, auto b) { return std::chrono::duration<double, std::micro>(b - a).count(); };
         const double copy_us = us(t0, t1), convert_us = us(t1, t2), plan_us = us(t2, t3);
         const double e2e_us = estimate_us + copy_us + convert_us + plan_us + sparse_us;
-        std::printf("    %u tokens: estimate %.0f us, index to host %.0f us, host conversion %.0f us (%zu slash pages, "
-                    "%zu columns), upload + plans %.0f us, sparse prefill %.0f us\n",
-                    n, estimate_us, copy_us, convert_us, rows.slashes.indices.size(), rows.verticals.indices.size(),
-                    plan_us, sparse_us);
-        out.add("minference", "minference end to end (host conversion)", n, 1, e2e_us, "flashinfer dense causal prefill",
-                dense_us);
+        std::printf(
+            "    %u tokens: estimate %.0f us, index to host %.0f us, host conversion %.0f us (%zu slash pages, "
+            "%zu columns), upload + plans %.0f us, sparse prefill %.0f us\n",
+            n, estimate_us, copy_us, convert_us, rows.slashes.indices.size(), rows.verticals.indices.size(), plan_us,
+            sparse_us);
+        out.add("minference", "minference end to end (host conversion)", n, 1, e2e_us,
+                "flashinfer dense causal prefill", dense_us);
         out.add("minference", "minference estimate + sparse prefill (GPU)", n, 1, estimate_us + sparse_us,
                 "flashinfer dense causal prefill", dense_us);
         out.add("minference", "minference sparse prefill alone", n, 1, sparse_us, "flashinfer dense causal prefill",
@@ -297,7 +320,8 @@ void victims(cudaStream_t stream, int reps, row_writer& out) {
         const auto scores = device_span<const float>{s.get(), n};
         std::size_t topk_bytes = 0, radix_bytes = 0;
         fi::device_top_k_lowest({}, topk_bytes, scores, {}, ids.view(), k, st.view(), stream);
-        select_lowest<float>({}, radix_bytes, scores, {}, ids.view(), k, st.view(), stream, select_algorithm::radix_select);
+        select_lowest<float>({}, radix_bytes, scores, {}, ids.view(), k, st.view(), stream,
+                             select_algorithm::radix_select);
         device_buffer<std::byte> temp(std::max(topk_bytes, radix_bytes));
         const double topk_us = bench::time_gpu_us(stream, reps, [&] {
             fi::device_top_k_lowest(temp.view(topk_bytes), topk_bytes, scores, {}, ids.view(), k, st.view(), stream);
@@ -306,7 +330,8 @@ void victims(cudaStream_t stream, int reps, row_writer& out) {
             select_lowest<float>(temp.view(radix_bytes), radix_bytes, scores, {}, ids.view(), k, st.view(), stream,
                                  select_algorithm::radix_select);
         });
-        out.add("victims", "cub::DeviceTopK (flashinfer/top_k.cuh)", n, 1, topk_us, "radix select (select.cuh)", radix_us);
+        out.add("victims", "cub::DeviceTopK (flashinfer/top_k.cuh)", n, 1, topk_us, "radix select (select.cuh)",
+                radix_us);
     }
 }
 
@@ -324,8 +349,8 @@ int main(int argc, char** argv) {
     dense_decode(stream.get(), reps, out);
     quest_rows(stream.get(), reps, out);
     victims(stream.get(), reps, out);
-    minference_rows(stream.get(), opt.reps, opt.tokens.empty() ? std::vector<std::uint32_t>{32768, 65536, 131072} : opt.tokens,
-               out);
+    minference_rows(stream.get(), opt.reps,
+                    opt.tokens.empty() ? std::vector<std::uint32_t>{32768, 65536, 131072} : opt.tokens, out);
     out.json.write(opt.json);
     return 0;
 }

@@ -128,13 +128,13 @@ struct bound {
 
 /// "NAME: M us, bound B us (X MB at Y GB/s): M / B = R x" on one line.
 inline void print_bound(const char* name, double measured_us, bound b) {
-    std::printf("    %-28s %10.1f us   bound %9.1f us (%8.1f MB at %6.0f GB/s)   %6.2fx the bound\n", name,
-                measured_us, b.us(), b.bytes / 1e6, b.bytes_per_s / 1e9, measured_us / b.us());
+    std::printf("    %-28s %10.1f us   bound %9.1f us (%8.1f MB at %6.0f GB/s)   %6.2fx the bound\n", name, measured_us,
+                b.us(), b.bytes / 1e6, b.bytes_per_s / 1e9, measured_us / b.us());
 }
 
 struct options {
-    int reps = 0;                        ///< 0: each benchmark's default
-    const char* json = nullptr;          ///< write rows here too
+    int reps = 0;                       ///< 0: each benchmark's default
+    const char* json = nullptr;         ///< write rows here too
     std::vector<std::uint32_t> tokens;  ///< --tokens: prompt lengths, for the benchmarks that take them
 };
 
@@ -160,7 +160,8 @@ inline options parse(int argc, char** argv, bool takes_tokens = false) {
                 char* end = nullptr;
                 const unsigned long n = std::strtoul(p, &end, 10);
                 if (end == p || n == 0 || n > (1ul << 24) || (*end != ',' && *end != '\0')) {
-                    std::fprintf(stderr, "%s: --tokens wants positive lengths up to 16M separated by commas, got '%s'\n",
+                    std::fprintf(stderr,
+                                 "%s: --tokens wants positive lengths up to 16M separated by commas, got '%s'\n",
                                  argv[0], argv[i]);
                     std::exit(2);
                 }

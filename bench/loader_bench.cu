@@ -45,12 +45,13 @@ const char* method_name(gather_method m) { return m == gather_method::batch_memc
 
 void bench_bandwidth(int reps, bench::json_rows& json) {
     constexpr std::size_t arena_bytes = 512 * mib, load_bytes = 128 * mib;
-    std::printf("\nscattered H2D gather of %zu MiB into one slot (GB/s, higher is better; the bound is one contiguous "
-                "pinned copy of the same bytes, measured in the same run: batch/con and kernel/con are the distance "
-                "to it)\n",
-                load_bytes / mib);
-    std::printf("%10s %8s %14s %14s %14s %10s %10s\n", "block", "blocks", "batch_memcpy", "gather_kernel",
-                "contiguous", "batch/con", "kernel/con");
+    std::printf(
+        "\nscattered H2D gather of %zu MiB into one slot (GB/s, higher is better; the bound is one contiguous "
+        "pinned copy of the same bytes, measured in the same run: batch/con and kernel/con are the distance "
+        "to it)\n",
+        load_bytes / mib);
+    std::printf("%10s %8s %14s %14s %14s %10s %10s\n", "block", "blocks", "batch_memcpy", "gather_kernel", "contiguous",
+                "batch/con", "kernel/con");
     std::mt19937_64 rng(7);
     for (std::size_t block_bytes : {16 * 1024ul, 64 * 1024ul, 256 * 1024ul, 1 * mib, 2 * mib}) {
         const std::size_t capacity = arena_bytes / block_bytes, count = load_bytes / block_bytes;
@@ -62,9 +63,13 @@ void bench_bandwidth(int reps, bench::json_rows& json) {
         ids.resize(count);
         double gbps[3] = {};
         for (gather_method m : {gather_method::batch_memcpy, gather_method::gather_kernel}) {
-            ring_loader ring(host, {.num_layers = 1, .blocks_per_layer = static_cast<std::uint32_t>(capacity),
-                                    .num_slots = 1, .slot_blocks = static_cast<std::uint32_t>(count), .method = m});
-            const double us = bench::time_gpu_us(ring.copy_stream(), reps, [&] { ring.load_to_slot(0, layer_index{0}, ids); });
+            ring_loader ring(host, {.num_layers = 1,
+                                    .blocks_per_layer = static_cast<std::uint32_t>(capacity),
+                                    .num_slots = 1,
+                                    .slot_blocks = static_cast<std::uint32_t>(count),
+                                    .method = m});
+            const double us =
+                bench::time_gpu_us(ring.copy_stream(), reps, [&] { ring.load_to_slot(0, layer_index{0}, ids); });
             gbps[static_cast<int>(m)] = static_cast<double>(load_bytes) / us / 1e3;
             if (m == gather_method::batch_memcpy) {
                 const double con = bench::time_gpu_us(ring.copy_stream(), reps, [&] {
@@ -116,26 +121,35 @@ void bench_overlap(int reps, bench::json_rows& json) {
     std::vector<std::uint32_t> local(blocks);
     std::iota(local.begin(), local.end(), 0u);
     KVPOLICY_CUDA_CHECK(cudaMemcpy(d_q.get(), q.data(), q.size() * sizeof(float), cudaMemcpyHostToDevice));
-    KVPOLICY_CUDA_CHECK(cudaMemcpy(d_local.get(), local.data(), blocks * sizeof(std::uint32_t), cudaMemcpyHostToDevice));
+    KVPOLICY_CUDA_CHECK(
+        cudaMemcpy(d_local.get(), local.data(), blocks * sizeof(std::uint32_t), cudaMemcpyHostToDevice));
     KVPOLICY_CUDA_CHECK(cudaDeviceSynchronize());
 
-    std::printf("\nlayer-wise pipeline, %s K/V: %u layers x %u blocks of %zu KiB (%zu MiB per layer), decode attention "
-                "per layer\n", type_name<T>(), layers, blocks, block_values * sizeof(T) / 1024,
-                blocks * block_values * sizeof(T) / mib);
+    std::printf(
+        "\nlayer-wise pipeline, %s K/V: %u layers x %u blocks of %zu KiB (%zu MiB per layer), decode attention "
+        "per layer\n",
+        type_name<T>(), layers, blocks, block_values * sizeof(T) / 1024, blocks * block_values * sizeof(T) / mib);
     std::printf("%14s %12s %12s %12s %12s %10s %12s %10s\n", "method", "load us", "compute us", "sum us",
                 "pipelined us", "overlap", "bound us", "x bound");
     for (gather_method m : {gather_method::batch_memcpy, gather_method::gather_kernel}) {
-        ring_loader ring(host, {.num_layers = layers, .blocks_per_layer = blocks, .num_slots = 2, .slot_blocks = blocks,
-                                .method = m});
+        ring_loader ring(
+            host,
+            {.num_layers = layers, .blocks_per_layer = blocks, .num_slots = 2, .slot_blocks = blocks, .method = m});
         const auto args = [&](std::uint32_t slot) {
             const device_span<const T> base = ring.template slot_view<T>(slot);
-            return basic_paged_decode_args<T>{.q = d_q.view(), .k_cache = base,
+            return basic_paged_decode_args<T>{.q = d_q.view(),
+                                              .k_cache = base,
                                               .v_cache = base.subspan(block_values / 2),
-                                              .block_stride = block_values, .block_table = d_local.view(),
+                                              .block_stride = block_values,
+                                              .block_table = d_local.view(),
                                               .num_tokens = std::uint64_t{blocks} * bs,
-                                              .shape = {.num_q_heads = q_heads, .num_kv_heads = kv_heads,
-                                                        .head_dim = d, .block_size = bs, .scale = 0.088f},
-                                              .o = d_o.view(), .lse = d_lse.view()};
+                                              .shape = {.num_q_heads = q_heads,
+                                                        .num_kv_heads = kv_heads,
+                                                        .head_dim = d,
+                                                        .block_size = bs,
+                                                        .scale = 0.088f},
+                                              .o = d_o.view(),
+                                              .lse = d_lse.view()};
         };
         // Split-KV, as a serving engine runs decode: 4K tokens in 32 splits
         // of 128 (8 KV heads x 32 = 256 CTAs, about two per SM).
@@ -165,9 +179,8 @@ void bench_overlap(int reps, bench::json_rows& json) {
                     load + compute, pipelined, 100.0 * overlap, bound_us, pipelined / bound_us);
         std::fflush(stdout);
         json.add(std::string("{\"part\": \"overlap\", \"kv_type\": \"") + type_name<T>() + "\", \"method\": \"" +
-                 method_name(m) + "\", \"load_us\": " +
-                 std::to_string(load) + ", \"compute_us\": " + std::to_string(compute) +
-                 ", \"pipelined_us\": " + std::to_string(pipelined) + "}");
+                 method_name(m) + "\", \"load_us\": " + std::to_string(load) + ", \"compute_us\": " +
+                 std::to_string(compute) + ", \"pipelined_us\": " + std::to_string(pipelined) + "}");
     }
 }
 

@@ -75,8 +75,8 @@ void dense_warp_per_query(const device_prefill_qkv_view& in, const device_prefil
                           cudaStream_t stream) {
     namespace kd = kvpolicy::cuda::detail;
     kd::prefill_attention_kernel<true>
-        <<<dim3(kd::blocks_for(in.num_tokens, kd::prefill_warps), in.num_q_heads), kd::prefill_warps * 32, 0,
-           stream>>>(kd::device_head_args(in, out), in.num_tokens, {});
+        <<<dim3(kd::blocks_for(in.num_tokens, kd::prefill_warps), in.num_q_heads), kd::prefill_warps * 32, 0, stream>>>(
+            kd::device_head_args(in, out), in.num_tokens, {});
     KVPOLICY_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -111,11 +111,12 @@ int run(int argc, char** argv) {
         const peaks peak = device_peaks();
         cudaStream_t stream = cudaStreamPerThread;
         bench::json_rows json;
-        std::printf("minference_bench on %s: one layer, %u query heads, %u KV heads, head_dim %u, fp32; fp32 peak "
-                    "%.1f TFLOP/s, memory %.0f GB/s (from the device's attributes); medians of %d runs\n",
-                    bench::gpu_name().c_str(), q_heads, kv_heads, d, peak.fp32_flops / 1e12, peak.bytes / 1e9, reps);
-        std::printf("%-8s %-24s %12s %12s %10s %12s %12s %12s\n", "tokens", "row", "time ms", "keys/query",
-                    "TFLOP/s", "FLOP bnd ms", "byte bnd ms", "dense/row");
+        std::printf(
+            "minference_bench on %s: one layer, %u query heads, %u KV heads, head_dim %u, fp32; fp32 peak "
+            "%.1f TFLOP/s, memory %.0f GB/s (from the device's attributes); medians of %d runs\n",
+            bench::gpu_name().c_str(), q_heads, kv_heads, d, peak.fp32_flops / 1e12, peak.bytes / 1e9, reps);
+        std::printf("%-8s %-24s %12s %12s %10s %12s %12s %12s\n", "tokens", "row", "time ms", "keys/query", "TFLOP/s",
+                    "FLOP bnd ms", "byte bnd ms", "dense/row");
         for (const std::uint32_t n : lengths) {
             const std::size_t q_size = std::size_t{n} * q_heads * d, kv_size = std::size_t{n} * kv_heads * d;
             device_buffer<float> q(q_size), k(kv_size), v(kv_size), o(q_size), lse(std::size_t{n} * q_heads);
@@ -123,10 +124,13 @@ int run(int argc, char** argv) {
             bench::fill_uniform(k.get(), kv_size, 2);
             bench::fill_uniform(v.get(), kv_size, 3);
             const device_prefill_qkv_view in{.q = device_span<const float>{q.get(), q_size},
-                                              .k = device_span<const float>{k.get(), kv_size},
-                                              .v = device_span<const float>{v.get(), kv_size},
-                                              .num_tokens = n, .num_q_heads = q_heads, .num_kv_heads = kv_heads,
-                                              .head_dim = d, .scale = 0.08838834764831845f};
+                                             .k = device_span<const float>{k.get(), kv_size},
+                                             .v = device_span<const float>{v.get(), kv_size},
+                                             .num_tokens = n,
+                                             .num_q_heads = q_heads,
+                                             .num_kv_heads = kv_heads,
+                                             .head_dim = d,
+                                             .scale = 0.08838834764831845f};
             const device_prefill_output_view out{.o = o.view(q_size), .lse = lse.view(std::size_t{n} * q_heads)};
             const double bytes = 4.0 * (2.0 * static_cast<double>(q_size) + 2.0 * static_cast<double>(kv_size) +
                                         static_cast<double>(n) * q_heads);
@@ -138,11 +142,11 @@ int run(int argc, char** argv) {
                 std::printf("%-8u %-24s %12.3f %12.0f %10.2f %12.3f %12.3f %12.2f\n", n, name.c_str(), us / 1e3,
                             per_query, keys > 0 ? flops / (us * 1e-6) / 1e12 : 0.0, flops / peak.fp32_flops * 1e3,
                             byte_bound_ms, dense_us / us);
-                json.add("{\"tokens\": " + std::to_string(n) + ", \"row\": \"" + name + "\", \"us\": " +
-                         std::to_string(us) + ", \"keys_per_query\": " + std::to_string(per_query) +
+                json.add("{\"tokens\": " + std::to_string(n) + ", \"row\": \"" + name +
+                         "\", \"us\": " + std::to_string(us) + ", \"keys_per_query\": " + std::to_string(per_query) +
                          ", \"flop_bound_us\": " + std::to_string(flops / peak.fp32_flops * 1e6) +
-                         ", \"byte_bound_us\": " + std::to_string(byte_bound_ms * 1e3) + ", \"dense_over_row\": " +
-                         std::to_string(dense_us / us) + "}");
+                         ", \"byte_bound_us\": " + std::to_string(byte_bound_ms * 1e3) +
+                         ", \"dense_over_row\": " + std::to_string(dense_us / us) + "}");
             };
 
             const double dense_us =
@@ -156,10 +160,10 @@ int run(int argc, char** argv) {
                             warp_us / dense_us);
             }
 
-            const minference_config budget{};  // seed 004: adaptive_budget 0.3
+            const minference_config budget{};                                // seed 004: adaptive_budget 0.3
             const minference_config fixed{.adaptive_budget = std::nullopt};  // 1000 columns, 6096 diagonals
-            for (const auto& [label, cfg] : {std::pair{std::string("budget 0.3"), budget},
-                                             std::pair{std::string("fixed 1000/6096"), fixed}}) {
+            for (const auto& [label, cfg] :
+                 {std::pair{std::string("budget 0.3"), budget}, std::pair{std::string("fixed 1000/6096"), fixed}}) {
                 device_minference dm(cfg, stream);
                 const double est_us = time_row_us(stream, reps, long_once, [&] { dm.estimate(in); });
                 dm.wait();
@@ -167,13 +171,14 @@ int run(int argc, char** argv) {
                 const double keys = scored_keys_sparse(index);
                 const double attn_us = time_row_us(
                     stream, reps, long_once, [&] { prefill_attention_vertical_slash(in, dm.index(), out, stream); });
-                const double total_us = time_row_us(
-                    stream, reps, long_once, [&] { dm.sparse_prefill_attention(in, layer_index{0}, out); });
+                const double total_us =
+                    time_row_us(stream, reps, long_once, [&] { dm.sparse_prefill_attention(in, layer_index{0}, out); });
                 dm.wait();
                 row(label + ": estimate", est_us, 0.0, dense_us);
                 row(label + ": attention", attn_us, keys, dense_us);
                 row(label + ": total", total_us, keys, dense_us);
-                std::printf("%-8u %-24s estimation share of total %.1f%%\n", n, label.c_str(), 100.0 * est_us / total_us);
+                std::printf("%-8u %-24s estimation share of total %.1f%%\n", n, label.c_str(),
+                            100.0 * est_us / total_us);
             }
         }
         json.write(opt.json);

@@ -64,8 +64,8 @@ void run_type(int reps, double d2d, cudaStream_t stream, bench::json_rows& json)
     constexpr std::uint32_t bs = 16, kv_heads = 8, q_heads = 32, d = 128, budget_tokens = 4096;
     const std::size_t block_values = 2ul * bs * kv_heads * d;  // [K | V] per block
     std::printf("\nK/V and Quest metadata in %s (fp32 accumulation)\n", type_name<T>());
-    std::printf("%9s %7s %12s %7s %12s %12s %12s %12s %9s\n", "context", "blocks", "full us", "splits",
-                "score+topK", "sparse attn", "quest total", "select() us", "full/qst");
+    std::printf("%9s %7s %12s %7s %12s %12s %12s %12s %9s\n", "context", "blocks", "full us", "splits", "score+topK",
+                "sparse attn", "quest total", "select() us", "full/qst");
     for (std::uint32_t tokens : {32768u, 131072u}) {
         const std::uint32_t blocks = tokens / bs;
         device_buffer<T> d_cache(blocks * block_values);
@@ -79,14 +79,18 @@ void run_type(int reps, double d2d, cudaStream_t stream, bench::json_rows& json)
         KVPOLICY_CUDA_CHECK(cudaMemcpy(d_valid.get(), valid.data(), blocks * 4ul, cudaMemcpyHostToDevice));
         KVPOLICY_CUDA_CHECK(cudaDeviceSynchronize());
 
-        const decode_attention_shape shape{.num_q_heads = q_heads, .num_kv_heads = kv_heads, .head_dim = d,
-                                           .block_size = bs, .scale = 0.088f};
+        const decode_attention_shape shape{
+            .num_q_heads = q_heads, .num_kv_heads = kv_heads, .head_dim = d, .block_size = bs, .scale = 0.088f};
         const auto args = [&](std::uint32_t n_blocks) {
-            return basic_paged_decode_args<T>{.q = d_q.view(), .k_cache = d_cache.view(),
+            return basic_paged_decode_args<T>{.q = d_q.view(),
+                                              .k_cache = d_cache.view(),
                                               .v_cache = d_cache.view().subspan(block_values / 2),
-                                              .block_stride = block_values, .block_table = d_ids.view(n_blocks),
-                                              .num_tokens = std::uint64_t{n_blocks} * bs, .shape = shape,
-                                              .o = d_o.view(), .lse = d_lse.view()};
+                                              .block_stride = block_values,
+                                              .block_table = d_ids.view(n_blocks),
+                                              .num_tokens = std::uint64_t{n_blocks} * bs,
+                                              .shape = shape,
+                                              .o = d_o.view(),
+                                              .lse = d_lse.view()};
         };
         const auto split_attention = [&](std::uint32_t n_blocks, std::uint32_t& best_splits) {
             double best = 1e30;
@@ -107,7 +111,10 @@ void run_type(int reps, double d2d, cudaStream_t stream, bench::json_rows& json)
         std::uint32_t full_splits = 0, sparse_splits = 0;
         const double full_us = split_attention(blocks, full_splits);
 
-        const quest_config cfg{.num_layers = 1, .num_blocks = blocks, .num_kv_heads = kv_heads, .head_dim = d,
+        const quest_config cfg{.num_layers = 1,
+                               .num_blocks = blocks,
+                               .num_kv_heads = kv_heads,
+                               .head_dim = d,
                                .token_budget = budget_tokens};
         basic_device_quest<T> quest(cfg, stream);
         quest.on_offload_blocks(layer_index{0}, d_cache.view(std::size_t{blocks} * block_values), block_values,
@@ -132,8 +139,11 @@ void run_type(int reps, double d2d, cudaStream_t stream, bench::json_rows& json)
 
         std::vector<block_id> available(blocks), out(blocks);
         for (std::uint32_t i = 0; i < blocks; ++i) available[i] = block_id{i};
-        const device_selection_context ctx{.layer = layer_index{0}, .block_size = bs, .num_q_heads = q_heads,
-                                           .num_kv_heads = kv_heads, .head_dim = d,
+        const device_selection_context ctx{.layer = layer_index{0},
+                                           .block_size = bs,
+                                           .num_q_heads = q_heads,
+                                           .num_kv_heads = kv_heads,
+                                           .head_dim = d,
                                            .query = d_q.view(std::size_t{q_heads} * d)};
         const double select_us = bench::time_wall_us(reps, [&] { (void)quest.select(available, ctx, out); });
 
@@ -143,20 +153,27 @@ void run_type(int reps, double d2d, cudaStream_t stream, bench::json_rows& json)
         // selects. Both load with the gather kernel into one ring slot and
         // attend over it (split-KV); wall time, host ids included.
         pinned_block_arena host(blocks, block_values * sizeof(T));
-        KVPOLICY_CUDA_CHECK(cudaMemcpy(host.host_view().data(), d_cache.get(), host.host_view().size(),
-                                       cudaMemcpyDeviceToHost));
-        ring_loader ring(host, {.num_layers = 1, .blocks_per_layer = blocks, .num_slots = 1, .slot_blocks = blocks,
+        KVPOLICY_CUDA_CHECK(
+            cudaMemcpy(host.host_view().data(), d_cache.get(), host.host_view().size(), cudaMemcpyDeviceToHost));
+        ring_loader ring(host, {.num_layers = 1,
+                                .blocks_per_layer = blocks,
+                                .num_slots = 1,
+                                .slot_blocks = blocks,
                                 .method = gather_method::gather_kernel});
         std::vector<block_id> all_ids(blocks), chosen(blocks);
         for (std::uint32_t i = 0; i < blocks; ++i) all_ids[i] = block_id{i};
         std::size_t slot_temp_bytes = 0;
         const auto slot_args = [&](std::uint32_t n_blocks) {
             const device_span<const T> slot = ring.template slot_view<T>(0);
-            return basic_paged_decode_args<T>{.q = d_q.view(), .k_cache = slot,
+            return basic_paged_decode_args<T>{.q = d_q.view(),
+                                              .k_cache = slot,
                                               .v_cache = slot.subspan(block_values / 2),
-                                              .block_stride = block_values, .block_table = d_ids.view(n_blocks),
-                                              .num_tokens = std::uint64_t{n_blocks} * bs, .shape = shape,
-                                              .o = d_o.view(), .lse = d_lse.view()};
+                                              .block_stride = block_values,
+                                              .block_table = d_ids.view(n_blocks),
+                                              .num_tokens = std::uint64_t{n_blocks} * bs,
+                                              .shape = shape,
+                                              .o = d_o.view(),
+                                              .lse = d_lse.view()};
         };
         paged_decode_attention_split({}, slot_temp_bytes, slot_args(blocks), full_splits, ring.compute_stream());
         device_buffer<std::byte> slot_temp(slot_temp_bytes);
@@ -190,22 +207,23 @@ void run_type(int reps, double d2d, cudaStream_t stream, bench::json_rows& json)
                            {meta_bytes + 4.0 * q_heads * d + 8.0 * middle + 4.0 * keep, d2d});
         bench::print_bound("sparse attention", sparse_us,
                            {static_cast<double>(budget_blocks) * kv_bytes + io_bytes, d2d});
-        std::printf("    offloaded K/V (pinned CPU memory, gather kernel): load all + full attention %.1f us, "
-                    "Quest select + load chosen + sparse attention %.1f us: %.1fx\n",
-                    offload_full_us, offload_quest_us, offload_full_us / offload_quest_us);
+        std::printf(
+            "    offloaded K/V (pinned CPU memory, gather kernel): load all + full attention %.1f us, "
+            "Quest select + load chosen + sparse attention %.1f us: %.1fx\n",
+            offload_full_us, offload_quest_us, offload_full_us / offload_quest_us);
         if constexpr (std::same_as<T, bf16>)
             for (const sdpa_reference& r : sdpa_bf16_h100)
                 if (r.tokens == tokens)
-                    std::printf("    full attention vs PyTorch SDPA bf16 on an H100 (issue #13: %.1f us; compare "
-                                "only on an H100): SDPA / this = %.2fx\n", r.us, r.us / full_us);
+                    std::printf(
+                        "    full attention vs PyTorch SDPA bf16 on an H100 (issue #13: %.1f us; compare "
+                        "only on an H100): SDPA / this = %.2fx\n",
+                        r.us, r.us / full_us);
         std::fflush(stdout);
         json.add(std::string("{\"kv_type\": \"") + type_name<T>() + "\", \"tokens\": " + std::to_string(tokens) +
-                 ", \"full_attention_us\": " + std::to_string(full_us) +
-                 ", \"quest_score_topk_us\": " + std::to_string(score_us) +
-                 ", \"sparse_attention_us\": " + std::to_string(sparse_us) +
-                 ", \"select_end_to_end_us\": " + std::to_string(select_us) +
-                 ", \"offload_full_us\": " + std::to_string(offload_full_us) +
-                 ", \"offload_quest_us\": " + std::to_string(offload_quest_us) +
+                 ", \"full_attention_us\": " + std::to_string(full_us) + ", \"quest_score_topk_us\": " +
+                 std::to_string(score_us) + ", \"sparse_attention_us\": " + std::to_string(sparse_us) +
+                 ", \"select_end_to_end_us\": " + std::to_string(select_us) + ", \"offload_full_us\": " +
+                 std::to_string(offload_full_us) + ", \"offload_quest_us\": " + std::to_string(offload_quest_us) +
                  ", \"d2d_bytes_per_s\": " + std::to_string(d2d) + "}");
     }
 }
@@ -221,8 +239,10 @@ int run(int argc, char** argv) {
         stream_handle stream;
         bench::json_rows json;
         const double d2d = bench::measure_d2d_bytes_per_s(stream.get());
-        std::printf("measured device-to-device bandwidth (read + write): %.0f GB/s; each figure's bound below is "
-                    "its bytes at that rate\n", d2d / 1e9);
+        std::printf(
+            "measured device-to-device bandwidth (read + write): %.0f GB/s; each figure's bound below is "
+            "its bytes at that rate\n",
+            d2d / 1e9);
         run_type<float>(reps, d2d, stream.get(), json);
         run_type<bf16>(reps, d2d, stream.get(), json);
         run_type<fp16>(reps, d2d, stream.get(), json);

@@ -76,11 +76,16 @@ int main(int argc, char** argv) {
     int repeat = 3;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string a = argv[i], v = argv[i + 1];
-        if (a == "--trace") trace = v;
-        else if (a == "--block-size") block_size = static_cast<std::uint32_t>(std::stoul(v));
-        else if (a == "--capacity") percent = std::stod(v);
-        else if (a == "--depths") depths = v;
-        else if (a == "--repeat") repeat = std::stoi(v);
+        if (a == "--trace")
+            trace = v;
+        else if (a == "--block-size")
+            block_size = static_cast<std::uint32_t>(std::stoul(v));
+        else if (a == "--capacity")
+            percent = std::stod(v);
+        else if (a == "--depths")
+            depths = v;
+        else if (a == "--repeat")
+            repeat = std::stoi(v);
         else {
             std::fprintf(stderr, "queue_bench: unknown flag %s\n", a.c_str());
             return 2;
@@ -99,7 +104,8 @@ int main(int argc, char** argv) {
     for (const auto& r : requests) ids.insert(ids.end(), r.hash_ids.begin(), r.hash_ids.end());
     std::sort(ids.begin(), ids.end());
     const auto distinct = static_cast<std::size_t>(std::unique(ids.begin(), ids.end()) - ids.begin());
-    const auto capacity = std::max<std::size_t>(1, static_cast<std::size_t>(percent / 100.0 * static_cast<double>(distinct)));
+    const auto capacity =
+        std::max<std::size_t>(1, static_cast<std::size_t>(percent / 100.0 * static_cast<double>(distinct)));
     std::printf("queue_bench: %s, %zu requests, capacity %zu blocks (%.3g%% of %zu), best of %d\n", trace.c_str(),
                 requests.size(), capacity, percent, distinct, repeat);
     std::printf("%-12s %-7s %12s %14s %9s   %s\n", "base B", "queue", "B ns/block", "queue_aware ns", "ratio",

@@ -121,8 +121,10 @@ int main(int argc, char** argv) {
     int reps = 0;
     const char* json = nullptr;
     for (int i = 1; i < argc; ++i) {
-        if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = std::atoi(argv[++i]);
-        else if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
+        if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+            reps = std::atoi(argv[++i]);
+        else if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc)
+            json = argv[++i];
         else {
             std::fprintf(stderr, "usage: %s [--reps N] [--json FILE]\n", argv[0]);
             return 2;
@@ -148,7 +150,8 @@ int main(int argc, char** argv) {
     const double board_ns = per_victim_ns(board, million, 300'000);
     std::printf("\none victim per pop at 10^6 items, steady state (thread CPU ns per pop + insert)\n");
     std::printf("  retention_value, exact (scan_fraction 0): %12.0f\n", exact_ns);
-    std::printf("  retention_value, scan_fraction 0.01:      %12.1f  (%.0fx faster)\n", batched_ns, exact_ns / batched_ns);
+    std::printf("  retention_value, scan_fraction 0.01:      %12.1f  (%.0fx faster)\n", batched_ns,
+                exact_ns / batched_ns);
     std::printf("  checkerboard (indexed heap):               %12.1f\n", board_ns);
     if (json != nullptr) {
         std::FILE* f = std::fopen(json, "w");
@@ -158,12 +161,15 @@ int main(int argc, char** argv) {
         }
         std::fprintf(f, "{\"selection\": [");
         for (std::size_t i = 0; i < rows.size(); ++i)
-            std::fprintf(f, "%s{\"items\": %zu, \"victims\": %zu, \"pop_victims_ns_per_item\": %.4f, "
+            std::fprintf(f,
+                         "%s{\"items\": %zu, \"victims\": %zu, \"pop_victims_ns_per_item\": %.4f, "
                          "\"sort_ns_per_item\": %.4f, \"ratio\": %.4f}",
                          i ? ", " : "", rows[i].n, rows[i].k, rows[i].policy_ns, rows[i].sort_ns,
                          rows[i].policy_ns / rows[i].sort_ns);
-        std::fprintf(f, "], \"per_victim_ns_exact\": %.1f, \"per_victim_ns_scan_1pct\": %.2f, "
-                     "\"per_victim_ns_checkerboard\": %.2f}\n", exact_ns, batched_ns, board_ns);
+        std::fprintf(f,
+                     "], \"per_victim_ns_exact\": %.1f, \"per_victim_ns_scan_1pct\": %.2f, "
+                     "\"per_victim_ns_checkerboard\": %.2f}\n",
+                     exact_ns, batched_ns, board_ns);
         std::fclose(f);
     }
     return 0;

@@ -97,19 +97,25 @@ int main(int argc, char** argv) {
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string_view flag = argv[i];
         const std::string value = argv[i + 1];
-        if (flag == "--trace") trace = value;
-        else if (flag == "--block-size") block_size = static_cast<std::uint32_t>(std::stoul(value));
-        else if (flag == "--layers") layers = static_cast<std::uint32_t>(std::stoul(value));
-        else if (flag == "--capacity") capacities = parse_list(value);
-        else if (flag == "--cpu-capacity") cpu_capacity = std::stoull(value);
+        if (flag == "--trace")
+            trace = value;
+        else if (flag == "--block-size")
+            block_size = static_cast<std::uint32_t>(std::stoul(value));
+        else if (flag == "--layers")
+            layers = static_cast<std::uint32_t>(std::stoul(value));
+        else if (flag == "--capacity")
+            capacities = parse_list(value);
+        else if (flag == "--cpu-capacity")
+            cpu_capacity = std::stoull(value);
         else {
             std::fprintf(stderr, "retention_study: unknown flag %s\n", argv[i]);
             return 2;
         }
     }
     if (capacities.empty() || cpu_capacity == 0 || block_size == 0 || layers == 0) {
-        std::fprintf(stderr, "usage: retention_study [--trace FILE] [--block-size N] [--layers L] "
-                             "--capacity C1,C2,... --cpu-capacity N\n");
+        std::fprintf(stderr,
+                     "usage: retention_study [--trace FILE] [--block-size N] [--layers L] "
+                     "--capacity C1,C2,... --cpu-capacity N\n");
         return 2;
     }
     std::vector<sim::request_record> reqs;
@@ -125,7 +131,8 @@ int main(int argc, char** argv) {
     // kvpolicy-sim's default prefill cost.
     g_replay_cost = sim::prefill_cost_options{}.model(block_size);
     std::printf("retention_study: %s, %zu requests, block %u tokens, %u layer(s), CPU tier %zu blocks (LRU)\n",
-                trace.empty() ? "built-in chat workload" : trace.c_str(), reqs.size(), block_size, layers, cpu_capacity);
+                trace.empty() ? "built-in chat workload" : trace.c_str(), reqs.size(), block_size, layers,
+                cpu_capacity);
     for (const std::size_t capacity : capacities) {
         const sim::request_replay_config cfg{.capacity = capacity,
                                              .cpu_capacity = cpu_capacity,
@@ -139,9 +146,10 @@ int main(int argc, char** argv) {
         rows.push_back(replay<seed000_retention_value, lru>("seed 000", reqs, cfg, nullptr));
         rows.push_back(replay<configured<seed000_retention_value, seed_exact_scan>, lru>("seed 000, exact scan", reqs,
                                                                                          cfg, nullptr));
-        rows.push_back(replay<configured<seed000_retention_value, seed_with_dependents>, lru>("seed + dependents",
-                                                                                              reqs, cfg, nullptr));
-        rows.push_back(replay<configured<retention_value<>, chunk_alone>, lru>("uniform, chunk alone", reqs, cfg, nullptr));
+        rows.push_back(replay<configured<seed000_retention_value, seed_with_dependents>, lru>("seed + dependents", reqs,
+                                                                                              cfg, nullptr));
+        rows.push_back(
+            replay<configured<retention_value<>, chunk_alone>, lru>("uniform, chunk alone", reqs, cfg, nullptr));
         rows.push_back(replay<configured<retention_value<>, seed_costs>, lru>("retention_value, seed's costs", reqs,
                                                                               cfg, nullptr));
         rows.push_back(replay<retention_value<>, lru>("retention_value", reqs, cfg, nullptr));

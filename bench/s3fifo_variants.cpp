@@ -23,11 +23,12 @@ namespace {
 template <bool FillMain>
 struct s3fifo_rule : s3fifo {
     explicit s3fifo_rule(std::size_t capacity, const config_type& = {})
-        : s3fifo(capacity, {.fill_main_before_first_eviction = FillMain}) {}
+            : s3fifo(capacity, {.fill_main_before_first_eviction = FillMain}) {}
 };
 
 template <class Policy>
-double hit_ratio(const std::vector<sim::request_record>& reqs, std::size_t capacity, std::uint32_t block_size, bool flat) {
+double hit_ratio(const std::vector<sim::request_record>& reqs, std::size_t capacity, std::uint32_t block_size,
+                 bool flat) {
     sim::vector_request_source src(reqs);
     if (flat) {
         sim::flattened_requests<sim::vector_request_source> blocks(src);
@@ -66,7 +67,8 @@ int main(int argc, char** argv) {
     for (const std::size_t c : capacities)
         for (const bool flat : {false, true}) {
             std::printf("%-26s %9zu %7s %8.4f %10.4f %10.4f\n", name.c_str(), c, flat ? "flat" : "prefix",
-                        hit_ratio<lru>(reqs, c, block_size, flat), hit_ratio<s3fifo_rule<false>>(reqs, c, block_size, flat),
+                        hit_ratio<lru>(reqs, c, block_size, flat),
+                        hit_ratio<s3fifo_rule<false>>(reqs, c, block_size, flat),
                         hit_ratio<s3fifo_rule<true>>(reqs, c, block_size, flat));
             std::fflush(stdout);
         }

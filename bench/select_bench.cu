@@ -43,8 +43,8 @@ double d2d_bytes_per_s = 1.0;  // measured once in run()
 
 void print(const row& r, bench::json_rows& json) {
     const bench::bound b{r.bytes, d2d_bytes_per_s};
-    std::printf("%10zu %8zu  %-44s %12.1f %10.1fx %10.1f %8.1fx\n", r.n, r.k, r.method.c_str(), r.us,
-                r.cpu_us / r.us, b.us(), r.us / b.us());
+    std::printf("%10zu %8zu  %-44s %12.1f %10.1fx %10.1f %8.1fx\n", r.n, r.k, r.method.c_str(), r.us, r.cpu_us / r.us,
+                b.us(), r.us / b.us());
     std::fflush(stdout);
     json.add("{\"n\": " + std::to_string(r.n) + ", \"k\": " + std::to_string(r.k) + ", \"method\": \"" + r.method +
              "\", \"us\": " + std::to_string(r.us) + ", \"speedup_vs_cpu\": " + std::to_string(r.cpu_us / r.us) +
@@ -110,7 +110,8 @@ void bench_scores(std::size_t n, int gpu_reps, int cpu_reps, cudaStream_t stream
         KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream));
         if (!same(download(d_out.get(), k), cpu_out)) std::printf("  MISMATCH against the CPU\n");
         const double us = bench::time_gpu_us(stream, gpu_reps, run);
-        print({n, k, std::string(algo == select_algorithm::radix_select ? "CUB radix select, " : "CUB radix sort, ") + type,
+        print({n, k,
+               std::string(algo == select_algorithm::radix_select ? "CUB radix select, " : "CUB radix sort, ") + type,
                us, cpu_us, selection_bytes},
               json);
     }
@@ -164,9 +165,12 @@ void bench_retention(std::size_t n, int gpu_reps, int cpu_reps, cudaStream_t str
     upload(context, d_context);
     upload(last, d_last);
     upload(raw, d_ids);
-    const retention_items_view items{.layer = d_layer.view(n), .chunk = d_chunk.view(n),
-                                     .session_total_chunks = d_total.view(n), .context_length = d_context.view(n),
-                                     .last_use = d_last.view(n), .ids = d_ids.view(n)};
+    const retention_items_view items{.layer = d_layer.view(n),
+                                     .chunk = d_chunk.view(n),
+                                     .session_total_chunks = d_total.view(n),
+                                     .context_length = d_context.view(n),
+                                     .last_use = d_last.view(n),
+                                     .ids = d_ids.view(n)};
     std::size_t bytes = 0, fused_bytes = 0;
     select_lowest<double>({}, bytes, d_scores.view(n), d_ids.view(n), d_out.view(k), static_cast<std::uint32_t>(k),
                           d_status.view(), stream);
@@ -183,13 +187,17 @@ void bench_retention(std::size_t n, int gpu_reps, int cpu_reps, cudaStream_t str
                                         static_cast<std::uint32_t>(k), d_status.view(), stream);
     };
     for (int variant = 0; variant < 2; ++variant) {
-        if (variant == 0) two_steps(); else fused();
+        if (variant == 0)
+            two_steps();
+        else
+            fused();
         KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream));
         if (!same(download(d_out.get(), k), cpu_out)) std::printf("  MISMATCH against the CPU\n");
         const double us = variant == 0 ? bench::time_gpu_us(stream, gpu_reps, two_steps)
                                        : bench::time_gpu_us(stream, gpu_reps, fused);
         // Five metadata arrays and the ids read once, the k ids written.
-        const double bytes = static_cast<double>(n) * (3 * 4 + 8 + sizeof(timestamp) + 4) + 4.0 * static_cast<double>(k);
+        const double bytes =
+            static_cast<double>(n) * (3 * 4 + 8 + sizeof(timestamp) + 4) + 4.0 * static_cast<double>(k);
         print({n, k, variant == 0 ? "GPU compute_retention + radix select" : "GPU select_lowest_retention (fused)", us,
                cpu_us, bytes},
               json);
@@ -205,8 +213,10 @@ int run(int argc, char** argv) {
         std::printf("victim selection, k = 1%% of n; GPU: %s\n", bench::gpu_name().c_str());
         stream_handle stream;
         d2d_bytes_per_s = bench::measure_d2d_bytes_per_s(stream.get());
-        std::printf("bound: one read of the inputs and the k ids written at the measured device-to-device "
-                    "bandwidth, %.0f GB/s (read + write)\n", d2d_bytes_per_s / 1e9);
+        std::printf(
+            "bound: one read of the inputs and the k ids written at the measured device-to-device "
+            "bandwidth, %.0f GB/s (read + write)\n",
+            d2d_bytes_per_s / 1e9);
         std::printf("%10s %8s  %-44s %12s %11s %10s %9s\n", "n", "k", "method", "median us", "vs CPU", "bound us",
                     "x bound");
         bench::json_rows json;

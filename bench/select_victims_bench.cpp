@@ -147,8 +147,10 @@ int main(int argc, char** argv) {
     const char* json = nullptr;
     for (int i = 1; i < argc; ++i) {
         const std::string_view a = argv[i];
-        if (a == "--runs" && i + 1 < argc) runs = std::strtoull(argv[++i], nullptr, 10);
-        else if (a == "--json" && i + 1 < argc) json = argv[++i];
+        if (a == "--runs" && i + 1 < argc)
+            runs = std::strtoull(argv[++i], nullptr, 10);
+        else if (a == "--json" && i + 1 < argc)
+            json = argv[++i];
         else {
             std::fprintf(stderr, "usage: %s [--runs N] [--json FILE]\n", argv[0]);
             return 2;
@@ -176,7 +178,8 @@ int main(int argc, char** argv) {
         std::fprintf(f, "{\"candidates\": %zu, \"required_blocks\": %zu, \"runs\": %zu, \"rules\": [", num_candidates,
                      required_blocks, runs);
         for (std::size_t i = 0; i < std::size(rows); ++i)
-            std::fprintf(f, "%s{\"rule\": \"%.*s\", \"median_us\": %.3f, \"p90_us\": %.3f, \"sort_all_median_us\": %.3f}",
+            std::fprintf(f,
+                         "%s{\"rule\": \"%.*s\", \"median_us\": %.3f, \"p90_us\": %.3f, \"sort_all_median_us\": %.3f}",
                          i ? ", " : "", static_cast<int>(rows[i].rule.size()), rows[i].rule.data(),
                          rows[i].batch.median_us, rows[i].batch.p90_us, rows[i].baseline.median_us);
         std::fprintf(f, "]}\n");

@@ -56,7 +56,7 @@ std::vector<request> make_requests(std::size_t capacity, std::size_t count, std:
     std::vector<request> out(count);
     for (std::size_t r = 0; r < count; ++r) {
         const auto s = std::min<std::size_t>(
-                static_cast<std::size_t>(std::lower_bound(cdf.begin(), cdf.end(), u(rng)) - cdf.begin()), sessions - 1);
+            static_cast<std::size_t>(std::lower_bound(cdf.begin(), cdf.end(), u(rng)) - cdf.begin()), sessions - 1);
         if (length[s] >= 64) {
             id[s] = next_id++;
             length[s] = 0;
@@ -161,7 +161,8 @@ int main(int argc, char** argv) {
     std::vector<row> rows;
     auto add = [&]<class P>(std::string name, says what) {
         row x{std::move(name), {}};
-        for (std::size_t i = 0; i < std::size(sizes); ++i) x.by_size.push_back(run<P>(workloads[i], sizes[i], what, seconds));
+        for (std::size_t i = 0; i < std::size(sizes); ++i)
+            x.by_size.push_back(run<P>(workloads[i], sizes[i], what, seconds));
         rows.push_back(std::move(x));
     };
     add.operator()<lru>("lru", says::output);
@@ -175,7 +176,8 @@ int main(int argc, char** argv) {
     add.operator()<adaptive_kv_fast>("adaptive_kv_fast", says::output);
 
     std::printf("%-30s", "policy");
-    for (const std::size_t n : sizes) std::printf(" %13s %6s %6s", ("ns/block@" + std::to_string(n)).c_str(), "x lru", "miss");
+    for (const std::size_t n : sizes)
+        std::printf(" %13s %6s %6s", ("ns/block@" + std::to_string(n)).c_str(), "x lru", "miss");
     std::printf("\n");
     for (const row& x : rows) {
         std::printf("%-30s", x.name.c_str());

@@ -298,9 +298,10 @@ int main(int argc, char** argv) {
                         best_base.cpu_seconds, rate(best_base.cpu_seconds), best_base.peak_rss_kib / 1024);
             std::printf("  %-48s %10.3f %14.3e %7ld MiB\n", "library: kvpolicy's reader, replay_flat<lru>",
                         best_ours.cpu_seconds, rate(best_ours.cpu_seconds), best_ours.peak_rss_kib / 1024);
-            std::printf("  kvpolicy-sim process vs hand-written process: %.2fx; replay_flat<lru> vs the same reader "
-                        "with map + list: %.2fx\n",
-                        best_hand.cpu_seconds / best_sim.cpu_seconds, best_base.cpu_seconds / best_ours.cpu_seconds);
+            std::printf(
+                "  kvpolicy-sim process vs hand-written process: %.2fx; replay_flat<lru> vs the same reader "
+                "with map + list: %.2fx\n",
+                best_hand.cpu_seconds / best_sim.cpu_seconds, best_base.cpu_seconds / best_ours.cpu_seconds);
         }
         if (!jsonl.empty()) {
             // Best of N as well: a first read after another program may find
@@ -324,7 +325,8 @@ int main(int argc, char** argv) {
             const outcome kj = in_child([&] { return kvpolicy_lru_jsonl(jsonl, capacity); });
             if (kj.misses != best_ours.misses) {
                 std::fprintf(stderr, "disagreement: JSONL replay %llu misses, CSV replay %llu\n",
-                             static_cast<unsigned long long>(kj.misses), static_cast<unsigned long long>(best_ours.misses));
+                             static_cast<unsigned long long>(kj.misses),
+                             static_cast<unsigned long long>(best_ours.misses));
                 return 1;
             }
             const double ours_rate = static_cast<double>(best_ours.accesses) / best_ours.cpu_seconds;

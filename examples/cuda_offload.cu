@@ -47,7 +47,8 @@ __global__ void score_blocks(kvpolicy::device_span<float> scores) {
 }
 
 // Stands in for attention over the blocks in a slot: sums their words.
-__global__ void sum_words(kvpolicy::device_span<const std::uint32_t> words, kvpolicy::device_span<unsigned long long> sum) {
+__global__ void sum_words(kvpolicy::device_span<const std::uint32_t> words,
+                          kvpolicy::device_span<unsigned long long> sum) {
     unsigned long long local = 0;
     for (std::size_t i = std::size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < words.size();
          i += std::size_t{gridDim.x} * blockDim.x)
@@ -70,17 +71,17 @@ bool select_victims(cudaStream_t stream) {
 
     std::vector<std::uint32_t> got(k);
     kc::select_status st{};
-    KVPOLICY_CUDA_CHECK(cudaMemcpyAsync(got.data(), victims.get(), k * sizeof(std::uint32_t), cudaMemcpyDeviceToHost, stream));
+    KVPOLICY_CUDA_CHECK(
+        cudaMemcpyAsync(got.data(), victims.get(), k * sizeof(std::uint32_t), cudaMemcpyDeviceToHost, stream));
     KVPOLICY_CUDA_CHECK(cudaMemcpyAsync(&st, status.get(), sizeof st, cudaMemcpyDeviceToHost, stream));
     KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream));
 
     std::vector<std::pair<float, std::uint32_t>> all(n);
     for (std::uint32_t i = 0; i < n; ++i) all[i] = {block_score(i), i};
     std::partial_sort(all.begin(), all.begin() + k, all.end());
-    const bool same = st.nan_count == 0 && st.selected == k &&
-                      std::equal(got.begin(), got.end(), all.begin(), [](std::uint32_t id, const auto& p) {
-                          return id == p.second;
-                      });
+    const bool same =
+        st.nan_count == 0 && st.selected == k &&
+        std::equal(got.begin(), got.end(), all.begin(), [](std::uint32_t id, const auto& p) { return id == p.second; });
     std::printf("select: %u victims of %u blocks on the device, first %u %u %u (score %.0f): %s\n", k, n, got[0],
                 got[1], got[2], static_cast<double>(block_score(got[0])), same ? "as on the host" : "WRONG");
     return same;
@@ -94,8 +95,8 @@ bool stream_layers() {
         auto* words = reinterpret_cast<std::uint32_t*>(cpu_tier.block(b).data());
         std::iota(words, words + block_words, static_cast<std::uint32_t>(b * 7));
     }
-    kc::ring_loader ring(cpu_tier, {.num_layers = layers, .blocks_per_layer = per_layer, .num_slots = 2,
-                                    .slot_blocks = needed});
+    kc::ring_loader ring(cpu_tier,
+                         {.num_layers = layers, .blocks_per_layer = per_layer, .num_slots = 2, .slot_blocks = needed});
 
     std::vector<kvpolicy::block_id> blocks(needed);  // every 8th block of a layer
     for (std::uint32_t i = 0; i < needed; ++i) blocks[i] = kvpolicy::block_id{i * 8};
@@ -114,7 +115,8 @@ bool stream_layers() {
     ring.synchronize();
 
     std::vector<unsigned long long> got(layers);
-    KVPOLICY_CUDA_CHECK(cudaMemcpy(got.data(), sums.get(), layers * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+    KVPOLICY_CUDA_CHECK(
+        cudaMemcpy(got.data(), sums.get(), layers * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
     bool same = true;
     for (std::uint32_t l = 0; l < layers; ++l) {
         unsigned long long want = 0;

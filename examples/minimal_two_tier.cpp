@@ -33,7 +33,9 @@ std::vector<kvpolicy::block_hash> prompt(std::uint32_t session, std::size_t bloc
 void print(const kvpolicy::swap_plan& plan) {
     for (const kvpolicy::block_transfer& t : plan.transfers)
         std::printf("  %-9s %s[%u] %s %s[%u]\n",
-                    t.exchange ? "exchange" : t.from == kvpolicy::tier::gpu ? "swap-out" : "swap-in",
+                    t.exchange                      ? "exchange"
+                    : t.from == kvpolicy::tier::gpu ? "swap-out"
+                                                    : "swap-in",
                     to_string(t.from).data(), t.src.value, t.exchange ? "<->" : "->", to_string(t.to).data(),
                     t.dst.value);
     for (const kvpolicy::recovery_range& r : plan.recovery)

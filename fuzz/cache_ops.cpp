@@ -92,7 +92,7 @@ template <class Cache>
 class invariant_run {
 public:
     invariant_run(fuzz_input& in, const cache_config& config, std::string context)
-        : in_(in), cache_(config), context_(std::move(context)) {
+            : in_(in), cache_(config), context_(std::move(context)) {
         for (std::size_t s = 0; s < n_sessions; ++s) sessions_.push_back(session_id{s});
     }
 
@@ -133,9 +133,12 @@ private:
 
     block_hash some_hash() {
         switch (in_.choose(8)) {
-            case 0: return in_.u64();                        // anything, ~0 (no parent's marker) included
-            case 1: return ~block_hash{0} - in_.choose(2);
-            default: return 1 + in_.choose(24);              // a small universe: shared prefixes, repeats
+            case 0:
+                return in_.u64();  // anything, ~0 (no parent's marker) included
+            case 1:
+                return ~block_hash{0} - in_.choose(2);
+            default:
+                return 1 + in_.choose(24);  // a small universe: shared prefixes, repeats
         }
     }
     std::vector<block_hash> some_chain() {
@@ -167,8 +170,10 @@ private:
         for (const block_hash h : hashes)
             for (std::uint32_t l = 0; l < cache_.items_per_block(); ++l) {
                 const auto b = cache_.gpu().cached_block(cache_.item_key(h, l));
-                if (!b) ++needed;
-                else if (cache_.gpu().is_evictable(*b)) ++own_evictable;
+                if (!b)
+                    ++needed;
+                else if (cache_.gpu().is_evictable(*b))
+                    ++own_evictable;
             }
         return needed <= cache_.gpu().num_free_blocks() + cache_.gpu().num_evictable_blocks() - own_evictable;
     }
@@ -210,12 +215,16 @@ private:
         const std::set<std::uint64_t> keys_before = keys_of(items_before);
         const std::uint64_t dropped_before = cache_.metrics().dropped_items;
         std::vector<std::uint64_t> reported_drops;  // complete_transfers' report
-        std::optional<std::size_t> forgotten;  // free_session's count
+        std::optional<std::size_t> forgotten;       // free_session's count
         std::optional<session_id> forgotten_owner;
-        std::vector<std::uint64_t> admitted;   // item keys an admit placed
+        std::vector<std::uint64_t> admitted;  // item keys an admit placed
         try {
             switch (in_.choose(12)) {
-                case 0: call_ = "begin_step"; cache_.begin_step(); step_lost_.clear(); break;
+                case 0:
+                    call_ = "begin_step";
+                    cache_.begin_step();
+                    step_lost_.clear();
+                    break;
                 case 1: {
                     call_ = "end_step";
                     const swap_plan& plan = cache_.end_step();
@@ -224,9 +233,9 @@ private:
                     if (trace_) {
                         call_ += ": step " + std::to_string(plan.step) + ", copies";
                         for (const block_transfer& t : plan.transfers)
-                            call_ += std::string(" ") + (t.from == tier::gpu ? "g" : "c") + std::to_string(t.src.value) +
-                                     (t.exchange ? "<->" : "->") + (t.to == tier::gpu ? "g" : "c") +
-                                     std::to_string(t.dst.value);
+                            call_ += std::string(" ") + (t.from == tier::gpu ? "g" : "c") +
+                                     std::to_string(t.src.value) + (t.exchange ? "<->" : "->") +
+                                     (t.to == tier::gpu ? "g" : "c") + std::to_string(t.dst.value);
                         call_ += ", drops " + list(drops);
                     }
                     std::sort(drops.begin(), drops.end());
@@ -278,7 +287,8 @@ private:
                     if (!hashes.empty()) chains_.push_back(hashes);
                     if (chains_.size() > 16) chains_.erase(chains_.begin());
                     for (const std::uint64_t key : keys_before)
-                        if (!cache_.gpu().cached_block(key) && !(cache_.has_cpu_tier() && cache_.cpu().cached_block(key)))
+                        if (!cache_.gpu().cached_block(key) &&
+                            !(cache_.has_cpu_tier() && cache_.cpu().cached_block(key)))
                             step_lost_.push_back(key);
                     break;
                 }
@@ -290,7 +300,8 @@ private:
                     if (plans_.empty()) break;
                     const swap_plan& plan = plans_[plans_.size() - 1 - in_.choose(plans_.size())];
                     std::vector<transfer_status> status(plan.transfers.size());
-                    for (transfer_status& st : status) st = in_.choose(3) == 0 ? transfer_status::failed : transfer_status::done;
+                    for (transfer_status& st : status)
+                        st = in_.choose(3) == 0 ? transfer_status::failed : transfer_status::done;
                     if (in_.choose(8) == 0) status.resize(in_.choose(status.size() + 2));
                     if (!status.empty() && in_.choose(8) == 0)
                         status[in_.choose(status.size())] = static_cast<transfer_status>(2 + in_.choose(254));
@@ -304,11 +315,13 @@ private:
                         reported_drops.push_back(d.key);
                     }
                     for (const recompute_item& x : r.recompute) {
-                        require(cache_.gpu().state(x.block) == block_pool<typename Cache::gpu_policy_type>::slot_state::cached &&
+                        require(cache_.gpu().state(x.block) ==
+                                        block_pool<typename Cache::gpu_policy_type>::slot_state::cached &&
                                     cache_.gpu().key(x.block) == x.key,
                                 "a recompute item is cached on the GPU, in the slot named");
                         const std::vector<block_id> h = cache_.held_by(x.session);
-                        require(std::find(h.begin(), h.end(), x.block) != h.end(), "a recompute item is held by its session");
+                        require(std::find(h.begin(), h.end(), x.block) != h.end(),
+                                "a recompute item is held by its session");
                     }
                     break;
                 }
@@ -321,9 +334,10 @@ private:
                 case 7: {
                     const session_id s = sessions_[in_.choose(n_sessions)];
                     const std::vector<block_id> held = cache_.held_by(s);
-                    const block_id b = !held.empty() && in_.choose(4) != 0
-                                           ? held[in_.choose(held.size())]
-                                           : block_id{static_cast<std::uint32_t>(in_.choose(cache_.gpu().capacity() + 2))};
+                    const block_id b =
+                        !held.empty() && in_.choose(4) != 0
+                            ? held[in_.choose(held.size())]
+                            : block_id{static_cast<std::uint32_t>(in_.choose(cache_.gpu().capacity() + 2))};
                     call_ = "release session " + std::to_string(s.value) + " block " + std::to_string(b.value);
                     cache_.release(s, b);
                     break;
@@ -336,9 +350,10 @@ private:
                     break;
                 }
                 case 9: {
-                    const block_hash h = !pinned_.empty() && in_.choose(4) != 0
-                                             ? *std::next(pinned_.begin(), static_cast<std::ptrdiff_t>(in_.choose(pinned_.size())))
-                                             : some_hash_or_cached();
+                    const block_hash h =
+                        !pinned_.empty() && in_.choose(4) != 0
+                            ? *std::next(pinned_.begin(), static_cast<std::ptrdiff_t>(in_.choose(pinned_.size())))
+                            : some_hash_or_cached();
                     call_ = "unpin " + std::to_string(h);
                     cache_.unpin(h);
                     pinned_.erase(h);
@@ -463,15 +478,15 @@ void invariants(fuzz_input& in, const char* name) {
         config.items = granularity::per_layer;
         config.num_layers = static_cast<std::uint32_t>(1 + in.choose(4));
         config.gpu_capacity = std::max<std::size_t>(config.gpu_capacity, config.num_layers);
-        if (config.cpu_capacity > 0) config.cpu_capacity = std::max<std::size_t>(config.cpu_capacity, config.num_layers);
+        if (config.cpu_capacity > 0)
+            config.cpu_capacity = std::max<std::size_t>(config.cpu_capacity, config.num_layers);
     }
-    const std::string context = std::string("invariants, ") + name + ", gpu " + std::to_string(config.gpu_capacity) +
-                                ", cpu " + std::to_string(config.cpu_capacity) +
-                                (config.inclusive ? ", inclusive" : ", exclusive") +
-                                (config.items == granularity::per_layer
-                                     ? ", " + std::to_string(config.num_layers) + " layers per block"
-                                     : std::string()) +
-                                (config.verify_chain ? "" : ", chains not verified");
+    const std::string context =
+        std::string("invariants, ") + name + ", gpu " + std::to_string(config.gpu_capacity) + ", cpu " +
+        std::to_string(config.cpu_capacity) + (config.inclusive ? ", inclusive" : ", exclusive") +
+        (config.items == granularity::per_layer ? ", " + std::to_string(config.num_layers) + " layers per block"
+                                                : std::string()) +
+        (config.verify_chain ? "" : ", chains not verified");
     invariant_run<Cache>(in, config, context).run();
 }
 
@@ -481,23 +496,55 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     fuzz_input in(data, size);
     switch (in.choose(16)) {
         // The reference's compositions (offload_v0_cache is tiered_cache<lru, fifo>).
-        case 0: differential<tiered_cache<lru, lru>>(in, {"lru/lru exclusive", ref_rule::lru, ref_rule::lru, false}); break;
-        case 1: differential<tiered_cache<lru, lru>>(in, {"lru/lru inclusive", ref_rule::lru, ref_rule::lru, true}); break;
-        case 2: differential<offload_v0_cache>(in, {"lru/fifo exclusive", ref_rule::lru, ref_rule::fifo, false}); break;
-        case 3: differential<offload_v0_cache>(in, {"lru/fifo inclusive", ref_rule::lru, ref_rule::fifo, true}); break;
-        case 4: differential<tiered_cache<fifo, lru>>(in, {"fifo/lru inclusive", ref_rule::fifo, ref_rule::lru, true}); break;
-        case 5: differential<tiered_cache<fifo, lru>>(in, {"fifo/lru exclusive", ref_rule::fifo, ref_rule::lru, false}); break;
-        case 6: differential<tiered_cache<fifo, fifo>>(in, {"fifo/fifo exclusive", ref_rule::fifo, ref_rule::fifo, false}); break;
-        case 7: differential<tiered_cache<fifo, fifo>>(in, {"fifo/fifo inclusive", ref_rule::fifo, ref_rule::fifo, true}); break;
+        case 0:
+            differential<tiered_cache<lru, lru>>(in, {"lru/lru exclusive", ref_rule::lru, ref_rule::lru, false});
+            break;
+        case 1:
+            differential<tiered_cache<lru, lru>>(in, {"lru/lru inclusive", ref_rule::lru, ref_rule::lru, true});
+            break;
+        case 2:
+            differential<offload_v0_cache>(in, {"lru/fifo exclusive", ref_rule::lru, ref_rule::fifo, false});
+            break;
+        case 3:
+            differential<offload_v0_cache>(in, {"lru/fifo inclusive", ref_rule::lru, ref_rule::fifo, true});
+            break;
+        case 4:
+            differential<tiered_cache<fifo, lru>>(in, {"fifo/lru inclusive", ref_rule::fifo, ref_rule::lru, true});
+            break;
+        case 5:
+            differential<tiered_cache<fifo, lru>>(in, {"fifo/lru exclusive", ref_rule::fifo, ref_rule::lru, false});
+            break;
+        case 6:
+            differential<tiered_cache<fifo, fifo>>(in, {"fifo/fifo exclusive", ref_rule::fifo, ref_rule::fifo, false});
+            break;
+        case 7:
+            differential<tiered_cache<fifo, fifo>>(in, {"fifo/fifo inclusive", ref_rule::fifo, ref_rule::fifo, true});
+            break;
         // Compositions only the invariants judge.
-        case 8: invariants<pensieve_cache>(in, "pensieve_cache"); break;
-        case 9: invariants<trtllm_like_cache>(in, "trtllm_like_cache"); break;
-        case 10: invariants<tiered_cache<s3fifo, arc>>(in, "s3fifo/arc"); break;
-        case 11: invariants<tiered_cache<arc, s3fifo>>(in, "arc/s3fifo"); break;
-        case 12: invariants<tiered_cache<lfu, sieve>>(in, "lfu/sieve"); break;
-        case 13: invariants<tiered_cache<w_tinylfu, gdsf<>>>(in, "w_tinylfu/gdsf"); break;
-        case 14: invariants<tiered_cache<predictive, lirs>>(in, "predictive/lirs"); break;
-        default: invariants<tiered_cache<belady, slru>>(in, "belady/slru"); break;
+        case 8:
+            invariants<pensieve_cache>(in, "pensieve_cache");
+            break;
+        case 9:
+            invariants<trtllm_like_cache>(in, "trtllm_like_cache");
+            break;
+        case 10:
+            invariants<tiered_cache<s3fifo, arc>>(in, "s3fifo/arc");
+            break;
+        case 11:
+            invariants<tiered_cache<arc, s3fifo>>(in, "arc/s3fifo");
+            break;
+        case 12:
+            invariants<tiered_cache<lfu, sieve>>(in, "lfu/sieve");
+            break;
+        case 13:
+            invariants<tiered_cache<w_tinylfu, gdsf<>>>(in, "w_tinylfu/gdsf");
+            break;
+        case 14:
+            invariants<tiered_cache<predictive, lirs>>(in, "predictive/lirs");
+            break;
+        default:
+            invariants<tiered_cache<belady, slru>>(in, "belady/slru");
+            break;
     }
     return 0;
 }

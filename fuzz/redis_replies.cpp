@@ -63,7 +63,8 @@ void check_parsers(std::string_view in) {
         redisReader* rd = redisReaderCreate();
         require(rd != nullptr, "redisReaderCreate");
         void* r = nullptr;
-        require(redisReaderFeed(rd, in.data(), s.length) == REDIS_OK && redisReaderGetReply(rd, &r) == REDIS_OK && r != nullptr,
+        require(redisReaderFeed(rd, in.data(), s.length) == REDIS_OK && redisReaderGetReply(rd, &r) == REDIS_OK &&
+                    r != nullptr,
                 "scan_reply: a reply it calls complete is one reply to hiredis's reader");
         void* again = nullptr;
         require(redisReaderGetReply(rd, &again) == REDIS_OK && again == nullptr, "scan_reply: exactly one reply");
@@ -83,7 +84,8 @@ void check_parsers(std::string_view in) {
     const std::string_view line = in.substr(0, std::min(in.find('\r'), in.size()));
     if (const auto r = redis::parse_redirect(line)) {
         require(r->slot < 16384 && r->to.port >= 1 && r->to.port <= 65535, "parse_redirect: slot and port in range");
-        require(line.find(std::to_string(r->to.port)) != std::string_view::npos, "parse_redirect: the port is in the text");
+        require(line.find(std::to_string(r->to.port)) != std::string_view::npos,
+                "parse_redirect: the port is in the text");
     }
     (void)redis::parse_info_field(in, "maxmemory");
 }
@@ -113,7 +115,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // and hundreds of inputs a second would otherwise use up the ports.
     std::optional<testing::fake_redis> server;
     server.emplace([&](const std::vector<std::string>&, int conn, int) {
-        return testing::fake_reply::send_last(static_cast<std::size_t>(conn) < segments.size() ? segments[conn] : std::string());
+        return testing::fake_reply::send_last(static_cast<std::size_t>(conn) < segments.size() ? segments[conn]
+                                                                                               : std::string());
     });
     // "PORT" in a segment is the fake server's port (a slot map or a
     // redirect naming it; the seeds do).

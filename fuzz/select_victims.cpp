@@ -121,9 +121,12 @@ void check_metrics(const victim_batch_selector<Rule>& selector, const naive_metr
 
 double lifetime(fuzz_input& in) {
     switch (in.choose(4)) {
-        case 0: return std::numeric_limits<double>::quiet_NaN();  // unknown, the default
-        case 1: return static_cast<double>(in.choose(8));         // ties
-        case 2: return in.any_double();
+        case 0:
+            return std::numeric_limits<double>::quiet_NaN();  // unknown, the default
+        case 1:
+            return static_cast<double>(in.choose(8));  // ties
+        case 2:
+            return in.any_double();
         default: {
             constexpr double specials[] = {std::numeric_limits<double>::infinity(),
                                            -std::numeric_limits<double>::infinity(),
@@ -140,10 +143,14 @@ double lifetime(fuzz_input& in) {
 
 std::size_t count_of(fuzz_input& in, std::size_t small, std::size_t large) {
     switch (in.choose(4)) {
-        case 0: return in.choose(4);
-        case 1: return in.choose(small + 1);
-        case 2: return in.choose(small * 8 + 1);
-        default: return in.choose(large + 1);
+        case 0:
+            return in.choose(4);
+        case 1:
+            return in.choose(small + 1);
+        case 2:
+            return in.choose(small * 8 + 1);
+        default:
+            return in.choose(large + 1);
     }
 }
 
@@ -164,9 +171,15 @@ void one_selection(fuzz_input& in, victim_batch_selector<Rule>& selector, naive_
         eviction_candidate& c = cs[i];
         if (free_ids) {
             switch (in.choose(3)) {
-                case 0: c.sequence_id = in.choose(8); break;
-                case 1: c.sequence_id = ~std::uint64_t{0} - in.choose(3); break;  // the table's empty marker
-                default: c.sequence_id = in.u64(); break;
+                case 0:
+                    c.sequence_id = in.choose(8);
+                    break;
+                case 1:
+                    c.sequence_id = ~std::uint64_t{0} - in.choose(3);
+                    break;  // the table's empty marker
+                default:
+                    c.sequence_id = in.u64();
+                    break;
             }
         } else {
             c.sequence_id = base + stride * i;  // wraps past all-ones: still distinct
@@ -178,7 +191,8 @@ void one_selection(fuzz_input& in, victim_batch_selector<Rule>& selector, naive_
         c.pinned = in.choose(4) == 0;
         c.estimated_lifetime = lifetime(in);
         switch (in.choose(3)) {
-            case 0: break;  // unknown completion
+            case 0:
+                break;  // unknown completion
             case 1:
                 c.max_length = in.choose(16);
                 c.sequence_length = in.choose(c.max_length + 2);
@@ -192,12 +206,24 @@ void one_selection(fuzz_input& in, victim_batch_selector<Rule>& selector, naive_
     }
     std::size_t required = 0;
     switch (in.choose(6)) {
-        case 0: required = 0; break;
-        case 1: required = in.choose(unpinned_blocks + 2); break;
-        case 2: required = unpinned_blocks; break;
-        case 3: required = unpinned_blocks + 1; break;
-        case 4: required = std::numeric_limits<std::size_t>::max() - in.choose(4); break;
-        default: required = static_cast<std::size_t>(in.u64()); break;
+        case 0:
+            required = 0;
+            break;
+        case 1:
+            required = in.choose(unpinned_blocks + 2);
+            break;
+        case 2:
+            required = unpinned_blocks;
+            break;
+        case 3:
+            required = unpinned_blocks + 1;
+            break;
+        case 4:
+            required = std::numeric_limits<std::size_t>::max() - in.choose(4);
+            break;
+        default:
+            required = static_cast<std::size_t>(in.u64());
+            break;
     }
 
     // The first repeated id, as the selector must name it: the earliest
@@ -271,7 +297,9 @@ void run(fuzz_input& in) {
                 check_metrics(selector, metrics, ids_seen);
                 break;
             }
-            default: one_selection(in, selector, metrics, ids_seen); break;
+            default:
+                one_selection(in, selector, metrics, ids_seen);
+                break;
         }
     }
 }
@@ -281,11 +309,21 @@ void run(fuzz_input& in) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     fuzz_input in(data, size);
     switch (in.choose(5)) {
-        case 0: run<lru>(in); break;
-        case 1: run<lfu>(in); break;
-        case 2: run<fifo>(in); break;
-        case 3: run<qos_aware>(in); break;
-        default: run<predictive>(in); break;
+        case 0:
+            run<lru>(in);
+            break;
+        case 1:
+            run<lfu>(in);
+            break;
+        case 2:
+            run<fifo>(in);
+            break;
+        case 3:
+            run<qos_aware>(in);
+            break;
+        default:
+            run<predictive>(in);
+            break;
     }
     return 0;
 }

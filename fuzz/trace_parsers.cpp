@@ -147,9 +147,9 @@ bool same(const request_record& a, const request_record& b) {
 }
 
 std::string format_mooncake(const request_record& r) {
-    std::string s = "{\"timestamp\": " + std::to_string(r.timestamp_ms) + ", \"input_length\": " +
-                    std::to_string(r.input_length) + ", \"output_length\": " + std::to_string(r.output_length) +
-                    ", \"hash_ids\": [";
+    std::string s = "{\"timestamp\": " + std::to_string(r.timestamp_ms) +
+                    ", \"input_length\": " + std::to_string(r.input_length) +
+                    ", \"output_length\": " + std::to_string(r.output_length) + ", \"hash_ids\": [";
     for (std::size_t i = 0; i < r.hash_ids.size(); ++i) s += (i ? ", " : "") + std::to_string(r.hash_ids[i]);
     s += "]";
     if (r.has_session) s += ", \"session\": " + std::to_string(r.session);
@@ -200,7 +200,7 @@ std::vector<std::string_view> naive_lines(std::string_view file) {
 template <class Record>
 struct expected_read {
     std::optional<std::string> header_error;  // csv: the constructor throws this reason at line 1
-    std::vector<Record> good;                  // in file order
+    std::vector<Record> good;                 // in file order
     std::vector<std::size_t> good_line;
     std::vector<std::pair<std::size_t, std::string>> bad;  // (line, reason)
 };
@@ -215,7 +215,8 @@ expected_read<access_record> expect_csv(std::string_view file) {
     for (std::size_t i = 1; i < lines.size(); ++i) {
         if (lines[i].empty()) continue;
         access_record r;
-        if (const char* err = parse_csv_row(lines[i], r)) e.bad.emplace_back(i + 1, err);
+        if (const char* err = parse_csv_row(lines[i], r))
+            e.bad.emplace_back(i + 1, err);
         else {
             e.good.push_back(r);
             e.good_line.push_back(i + 1);
@@ -231,7 +232,8 @@ expected_read<request_record> expect_mooncake(std::string_view file) {
         if (lines[i].find_first_not_of(" \t") == std::string_view::npos) continue;
         request_record r;
         const std::string err = parse_mooncake_line(lines[i], r);
-        if (!err.empty()) e.bad.emplace_back(i + 1, err);
+        if (!err.empty())
+            e.bad.emplace_back(i + 1, err);
         else {
             r.line = i + 1;
             e.good.push_back(std::move(r));
@@ -369,11 +371,13 @@ void check_batches(const std::string& path, const expected_read<Record>& want, b
 // reader has next_batch, in batches skipping or strict.
 template <class Reader, class Record>
 void check_reader(const std::string& path, const expected_read<Record>& want, unsigned way, std::uint32_t batch_seed) {
-    if constexpr (requires(Reader& rd, std::span<Record> out) { rd.next_batch(out); }) {
+    if constexpr (requires(Reader & rd, std::span<Record> out) { rd.next_batch(out); }) {
         if (way >= 2) return check_batches<Reader>(path, want, way == 2, batch_seed);
     }
-    if (way % 2 == 0) check_skipping<Reader>(path, want);
-    else check_strict<Reader>(path, want);
+    if (way % 2 == 0)
+        check_skipping<Reader>(path, want);
+    else
+        check_strict<Reader>(path, want);
 }
 
 // line_source with a small buffer, so that a short file exercises every
@@ -397,10 +401,8 @@ void read_anything(const std::string& path) {
     try {
         Reader reader(path, /*skip_bad_lines=*/true);
         Record r;
-        while (reader.next(r)) {
-        }
-    } catch (const kvpolicy::error&) {
-    }
+        while (reader.next(r)) {}
+    } catch (const kvpolicy::error&) {}
 }
 
 // The trace file: a memfd, opened by path like any trace.
@@ -433,7 +435,8 @@ private:
 // zlib's gzip output of `text`.
 std::vector<std::uint8_t> gzip(std::string_view text) {
     z_stream z{};
-    if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) fail("deflateInit2");
+    if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+        fail("deflateInit2");
     std::vector<std::uint8_t> out(deflateBound(&z, static_cast<uLong>(text.size())) + 32);
     z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
     z.avail_in = static_cast<uInt>(text.size());
@@ -496,12 +499,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // design); then only "no crash" is checked.
     const bool looks_gzip = !gzipped && contents.size() >= 2 && static_cast<unsigned char>(contents[0]) == 0x1f &&
                             static_cast<unsigned char>(contents[1]) == 0x8b;
-    if (gzipped) file.write(gzip(contents));
-    else file.write({reinterpret_cast<const std::uint8_t*>(contents.data()), contents.size()});
+    if (gzipped)
+        file.write(gzip(contents));
+    else
+        file.write({reinterpret_cast<const std::uint8_t*>(contents.data()), contents.size()});
     if (!looks_gzip) check_line_source(file.path(), naive_lines(contents), small_buffer);
     if (looks_gzip) {
-        if (mooncake) read_anything<mooncake_reader, request_record>(file.path());
-        else read_anything<csv_reader, access_record>(file.path());
+        if (mooncake)
+            read_anything<mooncake_reader, request_record>(file.path());
+        else
+            read_anything<csv_reader, access_record>(file.path());
     } else if (mooncake) {
         check_reader<mooncake_reader>(file.path(), expect_mooncake(contents), way, batch_seed);
     } else {

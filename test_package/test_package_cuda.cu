@@ -13,8 +13,7 @@
 static_assert(kvpolicy::eviction_policy<kvpolicy::lru>);
 
 template <class T>
-    requires std::unsigned_integral<T>
-__global__ void fill_ids(kvpolicy::device_span<T> out) {
+requires std::unsigned_integral<T> __global__ void fill_ids(kvpolicy::device_span<T> out) {
     const T i = static_cast<T>(blockIdx.x * blockDim.x + threadIdx.x);
     if (i < out.size()) out[i] = i;
 }

@@ -51,14 +51,14 @@ struct fixture {
     }
 };
 
-
 }  // namespace
 
 TEST_CASE("bad input: a malformed trace line is a parse_error naming file:line", "[bad_input]") {
     const testing::scratch_dir dir;  // this test's files, removed at its end
-    const std::string path = dir.write("trace.jsonl",
-                                        "{\"timestamp\": 0, \"input_length\": 32, \"output_length\": 1, \"hash_ids\": [1, 2]}\n"
-                                        "{\"timestamp\": 1, \"input_length\": 32, \"output_length\": 1, \"hash_ids\": [1, x]}\n");
+    const std::string path =
+        dir.write("trace.jsonl",
+                  "{\"timestamp\": 0, \"input_length\": 32, \"output_length\": 1, \"hash_ids\": [1, 2]}\n"
+                  "{\"timestamp\": 1, \"input_length\": 32, \"output_length\": 1, \"hash_ids\": [1, x]}\n");
     sim::mooncake_reader reader(path, /*skip_bad_lines=*/false);
     sim::request_record r;
     REQUIRE(reader.next(r));
@@ -123,7 +123,9 @@ TEST_CASE("bad input: more blocks required than are free or evictable", "[bad_in
     fixture f;
     const std::string before = snapshot(f.cache);
     require_throws<capacity_error>(
-        [&] { f.cache.admit(session_id{2}, std::vector<block_hash>{4, 5}); },
+        [&] {
+            f.cache.admit(session_id{2}, std::vector<block_hash>{4, 5});
+        },
         "admit: session 2 needs 2 GPU items but only 1 are free or evictable (the rest are held by running requests "
         "or pinned); raise the GPU capacity or admit fewer requests this step");
     REQUIRE(snapshot(f.cache) == before);
@@ -168,15 +170,21 @@ TEST_CASE("bad input: pin of a dropped block, pin twice, unpin of a block not pi
 TEST_CASE("bad input: a hash chain with another or a missing parent, a hash twice", "[bad_input]") {
     fixture f;
     const std::string before = snapshot(f.cache);
-    require_throws<usage_error>([&] { f.cache.admit(session_id{2}, std::vector<block_hash>{7, 2}); },
-                                "admit: malformed hash chain: block 1 (hash 2) is cached under another parent; equal "
-                                "hashes must mean equal prefixes, so chain each hash from its parent's");
+    require_throws<usage_error>(
+        [&] {
+            f.cache.admit(session_id{2}, std::vector<block_hash>{7, 2});
+        },
+        "admit: malformed hash chain: block 1 (hash 2) is cached under another parent; equal "
+        "hashes must mean equal prefixes, so chain each hash from its parent's");
     require_throws<usage_error>([&] { f.cache.admit(session_id{2}, std::vector<block_hash>{2}); },
                                 "admit: malformed hash chain: block 0 (hash 2) is cached under another parent; equal "
                                 "hashes must mean equal prefixes, so chain each hash from its parent's");
-    require_throws<usage_error>([&] { f.cache.admit(session_id{2}, std::vector<block_hash>{4, 4}); },
-                                "admit: malformed hash chain: block hash 4 appears twice in one request; hashes must "
-                                "be chained (parent, tokens, extra key)");
+    require_throws<usage_error>(
+        [&] {
+            f.cache.admit(session_id{2}, std::vector<block_hash>{4, 4});
+        },
+        "admit: malformed hash chain: block hash 4 appears twice in one request; hashes must "
+        "be chained (parent, tokens, extra key)");
     REQUIRE(snapshot(f.cache) == before);
 }
 
@@ -186,12 +194,16 @@ TEST_CASE("bad input: steps out of order, a wrong-length next_use", "[bad_input]
     require_throws<usage_error>([&] { f.cache.begin_step(); },
                                 "begin_step: a step is already open; call end_step() first");
     const std::vector<timestamp> one{5};
-    require_throws<usage_error>([&] { f.cache.admit(session_id{2}, std::vector<block_hash>{1, 2}, {}, one); },
-                                "admit: 1 next-use times for 2 blocks; give one per block or none");
+    require_throws<usage_error>(
+        [&] {
+            f.cache.admit(session_id{2}, std::vector<block_hash>{1, 2}, {}, one);
+        },
+        "admit: 1 next-use times for 2 blocks; give one per block or none");
     REQUIRE(snapshot(f.cache) == before);
     (void)f.cache.end_step();
     before = snapshot(f.cache);
-    require_throws<usage_error>([&] { (void)f.cache.end_step(); }, "end_step: no step is open; call begin_step() first");
+    require_throws<usage_error>([&] { (void)f.cache.end_step(); },
+                                "end_step: no step is open; call begin_step() first");
     require_throws<usage_error>([&] { f.cache.admit(session_id{2}, std::vector<block_hash>{4}); },
                                 "admit: no step is open; call begin_step() first");
     REQUIRE(snapshot(f.cache) == before);
@@ -233,7 +245,8 @@ TEST_CASE("bad input: a NaN score or mismatched lengths to a selector, a duplica
 
     victim_batch_selector<lru> batch;
     const std::vector<block_id> blocks(2);
-    const std::vector<eviction_candidate> dup{{.sequence_id = 7, .block_ids = blocks}, {.sequence_id = 8, .block_ids = blocks},
+    const std::vector<eviction_candidate> dup{{.sequence_id = 7, .block_ids = blocks},
+                                              {.sequence_id = 8, .block_ids = blocks},
                                               {.sequence_id = 7, .block_ids = blocks}};
     require_throws<usage_error>([&] { (void)batch.select_victims(dup, 2); },
                                 "select_victims: sequence 7 appears twice among the candidates (at 0 and 2); pass "
@@ -251,8 +264,9 @@ TEST_CASE("bad input: a remote tier without a CPU tier, stage_remote off the cac
     remote.admit(session_id{1}, std::vector<block_hash>{1, 2});
     const std::string before = snapshot(remote);
     const std::vector<block_hash> request{1, 2, 3, 4};
-    require_throws<usage_error>([&] { remote.stage_remote(session_id{2}, request, 1, 1); },
-                                "stage_remote: the cached prefix ends at block 2, not 1; stage from lookup(hashes).run");
+    require_throws<usage_error>(
+        [&] { remote.stage_remote(session_id{2}, request, 1, 1); },
+        "stage_remote: the cached prefix ends at block 2, not 1; stage from lookup(hashes).run");
     require_throws<usage_error>([&] { remote.stage_remote(session_id{2}, request, 2, 3); },
                                 "stage_remote: blocks [2, 2 + 3) are outside the request's 4 blocks; stage a range of "
                                 "its hashes");
@@ -267,7 +281,8 @@ TEST_CASE("bad input: a remote tier without a CPU tier, stage_remote off the cac
 
 TEST_CASE("bad input: an unknown policy name lists every accepted name", "[bad_input]") {
     auto f = []<class P>() { return P::name; };
-    require_throws<unknown_name_error>([&] { (void)visit_by_name<eviction_policies>("lru2", f, "eviction policy"); },
-                                       "unknown eviction policy 'lru2'; accepted: " + joined_names<eviction_policies>());
+    require_throws<unknown_name_error>(
+        [&] { (void)visit_by_name<eviction_policies>("lru2", f, "eviction policy"); },
+        "unknown eviction policy 'lru2'; accepted: " + joined_names<eviction_policies>());
     REQUIRE(visit_by_name<eviction_policies>("lru", f, "eviction policy") == "lru");
 }

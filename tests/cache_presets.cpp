@@ -38,8 +38,8 @@ TEST_CASE("every preset composes and serves a step", "[cache][presets]") {
 
 TEST_CASE("seed 000 scenario 3: layer 39 leaves before layer 0", "[cache][presets][seed000]") {
     // 40 layers; the GPU holds 2 chunks (80 items), the CPU 1 chunk.
-    pensieve_cache cache({.gpu_capacity = 80, .cpu_capacity = 40, .block_size = 32, .num_layers = 40,
-                          .items = granularity::per_layer});
+    pensieve_cache cache(
+        {.gpu_capacity = 80, .cpu_capacity = 40, .block_size = 32, .num_layers = 40, .items = granularity::per_layer});
     cache.begin_step();
     cache.admit(session_id{1}, chunks(1, 2));
     (void)cache.end_step();
@@ -67,8 +67,8 @@ TEST_CASE("seed 000 scenario 3: layer 39 leaves before layer 0", "[cache][preset
 
 TEST_CASE("seed 000 scenario 1: under pressure the oldest session's items go first", "[cache][presets][seed000]") {
     // 3 sessions of 1 chunk x 2 layers; the GPU holds 2 chunks' items.
-    pensieve_cache cache({.gpu_capacity = 4, .cpu_capacity = 4, .block_size = 32, .num_layers = 2,
-                          .items = granularity::per_layer});
+    pensieve_cache cache(
+        {.gpu_capacity = 4, .cpu_capacity = 4, .block_size = 32, .num_layers = 2, .items = granularity::per_layer});
     for (std::uint64_t s = 1; s <= 2; ++s) {
         cache.clock().advance(100);
         cache.begin_step();
@@ -90,8 +90,12 @@ TEST_CASE("seed 000 scenario 2: five turns, room for three chunks: leading chunk
     // One session, one layer; each turn reads the whole conversation so far
     // plus one new chunk. The GPU holds 3 chunks, the CPU 1; so by turn 5 the
     // leading chunks have been pushed down and out, the recent ones stay.
-    pensieve_cache cache({.gpu_capacity = 3, .cpu_capacity = 1, .block_size = 32, .num_layers = 1,
-                          .items = granularity::per_layer, .verify_chain = true});
+    pensieve_cache cache({.gpu_capacity = 3,
+                          .cpu_capacity = 1,
+                          .block_size = 32,
+                          .num_layers = 1,
+                          .items = granularity::per_layer,
+                          .verify_chain = true});
     const auto conversation = chunks(9, 5);
     for (std::size_t turn = 1; turn <= 3; ++turn) {
         cache.clock().advance(50);

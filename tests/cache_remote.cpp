@@ -36,7 +36,7 @@ using kvpolicy::testing::write_pattern;
 
 struct instance : kvpolicy::testing::remote_instance<memory_remote_engine, memory_store> {
     instance(const cache_config& c, memory_store& store)
-        : remote_instance(c, item_bytes, store, remote_namespace{.model = "m", .item_bytes = item_bytes}) {}
+            : remote_instance(c, item_bytes, store, remote_namespace{.model = "m", .item_bytes = item_bytes}) {}
 };
 
 cache_config remote_config(std::size_t gpu, std::size_t cpu) {
@@ -174,8 +174,10 @@ TEST_CASE("remote: bad calls and configurations change nothing and say what to d
     REQUIRE_THROWS_WITH(a.cache.stage_remote(session_id{1}, doc, 0, 1), Catch::Contains("call begin_step() first"));
     a.cache.begin_step();
     const std::string before = kvpolicy::testing::cache_snapshot(a.cache);
-    REQUIRE_THROWS_WITH(a.cache.stage_remote(session_id{1}, doc, 2, 3), Catch::Contains("outside the request's 4 blocks"));
-    REQUIRE_THROWS_WITH(a.cache.stage_remote(session_id{1}, doc, 1, 1), Catch::Contains("stage from lookup(hashes).run"));
+    REQUIRE_THROWS_WITH(a.cache.stage_remote(session_id{1}, doc, 2, 3),
+                        Catch::Contains("outside the request's 4 blocks"));
+    REQUIRE_THROWS_WITH(a.cache.stage_remote(session_id{1}, doc, 1, 1),
+                        Catch::Contains("stage from lookup(hashes).run"));
     const std::vector<block_hash> twice{5, 5};
     REQUIRE_THROWS_WITH(a.cache.stage_remote(session_id{1}, twice, 0, 1), Catch::Contains("appears twice"));
     REQUIRE(kvpolicy::testing::cache_snapshot(a.cache) == before);
@@ -224,7 +226,8 @@ TEST_CASE("remote: two instances sharing a store under faults keep every block's
 
         std::vector<std::pair<session_id, std::vector<block_hash>>> requests;
         const std::size_t n = 1 + rng() % 3;
-        for (std::size_t r = 0; r < n; ++r) requests.push_back({session_id{next_session++}, chain(rng() % 12, 1 + rng() % 5)});
+        for (std::size_t r = 0; r < n; ++r)
+            requests.push_back({session_id{next_session++}, chain(rng() % 12, 1 + rng() % 5)});
         auto resident = [&] {
             std::set<std::uint64_t> s;
             for (std::uint64_t k : seen[who])
@@ -345,7 +348,8 @@ TEST_CASE("remote: admit_all_through, two requests of one document in a step: th
     REQUIRE(c.check_invariants().empty());
 }
 
-TEST_CASE("remote values: the checksum of bytes given in pieces equals the one-shot checksum", "[cache][remote][values]") {
+TEST_CASE("remote values: the checksum of bytes given in pieces equals the one-shot checksum",
+          "[cache][remote][values]") {
     std::mt19937_64 rng(11);
     for (int trial = 0; trial < 400; ++trial) {
         const std::size_t n = trial < 100 ? static_cast<std::size_t>(trial) : rng() % 5000;
@@ -408,7 +412,8 @@ TEST_CASE("remote values: the one-pass copy agrees with the checksum, each kind 
     REQUIRE(check(value, 42, ns) == remote_value_check::ok);
     REQUIRE(out == payload);
     REQUIRE(check(value, 43, ns) == remote_value_check::wrong_key);
-    REQUIRE(check(value, 42, remote_namespace{.model = "other", .item_bytes = 64}) == remote_value_check::wrong_namespace);
+    REQUIRE(check(value, 42, remote_namespace{.model = "other", .item_bytes = 64}) ==
+            remote_value_check::wrong_namespace);
     REQUIRE(check(std::vector<std::byte>(value.begin(), value.begin() + 20), 42, ns) == remote_value_check::too_short);
     REQUIRE(check(std::vector<std::byte>(value.begin(), value.end() - 1), 42, ns) == remote_value_check::wrong_length);
     std::vector<std::byte> bad = value;

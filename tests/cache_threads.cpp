@@ -120,8 +120,10 @@ TEST_CASE("a scheduler thread and a transfer thread share the cache", "[cache][t
         // (its swap-ins still in flight), look things up.
         for (std::size_t s = 0; s < n_sessions; ++s) {
             if (!busy[s] || rng() % 2) continue;
-            if (rng() % 8 == 0) cache.free_session(session_id{s}, /*forget_blocks=*/true);
-            else cache.release(session_id{s});
+            if (rng() % 8 == 0)
+                cache.free_session(session_id{s}, /*forget_blocks=*/true);
+            else
+                cache.release(session_id{s});
             busy[s] = false;
             ++ops;
         }

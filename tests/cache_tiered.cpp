@@ -139,17 +139,17 @@ TEST_CASE("every error leaves the cache exactly as it was", "[cache][errors]") {
         REQUIRE_THROWS_WITH(cache.pin(1), Catch::Contains("already pinned"));
         cache.unpin(1);
     }
-    SECTION("steps out of order") {
-        REQUIRE_THROWS_WITH(cache.begin_step(), Catch::Contains("already open"));
-    }
+    SECTION("steps out of order") { REQUIRE_THROWS_WITH(cache.begin_step(), Catch::Contains("already open")); }
     REQUIRE(cache_snapshot(cache, sessions) == before);
     REQUIRE(cache.check_invariants().empty());
 }
 
 TEST_CASE("impossible configurations are refused with the fix", "[cache][errors]") {
     REQUIRE_THROWS_WITH((tiered_cache<lru, lru>({.gpu_capacity = 0})), Catch::Contains("at least one block"));
-    REQUIRE_THROWS_WITH((tiered_cache<lru, lru>({.gpu_capacity = 4, .block_size = 0})), Catch::Contains("block_size 0"));
-    REQUIRE_THROWS_WITH((tiered_cache<lru, lru>({.gpu_capacity = 4, .cpu_capacity = 8, .num_layers = 8, .items = granularity::per_layer})),
+    REQUIRE_THROWS_WITH((tiered_cache<lru, lru>({.gpu_capacity = 4, .block_size = 0})),
+                        Catch::Contains("block_size 0"));
+    REQUIRE_THROWS_WITH((tiered_cache<lru, lru>(
+                            {.gpu_capacity = 4, .cpu_capacity = 8, .num_layers = 8, .items = granularity::per_layer})),
                         Catch::Contains("at least num_layers items per tier"));
 }
 
@@ -279,11 +279,14 @@ TEST_CASE("after any pattern of failed copies and cancellations, the data and th
           "[cache][differential][faults]") {
     const std::uint64_t seed = GENERATE(range(1u, 5u));
     const double rate = GENERATE(0.05, 0.3);
-    const cache_metrics m[] = {
-        run_differential<tiered_cache<lru, lru>>({"lru/lru exclusive", ref_rule::lru, ref_rule::lru, false}, seed, 1500, rate),
-        run_differential<tiered_cache<lru, lru>>({"lru/lru inclusive", ref_rule::lru, ref_rule::lru, true}, seed, 1500, rate),
-        run_differential<tiered_cache<lru, fifo>>({"lru/fifo exclusive", ref_rule::lru, ref_rule::fifo, false}, seed, 1500, rate),
-        run_differential<tiered_cache<fifo, lru>>({"fifo/lru inclusive", ref_rule::fifo, ref_rule::lru, true}, seed, 1500, rate)};
+    const cache_metrics m[] = {run_differential<tiered_cache<lru, lru>>(
+                                   {"lru/lru exclusive", ref_rule::lru, ref_rule::lru, false}, seed, 1500, rate),
+                               run_differential<tiered_cache<lru, lru>>(
+                                   {"lru/lru inclusive", ref_rule::lru, ref_rule::lru, true}, seed, 1500, rate),
+                               run_differential<tiered_cache<lru, fifo>>(
+                                   {"lru/fifo exclusive", ref_rule::lru, ref_rule::fifo, false}, seed, 1500, rate),
+                               run_differential<tiered_cache<fifo, lru>>(
+                                   {"fifo/lru inclusive", ref_rule::fifo, ref_rule::lru, true}, seed, 1500, rate)};
     std::uint64_t failed = 0, recomputed = 0;
     for (const cache_metrics& x : m) {
         failed += x.failed_transfers;
@@ -308,7 +311,8 @@ TEST_CASE("LRU on G + C exclusive tiers serves exactly the hits of one LRU tier 
         auto& chain_ = roots[rng() % roots.size()];
         if (chain_.size() < g && rng() % 3 == 0) chain_.push_back(next++);
         if (chain_.empty()) chain_.push_back(next++);
-        std::vector<block_hash> req(chain_.begin(), chain_.begin() + static_cast<std::ptrdiff_t>(1 + rng() % chain_.size()));
+        std::vector<block_hash> req(chain_.begin(),
+                                    chain_.begin() + static_cast<std::ptrdiff_t>(1 + rng() % chain_.size()));
         if (rng() % 7 == 0) roots[rng() % roots.size()].clear();  // a session ends; its blocks age out
         for (auto* cache : {&two, &one}) {
             cache->begin_step();
@@ -329,7 +333,8 @@ TEST_CASE("LRU on G + C exclusive tiers serves exactly the hits of one LRU tier 
     REQUIRE(two.metrics().cpu.hit_blocks > 0);  // the CPU tier really served hits
 }
 
-TEST_CASE("per-layer items: a block hits only whole, a chunk with a dropped layer is recovered whole", "[cache][per_layer]") {
+TEST_CASE("per-layer items: a block hits only whole, a chunk with a dropped layer is recovered whole",
+          "[cache][per_layer]") {
     // 2 layers per block; GPU 4 items (2 blocks), CPU 2 items (1 block).
     tiered_cache<lru, lru> cache(
         {.gpu_capacity = 4, .cpu_capacity = 2, .block_size = 32, .num_layers = 2, .items = granularity::per_layer});

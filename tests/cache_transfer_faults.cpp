@@ -239,6 +239,7 @@ TEST_CASE("complete_transfers validates first: a refused report changes nothing"
                         Catch::Contains("already reported"));
     REQUIRE(where_all(cache, {1, 2, 3}) == before);
     cache.begin_step();
-    REQUIRE_THROWS_WITH(cache.complete_transfers(plan, std::vector<transfer_status>{done}), Catch::Contains("a step is open"));
+    REQUIRE_THROWS_WITH(cache.complete_transfers(plan, std::vector<transfer_status>{done}),
+                        Catch::Contains("a step is open"));
     REQUIRE(cache.check_invariants().empty());
 }

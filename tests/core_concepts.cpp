@@ -71,7 +71,7 @@ TEST_CASE("device selectors take keys of the type they name", "[concepts][sparse
     STATIC_REQUIRE(device_sparse_selector<device_selector_shape<bf16, bf16>>);
     STATIC_REQUIRE(device_sparse_selector<device_selector_shape<float, float>>);
     STATIC_REQUIRE_FALSE(device_sparse_selector<device_selector_shape<bf16, bf16, false>>);  // no key_element
-    STATIC_REQUIRE_FALSE(device_sparse_selector<device_selector_shape<fp16, bf16>>);  // keys of another type
+    STATIC_REQUIRE_FALSE(device_sparse_selector<device_selector_shape<fp16, bf16>>);         // keys of another type
     STATIC_REQUIRE_FALSE(device_sparse_selector<device_selector_shape<float, fp16>>);
     STATIC_REQUIRE_FALSE(device_sparse_selector<quest>);  // a host selector: host keys and query
 }
@@ -132,7 +132,8 @@ TEST_CASE("visit_by_name reaches the registered type", "[registry]") {
 
 TEST_CASE("an unknown name lists every accepted name", "[registry]") {
     try {
-        visit_by_name<eviction_policies>("lur", []<class P>() {}, "eviction policy");
+        visit_by_name<eviction_policies>(
+            "lur", []<class P>() {}, "eviction policy");
         FAIL("no error for an unknown name");
     } catch (const unknown_name_error& e) {
         const std::string what = e.what();
@@ -192,7 +193,8 @@ TEST_CASE("type_list_slice cuts a list into parts that cover it once, in order",
 TEST_CASE("throw_unknown_name throws what visit_by_name throws", "[registry]") {
     std::string from_visit;
     try {
-        visit_by_name<eviction_policies>("lur", []<class P>() {}, "eviction policy");
+        visit_by_name<eviction_policies>(
+            "lur", []<class P>() {}, "eviction policy");
     } catch (const unknown_name_error& e) {
         from_visit = e.what();
     }

@@ -31,12 +31,15 @@ struct naive_queue {
             if (!e.held && (best == nullptr || e.stamp < best->stamp)) best = &e;
         return best == nullptr ? no_index : best->id;
     }
-    entry& find(std::uint32_t id) { return *std::find_if(items.begin(), items.end(), [&](const entry& e) { return e.id == id; }); }
+    entry& find(std::uint32_t id) {
+        return *std::find_if(items.begin(), items.end(), [&](const entry& e) { return e.id == id; });
+    }
     void remove(std::uint32_t id) {
         std::erase_if(items, [&](const entry& e) { return e.id == id; });
     }
     [[nodiscard]] std::uint32_t evictable() const {
-        return static_cast<std::uint32_t>(std::count_if(items.begin(), items.end(), [](const entry& e) { return !e.held; }));
+        return static_cast<std::uint32_t>(
+            std::count_if(items.begin(), items.end(), [](const entry& e) { return !e.held; }));
     }
 };
 

@@ -89,17 +89,18 @@ TEST_CASE("each option's default is config_type{}'s, and a value in range lands 
 
 TEST_CASE("options that are not plain members reach their place in the config", "[registry]") {
     SECTION("retention_value: pensieve_linear's parameters, rebuilt and validated") {
-        const auto c = make_config<retention_value<>>(std::vector<option_value>{{"alpha", 0.5}, {"const_non_attention", 0}});
+        const auto c =
+            make_config<retention_value<>>(std::vector<option_value>{{"alpha", 0.5}, {"const_non_attention", 0}});
         CHECK(c.cost.alpha() == 0.5);
         CHECK(c.cost.beta() == pensieve_linear_config{}.beta);
         CHECK(c.cost.const_non_attention() == 0);
-        CHECK_THROWS_WITH(make_config<retention_value<>>(std::vector<option_value>{
-                                  {"alpha", 0}, {"beta", 0}, {"const_non_attention", 0}}),
+        CHECK_THROWS_WITH(make_config<retention_value<>>(
+                              std::vector<option_value>{{"alpha", 0}, {"beta", 0}, {"const_non_attention", 0}}),
                           Catch::StartsWith("pensieve_linear: alpha, beta and const_non_attention are all 0"));
     }
     SECTION("session_aware_lru: the tuner's and the gap model's switches") {
         const auto c = make_config<session_aware_lru>(
-                std::vector<option_value>{{"tune_margin", 0}, {"predict_gaps", 0}, {"gap_min_samples", 7}});
+            std::vector<option_value>{{"tune_margin", 0}, {"predict_gaps", 0}, {"gap_min_samples", 7}});
         CHECK(!c.tuner.enabled);
         CHECK(!c.gaps.enabled);
         CHECK(c.gaps.min_samples == 7);
@@ -137,7 +138,8 @@ TEST_CASE("make_config refuses a bad option with a message naming it", "[registr
     CHECK_THROWS_WITH(make_config<lru>(one<lru>("x", 1)), "lru: takes no options, got 'x'");
     CHECK_THROWS_WITH(make_config<engine::vllm_legacy_arc_order>(one<lru>("small_fraction", 0.1)),
                       "vllm_0_11_arc: takes no options, got 'small_fraction'");
-    CHECK_THROWS_WITH(visit_by_name<eviction_policies>("lru2", []<class P>() {}, "eviction policy"),
+    CHECK_THROWS_WITH(visit_by_name<eviction_policies>(
+                          "lru2", []<class P>() {}, "eviction policy"),
                       "unknown eviction policy 'lru2'; accepted: " + joined_names<eviction_policies>());
     CHECK_THROWS_AS(make_config<slru>(one<slru>("segments", 2.5)), config_error);
 }

@@ -93,9 +93,12 @@ TEST_CASE("measured_table: interpolation at and between points, any input order"
     for (int i = 0; i < 2000; ++i) {
         const std::uint64_t x = rng() % 2049;
         double want;
-        if (x <= 128) want = line(0, 0.02, 128, 0.05, double(x));
-        else if (x <= 512) want = line(128, 0.05, 512, 0.30, double(x));
-        else want = line(512, 0.30, 2048, 0.90, double(x));
+        if (x <= 128)
+            want = line(0, 0.02, 128, 0.05, double(x));
+        else if (x <= 512)
+            want = line(128, 0.05, 512, 0.30, double(x));
+        else
+            want = line(512, 0.30, 2048, 0.90, double(x));
         CAPTURE(x);
         REQUIRE(near(t.cost(x), want, 1e-14));
     }
@@ -106,10 +109,10 @@ TEST_CASE("measured_table: extrapolation is flat below and clamped-linear above"
     const measured_table t{{100, 0.1}, {200, 0.3}};
     REQUIRE(t.cost(0) == 0.1);
     REQUIRE(t.cost(99) == 0.1);
-    REQUIRE(near(t.cost(300), 0.5, 1e-15));    // last slope 0.002 per token, extended
+    REQUIRE(near(t.cost(300), 0.5, 1e-15));  // last slope 0.002 per token, extended
     REQUIRE(near(t.cost(1200), 2.3, 1e-13));
     const measured_table falling{{100, 0.3}, {200, 0.2}};
-    REQUIRE(falling.cost(5000) == 0.2);         // a falling last segment does not go negative
+    REQUIRE(falling.cost(5000) == 0.2);  // a falling last segment does not go negative
     REQUIRE(near(falling.cost(150), 0.25, 1e-15));
     const measured_table one{{64, 0.7}};
     REQUIRE(one.cost(0) == 0.7);
@@ -121,11 +124,17 @@ TEST_CASE("measured_table: errors name the point and leave nothing constructed",
     std::optional<measured_table> t;
     REQUIRE_THAT(config_error_of([&] { t.emplace(std::span<const cost_measurement>{}); }),
                  Catch::Contains("at least one"));
-    REQUIRE_THAT(config_error_of([&] { t.emplace(std::initializer_list<cost_measurement>{{0, 0.1}, {32, nan_v}}); }),
+    REQUIRE_THAT(config_error_of([&] {
+                     t.emplace(std::initializer_list<cost_measurement>{{0, 0.1}, {32, nan_v}});
+                 }),
                  Catch::Contains("point 1") && Catch::Contains("context_length 32"));
-    REQUIRE_THAT(config_error_of([&] { t.emplace(std::initializer_list<cost_measurement>{{0, -0.1}}); }),
+    REQUIRE_THAT(config_error_of([&] {
+                     t.emplace(std::initializer_list<cost_measurement>{{0, -0.1}});
+                 }),
                  Catch::Contains("point 0"));
-    REQUIRE_THAT(config_error_of([&] { t.emplace(std::initializer_list<cost_measurement>{{0, inf_v}}); }),
+    REQUIRE_THAT(config_error_of([&] {
+                     t.emplace(std::initializer_list<cost_measurement>{{0, inf_v}});
+                 }),
                  Catch::Contains("finite"));
     REQUIRE_THAT(config_error_of([&] {
                      t.emplace(std::initializer_list<cost_measurement>{{32, 0.1}, {0, 0.0}, {32, 0.2}});
@@ -154,8 +163,7 @@ TEST_CASE("calibrate: noiseless samples give alpha and the intercept back", "[co
     REQUIRE_THAT(config_error_of([&] { (void)r.to_pensieve_linear(0.02); }), Catch::Contains("beta"));
 }
 
-TEST_CASE("calibrate: noisy samples fit within tolerance, residuals are measured minus fitted",
-          "[cost][calibrate]") {
+TEST_CASE("calibrate: noisy samples fit within tolerance, residuals are measured minus fitted", "[cost][calibrate]") {
     const double alpha = 2.0e-5, intercept = 0.004, sigma = 1.0e-4;
     std::mt19937_64 rng(GENERATE(1u, 2u, 3u));
     std::normal_distribution<double> noise(0.0, sigma);

@@ -328,11 +328,13 @@ void differential(model_kind kind, std::uint64_t seed, int ops) {
 }  // namespace
 
 TEST_CASE("offload_manager vllm_lru decides as vLLM's LRU manager on random call sequences") {
-    for (std::uint64_t seed = 1; seed <= 300; ++seed) differential<engine::vllm_legacy_lru_order>(model_kind::lru, seed, 400);
+    for (std::uint64_t seed = 1; seed <= 300; ++seed)
+        differential<engine::vllm_legacy_lru_order>(model_kind::lru, seed, 400);
 }
 
 TEST_CASE("offload_manager vllm_arc decides as vLLM's ARC manager on random call sequences") {
-    for (std::uint64_t seed = 1; seed <= 300; ++seed) differential<engine::vllm_legacy_arc_order>(model_kind::arc, seed, 400);
+    for (std::uint64_t seed = 1; seed <= 300; ++seed)
+        differential<engine::vllm_legacy_arc_order>(model_kind::arc, seed, 400);
 }
 
 TEST_CASE("offload_manager over kvpolicy's fifo: protection and completion keep places (random call sequences)") {
@@ -385,8 +387,7 @@ TEST_CASE("offload_manager: the issue's four differences, as vLLM answers") {
 
 TEST_CASE("offload_manager: bad input throws naming it and changes nothing") {
     offload_manager<engine::vllm_legacy_arc_order> m(2);
-    REQUIRE_THROWS_WITH(offload_manager<engine::vllm_legacy_lru_order>(0),
-                        Catch::Contains("num_blocks 0"));
+    REQUIRE_THROWS_WITH(offload_manager<engine::vllm_legacy_lru_order>(0), Catch::Contains("num_blocks 0"));
     const std::vector<std::uint64_t> dup{5, 5};
     REQUIRE_THROWS_WITH(m.prepare_store(dup), Catch::Contains("block hash 5 appears twice"));
     REQUIRE(m.num_free() == 2);

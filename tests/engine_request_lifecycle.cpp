@@ -93,8 +93,10 @@ struct harness {
             if (!done.insert(*k).second || std::ranges::find(first_readers, *k) == first_readers.end()) continue;
             const auto id = present(*k);
             if (!id) continue;
-            if (const auto next = queue.earliest(*k)) model.queued(*id, *next);
-            else model.unqueued(*id);
+            if (const auto next = queue.earliest(*k))
+                model.queued(*id, *next);
+            else
+                model.unqueued(*id);
         }
     }
 };
@@ -166,7 +168,8 @@ TEST_CASE("request_lifecycle: the policy hears exactly the queued requests, vict
                 }
                 h.queue.known.erase(it);
             } else {
-                REQUIRE(r.reason == "finish: request '" + id + "' is not known (never arrived, or ended already); ignored");
+                REQUIRE(r.reason ==
+                        "finish: request '" + id + "' is not known (never arrived, or ended already); ignored");
             }
         } else if (dice < 60) {  // a chunk stored: evict one first when full
             const std::uint64_t key = 1 + rng() % 40;
@@ -270,9 +273,15 @@ TEST_CASE("request_lifecycle: a policy that does not hear the queue decides as w
         const std::uint32_t id = static_cast<std::uint32_t>(rng() % 16);
         c.key = 100 + id;
         switch (rng() % 5) {
-            case 0: (void)life.arrive("r" + std::to_string(rng() % 8), session_id{1}, std::vector<std::uint64_t>{c.key}); break;
-            case 1: (void)life.schedule("r" + std::to_string(rng() % 8), c); break;
-            case 2: (void)life.finish("r" + std::to_string(rng() % 8), c); break;
+            case 0:
+                (void)life.arrive("r" + std::to_string(rng() % 8), session_id{1}, std::vector<std::uint64_t>{c.key});
+                break;
+            case 1:
+                (void)life.schedule("r" + std::to_string(rng() % 8), c);
+                break;
+            case 2:
+                (void)life.finish("r" + std::to_string(rng() % 8), c);
+                break;
             default:
                 if (!present[id]) {
                     with.insert(id, c, true);

@@ -74,50 +74,51 @@ TEST_CASE("vllm_lru evicts as a sort of the evictable chunks by (rank, key) does
             const std::uint32_t id = static_cast<std::uint32_t>(rng() % cap);
             const bool present = ref.chunks.contains(id);
             switch (rng() % 9) {
-            case 0:
-            case 1:
-                if (!present) {
-                    // few distinct keys and positions: equal ranks, ties broken by the key
-                    const std::string key(1 + rng() % 3, static_cast<char>('a' + rng() % 4));
-                    const bool positioned = rng() % 2 == 0;
-                    const std::int64_t pos = static_cast<std::int64_t>(rng() % 4) * 16;
-                    if (positioned && rng() % 3 == 0) request_rank = p.new_request_rank(), ++ref.counter;
-                    const bool evictable = rng() % 2 == 0;
-                    p.insert(id, key, positioned ? std::optional(pos) : std::nullopt, request_rank, evictable);
-                    const vllm_rank r = positioned ? vllm_rank{request_rank, -pos} : vllm_rank{++ref.counter, 0};
-                    ref.chunks[id] = {r, key, evictable};
+                case 0:
+                case 1:
+                    if (!present) {
+                        // few distinct keys and positions: equal ranks, ties broken by the key
+                        const std::string key(1 + rng() % 3, static_cast<char>('a' + rng() % 4));
+                        const bool positioned = rng() % 2 == 0;
+                        const std::int64_t pos = static_cast<std::int64_t>(rng() % 4) * 16;
+                        if (positioned && rng() % 3 == 0) request_rank = p.new_request_rank(), ++ref.counter;
+                        const bool evictable = rng() % 2 == 0;
+                        p.insert(id, key, positioned ? std::optional(pos) : std::nullopt, request_rank, evictable);
+                        const vllm_rank r = positioned ? vllm_rank{request_rank, -pos} : vllm_rank{++ref.counter, 0};
+                        ref.chunks[id] = {r, key, evictable};
+                    }
+                    break;
+                case 2: {
+                    std::vector<std::uint32_t> ids{id, static_cast<std::uint32_t>(rng() % cap), no_index};
+                    p.refresh(ids);
+                    for (auto i : ids)
+                        if (i != no_index && ref.chunks.contains(i)) ref.chunks[i].rank = {++ref.counter, 0};
+                    break;
                 }
-                break;
-            case 2: {
-                std::vector<std::uint32_t> ids{id, static_cast<std::uint32_t>(rng() % cap), no_index};
-                p.refresh(ids);
-                for (auto i : ids)
-                    if (i != no_index && ref.chunks.contains(i)) ref.chunks[i].rank = {++ref.counter, 0};
-                break;
-            }
-            case 3: {
-                const std::int64_t pos = static_cast<std::int64_t>(rng() % 4) * 16;
-                p.raise(id, request_rank, pos);
-                if (present && ref.chunks[id].rank < vllm_rank{request_rank, -pos}) ref.chunks[id].rank = {request_rank, -pos};
-                break;
-            }
-            case 4:
-                if (present) p.mark_evictable(id), ref.chunks[id].evictable = true;
-                break;
-            case 5:
-                if (present) p.mark_non_evictable(id), ref.chunks[id].evictable = false;
-                break;
-            case 6:
-                if (present) p.remove(id), ref.chunks.erase(id);
-                break;
-            default: {
-                const std::size_t n = rng() % 4;
-                std::set<std::uint32_t> prot;
-                for (int k = 0; k < 2; ++k) prot.insert(static_cast<std::uint32_t>(rng() % cap));
-                const auto got = p.evict(n, [&](std::uint32_t i) { return prot.contains(i); });
-                const auto want = ref.evict(n, prot);
-                REQUIRE(got == want);
-            }
+                case 3: {
+                    const std::int64_t pos = static_cast<std::int64_t>(rng() % 4) * 16;
+                    p.raise(id, request_rank, pos);
+                    if (present && ref.chunks[id].rank < vllm_rank{request_rank, -pos})
+                        ref.chunks[id].rank = {request_rank, -pos};
+                    break;
+                }
+                case 4:
+                    if (present) p.mark_evictable(id), ref.chunks[id].evictable = true;
+                    break;
+                case 5:
+                    if (present) p.mark_non_evictable(id), ref.chunks[id].evictable = false;
+                    break;
+                case 6:
+                    if (present) p.remove(id), ref.chunks.erase(id);
+                    break;
+                default: {
+                    const std::size_t n = rng() % 4;
+                    std::set<std::uint32_t> prot;
+                    for (int k = 0; k < 2; ++k) prot.insert(static_cast<std::uint32_t>(rng() % cap));
+                    const auto got = p.evict(n, [&](std::uint32_t i) { return prot.contains(i); });
+                    const auto want = ref.evict(n, prot);
+                    REQUIRE(got == want);
+                }
             }
             REQUIRE(p.size() == ref.chunks.size());
             if (step % 500 == 499 && rng() % 4 == 0) p.clear(), ref = naive_lru{}, request_rank = 0;
@@ -158,8 +159,10 @@ struct naive_arc {
     }
     void touch(std::uint32_t id, std::uint64_t g) {
         if (!ref.contains(id)) return adapt(g);
-        if (erase(t1, id)) (ref[id] < 0 ? t1 : t2).push_back(id);
-        else erase(t2, id), t2.push_back(id);
+        if (erase(t1, id))
+            (ref[id] < 0 ? t1 : t2).push_back(id);
+        else
+            erase(t2, id), t2.push_back(id);
     }
     std::optional<std::vector<std::uint32_t>> evict(std::size_t n, const std::set<std::uint32_t>& prot) {
         std::vector<std::uint32_t> out;
@@ -213,45 +216,45 @@ TEST_CASE("vllm_arc decides as vLLM's ARCCachePolicy spelled out over vectors", 
             // keys come back: a ghost hit needs an old key reused
             const std::uint64_t g = rng() % 3 == 0 ? next_key++ : 1 + rng() % next_key;
             switch (rng() % 8) {
-            case 0:
-            case 1:
-                if (!present) {
-                    const int r = static_cast<int>(rng() % 3) - 1;
-                    p.insert(id, g, r >= 0, r == 0);
-                    ref.insert(id, g, r);
-                }
-                break;
-            case 2:
-                p.touch(present ? id : no_index, g);
-                ref.touch(present ? id : 0xffffffffu, g);
-                break;
-            case 3:
-                p.adapt_to_ghost(g), ref.adapt(g);
-                break;
-            case 4:
-                if (present) p.mark_evictable(id), ref.ref[id] = 0;
-                break;
-            case 5:
-                if (present && ref.ref[id] >= 0) p.mark_non_evictable(id), ref.ref[id] = 1;
-                break;
-            case 6:
-                if (present) {
-                    const bool inserted_only = rng() % 2 == 0;
-                    p.finish(id, inserted_only, !inserted_only);
-                    if (inserted_only) {
-                        auto& l = naive_arc::has(ref.t1, id) ? ref.t1 : ref.t2;
-                        naive_arc::erase(l, id), l.push_back(id);
-                    } else {
-                        naive_arc::erase(ref.t1, id), naive_arc::erase(ref.t2, id), ref.t2.push_back(id);
+                case 0:
+                case 1:
+                    if (!present) {
+                        const int r = static_cast<int>(rng() % 3) - 1;
+                        p.insert(id, g, r >= 0, r == 0);
+                        ref.insert(id, g, r);
                     }
+                    break;
+                case 2:
+                    p.touch(present ? id : no_index, g);
+                    ref.touch(present ? id : 0xffffffffu, g);
+                    break;
+                case 3:
+                    p.adapt_to_ghost(g), ref.adapt(g);
+                    break;
+                case 4:
+                    if (present) p.mark_evictable(id), ref.ref[id] = 0;
+                    break;
+                case 5:
+                    if (present && ref.ref[id] >= 0) p.mark_non_evictable(id), ref.ref[id] = 1;
+                    break;
+                case 6:
+                    if (present) {
+                        const bool inserted_only = rng() % 2 == 0;
+                        p.finish(id, inserted_only, !inserted_only);
+                        if (inserted_only) {
+                            auto& l = naive_arc::has(ref.t1, id) ? ref.t1 : ref.t2;
+                            naive_arc::erase(l, id), l.push_back(id);
+                        } else {
+                            naive_arc::erase(ref.t1, id), naive_arc::erase(ref.t2, id), ref.t2.push_back(id);
+                        }
+                    }
+                    break;
+                default: {
+                    const std::size_t n = rng() % 4;
+                    std::set<std::uint32_t> prot{static_cast<std::uint32_t>(rng() % cap)};
+                    const auto got = p.evict(n, [&](std::uint32_t i) { return prot.contains(i); });
+                    REQUIRE(got == ref.evict(n, prot));
                 }
-                break;
-            default: {
-                const std::size_t n = rng() % 4;
-                std::set<std::uint32_t> prot{static_cast<std::uint32_t>(rng() % cap)};
-                const auto got = p.evict(n, [&](std::uint32_t i) { return prot.contains(i); });
-                REQUIRE(got == ref.evict(n, prot));
-            }
             }
             REQUIRE(p.t1_order() == ref.t1);
             REQUIRE(p.t2_order() == ref.t2);
@@ -278,44 +281,47 @@ void check_core_contract(std::uint32_t seed) {
         c.key = 1000 + rng() % 64;
         c.session = kvpolicy::session_id{1 + rng() % 3};
         switch (rng() % 6) {
-        case 0:
-            if (state[id] < 0) {
-                const bool ev = rng() % 2 == 0;
-                core.insert(id, c, ev);
-                state[id] = ev ? 0 : 1;
-            }
-            break;
-        case 1:
-            core.touch(id, c);
-            break;
-        case 2:
-            if (state[id] == 1) core.mark_evictable(id, c), state[id] = 0;
-            else if (state[id] == 0) core.mark_non_evictable(id), state[id] = 1;
-            break;
-        case 3:
-            if (state[id] >= 0) core.finish(id, rng() % 2 == 0, c);
-            break;
-        default: {
-            std::vector<std::uint32_t> prot{static_cast<std::uint32_t>(rng() % cap), static_cast<std::uint32_t>(rng() % cap)};
-            const std::size_t n = rng() % 4;
-            std::size_t candidates = 0;
-            for (std::uint32_t i = 0; i < cap; ++i)
-                if (state[i] == 0 && std::find(prot.begin(), prot.end(), i) == prot.end()) ++candidates;
-            const auto before = core.evictable_size();
-            const auto got = core.evict(n, prot, c);
-            if (n > candidates) {
-                REQUIRE(!got);
-                REQUIRE(core.evictable_size() == before);
-            } else {
-                REQUIRE(got);
-                REQUIRE(got->size() == n);
-                for (auto v : *got) {
-                    REQUIRE(state[v] == 0);  // never pinned
-                    REQUIRE(std::find(prot.begin(), prot.end(), v) == prot.end());  // never protected
-                    state[v] = -1;
+            case 0:
+                if (state[id] < 0) {
+                    const bool ev = rng() % 2 == 0;
+                    core.insert(id, c, ev);
+                    state[id] = ev ? 0 : 1;
+                }
+                break;
+            case 1:
+                core.touch(id, c);
+                break;
+            case 2:
+                if (state[id] == 1)
+                    core.mark_evictable(id, c), state[id] = 0;
+                else if (state[id] == 0)
+                    core.mark_non_evictable(id), state[id] = 1;
+                break;
+            case 3:
+                if (state[id] >= 0) core.finish(id, rng() % 2 == 0, c);
+                break;
+            default: {
+                std::vector<std::uint32_t> prot{static_cast<std::uint32_t>(rng() % cap),
+                                                static_cast<std::uint32_t>(rng() % cap)};
+                const std::size_t n = rng() % 4;
+                std::size_t candidates = 0;
+                for (std::uint32_t i = 0; i < cap; ++i)
+                    if (state[i] == 0 && std::find(prot.begin(), prot.end(), i) == prot.end()) ++candidates;
+                const auto before = core.evictable_size();
+                const auto got = core.evict(n, prot, c);
+                if (n > candidates) {
+                    REQUIRE(!got);
+                    REQUIRE(core.evictable_size() == before);
+                } else {
+                    REQUIRE(got);
+                    REQUIRE(got->size() == n);
+                    for (auto v : *got) {
+                        REQUIRE(state[v] == 0);                                         // never pinned
+                        REQUIRE(std::find(prot.begin(), prot.end(), v) == prot.end());  // never protected
+                        state[v] = -1;
+                    }
                 }
             }
-        }
         }
         std::size_t present = 0, evictable = 0;
         for (int s : state) present += s >= 0, evictable += s == 0;

@@ -51,17 +51,19 @@ TEST_CASE("best_of_shadows chooses the same victims as its reference model", "[e
         .shadow_items = shadow_items, .window = 1.0, .switch_sigmas = sigmas, .switch_gain = gain};
     lru_or_lrfu policy(capacity, config);
     auto reference = shadows_reference(capacity, config);
-    const auto victims = drive(policy, {.capacity = capacity, .operations = 100'000, .seed = seed,
-                                        .key_universe = 4 * capacity + 8}, &reference);
+    const auto victims =
+        drive(policy, {.capacity = capacity, .operations = 100'000, .seed = seed, .key_universe = 4 * capacity + 8},
+              &reference);
     REQUIRE(policy.counters().evictions == victims.size());
     REQUIRE(victims.size() > 1000);
     REQUIRE(policy.switches() > 0);
     REQUIRE(policy.followed() == reference.followed);
 }
 
-TEST_CASE("best_of_shadows over lru and session_aware_lru: same victims as the reference, session ends heard by "
-          "the expert and its shadow",
-          "[eviction][differential]") {
+TEST_CASE(
+    "best_of_shadows over lru and session_aware_lru: same victims as the reference, session ends heard by "
+    "the expert and its shadow",
+    "[eviction][differential]") {
     // The session rule on whenever a session is expected back (margin 0),
     // the gap fit learning within the run; releases carry output tokens and
     // return hints, and the driver ends sessions (policy_driver.hpp).
@@ -77,11 +79,17 @@ TEST_CASE("best_of_shadows over lru and session_aware_lru: same victims as the r
     std::get<1>(config.experts) = {.far_factor = 0.0, .tuner = {.enabled = false}, .gaps = gaps};
     lru_or_sessions policy(capacity, config);
     auto make = [&](std::size_t n) {
-        return std::tuple<ref_lru, ref_session_aware_lru>{ref_lru{}, ref_session_aware_lru(n, 0.0, 0.25, 0, false, gaps)};
+        return std::tuple<ref_lru, ref_session_aware_lru>{ref_lru{},
+                                                          ref_session_aware_lru(n, 0.0, 0.25, 0, false, gaps)};
     };
     ref_best_of_shadows<ref_lru, ref_session_aware_lru> reference(capacity, shadow_items, 1.0, sigmas, make);
-    const auto victims = drive(policy, {.capacity = capacity, .operations = 100'000, .seed = seed,
-                                        .key_universe = 4 * capacity + 8, .sessions = 7, .foreign_every = 8},
+    const auto victims = drive(policy,
+                               {.capacity = capacity,
+                                .operations = 100'000,
+                                .seed = seed,
+                                .key_universe = 4 * capacity + 8,
+                                .sessions = 7,
+                                .foreign_every = 8},
                                &reference);
     REQUIRE(policy.counters().evictions == victims.size());
     REQUIRE(victims.size() > 1000);
@@ -211,9 +219,10 @@ TEST_CASE("best_of_shadows follows LRU where frequent keys go out of use", "[evi
     REQUIRE(static_cast<double>(r.hits) > 0.98 * static_cast<double>(r.lru_hits));
 }
 
-TEST_CASE("best_of_shadows: switch_gain keeps the choice still between experts that hit alike, and lets a real "
-          "lead through",
-          "[eviction][best_of_shadows]") {
+TEST_CASE(
+    "best_of_shadows: switch_gain keeps the choice still between experts that hit alike, and lets a real "
+    "lead through",
+    "[eviction][best_of_shadows]") {
     // Uniform random keys over twice the capacity: LRU and FIFO both hit
     // half the references (neither can tell keys apart), so every lead is
     // noise; with many references some of it passes two sigmas.
@@ -259,13 +268,15 @@ TEST_CASE("best_of_shadows samples keys at shadow_items / capacity", "[eviction]
     REQUIRE(lru_or_lrfu(32'768, step).shadow_capacity() == 4096);
     REQUIRE(lru_or_lrfu(32'769, step).shadow_capacity() == 1024);
     REQUIRE(lru_or_lrfu(100'000, step).sample_rate() == Approx(0.01024));
-    REQUIRE(lru_or_lrfu(1000, {.shadow_items = 4096, .large_capacity = 10, .large_shadow_items = 100})
-                .shadow_capacity() == 100);
+    REQUIRE(
+        lru_or_lrfu(1000, {.shadow_items = 4096, .large_capacity = 10, .large_shadow_items = 100}).shadow_capacity() ==
+        100);
 }
 
-TEST_CASE("adaptive_kv's shadows hold 4096 items up to 32,768 cached items and 1024 above, adaptive_kv_fast's "
-          "at most 5% and 1024",
-          "[eviction][best_of_shadows]") {
+TEST_CASE(
+    "adaptive_kv's shadows hold 4096 items up to 32,768 cached items and 1024 above, adaptive_kv_fast's "
+    "at most 5% and 1024",
+    "[eviction][best_of_shadows]") {
     REQUIRE(adaptive_kv(1000).shadow_capacity() == 1000);
     REQUIRE(adaptive_kv(1000).sample_rate() == 1.0);
     REQUIRE(adaptive_kv(18'279).shadow_capacity() == 4096);
@@ -278,9 +289,10 @@ TEST_CASE("adaptive_kv's shadows hold 4096 items up to 32,768 cached items and 1
     REQUIRE(lru_or_lrfu(1'000'000).shadow_capacity() == 4096);
 }
 
-TEST_CASE("adaptive_kv is best_of_shadows over lru, lrfu at 2, 8 and 32 capacities, superseded_lru and "
-          "session_aware_lru",
-          "[eviction][best_of_shadows]") {
+TEST_CASE(
+    "adaptive_kv is best_of_shadows over lru, lrfu at 2, 8 and 32 capacities, superseded_lru and "
+    "session_aware_lru",
+    "[eviction][best_of_shadows]") {
     const adaptive_kv p(64);
     STATIC_REQUIRE(adaptive_kv::expert_count == 6);
     STATIC_REQUIRE(hears_session_ends<adaptive_kv>);
@@ -299,10 +311,12 @@ TEST_CASE("best_of_shadows refuses bad configurations, naming the setting and th
     REQUIRE_THROWS_WITH(lru_or_lrfu(8, {.shadow_items = 0}), Contains("best_of_shadows: shadow_items 0 leaves"));
     REQUIRE_THROWS_WITH(lru_or_lrfu(8, {.large_shadow_items = 0}),
                         Contains("best_of_shadows: large_shadow_items 0 leaves") && Contains("adaptive_kv: 1024"));
-    REQUIRE_THROWS_WITH(lru_or_lrfu(8, {.window = 0.0}), Contains("best_of_shadows: window 0.000000 must be in (0, 1e9]"));
+    REQUIRE_THROWS_WITH(lru_or_lrfu(8, {.window = 0.0}),
+                        Contains("best_of_shadows: window 0.000000 must be in (0, 1e9]"));
     REQUIRE_THROWS_WITH(lru_or_lrfu(8, {.window = std::nan("")}), Contains("window"));
     REQUIRE_THROWS_WITH(lru_or_lrfu(8, {.window = 1e300}), Contains("must be in (0, 1e9]"));
-    REQUIRE_THROWS_WITH(lru_or_lrfu(8, {.switch_sigmas = -0.1}), Contains("switch_sigmas -0.100000 must be finite and >= 0"));
+    REQUIRE_THROWS_WITH(lru_or_lrfu(8, {.switch_sigmas = -0.1}),
+                        Contains("switch_sigmas -0.100000 must be finite and >= 0"));
     REQUIRE_THROWS_WITH(lru_or_lrfu(8, {.switch_sigmas = std::numeric_limits<double>::infinity()}),
                         Contains("switch_sigmas"));
     REQUIRE_THROWS_WITH(lru_or_lrfu(8, {.switch_gain = -0.01}), Contains("switch_gain -0.010000 must be in [0, 1)"));

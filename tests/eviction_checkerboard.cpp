@@ -129,7 +129,8 @@ TEST_CASE("accesses do not reorder, a hold removes, a release puts back at the s
     p.on_erase(item_id{1});
     REQUIRE(p.pop_victim(130) == item_id{3});
     REQUIRE_FALSE(p.pop_victim(130).has_value());
-    REQUIRE(p.counters() == policy_counters{.insertions = 4, .hits = 1, .evictions = 3, .erasures = 1, .ghost_hits = 0});
+    REQUIRE(p.counters() ==
+            policy_counters{.insertions = 4, .hits = 1, .evictions = 3, .erasures = 1, .ghost_hits = 0});
 }
 
 TEST_CASE("equal keys: the lowest id first", "[checkerboard]") {

@@ -34,8 +34,8 @@ access_context context_for(std::uint32_t i) {
 
 }  // namespace
 
-TEMPLATE_LIST_TEST_CASE("conformance: random operations keep the protocol's invariants",
-                        "[eviction][conformance]", eviction_policies) {
+TEMPLATE_LIST_TEST_CASE("conformance: random operations keep the protocol's invariants", "[eviction][conformance]",
+                        eviction_policies) {
     // Keys come from twice the capacity, so the tier is full and misses evict
     // all the time. 100k operations per (seed, capacity), except 30k at
     // capacity 1000, where the driver's own O(capacity) hit lookup would
@@ -78,8 +78,7 @@ TEMPLATE_LIST_TEST_CASE("conformance: no victim when nothing is evictable", "[ev
     REQUIRE(p.counters().evictions == 1);
 }
 
-TEMPLATE_LIST_TEST_CASE("conformance: a held item is never a victim", "[eviction][conformance]",
-                        eviction_policies) {
+TEMPLATE_LIST_TEST_CASE("conformance: a held item is never a victim", "[eviction][conformance]", eviction_policies) {
     const std::size_t capacity = 48;
     auto p = make_policy<TestType>(capacity);
     for (std::uint32_t i = 0; i < capacity; ++i) p.on_insert(item_id{i}, context_for(i));
@@ -117,8 +116,10 @@ TEMPLATE_LIST_TEST_CASE("conformance: a held item is never a victim", "[eviction
 
     // Released, they are victims again; erased ones are not.
     for (std::uint32_t i = 0; i < capacity; i += 3) {
-        if (i % 2 == 0) p.on_release(item_id{i}, context_for(i + 200));
-        else p.on_erase(item_id{i});
+        if (i % 2 == 0)
+            p.on_release(item_id{i}, context_for(i + 200));
+        else
+            p.on_erase(item_id{i});
     }
     std::size_t rest = 0;
     while (auto v = p.pop_victim(2000)) {

@@ -37,7 +37,8 @@ TEST_CASE("lru: a worked example", "[eviction][lru]") {
     REQUIRE(p.pop_victim(0) == item_id{0});
     REQUIRE(p.pop_victim(0) == item_id{1});
     REQUIRE_FALSE(p.pop_victim(0).has_value());
-    REQUIRE(p.counters() == policy_counters{.insertions = 3, .hits = 1, .evictions = 3, .erasures = 0, .ghost_hits = 0});
+    REQUIRE(p.counters() ==
+            policy_counters{.insertions = 3, .hits = 1, .evictions = 3, .erasures = 0, .ghost_hits = 0});
 }
 
 TEST_CASE("fifo: neither hits nor holds reorder", "[eviction][fifo]") {

@@ -42,14 +42,20 @@ std::vector<std::uint64_t> phased_trace(std::uint64_t seed, std::size_t n, std::
     for (std::size_t i = 0; i < n; ++i) {
         std::uint64_t k = 0;
         switch ((i / 5000) % 4) {
-            case 0: k = rng.next() % (universe / 8); break;
+            case 0:
+                k = rng.next() % (universe / 8);
+                break;
             case 1: {
                 const std::uint64_t a = rng.next() % universe;
                 k = std::min(a, rng.next() % universe);
                 break;
             }
-            case 2: k = rng.next() % 4 == 0 ? rng.next() % (universe / 8) : universe + scan++; break;
-            default: k = rng.next() % 2 != 0 ? rng.next() % (universe / 8) : rng.next() % universe; break;
+            case 2:
+                k = rng.next() % 4 == 0 ? rng.next() % (universe / 8) : universe + scan++;
+                break;
+            default:
+                k = rng.next() % 2 != 0 ? rng.next() % (universe / 8) : rng.next() % universe;
+                break;
         }
         keys.push_back(k);
     }
@@ -85,7 +91,7 @@ constexpr published libcachesim_misses[] = {
 /// first eviction); kvpolicy's default is the paper's rule.
 struct s3fifo_fill_main : s3fifo {
     explicit s3fifo_fill_main(std::size_t capacity, const config_type& = {})
-        : s3fifo(capacity, {.fill_main_before_first_eviction = true}) {}
+            : s3fifo(capacity, {.fill_main_before_first_eviction = true}) {}
 };
 
 }  // namespace

@@ -31,8 +31,9 @@ TEST_CASE("lrfu chooses the same victims as its reference model", "[eviction][di
     ref_lrfu reference(capacity, half_life, ghost_factor);
     // A key universe of 4x the capacity brings victims back while their
     // ghosts remember them.
-    const auto victims = drive(policy, {.capacity = capacity, .operations = 100'000,
-                                        .seed = seed, .key_universe = 4 * capacity + 8}, &reference);
+    const auto victims =
+        drive(policy, {.capacity = capacity, .operations = 100'000, .seed = seed, .key_universe = 4 * capacity + 8},
+              &reference);
     REQUIRE(policy.counters().evictions == victims.size());
     REQUIRE(victims.size() > 100);
 }
@@ -49,23 +50,43 @@ struct toggling_lrfu : lrfu {
     std::uint64_t step = 1;
     std::uint64_t toggles = 0;
     toggling_lrfu(std::size_t capacity, const config_type& c, std::uint64_t seed = 1, std::uint64_t step_ticks = 1)
-        : lrfu(capacity, c), rng(seed), step(step_ticks) {}
+            : lrfu(capacity, c), rng(seed), step(step_ticks) {}
     void toggle() {
         if (!Toggle || rng() % 16 != 0) return;
         ++toggles;
-        if (keeps_order()) suspend_order();
-        else resume_order();
+        if (keeps_order())
+            suspend_order();
+        else
+            resume_order();
     }
     access_context stepped(access_context ctx) const {
         ctx.now /= step;
         return ctx;
     }
-    void on_miss(const access_context& ctx) { toggle(); lrfu::on_miss(stepped(ctx)); }
-    void on_insert(item_id id, const access_context& ctx) { toggle(); lrfu::on_insert(id, stepped(ctx)); }
-    void on_access(item_id id, const access_context& ctx) { toggle(); lrfu::on_access(id, stepped(ctx)); }
-    void on_hold(item_id id) { toggle(); lrfu::on_hold(id); }
-    void on_release(item_id id, const access_context& ctx) { toggle(); lrfu::on_release(id, stepped(ctx)); }
-    void on_erase(item_id id) { toggle(); lrfu::on_erase(id); }
+    void on_miss(const access_context& ctx) {
+        toggle();
+        lrfu::on_miss(stepped(ctx));
+    }
+    void on_insert(item_id id, const access_context& ctx) {
+        toggle();
+        lrfu::on_insert(id, stepped(ctx));
+    }
+    void on_access(item_id id, const access_context& ctx) {
+        toggle();
+        lrfu::on_access(id, stepped(ctx));
+    }
+    void on_hold(item_id id) {
+        toggle();
+        lrfu::on_hold(id);
+    }
+    void on_release(item_id id, const access_context& ctx) {
+        toggle();
+        lrfu::on_release(id, stepped(ctx));
+    }
+    void on_erase(item_id id) {
+        toggle();
+        lrfu::on_erase(id);
+    }
 };
 
 }  // namespace
@@ -78,8 +99,9 @@ TEST_CASE("lrfu: suspending and resuming its order leaves every victim the same"
     SECTION("against the reference model") {
         toggling_lrfu<true> policy(capacity, {.half_life = half_life}, seed + 100);
         ref_lrfu reference(capacity, half_life, 4.0);
-        const auto victims = drive(policy, {.capacity = capacity, .operations = 100'000,
-                                            .seed = seed, .key_universe = 4 * capacity + 8}, &reference);
+        const auto victims =
+            drive(policy, {.capacity = capacity, .operations = 100'000, .seed = seed, .key_universe = 4 * capacity + 8},
+                  &reference);
         REQUIRE(policy.counters().evictions == victims.size());
         REQUIRE(victims.size() > 100);
         REQUIRE(policy.toggles > 1000);
@@ -87,8 +109,9 @@ TEST_CASE("lrfu: suspending and resuming its order leaves every victim the same"
     SECTION("against lrfu that keeps its order, with 8 operations per step: equal values, ranked by placement") {
         toggling_lrfu<true> policy(capacity, {.half_life = half_life}, seed + 100, 8);
         toggling_lrfu<false> reference(capacity, {.half_life = half_life}, seed + 100, 8);
-        const auto victims = drive(policy, {.capacity = capacity, .operations = 100'000,
-                                            .seed = seed, .key_universe = 4 * capacity + 8}, &reference);
+        const auto victims =
+            drive(policy, {.capacity = capacity, .operations = 100'000, .seed = seed, .key_universe = 4 * capacity + 8},
+                  &reference);
         REQUIRE(victims.size() > 100);
         REQUIRE(policy.toggles > 1000);
     }
@@ -144,8 +167,7 @@ TEST_CASE("lrfu: a long half-life keeps the frequent item, a short one the recen
     REQUIRE(victim(0.25) == 0u);
 }
 
-TEST_CASE("lrfu: references at one now share a time, and equal values go to the first placed",
-          "[eviction][lrfu]") {
+TEST_CASE("lrfu: references at one now share a time, and equal values go to the first placed", "[eviction][lrfu]") {
     // One request of three blocks at now = 7: each is referenced at the same
     // T, so their values are equal whatever the half-life; released tail
     // first (as the cache releases a finished request), the tail goes first.

@@ -42,9 +42,8 @@ access_context at(timestamp now, std::uint64_t key = 0) {
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("part A policies choose the same victims as their reference models",
-                   "[eviction][differential]", round_robin, lfu, kvpolicy::clock, sieve, slru, two_q, qos_aware,
-                   predictive) {
+TEMPLATE_TEST_CASE("part A policies choose the same victims as their reference models", "[eviction][differential]",
+                   round_robin, lfu, kvpolicy::clock, sieve, slru, two_q, qos_aware, predictive) {
     using reference_t = typename reference_for<TestType>::type;
     const std::uint64_t seed = GENERATE(1u, 2u, 3u);
     const std::size_t capacity = GENERATE(1u, 16u, 97u);
@@ -71,7 +70,8 @@ TEST_CASE("slru and two_q with other configurations match their references", "[e
     }
     SECTION("two_q, Kin 50% / Kout 100%, and Kin 0 / Kout 0") {
         const bool wide = GENERATE(true, false);
-        two_q policy(capacity, wide ? two_q::config_type{.kin = 0.5, .kout = 1.0} : two_q::config_type{.kin = 0.0, .kout = 0.0});
+        two_q policy(capacity,
+                     wide ? two_q::config_type{.kin = 0.5, .kout = 1.0} : two_q::config_type{.kin = 0.0, .kout = 0.0});
         ref_two_q reference(wide ? capacity / 2 : 0, wide ? capacity : 0);
         const auto victims = drive(policy, {.capacity = capacity, .operations = 100'000, .seed = seed}, &reference);
         REQUIRE(victims.size() > 100);
@@ -91,7 +91,7 @@ TEST_CASE("round_robin: the hand sweeps slot ids, skipping held and free slots",
     p.on_insert(item_id{0}, {});
     p.on_insert(item_id{2}, {});
     REQUIRE(p.pop_victim(0) == item_id{5});
-    REQUIRE(p.hand() == 0);                  // wrapped
+    REQUIRE(p.hand() == 0);  // wrapped
     p.on_release(item_id{3}, {});
     REQUIRE(pop_all(p) == std::vector<std::uint32_t>{0, 2, 3});
 }
@@ -191,8 +191,8 @@ TEST_CASE("sieve: a held item keeps its place and bit, the hand passes over it",
     REQUIRE(p.pop_victim(0) == item_id{1});
     REQUIRE(p.hand() == item_id{2});
     p.on_hold(item_id{2});
-    REQUIRE(p.hand() == item_id{2});  // the hold moves nothing
-    p.on_access(item_id{2}, {});      // a hit while held sets the bit
+    REQUIRE(p.hand() == item_id{2});         // the hold moves nothing
+    p.on_access(item_id{2}, {});             // a hit while held sets the bit
     REQUIRE(p.pop_victim(0) == item_id{3});  // 2 passed over, its bit kept
     REQUIRE_FALSE(p.hand().has_value());
     REQUIRE(p.visited(item_id{2}));
@@ -224,7 +224,7 @@ TEST_CASE("two_q: A1in evictions are remembered, and a remembered key goes to Am
     REQUIRE(p.kin() == 2);
     REQUIRE(p.kout() == 4);
     for (std::uint32_t i = 0; i < 4; ++i) p.on_insert(item_id{i}, at(i, 100 + i));
-    p.on_access(item_id{0}, {});  // a hit in A1in changes nothing
+    p.on_access(item_id{0}, {});             // a hit in A1in changes nothing
     REQUIRE(p.pop_victim(0) == item_id{0});  // |A1in| = 4 > Kin: its oldest
     REQUIRE(p.remembers(100));
     REQUIRE(p.pop_victim(0) == item_id{1});
@@ -265,7 +265,7 @@ TEST_CASE("qos_aware: lowest class first, LRU within a class", "[eviction][qos_a
     qos_aware p(6, {});
     const std::int32_t prio[] = {2, 0, 1, 0, 2, 1};
     for (std::uint32_t i = 0; i < 6; ++i) p.on_insert(item_id{i}, {.now = i, .priority = prio[i]});
-    p.on_access(item_id{1}, {.now = 7, .priority = 0});  // most recent of class 0
+    p.on_access(item_id{1}, {.now = 7, .priority = 0});   // most recent of class 0
     p.on_access(item_id{5}, {.now = 8, .priority = -5});  // the latest use's priority wins
     REQUIRE(p.class_count() == 4);
     REQUIRE(pop_all(p, 9) == std::vector<std::uint32_t>{5, 3, 1, 2, 0, 4});
@@ -325,15 +325,15 @@ TEST_CASE("predictive: lifetime tier, then completion tier, then LRU", "[evictio
         c.max_length = max;
         return c;
     };
-    p.on_insert(item_id{0}, use(unknown, 0, 0));       // LRU tier, oldest
-    p.on_insert(item_id{1}, use(unknown, 90, 100));    // 90% done
-    p.on_insert(item_id{2}, use(30.0, 10, 100));       // lifetime known: ratio ignored
-    p.on_insert(item_id{3}, use(unknown, 10, 100));    // 10% done
-    p.on_insert(item_id{4}, use(5.0, 0, 0));           // shortest lifetime
-    p.on_insert(item_id{5}, use(unknown, 0, 0));       // LRU tier
-    p.on_insert(item_id{6}, use(30.0, 0, 0));          // ties with 2: 2 is older
-    p.on_insert(item_id{7}, use(unknown, 45, 50));     // 90% done, newer than 1
-    p.on_access(item_id{0}, use(unknown, 0, 0));       // 0 is now the newest of the LRU tier
+    p.on_insert(item_id{0}, use(unknown, 0, 0));     // LRU tier, oldest
+    p.on_insert(item_id{1}, use(unknown, 90, 100));  // 90% done
+    p.on_insert(item_id{2}, use(30.0, 10, 100));     // lifetime known: ratio ignored
+    p.on_insert(item_id{3}, use(unknown, 10, 100));  // 10% done
+    p.on_insert(item_id{4}, use(5.0, 0, 0));         // shortest lifetime
+    p.on_insert(item_id{5}, use(unknown, 0, 0));     // LRU tier
+    p.on_insert(item_id{6}, use(30.0, 0, 0));        // ties with 2: 2 is older
+    p.on_insert(item_id{7}, use(unknown, 45, 50));   // 90% done, newer than 1
+    p.on_access(item_id{0}, use(unknown, 0, 0));     // 0 is now the newest of the LRU tier
     REQUIRE(p.rank_of(item_id{2}).tier == predictive_rank::basis::lifetime);
     REQUIRE(p.rank_of(item_id{3}).tier == predictive_rank::basis::completion);
     REQUIRE(p.rank_of(item_id{5}).tier == predictive_rank::basis::recency);

@@ -19,8 +19,7 @@
 using namespace kvpolicy;
 using namespace kvpolicy::testing;
 
-TEMPLATE_TEST_CASE("arc, s3fifo and lirs choose the same victims as their reference models",
-                   "[eviction][differential]",
+TEMPLATE_TEST_CASE("arc, s3fifo and lirs choose the same victims as their reference models", "[eviction][differential]",
                    (std::pair<arc, ref_arc>), (std::pair<s3fifo, ref_s3fifo>), (std::pair<lirs, ref_lirs>)) {
     using policy_t = typename TestType::first_type;
     using reference_t = typename TestType::second_type;
@@ -30,7 +29,7 @@ TEMPLATE_TEST_CASE("arc, s3fifo and lirs choose the same victims as their refere
     reference_t reference(capacity);
     const auto victims = drive(policy, {.capacity = capacity, .operations = 100'000, .seed = seed}, &reference);
     REQUIRE(policy.counters().evictions == victims.size());
-    REQUIRE(victims.size() > 100);  // the sequence really exercised eviction
+    REQUIRE(victims.size() > 100);                                // the sequence really exercised eviction
     if (capacity > 1) REQUIRE(policy.counters().ghost_hits > 0);  // the ghosts were exercised
 }
 
@@ -152,4 +151,3 @@ TEST_CASE("lirs: a worked trace through stack pruning and a ghost hit", "[evicti
     REQUIRE(cache.resident(key('C')));
     REQUIRE(cache.resident(key('D')));
 }
-

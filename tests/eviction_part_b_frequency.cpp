@@ -23,8 +23,7 @@ using namespace kvpolicy;
 using namespace kvpolicy::testing;
 
 TEMPLATE_TEST_CASE("w_tinylfu, gdsf and belady choose the same victims as their reference models",
-                   "[eviction][differential]",
-                   (std::pair<w_tinylfu, ref_w_tinylfu>), (std::pair<gdsf<>, ref_gdsf>),
+                   "[eviction][differential]", (std::pair<w_tinylfu, ref_w_tinylfu>), (std::pair<gdsf<>, ref_gdsf>),
                    (std::pair<belady, ref_belady>)) {
     using policy_t = typename TestType::first_type;
     using reference_t = typename TestType::second_type;
@@ -126,7 +125,7 @@ TEST_CASE("gdsf: H = L + frequency x cost / size, with L inflated at each evicti
     p.on_access(item_id{0}, ctx);  // H = 0 + 2/1 = 2
     REQUIRE(p.pop_victim(0) == item_id{1});
     REQUIRE(p.inflation() == 0.5);
-    p.on_insert(item_id{1}, ctx);  // H = 0.5 + 1 = 1.5
+    p.on_insert(item_id{1}, ctx);            // H = 0.5 + 1 = 1.5
     REQUIRE(p.pop_victim(0) == item_id{2});  // H = 1 is the lowest
     REQUIRE(p.inflation() == 1.0);
     // 1 (H = 1.5) and 0 (H = 2) remain; a release refreshes L without counting a use:
@@ -148,7 +147,7 @@ TEST_CASE("belady: the farthest next use goes first, never-used-again before all
     ctx.next_use = never;
     p.on_insert(item_id{3}, ctx);
     ctx.next_use = 5;
-    p.on_access(item_id{0}, ctx);  // 0 is now needed soonest
+    p.on_access(item_id{0}, ctx);            // 0 is now needed soonest
     REQUIRE(p.pop_victim(0) == item_id{1});  // never, given first
     REQUIRE(p.pop_victim(0) == item_id{3});
     REQUIRE(p.pop_victim(0) == item_id{2});

@@ -48,8 +48,8 @@ void check_cached_sets_stay_prefixes(std::uint64_t seed, std::size_t capacity,
         cache.release(session);
         for (int v = 0; v < nodes; ++v)
             if (parent[v] >= 0 && cache.where(hash(v)) == item_state::in_gpu) {
-                INFO(std::string(Policy::name) << ", request " << r << ": block " << v << " is cached, its parent "
-                                               << parent[v] << " is not");
+                INFO(std::string(Policy::name)
+                     << ", request " << r << ": block " << v << " is cached, its parent " << parent[v] << " is not");
                 REQUIRE(cache.where(hash(parent[v])) == item_state::in_gpu);
             }
     }
@@ -70,5 +70,6 @@ TEST_CASE("prefix-aware policies keep cached sets prefix-closed on random prefix
     check_cached_sets_stay_prefixes<session_aware_lru>(seed, capacity);
     // Its session rule on every pop where a session is expected back (margin
     // 0, not learned): the rule itself must keep prefixes, not only LRU.
-    check_cached_sets_stay_prefixes<session_aware_lru>(seed, capacity, {.far_factor = 0.0, .tuner = {.enabled = false}});
+    check_cached_sets_stay_prefixes<session_aware_lru>(seed, capacity,
+                                                       {.far_factor = 0.0, .tuner = {.enabled = false}});
 }

@@ -77,11 +77,13 @@ TEST_CASE("waiting_queue gives every key's earliest queued read and says when it
             });
             model.queued.push_back({next_id, model.next_position++, keys});
             for (const auto& [k, was] : before) {
-                if (was) REQUIRE(!heard.contains(k));
-                else REQUIRE(heard.at(k) == model.next_position - 1);
+                if (was)
+                    REQUIRE(!heard.contains(k));
+                else
+                    REQUIRE(heard.at(k) == model.next_position - 1);
             }
-            REQUIRE(heard.size() == static_cast<std::size_t>(std::count_if(
-                                            before.begin(), before.end(), [](const auto& b) { return !b.second; })));
+            REQUIRE(heard.size() == static_cast<std::size_t>(std::count_if(before.begin(), before.end(),
+                                                                           [](const auto& b) { return !b.second; })));
             ++next_id;
         } else {
             // Mostly the head (a FIFO scheduler), sometimes any (dropped, or reordered).
@@ -134,7 +136,7 @@ TEST_CASE("waiting_queue: one request queued while thousands come and go", "[que
     std::vector<std::pair<std::uint64_t, std::optional<std::uint64_t>>> heard;
     (void)q.dequeue(1, [&](std::uint64_t k, std::optional<std::uint64_t> next) { heard.emplace_back(k, next); });
     REQUIRE(heard == std::vector<std::pair<std::uint64_t, std::optional<std::uint64_t>>>{
-                             {2, std::optional<std::uint64_t>{10'001}}, {1, std::nullopt}});
+                         {2, std::optional<std::uint64_t>{10'001}}, {1, std::nullopt}});
     for (std::uint64_t r = 30'000; r < 35'000; ++r) {
         q.enqueue(r, session_id{r}, first, none);
         REQUIRE(q.next_read(1) == std::optional<std::uint64_t>{r - 30'000 + 10'002});
@@ -242,9 +244,9 @@ TEST_CASE("queue_aware<lru> chooses the victims of its naive model", "[eviction]
                 model.unqueued(*i);
             }
         } else {  // a victim when none is needed, as a cache shrinking would
-            const bool was_queued_only = model.evictable() > 0 &&
-                    std::none_of(model.items.begin(), model.items.end(),
-                                 [](const auto& x) { return x.tracked && !x.held && !x.queued; });
+            const bool was_queued_only =
+                model.evictable() > 0 && std::none_of(model.items.begin(), model.items.end(),
+                                                      [](const auto& x) { return x.tracked && !x.held && !x.queued; });
             const auto v = policy.pop_victim(now);
             const auto m = model.pop();
             REQUIRE(v.has_value() == m.has_value());
@@ -252,8 +254,8 @@ TEST_CASE("queue_aware<lru> chooses the victims of its naive model", "[eviction]
             queued_victims += was_queued_only ? 1 : 0;
         }
         REQUIRE(policy.evictable_size() == model.evictable());
-        REQUIRE(policy.size() == static_cast<std::size_t>(std::count_if(
-                                         model.items.begin(), model.items.end(), [](const auto& x) { return x.tracked; })));
+        REQUIRE(policy.size() == static_cast<std::size_t>(std::count_if(model.items.begin(), model.items.end(),
+                                                                        [](const auto& x) { return x.tracked; })));
     }
     if (capacity > 1) REQUIRE(queued_victims > 0);  // the queue's own order was exercised
     const policy_counters& c = policy.counters();
@@ -273,8 +275,8 @@ TEST_CASE("tiered_cache<queue_aware<lru>> keeps what its naive model keeps, requ
         std::uint64_t id;
         std::vector<block_hash> hashes;
     };
-    std::vector<request> queue;         // enqueue order
-    std::vector<std::uint64_t> flight;  // admitted, not released
+    std::vector<request> queue;                    // enqueue order
+    std::vector<std::uint64_t> flight;             // admitted, not released
     std::map<std::uint64_t, std::uint64_t> turns;  // conversation -> blocks read so far
     std::uint64_t next_id = 1;
     std::size_t hits = 0, dropped = 0, started_out_of_order = 0;
@@ -426,7 +428,7 @@ TEST_CASE("per-layer items and the CPU tier hear the queue too", "[eviction][que
     // sheltered; another reads block 2, on the CPU: the CPU drops block 3,
     // more recent, rather than block 2.
     tiered_cache<queue_aware<lru>, queue_aware<lru>> cache(
-            {.gpu_capacity = 4, .cpu_capacity = 4, .num_layers = 2, .items = granularity::per_layer});
+        {.gpu_capacity = 4, .cpu_capacity = 4, .num_layers = 2, .items = granularity::per_layer});
     auto serve = [&](std::uint64_t s, const std::vector<block_hash>& h) {
         cache.begin_step();
         (void)cache.admit(session_id{s}, h);

@@ -91,10 +91,13 @@ TEST_CASE("seed scenario 1: three sessions under pressure, the oldest goes first
     // room for 2 chunks (80 items) of the 6: 160 victims.
     constexpr std::uint32_t layers = 40;
     seed000_retention_value p(240, seed_config);
-    auto id_of = [](std::uint64_t s, std::uint32_t c, std::uint32_t l) { return item_id{static_cast<std::uint32_t>(s * 80 + c * 40 + l)}; };
+    auto id_of = [](std::uint64_t s, std::uint32_t c, std::uint32_t l) {
+        return item_id{static_cast<std::uint32_t>(s * 80 + c * 40 + l)};
+    };
     for (std::uint64_t s = 0; s < 3; ++s)
         for (std::uint32_t c = 0; c < 2; ++c)
-            for (std::uint32_t l = 0; l < layers; ++l) p.on_insert(id_of(s, c, l), item(s, c, l, layers, 2, 100 * (s + 1)));
+            for (std::uint32_t l = 0; l < layers; ++l)
+                p.on_insert(id_of(s, c, l), item(s, c, l, layers, 2, 100 * (s + 1)));
     std::vector<item_id> victims(160);
     REQUIRE(p.pop_victims(victims, 1000) == 160);
     REQUIRE(victims[0] == id_of(0, 0, 39));  // oldest session's Layer39, Chunk0
@@ -189,8 +192,8 @@ TEST_CASE("seed scenario 3: layer 39 goes before layer 0", "[retention_value][se
     };
     for (std::uint32_t c39 = 0; c39 < 2; ++c39)
         for (std::uint32_t c0 = 0; c0 < 2; ++c0) REQUIRE(rank(c39, 39) < rank(c0, 0));
-    REQUIRE(order.front() == 39);        // Layer39, Chunk0: cheapest
-    REQUIRE(order.back() == 40 + 0);     // Layer0, Chunk1: most expensive, kept longest
+    REQUIRE(order.front() == 39);     // Layer39, Chunk0: cheapest
+    REQUIRE(order.back() == 40 + 0);  // Layer0, Chunk1: most expensive, kept longest
 }
 
 TEST_CASE("a just-used item is never preferred over an idle one, among just-used, lowest cost",
@@ -246,7 +249,8 @@ TEST_CASE("a hold removes the item from candidacy, a release is a use at ctx.now
     REQUIRE(p.pop_victim(80) == item_id{1});  // 3 was used last at 70
     p.on_erase(item_id{3});
     REQUIRE_FALSE(p.pop_victim(80).has_value());
-    REQUIRE(p.counters() == policy_counters{.insertions = 5, .hits = 2, .evictions = 4, .erasures = 1, .ghost_hits = 0});
+    REQUIRE(p.counters() ==
+            policy_counters{.insertions = 5, .hits = 2, .evictions = 4, .erasures = 1, .ghost_hits = 0});
 }
 
 namespace {
@@ -294,14 +298,15 @@ TEST_CASE("bad cost parameters are rejected before a policy exists", "[retention
 
 TEST_CASE("other models compose: measured_table, unit cost with uniform weights is LRU", "[retention_value]") {
     retention_value<measured_table, pipelined_depth, session_relative> table(
-            4, {.cost = measured_table{{0, 0.01}, {64, 0.05}}, .loss = retention_loss::chunk});
+        4, {.cost = measured_table{{0, 0.01}, {64, 0.05}}, .loss = retention_loss::chunk});
     REQUIRE(seed000_retention_value::config_type{}.loss == retention_loss::chunk);  // the seed's rule by default
-    table.on_insert(item_id{0}, item(1, 1, 0, 1, 2, 0));  // context 32: 0.03 * 1 * 1
-    table.on_insert(item_id{1}, item(1, 0, 0, 1, 2, 0));  // context 0: 0.01 * 1 * 0.5
+    table.on_insert(item_id{0}, item(1, 1, 0, 1, 2, 0));                            // context 32: 0.03 * 1 * 1
+    table.on_insert(item_id{1}, item(1, 0, 0, 1, 2, 0));                            // context 0: 0.01 * 1 * 0.5
     REQUIRE(std::abs(table.item_cost(item(1, 1, 0, 1, 2, 0)) - 0.03) < 1e-15);
     REQUIRE(table.pop_victim(1) == item_id{1});
 
-    retention_value<unit_cost, uniform_layer_weight, uniform_position_weight> lru_like(3, {.loss = retention_loss::chunk});
+    retention_value<unit_cost, uniform_layer_weight, uniform_position_weight> lru_like(3,
+                                                                                       {.loss = retention_loss::chunk});
     lru_like.on_insert(item_id{0}, item(1, 0, 0, 1, 1, 1));
     lru_like.on_insert(item_id{1}, item(1, 0, 0, 1, 1, 2));
     lru_like.on_insert(item_id{2}, item(1, 0, 0, 1, 1, 3));
@@ -315,7 +320,8 @@ TEST_CASE("the default loss is a chunk and every later chunk of its session", "[
     std::mt19937_64 rng(41);
     std::uniform_real_distribution<double> u(0, 0.01);
     for (int trial = 0; trial < 5000; ++trial) {
-        const retention_value<> p(4, {.cost = pensieve_linear({.alpha = u(rng), .beta = u(rng), .const_non_attention = u(rng)})});
+        const retention_value<> p(
+            4, {.cost = pensieve_linear({.alpha = u(rng), .beta = u(rng), .const_non_attention = u(rng)})});
         const auto total = static_cast<std::uint32_t>(1 + rng() % 300);
         const auto chunk = static_cast<std::uint32_t>(rng() % total);
         const std::uint64_t block = 1 + rng() % 1024;
@@ -377,13 +383,29 @@ struct ref_batched_retention {
     std::size_t reserve_hits = 0;
 
     void touch(item_id id) { voided.insert(id.value); }
-    void on_insert(item_id id, const access_context& c) { touch(id); exact.on_insert(id, c); }
-    void on_access(item_id id, const access_context& c) { touch(id); exact.on_access(id, c); }
-    void on_hold(item_id id) { touch(id); exact.on_hold(id); }
-    void on_release(item_id id, const access_context& c) { touch(id); exact.on_release(id, c); }
-    void on_erase(item_id id) { touch(id); exact.on_erase(id); }
+    void on_insert(item_id id, const access_context& c) {
+        touch(id);
+        exact.on_insert(id, c);
+    }
+    void on_access(item_id id, const access_context& c) {
+        touch(id);
+        exact.on_access(id, c);
+    }
+    void on_hold(item_id id) {
+        touch(id);
+        exact.on_hold(id);
+    }
+    void on_release(item_id id, const access_context& c) {
+        touch(id);
+        exact.on_release(id, c);
+    }
+    void on_erase(item_id id) {
+        touch(id);
+        exact.on_erase(id);
+    }
     std::size_t evictable() const {
-        return static_cast<std::size_t>(std::count_if(exact.items.begin(), exact.items.end(), [](const auto& e) { return !e.held; }));
+        return static_cast<std::size_t>(
+            std::count_if(exact.items.begin(), exact.items.end(), [](const auto& e) { return !e.held; }));
     }
     /// A batch of `k` at `now`, as pop_victims takes it.
     std::vector<item_id> pop_batch(std::size_t k, timestamp now) {
@@ -450,8 +472,9 @@ void shared_time_differential(std::uint64_t seed, double scan_fraction, std::uin
     auto ctx_for = [&](timestamp now) {
         const std::uint32_t layers = 1 + static_cast<std::uint32_t>(rng() % 4);
         const std::uint32_t total = 1 + static_cast<std::uint32_t>(rng() % 6);
-        access_context c = item(rng() % 3, static_cast<std::uint32_t>(rng() % total),
-                                static_cast<std::uint32_t>(rng() % layers), layers, total, now, rng() % 2 == 0 ? 16 : 32);
+        access_context c =
+            item(rng() % 3, static_cast<std::uint32_t>(rng() % total), static_cast<std::uint32_t>(rng() % layers),
+                 layers, total, now, rng() % 2 == 0 ? 16 : 32);
         return c;
     };
     auto pick = [&](slot want) -> std::optional<std::uint32_t> {
@@ -516,8 +539,10 @@ void shared_time_differential(std::uint64_t seed, double scan_fraction, std::uin
             }
             popped += got;
         }
-        REQUIRE(policy.size() == static_cast<std::size_t>(std::count_if(slots.begin(), slots.end(), [](slot s) { return s != slot::free; })));
-        REQUIRE(policy.evictable_size() == static_cast<std::size_t>(std::count(slots.begin(), slots.end(), slot::evictable)));
+        REQUIRE(policy.size() == static_cast<std::size_t>(std::count_if(slots.begin(), slots.end(),
+                                                                        [](slot s) { return s != slot::free; })));
+        REQUIRE(policy.evictable_size() ==
+                static_cast<std::size_t>(std::count(slots.begin(), slots.end(), slot::evictable)));
     }
     REQUIRE(popped > 1000);
     REQUIRE(fresh_popped > 50);  // the just-used path really ran
@@ -556,8 +581,9 @@ TEST_CASE("retention_value: scans choose scan_fraction of the candidates, the re
     REQUIRE(reference.reserve_hits > 10);  // pops really came from a reserve
 }
 
-TEST_CASE("retention_value: at thousands of candidates (the sampled-threshold selection), same victims as the references",
-          "[retention_value][differential]") {
+TEST_CASE(
+    "retention_value: at thousands of candidates (the sampled-threshold selection), same victims as the references",
+    "[retention_value][differential]") {
     // Above 4096 candidates a scan selects among the items at or below a
     // sampled threshold; the victims must be those of the full selection.
     // Many items share a context, so exact score ties occur; some are used
@@ -571,8 +597,8 @@ TEST_CASE("retention_value: at thousands of candidates (the sampled-threshold se
     ref_batched_retention reference;
     reference.fraction = fraction;
     auto ctx_at = [&](timestamp now) {
-        return item(rng() % 4, static_cast<std::uint32_t>(rng() % 8), static_cast<std::uint32_t>(rng() % 4), 4, 8,
-                    now, 32);
+        return item(rng() % 4, static_cast<std::uint32_t>(rng() % 8), static_cast<std::uint32_t>(rng() % 4), 4, 8, now,
+                    32);
     };
     std::vector<std::uint32_t> free_slots;
     for (std::uint32_t s = 0; s < capacity; ++s) {

@@ -113,6 +113,6 @@ TEST_CASE("runtime_choice of policies that hear the queue hears it", "[eviction]
 TEST_CASE("runtime_choice refuses a name that is none of its alternatives", "[eviction][errors]") {
     using choice = runtime_choice<lru, lexicographic_checkerboard>;
     REQUIRE_THROWS_AS(choice(4, {.policy = "arc"}), unknown_name_error);
-    REQUIRE_THROWS_WITH(choice(4, {.policy = "arc"}), Catch::Contains("arc") && Catch::Contains("lru") &&
-                                                          Catch::Contains("checkerboard"));
+    REQUIRE_THROWS_WITH(choice(4, {.policy = "arc"}),
+                        Catch::Contains("arc") && Catch::Contains("lru") && Catch::Contains("checkerboard"));
 }

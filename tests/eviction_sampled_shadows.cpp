@@ -172,7 +172,8 @@ TEST_CASE("a sampled shadow's hit ratio is its expert's at full size within the 
             spread += e * e;
         }
         const double sigma = std::sqrt((1.0 - rate) / rate * spread) / n;
-        const double blur = std::max(h - full_hit_ratio<Expert>(lower, trace), full_hit_ratio<Expert>(upper, trace) - h);
+        const double blur =
+            std::max(h - full_hit_ratio<Expert>(lower, trace), full_hit_ratio<Expert>(upper, trace) - h);
         const double sampled = static_cast<double>(hits[i]) / references;
         INFO("expert " << i << " seed " << seed << " alpha " << alpha << " rate " << rate << ": full " << h
                        << ", sampled " << sampled << ", sigma " << sigma << ", blur " << blur);
@@ -239,9 +240,10 @@ TEST_CASE("leader_only: only the followed expert keeps state, and a switch to LR
     REQUIRE(compared > 1000);
 }
 
-TEST_CASE("leader_only under random operations, holds, erases and session ends, switching often: every victim "
-          "cached and unheld",
-          "[eviction][best_of_shadows][leader_only]") {
+TEST_CASE(
+    "leader_only under random operations, holds, erases and session ends, switching often: every victim "
+    "cached and unheld",
+    "[eviction][best_of_shadows][leader_only]") {
     const std::uint64_t seed = GENERATE(1u, 2u, 3u);
     const double rate = GENERATE(1.0, 0.25);
     const std::size_t capacity = 97;
@@ -251,8 +253,12 @@ TEST_CASE("leader_only under random operations, holds, erases and session ends, 
     config.switch_sigmas = 0.0;
     config.leader_only = true;
     adaptive_kv p(capacity, config);
-    const auto victims = drive(p, {.capacity = capacity, .operations = 100'000, .seed = seed,
-                                   .key_universe = 4 * capacity + 8, .sessions = 7, .foreign_every = 8});
+    const auto victims = drive(p, {.capacity = capacity,
+                                   .operations = 100'000,
+                                   .seed = seed,
+                                   .key_universe = 4 * capacity + 8,
+                                   .sessions = 7,
+                                   .foreign_every = 8});
     REQUIRE(p.counters().evictions == victims.size());
     REQUIRE(victims.size() > 1000);
     INFO("seed " << seed << " rate " << rate);
@@ -267,8 +273,12 @@ TEST_CASE("leader_only makes the full mode's victims while it follows one expert
     const std::size_t capacity = 97;
     three full(capacity, {.sample_rate = 0.5, .switch_sigmas = 1e300, .leader_only = false});
     three leader(capacity, {.sample_rate = 0.5, .switch_sigmas = 1e300, .leader_only = true});
-    const driver_options opt{.capacity = capacity, .operations = 50'000, .seed = seed, .key_universe = 4 * capacity + 8,
-                             .sessions = 7, .foreign_every = 8};
+    const driver_options opt{.capacity = capacity,
+                             .operations = 50'000,
+                             .seed = seed,
+                             .key_universe = 4 * capacity + 8,
+                             .sessions = 7,
+                             .foreign_every = 8};
     const auto a = drive(full, opt);
     const auto b = drive(leader, opt);
     REQUIRE(a.size() > 1000);
@@ -282,8 +292,8 @@ TEST_CASE("best_of_shadows refuses a sample rate outside 0 to 1 and names the se
     using Catch::Matchers::Contains;
     for (const double bad : {0.0, -0.5, 1.5, std::nan("")}) {
         INFO(bad);
-        REQUIRE_THROWS_WITH(three(8, {.sample_rate = bad}), Contains("best_of_shadows: sample_rate") &&
-                                                                Contains("must be in (0, 1]"));
+        REQUIRE_THROWS_WITH(three(8, {.sample_rate = bad}),
+                            Contains("best_of_shadows: sample_rate") && Contains("must be in (0, 1]"));
     }
     REQUIRE(three(100'000, {.shadow_items = 4096, .sample_rate = 0.01}).sample_rate() == Approx(0.01));
     REQUIRE(three(100'000, {.shadow_items = 4096, .sample_rate = 0.01}).shadow_capacity() == 1000);
@@ -389,9 +399,10 @@ struct switching_lrfu_model {
 
 }  // namespace
 
-TEST_CASE("leader_only: a switch from one LRFU to another carries values, times and ghosts, as a naive LRFU "
-          "whose half-life changes at each switch",
-          "[eviction][best_of_shadows][leader_only][carry]") {
+TEST_CASE(
+    "leader_only: a switch from one LRFU to another carries values, times and ghosts, as a naive LRFU "
+    "whose half-life changes at each switch",
+    "[eviction][best_of_shadows][leader_only][carry]") {
     const std::uint64_t seed = GENERATE(1u, 2u);
     using two_lrfus = best_of_shadows<basic_lrfu<1>, basic_lrfu<32>>;
     const std::size_t capacity = 64;
@@ -408,8 +419,8 @@ TEST_CASE("leader_only: a switch from one LRFU to another carries values, times 
         for (std::size_t i = 0; i < 2500; ++i) {
             // Phases alternate a hot set under a scan (frequency wins) and a
             // drifting working set (recency wins); a few keys per step.
-            const std::uint64_t k = ph % 2 == 0 ? (rng() % 2 == 0 ? rng() % 40 : 1000 + rng() % 100000)
-                                                : 500 + (i / 40) * 7 + rng() % 60;
+            const std::uint64_t k =
+                ph % 2 == 0 ? (rng() % 2 == 0 ? rng() % 40 : 1000 + rng() % 100000) : 500 + (i / 40) * 7 + rng() % 60;
             if (rng() % 3 != 0) ++now;
             const double h_now = h[p.followed()];
             access_context ctx;
@@ -446,10 +457,11 @@ TEST_CASE("leader_only: a switch from one LRFU to another carries values, times 
     REQUIRE(compared > 2000);
 }
 
-TEST_CASE("leader_only: a switch to session_aware_lru carries its shadow's session rhythms, each session's "
-          "mean gap as a naive running mean over all its requests, and the margin of session_aware_lru alone, "
-          "with a waiting queue's holds let go later",
-          "[eviction][best_of_shadows][leader_only][carry]") {
+TEST_CASE(
+    "leader_only: a switch to session_aware_lru carries its shadow's session rhythms, each session's "
+    "mean gap as a naive running mean over all its requests, and the margin of session_aware_lru alone, "
+    "with a waiting queue's holds let go later",
+    "[eviction][best_of_shadows][leader_only][carry]") {
     const std::uint64_t seed = GENERATE(1u, 2u, 3u);
     using lru_or_sessions = best_of_shadows<lru, session_aware_lru>;
     const std::size_t capacity = 80;
@@ -621,9 +633,10 @@ TEST_CASE("leader_only: renumbering the placement stamps changes no victim",
     REQUIRE(plain.switches() == renumbered.switches());
 }
 
-TEST_CASE("lrfu::adopt_history refuses an lrfu that holds items or another capacity, naming both, and changes "
-          "nothing",
-          "[eviction][lrfu][carry]") {
+TEST_CASE(
+    "lrfu::adopt_history refuses an lrfu that holds items or another capacity, naming both, and changes "
+    "nothing",
+    "[eviction][lrfu][carry]") {
     using Catch::Matchers::Contains;
     basic_lrfu<2> from(8);
     access_context ctx;
@@ -631,9 +644,8 @@ TEST_CASE("lrfu::adopt_history refuses an lrfu that holds items or another capac
     ctx.key = 11;
     from.on_insert(item_id{0}, ctx);
     basic_lrfu<32> other_capacity(9);
-    REQUIRE_THROWS_WITH(other_capacity.adopt_history(from),
-                        Contains("lrfu::adopt_history") && Contains("capacity 9") && Contains("capacity 8") &&
-                            Contains("same capacity"));
+    REQUIRE_THROWS_WITH(other_capacity.adopt_history(from), Contains("lrfu::adopt_history") && Contains("capacity 9") &&
+                                                                Contains("capacity 8") && Contains("same capacity"));
     REQUIRE(other_capacity.size() == 0);
     basic_lrfu<32> holding(8);
     ctx.key = 12;

@@ -12,7 +12,6 @@ TEST_CASE("registered as retention_value and checkerboard", "[registry][retentio
         return std::is_same_v<P, retention_value<>> && P::order == eviction_order::time_varying;
     }));
     REQUIRE(visit_by_name<eviction_policies>("checkerboard", []<class P>() {
-        return std::is_same_v<P, lexicographic_checkerboard> &&
-               P::order == eviction_order::static_between_accesses;
+        return std::is_same_v<P, lexicographic_checkerboard> && P::order == eviction_order::static_between_accesses;
     }));
 }

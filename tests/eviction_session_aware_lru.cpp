@@ -39,18 +39,23 @@ TEST_CASE("session_aware_lru chooses the same victims as its reference model", "
     // Releases name their requests' output (one in four does not): the gap
     // fit learns from the first 8 samples on and moves within the run.
     const return_gap_model::config_type gaps{.window = 64.0, .min_samples = 8};
-    session_aware_lru policy(capacity, {.far_factor = far_factor, .max_sessions = max_sessions,
-                                        .tuner = {.enabled = tune, .sample_every = 2, .pending = 64,
-                                                  .min_samples = 4, .window = 64},
-                                        .gaps = gaps});
+    session_aware_lru policy(
+        capacity, {.far_factor = far_factor,
+                   .max_sessions = max_sessions,
+                   .tuner = {.enabled = tune, .sample_every = 2, .pending = 64, .min_samples = 4, .window = 64},
+                   .gaps = gaps});
     ref_session_aware_lru reference(capacity, far_factor, 0.25, max_sessions, tune, gaps);
     reference.tuner.sample_every = 2;
     reference.tuner.pending = 64;
     reference.tuner.min_samples = 4;
     reference.tuner.window = 64;
-    const auto victims = drive(policy, {.capacity = capacity, .operations = 100'000, .seed = seed,
-                                        .key_universe = 4 * capacity + 8,
-                                        .sessions = max_sessions == 0 ? 7u : 61u, .foreign_every = 8},
+    const auto victims = drive(policy,
+                               {.capacity = capacity,
+                                .operations = 100'000,
+                                .seed = seed,
+                                .key_universe = 4 * capacity + 8,
+                                .sessions = max_sessions == 0 ? 7u : 61u,
+                                .foreign_every = 8},
                                &reference);
     REQUIRE(policy.counters().evictions == victims.size());
     REQUIRE(victims.size() > 100);
@@ -215,7 +220,8 @@ std::vector<std::size_t> hits_per_request(std::size_t capacity, bool own_session
 
 TEST_CASE("session_aware_lru without sessions that return is tail_aware_lru", "[eviction][session_aware_lru][cache]") {
     for (const std::size_t capacity : {60u, 100u, 150u})
-        REQUIRE(hits_per_request<session_aware_lru>(capacity, true) == hits_per_request<tail_aware_lru>(capacity, true));
+        REQUIRE(hits_per_request<session_aware_lru>(capacity, true) ==
+                hits_per_request<tail_aware_lru>(capacity, true));
 }
 
 TEST_CASE("session_aware_lru configurations that cannot work are refused with the reason", "[eviction][config]") {
@@ -225,7 +231,8 @@ TEST_CASE("session_aware_lru configurations that cannot work are refused with th
                         Catch::Contains("far_factor"));
     REQUIRE_THROWS_WITH(session_aware_lru(8, {.gap_weight = 0.0}), Catch::Contains("gap_weight"));
     REQUIRE_THROWS_WITH(session_aware_lru(8, {.gap_weight = 1.5}), Catch::Contains("gap_weight"));
-    REQUIRE_THROWS_WITH(session_aware_lru(8, {.tails = {.min_samples = 100, .window = 150}}), Catch::Contains("window"));
+    REQUIRE_THROWS_WITH(session_aware_lru(8, {.tails = {.min_samples = 100, .window = 150}}),
+                        Catch::Contains("window"));
 }
 
 TEST_CASE("session_aware_lru refuses tuner settings that cannot work", "[eviction][config]") {
@@ -263,10 +270,10 @@ TEST_CASE("pairwise_margin_tuner: the margin settles at the lowest bin from whic
     REQUIRE(t.margin() == 16.0);  // no bin judged yet: the initial margin
     pair_scored(0.5, false);      // bin 3 (ratios in [1/2, 1)) loses 4-0
     REQUIRE(t.losses()[3] == 4.0);
-    REQUIRE(std::isinf(t.margin()));  // the only judged bin loses: never override LRU
+    REQUIRE(std::isinf(t.margin()));                     // the only judged bin loses: never override LRU
     for (int i = 0; i < 4; ++i) pair_scored(8.0, true);  // bin 7 wins 4-0
     REQUIRE(t.wins()[7] == 4.0);
-    REQUIRE(t.margin() == 8.0);  // from bin 7 up; bin 3 below still loses
+    REQUIRE(t.margin() == 8.0);                           // from bin 7 up; bin 3 below still loses
     for (int i = 0; i < 4; ++i) pair_scored(0.75, true);  // bin 3 now 4-4: not losing
     REQUIRE(t.margin() == 0.5);
     pair_scored(2.0, false);  // bin 5 has 1 pair: too few to judge, skipped
@@ -312,8 +319,8 @@ TEST_CASE("session_aware_lru: a session whose request wrote a long answer is exp
     // By mean gaps s2 is back last (T+2010 against T+1120): B goes first.
     // By output, s1 is back last (about T+1020+5000): A goes first.
     auto run = [](bool fit) {
-        session_aware_lru p(4, {.far_factor = 0.0, .tuner = {.enabled = false},
-                                .gaps = {.enabled = fit, .min_samples = 16}});
+        session_aware_lru p(
+            4, {.far_factor = 0.0, .tuner = {.enabled = false}, .gaps = {.enabled = fit, .min_samples = 16}});
         const item_id S{0}, A{1}, B{2};
         const std::uint64_t outputs[] = {10, 100, 1000, 5000, 100, 5000, 10, 1000};
         timestamp t = 0;
@@ -478,8 +485,8 @@ TEST_CASE("session_aware_lru hears a session end through tiered_cache::free_sess
     STATIC_REQUIRE(!hears_session_ends<lru>);
     auto story = [](bool close_s1) {
         auto cache = std::make_unique<cache_type>(
-                cache_config{.gpu_capacity = 2, .cpu_capacity = 0, .block_size = 16},
-                session_aware_lru::config_type{.far_factor = 0.0, .tuner = {.enabled = false}, .gaps = {.enabled = false}});
+            cache_config{.gpu_capacity = 2, .cpu_capacity = 0, .block_size = 16},
+            session_aware_lru::config_type{.far_factor = 0.0, .tuner = {.enabled = false}, .gaps = {.enabled = false}});
         const auto request = [&](timestamp at_time, std::uint64_t session, block_hash h) {
             cache->clock().set(at_time);
             cache->begin_step();

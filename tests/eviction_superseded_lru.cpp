@@ -20,8 +20,9 @@ TEST_CASE("superseded_lru chooses the same victims as its reference model", "[ev
     const std::size_t capacity = GENERATE(1u, 16u, 97u);
     superseded_lru policy(capacity);
     ref_superseded_lru reference;
-    const auto victims = drive(policy, {.capacity = capacity, .operations = 100'000, .seed = seed,
-                                        .key_universe = 4 * capacity + 8}, &reference);
+    const auto victims =
+        drive(policy, {.capacity = capacity, .operations = 100'000, .seed = seed, .key_universe = 4 * capacity + 8},
+              &reference);
     REQUIRE(policy.counters().evictions == victims.size());
     REQUIRE(victims.size() > 100);
 }
@@ -36,8 +37,10 @@ void request(superseded_lru& p, std::uint64_t session, timestamp now, const std:
     ctx.now = now;
     for (std::uint32_t b : blocks) {
         ctx.key = 100 + b;
-        if (p.contains(item_id{b})) p.on_access(item_id{b}, ctx);
-        else p.on_insert(item_id{b}, ctx);
+        if (p.contains(item_id{b}))
+            p.on_access(item_id{b}, ctx);
+        else
+            p.on_insert(item_id{b}, ctx);
         p.on_hold(item_id{b});
     }
     for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) {

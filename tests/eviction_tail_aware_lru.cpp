@@ -30,8 +30,9 @@ TEST_CASE("tail_aware_lru chooses the same victims as its reference model", "[ev
     ref_tail_aware_lru reference(capacity, ratio, min_samples, window);
     // Tails are keys = 12 mod 13 in the driver's contexts; a key universe of
     // 4x the capacity makes ghosts hit and misses evict.
-    const auto victims = drive(policy, {.capacity = capacity, .operations = 120'000, .seed = seed,
-                                        .key_universe = 4 * capacity + 8}, &reference);
+    const auto victims =
+        drive(policy, {.capacity = capacity, .operations = 120'000, .seed = seed, .key_universe = 4 * capacity + 8},
+              &reference);
     REQUIRE(policy.counters().evictions == victims.size());
     REQUIRE(victims.size() > 100);
 }
@@ -136,7 +137,7 @@ TEST_CASE("tail_aware_lru: a demoted tail that is hit leaves the FIFO for the LR
     REQUIRE(p.pop_victim(0) == item_id{0});  // LRU: slot 0, then slot 1
     REQUIRE(p.pop_victim(0) == item_id{1});
     REQUIRE_FALSE(p.pop_victim(0).has_value());  // slot 2 is held
-    p.on_release(item_id{2}, tail);          // tails 1/2, inner 1/1: 1/2 is not under 1/2
+    p.on_release(item_id{2}, tail);              // tails 1/2, inner 1/1: 1/2 is not under 1/2
     REQUIRE(p.demoted_size() == 0);
     REQUIRE(p.pop_victim(0) == item_id{2});
 }

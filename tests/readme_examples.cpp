@@ -52,7 +52,7 @@ std::vector<kvpolicy::block_transfer> schedule(std::uint64_t session, const std:
     const admission a = cache.admit(session_id{session}, blocks);  // hits held, CPU hits swapped in, misses allocated
     const swap_plan& plan = cache.end_step();                      // run plan.transfers in order
     std::vector<block_transfer> copies = plan.transfers;
-    cache.release(session_id{session});                            // after the forward pass
+    cache.release(session_id{session});  // after the forward pass
     (void)a;
     return copies;
 }
@@ -72,7 +72,7 @@ float sum_on_host(kvpolicy::host_span<const float> values) {
 // or device_span<T>{ptr, n} where the caller knows ptr is cudaMalloc'd).
 // Host code may cut it and pass it to kernels and copies, never read it:
 using device_query = kvpolicy::device_span<const float>;
-static_assert(!std::ranges::range<device_query>);  // no host loop, no std::ranges algorithm
+static_assert(!std::ranges::range<device_query>);                             // no host loop, no std::ranges algorithm
 static_assert(!std::is_convertible_v<device_query, std::span<const float>>);  // no host function
 static_assert(!std::is_convertible_v<kvpolicy::host_span<const float>, device_query>);  // no host data to a kernel
 
@@ -93,12 +93,12 @@ TEST_CASE("README: memory spaces", "[readme]") {
 
 TEST_CASE("README: one scheduler step of the composed cache", "[readme]") {
     using namespace kvpolicy;
-    REQUIRE(schedule(1, {11, 12, 13}).empty());          // 3 new blocks: room enough, no copies
-    const auto second = schedule(2, {21, 22, 23});       // needs 3: 1 free + 2 victims, sheltered
+    REQUIRE(schedule(1, {11, 12, 13}).empty());     // 3 new blocks: room enough, no copies
+    const auto second = schedule(2, {21, 22, 23});  // needs 3: 1 free + 2 victims, sheltered
     REQUIRE(second.size() == 2);
     REQUIRE(second[0].from == tier::gpu);
     REQUIRE(second[0].to == tier::cpu);
-    const auto third = schedule(1, {11, 12, 13});        // the sheltered blocks come back
+    const auto third = schedule(1, {11, 12, 13});  // the sheltered blocks come back
     REQUIRE(cache.lookup(std::vector<block_hash>{11, 12, 13}).run == 3);
     REQUIRE_FALSE(third.empty());
     REQUIRE(cache.check_invariants().empty());

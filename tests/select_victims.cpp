@@ -68,7 +68,6 @@ std::size_t unpinned_blocks(const std::vector<eviction_candidate>& cs) {
     return n;
 }
 
-
 }  // namespace
 
 TEMPLATE_TEST_CASE("select_victims agrees with sorting everything", "[select_victims]", lru, lfu, fifo, qos_aware,
@@ -142,8 +141,7 @@ TEST_CASE("select_victims: empty input frees nothing and says how much is missin
     REQUIRE(s.select_victims({}, 0).shortfall == 0);
 }
 
-TEST_CASE("select_victims: a duplicate sequence id is rejected by name, and nothing is recorded",
-          "[select_victims]") {
+TEST_CASE("select_victims: a duplicate sequence id is rejected by name, and nothing is recorded", "[select_victims]") {
     const auto blocks = block_table(4);
     const std::span<const block_id> all(blocks);
     std::vector<eviction_candidate> cs{

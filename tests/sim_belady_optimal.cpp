@@ -31,8 +31,8 @@ namespace {
 constexpr std::uint64_t hash_base = 1000;  // trace ids are arbitrary: not the node numbers
 
 struct forest_case {
-    std::vector<int> parent;                 // [node] parent node or -1
-    std::vector<std::vector<int>> chains;    // [request] root .. node
+    std::vector<int> parent;               // [node] parent node or -1
+    std::vector<std::vector<int>> chains;  // [request] root .. node
 };
 
 forest_case random_case(std::mt19937_64& rng, int nodes, int requests) {

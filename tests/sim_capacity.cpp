@@ -19,8 +19,9 @@ using namespace kvpolicy;
 
 namespace {
 
-const std::string fix = "; give positive block counts or percentages of the trace's distinct blocks in (0%, 100%], "
-                        "comma-separated (e.g. --capacity 1%,5%,10% or --capacity 1000,20000)";
+const std::string fix =
+    "; give positive block counts or percentages of the trace's distinct blocks in (0%, 100%], "
+    "comma-separated (e.g. --capacity 1%,5%,10% or --capacity 1000,20000)";
 
 void require_config_error(const std::string& list, const std::string& message) {
     try {
@@ -74,7 +75,8 @@ TEST_CASE("share of the LRU -> Belady gap closed") {
     REQUIRE(std::isnan(sim::gap_closed(0.3, 0.4, 0.4)));  // no gap to close
 
     std::vector<sim::replay_result> rs(5);
-    const std::pair<const char*, std::uint64_t> rows[] = {{"lru", 20}, {"belady", 40}, {"arc", 25}, {"lru", 50}, {"arc", 60}};
+    const std::pair<const char*, std::uint64_t> rows[] = {
+        {"lru", 20}, {"belady", 40}, {"arc", 25}, {"lru", 50}, {"arc", 60}};
     for (std::size_t i = 0; i < 5; ++i) {
         rs[i].policy = rows[i].first;
         rs[i].capacity = i < 3 ? 10 : 100;

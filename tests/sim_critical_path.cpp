@@ -140,12 +140,13 @@ namespace {
 template <class Gpu, class Cpu>
 ready_time_stats reference_ready(const std::vector<request_record>& reqs, const request_replay_config& cfg) {
     const std::uint32_t layers = cfg.num_layers;
-    tiered_cache<Gpu, Cpu> cache({.gpu_capacity = cfg.capacity * layers,
-                                  .cpu_capacity = cfg.cpu_capacity * layers,
-                                  .block_size = cfg.block_size,
-                                  .num_layers = layers,
-                                  .items = layers > 1 ? granularity::per_layer : granularity::whole_block,
-                                  .item_bytes = static_cast<std::size_t>(cfg.kv_bytes_per_token) * cfg.block_size / layers});
+    tiered_cache<Gpu, Cpu> cache(
+        {.gpu_capacity = cfg.capacity * layers,
+         .cpu_capacity = cfg.cpu_capacity * layers,
+         .block_size = cfg.block_size,
+         .num_layers = layers,
+         .items = layers > 1 ? granularity::per_layer : granularity::whole_block,
+         .item_bytes = static_cast<std::size_t>(cfg.kv_bytes_per_token) * cfg.block_size / layers});
     const double block_copy_s = cfg.kv_bytes_per_token * cfg.block_size / cfg.bandwidth_bytes_per_s;
     ready_time_stats out;
     timestamp now = 0;
@@ -160,7 +161,8 @@ ready_time_stats reference_ready(const std::vector<request_record>& reqs, const 
         for (std::size_t i = run; i < n; ++i) compute += cfg.cost.cost(i * cfg.block_size);
         for (std::uint32_t l = 0; l < layers; ++l) {
             std::size_t copies = 0;
-            for (std::size_t i = 0; i < run; ++i) copies += cache.where(req.hash_ids[i], l) == item_state::in_cpu ? 1 : 0;
+            for (std::size_t i = 0; i < run; ++i)
+                copies += cache.where(req.hash_ids[i], l) == item_state::in_cpu ? 1 : 0;
             s[l] = {.load_s = static_cast<double>(copies) * block_copy_s / layers, .compute_s = compute / layers};
         }
         out.add(longest_path(s));
@@ -174,12 +176,16 @@ ready_time_stats reference_ready(const std::vector<request_record>& reqs, const 
 
 template <class Gpu, class Cpu>
 void check_against_reference(std::uint64_t seed, std::size_t gpu, std::size_t cpu) {
-    std::vector<request_record> reqs = generate_chat_workload(
-            {.sessions = 60, .session_rate_per_s = 2, .mean_think_time_s = 5, .system_prompt_tokens = 256,
-             .system_prompts = 3, .block_size = 16, .seed = seed});
+    std::vector<request_record> reqs = generate_chat_workload({.sessions = 60,
+                                                               .session_rate_per_s = 2,
+                                                               .mean_think_time_s = 5,
+                                                               .system_prompt_tokens = 256,
+                                                               .system_prompts = 3,
+                                                               .block_size = 16,
+                                                               .seed = seed});
     for (request_record& r : reqs) r.has_session = true;  // the generator's sessions, as the reference uses them
-    const request_replay_config cfg{.capacity = gpu, .cpu_capacity = cpu, .block_size = 16, .num_layers = 4,
-                                    .trace_name = "chat"};
+    const request_replay_config cfg{
+        .capacity = gpu, .cpu_capacity = cpu, .block_size = 16, .num_layers = 4, .trace_name = "chat"};
     vector_request_source src(reqs);
     const replay_result r = replay_requests<Gpu, Cpu>(src, cfg, replay_mode::tiered);
     ready_time_stats ref = reference_ready<Gpu, Cpu>(reqs, cfg);
@@ -202,8 +208,8 @@ TEST_CASE("ready time: replay_requests equals a replay that asks each item's tie
 
 TEST_CASE("ready gap: the share of LRU's -> Belady's total ready time closed, in tiered mode", "[sim][ready]") {
     std::vector<replay_result> rs(4);
-    const std::pair<const char*, double> rows[] = {{"lru", 10.0}, {"belady", 6.0}, {"retention_value", 8.0},
-                                                   {"checkerboard", 11.0}};
+    const std::pair<const char*, double> rows[] = {
+        {"lru", 10.0}, {"belady", 6.0}, {"retention_value", 8.0}, {"checkerboard", 11.0}};
     for (std::size_t i = 0; i < 4; ++i) {
         rs[i].policy = rows[i].first;
         rs[i].capacity = 100;
@@ -217,7 +223,7 @@ TEST_CASE("ready gap: the share of LRU's -> Belady's total ready time closed, in
     fill_gap_closed(rs);
     REQUIRE(rs[0].ready_gap_closed == Approx(0.0));
     REQUIRE(rs[1].ready_gap_closed == Approx(1.0));
-    REQUIRE(rs[2].ready_gap_closed == Approx(0.5));   // (10 - 8) / (10 - 6)
+    REQUIRE(rs[2].ready_gap_closed == Approx(0.5));    // (10 - 8) / (10 - 6)
     REQUIRE(rs[3].ready_gap_closed == Approx(-0.25));  // slower than LRU
     std::ostringstream table;
     write_table(table, rs, "t");

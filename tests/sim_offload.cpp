@@ -20,7 +20,6 @@
 #include <set>
 #include <vector>
 
-
 using namespace kvpolicy;
 using namespace kvpolicy::sim;
 
@@ -42,7 +41,8 @@ std::vector<request_record> conversations(std::uint64_t seed, std::size_t n, std
         request_record r;
         r.timestamp_ms = 100 * i;
         r.hash_ids.clear();
-        for (std::size_t j = 0; j < len; ++j) r.hash_ids.push_back(j < 2 ? 7 + j : (conv + 1) * 1000 + j * 31 + len % 3);
+        for (std::size_t j = 0; j < len; ++j)
+            r.hash_ids.push_back(j < 2 ? 7 + j : (conv + 1) * 1000 + j * 31 + len % 3);
         r.input_length = len * bs - (rng() % 3 == 0 ? rng() % bs : 0);
         r.output_length = 20;
         r.line = i + 1;
@@ -238,8 +238,8 @@ TEST_CASE("offload mode: a queued request's chunks outlive a store that LRU lets
         r.timestamp_ms = t;
         return r;
     };
-    const std::vector<request_record> requests{req({11, 12}, 2 * bs, 0), req({31}, bs, 1),
-                                               req({21, 22, 23}, 3 * bs, 2), req({11, 12, 13}, 3 * bs, 3)};
+    const std::vector<request_record> requests{req({11, 12}, 2 * bs, 0), req({31}, bs, 1), req({21, 22, 23}, 3 * bs, 2),
+                                               req({11, 12, 13}, 3 * bs, 3)};
     request_replay_config cfg;
     cfg.capacity = 3;
     cfg.cpu_capacity = 5;

@@ -46,8 +46,8 @@ std::vector<sim::request_record> conversations(std::uint64_t seed, std::size_t n
 }
 
 template <class Policy>
-sim::replay_result replay(const std::vector<sim::request_record>& requests, std::size_t capacity,
-                          std::size_t lookahead, double serve_rate = 0) {
+sim::replay_result replay(const std::vector<sim::request_record>& requests, std::size_t capacity, std::size_t lookahead,
+                          double serve_rate = 0) {
     sim::vector_request_source source(requests);
     sim::request_replay_config cfg;
     cfg.capacity = capacity;
@@ -62,8 +62,10 @@ std::uint64_t naive_hits(const std::vector<sim::request_record>& requests, std::
     std::uint64_t hits = 0;
     std::size_t enqueued = 0;  // requests [0, enqueued) have been queued (or served unqueued)
     for (std::size_t i = 0; i < requests.size(); ++i) {
-        if (enqueued <= i) enqueued = i + 1;  // served without having been queued
-        else model.dequeue(i);
+        if (enqueued <= i)
+            enqueued = i + 1;  // served without having been queued
+        else
+            model.dequeue(i);
         for (; enqueued < std::min(requests.size(), i + 1 + d); ++enqueued)
             model.enqueue(enqueued, requests[enqueued].hash_ids);
         const auto run = model.admit(requests[i].session, requests[i].hash_ids);
@@ -127,17 +129,19 @@ TEST_CASE("the simulator's queue refuses what it cannot model", "[sim][queue][er
     cfg.capacity = 8;
     cfg.lookahead = 4;
     cfg.serve_rate = 100;
-    require_throws<config_error>([&] { (void)sim::replay_requests<queue_aware<lru>, lru>(source, cfg, sim::replay_mode::prefix); },
-                                 "the waiting queue: give a lookahead or a serve rate, not both");
+    require_throws<config_error>(
+        [&] { (void)sim::replay_requests<queue_aware<lru>, lru>(source, cfg, sim::replay_mode::prefix); },
+        "the waiting queue: give a lookahead or a serve rate, not both");
     cfg.lookahead = 0;
     cfg.serve_rate = std::numeric_limits<double>::quiet_NaN();
-    require_throws<config_error>([&] { (void)sim::replay_requests<queue_aware<lru>, lru>(source, cfg, sim::replay_mode::prefix); },
-                                 "serve rate nan tokens/s: give a finite rate > 0 (or 0 for no queue)");
+    require_throws<config_error>(
+        [&] { (void)sim::replay_requests<queue_aware<lru>, lru>(source, cfg, sim::replay_mode::prefix); },
+        "serve rate nan tokens/s: give a finite rate > 0 (or 0 for no queue)");
     cfg.serve_rate = 0;
     cfg.lookahead = 2;
     cfg.cpu_capacity = 4;
     require_throws<config_error>(
-            [&] { (void)sim::replay_instances<queue_aware<lru>, lru>(source, cfg, 2, 100, true); },
-            "the waiting queue (--lookahead, --serve-rate) is modelled for one instance without a remote store; "
-            "drop it, or --instances and --remote-capacity");
+        [&] { (void)sim::replay_instances<queue_aware<lru>, lru>(source, cfg, 2, 100, true); },
+        "the waiting queue (--lookahead, --serve-rate) is modelled for one instance without a remote store; "
+        "drop it, or --instances and --remote-capacity");
 }

@@ -187,8 +187,8 @@ TEST_CASE("flat mode reproduces libCacheSim's miss counts on the Mooncake traces
         std::getline(ss, capacity, ',');
         std::getline(ss, accesses, ',');
         std::getline(ss, misses, ',');
-        INFO(trace << " " << policy << (policy == "s3fifo" ? " (fill-main variant, as libCacheSim's S3FIFO)" : "") << " "
-                   << capacity);
+        INFO(trace << " " << policy << (policy == "s3fifo" ? " (fill-main variant, as libCacheSim's S3FIFO)" : "")
+                   << " " << capacity);
         const replay_result r = flat_run(policy, traces + "/mooncake/" + trace, std::stoull(capacity));
         REQUIRE(r.accesses == std::stoull(accesses));
         REQUIRE(r.misses == std::stoull(misses));  // exact: the miss ratio agrees to every decimal

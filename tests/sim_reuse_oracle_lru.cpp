@@ -24,8 +24,9 @@ TEST_CASE("reuse_oracle_lru chooses the same victims as its reference model", "[
     const std::size_t capacity = GENERATE(1u, 16u, 97u);
     reuse_oracle_lru policy(capacity);
     ref_reuse_oracle_lru reference;
-    const auto victims = drive(policy, {.capacity = capacity, .operations = 120'000, .seed = seed,
-                                        .key_universe = 4 * capacity + 8}, &reference);
+    const auto victims =
+        drive(policy, {.capacity = capacity, .operations = 120'000, .seed = seed, .key_universe = 4 * capacity + 8},
+              &reference);
     REQUIRE(policy.counters().evictions == victims.size());
     REQUIRE(victims.size() > 100);
 }
@@ -59,7 +60,8 @@ TEST_CASE("reuse_oracle_lru is LRU when every item is used again", "[eviction][r
     REQUIRE(oracle.dead_size() == 0);
 }
 
-TEST_CASE("reuse_oracle_lru: a block never used again is evicted before older live ones", "[eviction][reuse_oracle_lru]") {
+TEST_CASE("reuse_oracle_lru: a block never used again is evicted before older live ones",
+          "[eviction][reuse_oracle_lru]") {
     // Capacity 2, prefix mode, one block per request:
     //   a, b, c, a.  b is never used again.
     // LRU evicts a (the oldest) for c, so the second a misses: 0 hits.

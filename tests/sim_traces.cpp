@@ -44,13 +44,19 @@ std::string parse_error_of(std::string_view line) {
 
 TEST_CASE("mooncake lines: the schema, extra keys, whitespace", "[sim][trace]") {
     request_record r;
-    REQUIRE(parse_mooncake_line(R"({"timestamp": 27, "input_length": 1024, "output_length": 7, "hash_ids": [4, 5, 6]})", r).empty());
+    REQUIRE(
+        parse_mooncake_line(R"({"timestamp": 27, "input_length": 1024, "output_length": 7, "hash_ids": [4, 5, 6]})", r)
+            .empty());
     REQUIRE(r.timestamp_ms == 27);
     REQUIRE(r.input_length == 1024);
     REQUIRE(r.output_length == 7);
     REQUIRE(r.hash_ids == std::vector<std::uint64_t>{4, 5, 6});
     REQUIRE_FALSE(r.has_session);
-    REQUIRE(parse_mooncake_line(R"(  { "session":3,"hash_ids":[] , "note": {"a": [1, "x"]}, "timestamp":0,"input_length":0,"output_length":0 } )", r).empty());
+    REQUIRE(
+        parse_mooncake_line(
+            R"(  { "session":3,"hash_ids":[] , "note": {"a": [1, "x"]}, "timestamp":0,"input_length":0,"output_length":0 } )",
+            r)
+            .empty());
     REQUIRE(r.has_session);
     REQUIRE(r.session == 3);
     REQUIRE(r.hash_ids.empty());
@@ -59,12 +65,16 @@ TEST_CASE("mooncake lines: the schema, extra keys, whitespace", "[sim][trace]") 
 TEST_CASE("mooncake lines: each malformation names itself", "[sim][trace][errors]") {
     const std::map<std::string, std::string> cases{
         {R"([1, 2])", "expected a JSON object starting with '{'"},
-        {R"({"timestamp": -1, "input_length": 1, "output_length": 1, "hash_ids": []})", "\"timestamp\" must be a non-negative integer"},
-        {R"({"timestamp": 1, "input_length": 1, "output_length": 1, "hash_ids": [1, "2"]})", "hash_ids must be an array of integers"},
-        {R"({"timestamp": 1, "input_length": 1, "output_length": 1, "hash_ids": 5})", "hash_ids must be an array of integers"},
+        {R"({"timestamp": -1, "input_length": 1, "output_length": 1, "hash_ids": []})",
+         "\"timestamp\" must be a non-negative integer"},
+        {R"({"timestamp": 1, "input_length": 1, "output_length": 1, "hash_ids": [1, "2"]})",
+         "hash_ids must be an array of integers"},
+        {R"({"timestamp": 1, "input_length": 1, "output_length": 1, "hash_ids": 5})",
+         "hash_ids must be an array of integers"},
         {R"({"timestamp": 1, "input_length": 1, "output_length": 1})", "missing field \"hash_ids\""},
         {R"({"input_length": 1, "output_length": 1, "hash_ids": []})", "missing field \"timestamp\""},
-        {R"({"timestamp": 1, "input_length": 1, "output_length": 1, "hash_ids": []} x)", "unexpected characters after the object"},
+        {R"({"timestamp": 1, "input_length": 1, "output_length": 1, "hash_ids": []} x)",
+         "unexpected characters after the object"},
         {R"({"timestamp": 1 "input_length": 1})", "expected ',' or '}' after \"timestamp\""},
         {R"({timestamp: 1})", "expected a quoted key"},
         // A key is quoted printable: control bytes as \xHH (a NUL would cut
@@ -81,7 +91,11 @@ TEST_CASE("mooncake lines: each malformation names itself", "[sim][trace][errors
     REQUIRE(parse_error_of(R"({"abc\)") == "expected a quoted key");
     // A repeated key: the last one counts, for the id array as for the numbers.
     request_record r;
-    REQUIRE(parse_mooncake_line(R"({"timestamp": 1, "input_length": 1, "output_length": 1, "hash_ids": [1], "timestamp": 2, "hash_ids": [2, 3]})", r).empty());
+    REQUIRE(
+        parse_mooncake_line(
+            R"({"timestamp": 1, "input_length": 1, "output_length": 1, "hash_ids": [1], "timestamp": 2, "hash_ids": [2, 3]})",
+            r)
+            .empty());
     REQUIRE(r.timestamp_ms == 2);
     REQUIRE(r.hash_ids == std::vector<std::uint64_t>{2, 3});
 }
@@ -98,11 +112,12 @@ TEST_CASE("csv rows: good and bad", "[sim][trace][errors]") {
 
 TEST_CASE("readers stream plain and gzip files and name file:line on bad input", "[sim][trace][errors]") {
     const testing::scratch_dir dir;  // this test's files, removed at its end
-    const std::string body = "{\"timestamp\": 1, \"input_length\": 32, \"output_length\": 1, \"hash_ids\": [1, 2]}\n"
-                             "\n"
-                             "{\"timestamp\": 2, \"input_length\": 32, \"output_length\": 1, \"hash_ids\": [1, 3]}\r\n"
-                             "{\"timestamp\": 3, \"hash_ids\": [1]}\n"
-                             "{\"timestamp\": 4, \"input_length\": 16, \"output_length\": 1, \"hash_ids\": [9]}";
+    const std::string body =
+        "{\"timestamp\": 1, \"input_length\": 32, \"output_length\": 1, \"hash_ids\": [1, 2]}\n"
+        "\n"
+        "{\"timestamp\": 2, \"input_length\": 32, \"output_length\": 1, \"hash_ids\": [1, 3]}\r\n"
+        "{\"timestamp\": 3, \"hash_ids\": [1]}\n"
+        "{\"timestamp\": 4, \"input_length\": 16, \"output_length\": 1, \"hash_ids\": [9]}";
     for (const bool gz : {false, true}) {
         const std::string path = temp_file(dir, gz ? "t.jsonl.gz" : "t.jsonl", body, gz);
         {
@@ -146,17 +161,19 @@ TEST_CASE("csv reader: batches of any size over any buffer split read exactly wh
     auto number_text = [&](std::uint64_t& value) {
         const int digits = static_cast<int>(rng() % 10 == 0 ? 1 + rng() % 19 : 1 + rng() % 6);
         std::string t;
-        for (int i = 0; i < digits; ++i) t += static_cast<char>('0' + (i == 0 && digits > 1 ? 1 + rng() % 9 : rng() % 10));
+        for (int i = 0; i < digits; ++i)
+            t += static_cast<char>('0' + (i == 0 && digits > 1 ? 1 + rng() % 9 : rng() % 10));
         if (rng() % 20 == 0) t = "0" + t;  // a leading zero: same value, other text
         value = std::stoull(t);
         return t;
     };
-    const char* const bad_rows[] = {"x,1,1", "1,,1", "1,2", "1,2,3,4", "1,2,3 x", "-1,2,3", "1;2;3", "12345678901234567890123,1,1"};
+    const char* const bad_rows[] = {"x,1,1",   "1,,1",   "1,2",   "1,2,3,4",
+                                    "1,2,3 x", "-1,2,3", "1;2;3", "12345678901234567890123,1,1"};
     for (int file = 0; file < 40; ++file) {
         std::string body = "time,obj_id,obj_size\n";
-        std::vector<access_record> good;     // in order
+        std::vector<access_record> good;      // in order
         std::vector<std::size_t> good_lines;  // their 1-based lines
-        std::vector<std::size_t> bad_lines;  // 1-based
+        std::vector<std::size_t> bad_lines;   // 1-based
         std::size_t line = 1;
         std::string time_text = "0", size_text = "1";
         std::uint64_t time = 0, size = 1;
@@ -211,8 +228,8 @@ TEST_CASE("csv reader: batches of any size over any buffer split read exactly wh
             // Strict: every good row before the first bad one, none lost with the error.
             std::size_t expected_rows = good.size();
             if (!skip && !bad_lines.empty())
-                expected_rows = static_cast<std::size_t>(
-                    std::count_if(good_lines.begin(), good_lines.end(), [&](std::size_t l) { return l < bad_lines.front(); }));
+                expected_rows = static_cast<std::size_t>(std::count_if(
+                    good_lines.begin(), good_lines.end(), [&](std::size_t l) { return l < bad_lines.front(); }));
             REQUIRE(got.size() == expected_rows);
             for (std::size_t i = 0; i < got.size(); ++i) {
                 INFO("row " << i);
@@ -241,7 +258,7 @@ TEST_CASE("mooncake reader: what parse_mooncake_line makes of each line, through
             for (int i = 0, ids = static_cast<int>(rng() % 50); i < ids; ++i)
                 line += (i ? (rng() % 3 ? ", " : ",") : "") + std::to_string(rng() % 4 ? rng() % 100000 : rng());
             line += "]}";
-            if (rng() % 5 == 0) line.resize(rng() % line.size());                          // truncated
+            if (rng() % 5 == 0) line.resize(rng() % line.size());                                 // truncated
             if (rng() % 8 == 0 && !line.empty()) line[rng() % line.size()] = "x9 ,]"[rng() % 5];  // corrupted
             lines.push_back(line);
         }

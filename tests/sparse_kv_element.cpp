@@ -153,7 +153,8 @@ void require_attention_close(const std::vector<float>& o, const std::vector<floa
             REQUIRE(std::abs(lse[h] - lse_ref[h]) <= 2e-5f * (1.0f + std::abs(lse_ref[h])));
         }
     }
-    for (std::size_t i = 0; i < o.size(); ++i) REQUIRE(std::abs(o[i] - o_ref[i]) <= 2e-5f * (1.0f + std::abs(o_ref[i])));
+    for (std::size_t i = 0; i < o.size(); ++i)
+        REQUIRE(std::abs(o[i] - o_ref[i]) <= 2e-5f * (1.0f + std::abs(o_ref[i])));
 }
 
 template <class T>
@@ -163,7 +164,9 @@ void check_warp_decode(std::mt19937_64& rng) {
         const std::uint32_t kv_heads = 1 + static_cast<std::uint32_t>(rng() % 3);
         const std::uint32_t d = 32u * (1 + static_cast<std::uint32_t>(rng() % 8));
         const decode_attention_shape s{.num_q_heads = kv_heads * (1 + static_cast<std::uint32_t>(rng() % 4)),
-                                       .num_kv_heads = kv_heads, .head_dim = d, .block_size = 16,
+                                       .num_kv_heads = kv_heads,
+                                       .head_dim = d,
+                                       .block_size = 16,
                                        .scale = 1.0f / std::sqrt(static_cast<float>(d))};
         const std::uint32_t blocks = 1 + static_cast<std::uint32_t>(rng() % 24);
         const std::uint64_t tokens = rng() % (std::uint64_t{blocks} * s.block_size + 1);
@@ -180,7 +183,8 @@ void check_warp_decode(std::mt19937_64& rng) {
         // The reference sees exactly the stored values, widened.
         const auto kw = widen(k), vw = widen(v);
         std::vector<float> o(q.size()), lse(s.num_q_heads), o_ref(q.size()), lse_ref(s.num_q_heads);
-        testing::warp_decode(q.data(), k.data(), v.data(), table, tokens, s, std::size_t{s.block_size} * kv_heads * d, o, lse);
+        testing::warp_decode(q.data(), k.data(), v.data(), table, tokens, s, std::size_t{s.block_size} * kv_heads * d,
+                             o, lse);
         reference_decode_attention(q, {.k = kw, .v = vw}, table, tokens, s, o_ref, lse_ref);
         require_attention_close(o, lse, o_ref, lse_ref);
     }
@@ -255,7 +259,9 @@ void check_grouped_decode(std::mt19937_64& rng) {
         const std::uint32_t group = 1 + static_cast<std::uint32_t>(rng() % (2 * GMax + 1));
         // Block sizes below, at and above a tile's depth and the warps' stride.
         constexpr std::uint32_t block_sizes[] = {1, 3, 16, 37};
-        const decode_attention_shape s{.num_q_heads = kv_heads * group, .num_kv_heads = kv_heads, .head_dim = d,
+        const decode_attention_shape s{.num_q_heads = kv_heads * group,
+                                       .num_kv_heads = kv_heads,
+                                       .head_dim = d,
                                        .block_size = block_sizes[rng() % 4],
                                        .scale = 1.0f / std::sqrt(static_cast<float>(d))};
         const std::uint32_t blocks = 1 + static_cast<std::uint32_t>(rng() % (192 / s.block_size + 1));
@@ -293,8 +299,10 @@ void check_grouped_decode_shapes(std::mt19937_64& rng) {
 
 }  // namespace
 
-TEST_CASE("grouped decode attention: every CTA, warp and lane of the kernel's mapping equals the reference over "
-          "fp32 / bf16 / fp16 K and V", "[kv_element][device_math][attention]") {
+TEST_CASE(
+    "grouped decode attention: every CTA, warp and lane of the kernel's mapping equals the reference over "
+    "fp32 / bf16 / fp16 K and V",
+    "[kv_element][device_math][attention]") {
     // The kernel's choice of heads per CTA is the one simulated here.
     STATIC_REQUIRE(grouped_decode_heads(4, 4) == 4);
     STATIC_REQUIRE(grouped_decode_heads(4, 8) == 8);
@@ -332,7 +340,6 @@ namespace {
 
 constexpr std::uint32_t kernel_threads = 128;  // cuda/quest.cuh's quest_threads
 
-
 // The scoring kernel's block: each thread's strided partial, then a pairwise
 // tree over the threads (cub::BlockReduce's order differs; the bound covers
 // every order).
@@ -347,15 +354,17 @@ float simulated_kernel_score(const std::vector<float>& q, const T* mn, const T* 
     return partial[0];
 }
 
-
 }  // namespace
 
-TEST_CASE("quest score partial: the stepped term walk adds the same terms in the same order as dividing out "
-          "each term's head and channel", "[kv_element][device_math][quest]") {
+TEST_CASE(
+    "quest score partial: the stepped term walk adds the same terms in the same order as dividing out "
+    "each term's head and channel",
+    "[kv_element][device_math][quest]") {
     std::mt19937_64 rng(919);
     std::normal_distribution<float> g(0.0f, 2.0f);
     for (int round = 0; round < 300; ++round) {
-        const std::uint32_t kv = 1 + static_cast<std::uint32_t>(rng() % 4), group = 1 + static_cast<std::uint32_t>(rng() % 5);
+        const std::uint32_t kv = 1 + static_cast<std::uint32_t>(rng() % 4),
+                            group = 1 + static_cast<std::uint32_t>(rng() % 5);
         const std::uint32_t q_heads = kv * group, d = 1 + static_cast<std::uint32_t>(rng() % 160);
         std::vector<float> q(std::size_t{q_heads} * d), mn(std::size_t{kv} * d), mx(mn.size());
         for (float& x : q) x = g(rng);
@@ -371,7 +380,8 @@ TEST_CASE("quest score partial: the stepped term walk adds the same terms in the
                 const std::size_t m = std::size_t{e / d / group} * d + e % d;
                 want += quest_channel_term(q[e], mn[m], mx[m]);
             }
-            const float got = quest_score_thread_partial(q.data(), mn.data(), mx.data(), q_heads, group, d, first, stride);
+            const float got =
+                quest_score_thread_partial(q.data(), mn.data(), mx.data(), q_heads, group, d, first, stride);
             INFO("d " << d << ", group " << group << ", stride " << stride << ", first " << first);
             REQUIRE(std::bit_cast<std::uint32_t>(got) == std::bit_cast<std::uint32_t>(want));
         }
@@ -438,7 +448,9 @@ void check_metadata_and_scores(std::mt19937_64& rng) {
             }
             host.on_offload(block_id{b}, layer_index{0},
                             {.keys = std::span(keys_w).subspan(b * block_values, valid[b] * row),
-                             .tokens = valid[b], .num_kv_heads = s.kv_heads, .head_dim = s.d});
+                             .tokens = valid[b],
+                             .num_kv_heads = s.kv_heads,
+                             .head_dim = s.d});
             // Exact: the naive double min/max, and the fp32 selector's metadata
             // of the widened keys, bit for bit (signed zeros included).
             const auto hmin = host.key_min(block_id{b}, layer_index{0});
@@ -464,7 +476,8 @@ void check_metadata_and_scores(std::mt19937_64& rng) {
         // token's summed q . k (Quest's guarantee, on the dequantized keys).
         std::normal_distribution<float> g(0.0f, 1.0f);
         const std::size_t n = std::size_t{s.q_heads} * s.d;
-        const double u = std::ldexp(1.0, -24), gamma_n = static_cast<double>(n) * u / (1.0 - static_cast<double>(n) * u);
+        const double u = std::ldexp(1.0, -24),
+                     gamma_n = static_cast<double>(n) * u / (1.0 - static_cast<double>(n) * u);
         const std::uint32_t group = s.q_heads / s.kv_heads;
         for (int qi = 0; qi < 4; ++qi) {
             std::vector<float> q(n);
@@ -626,13 +639,15 @@ TEST_CASE("ring gather math: every thread of the grid, each slot word copied onc
 
 namespace {
 
-
 // Unit roundoff of T (round to nearest: 2^-p for p significand bits).
 template <class T>
 double unit_roundoff() {
-    if constexpr (std::is_same_v<T, bf16>) return std::ldexp(1.0, -8);
-    else if constexpr (std::is_same_v<T, fp16>) return std::ldexp(1.0, -11);
-    else return std::ldexp(1.0, -24);
+    if constexpr (std::is_same_v<T, bf16>)
+        return std::ldexp(1.0, -8);
+    else if constexpr (std::is_same_v<T, fp16>)
+        return std::ldexp(1.0, -11);
+    else
+        return std::ldexp(1.0, -24);
 }
 
 // Merge error bound, per merge step. The merged channel is a convex
@@ -669,8 +684,10 @@ void check_merge_math(std::mt19937_64& rng) {
         // Reference: fold the parts in order in double (sparse/lse_merge.hpp).
         std::vector<float> o_ref(std::size_t{rows} * d, 0.0f), lse_ref(rows, neg_inf);
         for (std::uint32_t p = 0; p < parts; ++p)
-            merge_attention_state(o_ref, lse_ref, std::span<const float>(o_parts_w).subspan(std::size_t{p} * rows * d, std::size_t{rows} * d),
-                                  std::span<const float>(lse_parts).subspan(std::size_t{p} * rows, rows), d);
+            merge_attention_state(
+                o_ref, lse_ref,
+                std::span<const float>(o_parts_w).subspan(std::size_t{p} * rows * d, std::size_t{rows} * d),
+                std::span<const float>(lse_parts).subspan(std::size_t{p} * rows, rows), d);
 
         // merge_states_kernel: grid.x = rows, thread t takes channels t, t + 128, ...
         std::vector<T> o(std::size_t{rows} * d);
@@ -679,7 +696,8 @@ void check_merge_math(std::mt19937_64& rng) {
             for (unsigned t = 0; t < merge_threads; ++t) {
                 const lse_parts_merge w = lse_merge_parts_row(lse_parts.data(), parts, rows, r);
                 for (std::uint32_t i = t; i < d; i += merge_threads)
-                    o[std::size_t{r} * d + i] = lse_merge_parts_channel(w, o_parts.data(), lse_parts.data(), parts, rows, d, r, i);
+                    o[std::size_t{r} * d + i] =
+                        lse_merge_parts_channel(w, o_parts.data(), lse_parts.data(), parts, rows, d, r, i);
                 if (t == 0) lse[r] = w.lse();
             }
         // merge_state_inplace_kernel, part by part into an empty accumulator
@@ -741,7 +759,9 @@ void check_ring_attention(std::mt19937_64& rng) {
         const std::uint32_t kv_heads = 1 + static_cast<std::uint32_t>(rng() % 2);
         const std::uint32_t d = 32u * (1 + static_cast<std::uint32_t>(rng() % 4));
         const decode_attention_shape s{.num_q_heads = kv_heads * (1 + static_cast<std::uint32_t>(rng() % 3)),
-                                       .num_kv_heads = kv_heads, .head_dim = d, .block_size = 16,
+                                       .num_kv_heads = kv_heads,
+                                       .head_dim = d,
+                                       .block_size = 16,
                                        .scale = 1.0f / std::sqrt(static_cast<float>(d))};
         const std::size_t half = std::size_t{s.block_size} * kv_heads * d;  // K (or V) values of a block
         const std::size_t block_values = 2 * half;                          // [K | V], as the GPU test lays them out
@@ -772,21 +792,23 @@ void check_ring_attention(std::mt19937_64& rng) {
         std::vector<word16> slot(slot_blocks * block_words);
         std::size_t merges = 0;
         for (std::size_t first = 0; first < seq.size(); first += slot_blocks) {
-            const std::vector<std::uint32_t> ids(seq.begin() + static_cast<std::ptrdiff_t>(first),
-                                                 seq.begin() + static_cast<std::ptrdiff_t>(std::min(seq.size(), first + slot_blocks)));
+            const std::vector<std::uint32_t> ids(
+                seq.begin() + static_cast<std::ptrdiff_t>(first),
+                seq.begin() + static_cast<std::ptrdiff_t>(std::min(seq.size(), first + slot_blocks)));
             simulate_gather(arena, ids, block_words, slice_words, slot);
             std::vector<T> slot_t(ids.size() * block_values);  // ring_loader::slot_view<T>
             std::memcpy(static_cast<void*>(slot_t.data()), slot.data(), slot_t.size() * sizeof(T));
             std::vector<block_id> local(ids.size());
             for (std::size_t j = 0; j < ids.size(); ++j) local[j] = block_id{static_cast<std::uint32_t>(j)};
-            const std::uint64_t slot_tokens = std::min<std::uint64_t>(tokens - first * s.block_size,
-                                                                      ids.size() * std::uint64_t{s.block_size});
+            const std::uint64_t slot_tokens =
+                std::min<std::uint64_t>(tokens - first * s.block_size, ids.size() * std::uint64_t{s.block_size});
             testing::warp_decode(q.data(), slot_t.data(), slot_t.data() + half, local, slot_tokens, s, block_values,
                                  part_o, part_lse);
             for (std::uint32_t h = 0; h < s.num_q_heads; ++h) {
                 const lse_pair_merge w = lse_merge_pair(acc_lse[h], part_lse[h]);
                 for (std::uint32_t i = 0; i < d; ++i)
-                    acc_o[std::size_t{h} * d + i] = lse_merge_channel(w, acc_o[std::size_t{h} * d + i], part_o[std::size_t{h} * d + i]);
+                    acc_o[std::size_t{h} * d + i] =
+                        lse_merge_channel(w, acc_o[std::size_t{h} * d + i], part_o[std::size_t{h} * d + i]);
                 acc_lse[h] = w.lse;
             }
             ++merges;
@@ -796,8 +818,9 @@ void check_ring_attention(std::mt19937_64& rng) {
         std::vector<block_id> table(seq.size());
         for (std::size_t j = 0; j < seq.size(); ++j) table[j] = block_id{seq[j]};
         std::vector<float> o_ref(q.size()), lse_ref(s.num_q_heads);
-        reference_decode_attention(q, {.k = arena_w, .v = std::span<const float>(arena_w).subspan(half), .block_stride = block_values},
-                                   table, tokens, s, o_ref, lse_ref);
+        reference_decode_attention(
+            q, {.k = arena_w, .v = std::span<const float>(arena_w).subspan(half), .block_stride = block_values}, table,
+            tokens, s, o_ref, lse_ref);
         // The per-slot attention matches the reference to 2e-5 relative (as
         // tests/sparse_kv_element.cpp's one-pass check); each fp32 merge adds
         // under 16 u32 (see check_merge_math).

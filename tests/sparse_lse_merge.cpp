@@ -34,7 +34,9 @@ problem random_problem(std::mt19937_64& rng) {
     const std::uint32_t kv_heads = 1 + static_cast<std::uint32_t>(rng() % 3);
     const std::uint32_t group = 1 + static_cast<std::uint32_t>(rng() % 3);
     const std::uint32_t d = 8u * (1 + static_cast<std::uint32_t>(rng() % 4));
-    p.shape = {.num_q_heads = kv_heads * group, .num_kv_heads = kv_heads, .head_dim = d,
+    p.shape = {.num_q_heads = kv_heads * group,
+               .num_kv_heads = kv_heads,
+               .head_dim = d,
                .block_size = 1 + static_cast<std::uint32_t>(rng() % 16),
                .scale = 1.0f / std::sqrt(static_cast<float>(d))};
     const std::size_t blocks = 1 + rng() % 12;
@@ -63,7 +65,8 @@ TEST_CASE("reference_decode_attention equals a naive softmax over the gathered t
             const std::size_t kv = h / (s.num_q_heads / s.num_kv_heads);
             std::vector<double> w(p.tokens);
             for (std::uint64_t t = 0; t < p.tokens; ++t) {
-                const std::size_t at = p.table[t / s.block_size].index() * s.block_size * row + (t % s.block_size) * row + kv * d;
+                const std::size_t at =
+                    p.table[t / s.block_size].index() * s.block_size * row + (t % s.block_size) * row + kv * d;
                 double dot = 0;
                 for (std::size_t c = 0; c < d; ++c) dot += double{p.q[h * d + c]} * double{p.k[at + c]};
                 w[t] = std::exp(dot * s.scale);
@@ -73,7 +76,8 @@ TEST_CASE("reference_decode_attention equals a naive softmax over the gathered t
             for (std::size_t c = 0; c < d; ++c) {
                 double acc = 0;
                 for (std::uint64_t t = 0; t < p.tokens; ++t) {
-                    const std::size_t at = p.table[t / s.block_size].index() * s.block_size * row + (t % s.block_size) * row + kv * d;
+                    const std::size_t at =
+                        p.table[t / s.block_size].index() * s.block_size * row + (t % s.block_size) * row + kv * d;
                     acc += w[t] * double{p.v[at + c]};
                 }
                 REQUIRE(o[h * d + c] == Approx(acc / sum).margin(1e-5));

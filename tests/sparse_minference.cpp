@@ -44,14 +44,20 @@ struct prompt {
     std::vector<float> q, k, v;
 
     prompt(std::uint32_t tokens, std::uint32_t q_heads, std::uint32_t kv_heads, std::uint32_t d)
-        : shape{tokens, q_heads, kv_heads, d, 1.0f / std::sqrt(static_cast<float>(d))},
-          q(std::size_t{tokens} * q_heads * d),
-          k(std::size_t{tokens} * kv_heads * d),
-          v(std::size_t{tokens} * kv_heads * d) {}
+            : shape{tokens, q_heads, kv_heads, d, 1.0f / std::sqrt(static_cast<float>(d))},
+              q(std::size_t{tokens} * q_heads * d),
+              k(std::size_t{tokens} * kv_heads * d),
+              v(std::size_t{tokens} * kv_heads * d) {}
 
     [[nodiscard]] prefill_qkv_view view() const {
-        return {.q = q, .k = k, .v = v, .num_tokens = shape.num_tokens, .num_q_heads = shape.num_q_heads,
-                .num_kv_heads = shape.num_kv_heads, .head_dim = shape.head_dim, .scale = shape.scale};
+        return {.q = q,
+                .k = k,
+                .v = v,
+                .num_tokens = shape.num_tokens,
+                .num_q_heads = shape.num_q_heads,
+                .num_kv_heads = shape.num_kv_heads,
+                .head_dim = shape.head_dim,
+                .scale = shape.scale};
     }
     [[nodiscard]] std::size_t rows() const { return std::size_t{shape.num_tokens} * shape.num_q_heads; }
 };
@@ -73,8 +79,8 @@ struct outputs {
 };
 
 void naive_dense(const prompt& p, std::vector<float>& o, std::vector<float>& lse) {
-    naive_prefill_attention(p.q, p.k, p.v, p.shape, [](std::uint32_t, std::uint32_t i, std::uint32_t j) { return j <= i; },
-                            o, lse);
+    naive_prefill_attention(
+        p.q, p.k, p.v, p.shape, [](std::uint32_t, std::uint32_t i, std::uint32_t j) { return j <= i; }, o, lse);
 }
 
 // Naive attention over the index's keys, spelled out as a mask.
@@ -124,7 +130,7 @@ prompt planted_prompt(std::mt19937_64& rng, std::uint32_t n, const planted_patte
     prompt p(n, q_heads, kv_heads, d);
     std::normal_distribution<float> g(0.0f, 1.0f);
     const float scale = p.shape.scale;
-    const float a = peak_logit / scale;          // vertical logit = peak
+    const float a = peak_logit / scale;           // vertical logit = peak
     const float b = peak_logit / (3.0f * scale);  // diagonal logit = 3B * scale = peak
     constexpr std::uint32_t moduli[3] = {17, 19, 23};
     constexpr std::uint32_t base[3] = {1, 18, 37};  // channel of residue 0 in each code; 37 + 23 = 60
@@ -190,9 +196,8 @@ TEST_CASE("minference: the selector's contract and registration", "[minference][
     std::vector<block_id> small(2, block_id{0});
     REQUIRE_THROWS_AS(sel.select(available, selection_context{}, small), usage_error);
 
-    const bool found = visit_by_name<sparse_selectors>("minference", []<class S>() {
-        return prefill_sparse_selector<S> && !S::requires_block_selection;
-    });
+    const bool found = visit_by_name<sparse_selectors>(
+        "minference", []<class S>() { return prefill_sparse_selector<S> && !S::requires_block_selection; });
     REQUIRE(found);
 }
 
@@ -218,7 +223,9 @@ TEST_CASE("minference: a budget that keeps everything is dense causal attention"
     naive_dense(p, o_want, lse_want);
     const float tol = 2e-5f;
 
-    minference sel({.adaptive_budget = 1.0, .num_sink_tokens = 3, .num_recent_diags = 5,
+    minference sel({.adaptive_budget = 1.0,
+                    .num_sink_tokens = 3,
+                    .num_recent_diags = 5,
                     .last_q = 1 + static_cast<std::uint32_t>(rng() % 64)});
     outputs got(p);
     sel.sparse_prefill_attention(p.view(), layer_index{0}, got.view());
@@ -273,13 +280,23 @@ TEST_CASE("minference: the estimation math, thread by thread, equals the referen
     std::mt19937_64 rng(GENERATE(21u, 22u, 23u));
     const std::uint32_t n = 100 + static_cast<std::uint32_t>(rng() % 300), q_heads = 4, kv_heads = 2, d = 32;
     const prompt p = random_prompt(rng, n, q_heads, kv_heads, d, 3.0f);
-    const minference_config cfg{.adaptive_budget = 0.1, .num_sink_tokens = 4, .num_recent_diags = 8,
+    const minference_config cfg{.adaptive_budget = 0.1,
+                                .num_sink_tokens = 4,
+                                .num_recent_diags = 8,
                                 .last_q = 1 + static_cast<std::uint32_t>(rng() % 64)};
     const std::uint32_t last_q = cfg.last_q;
     std::vector<float> logits(std::size_t{q_heads} * last_q * n), row_lse(std::size_t{q_heads} * last_q);
-    minference_estimate_args a{.q = p.q.data(), .k = p.k.data(), .logits = logits.data(), .row_lse = row_lse.data(),
-                               .num_tokens = n, .num_q_heads = q_heads, .num_kv_heads = kv_heads, .head_dim = d,
-                               .scale = p.shape.scale, .last_q = last_q, .num_sink_tokens = cfg.num_sink_tokens,
+    minference_estimate_args a{.q = p.q.data(),
+                               .k = p.k.data(),
+                               .logits = logits.data(),
+                               .row_lse = row_lse.data(),
+                               .num_tokens = n,
+                               .num_q_heads = q_heads,
+                               .num_kv_heads = kv_heads,
+                               .head_dim = d,
+                               .scale = p.shape.scale,
+                               .last_q = last_q,
+                               .num_sink_tokens = cfg.num_sink_tokens,
                                .num_recent_diags = cfg.num_recent_diags};
     // Step 1: one thread per (h, r, j).
     for (std::uint32_t h = 0; h < q_heads; ++h)
@@ -309,7 +326,8 @@ TEST_CASE("minference: the estimation math, thread by thread, equals the referen
             diagonal[std::size_t{h} * n + j] = estimation_diagonal_mass(a, h, j);
         }
     for (std::size_t x = 0; x < column.size(); ++x) {
-        for (const auto& [got, ref] : {std::pair{column[x], want.column[x]}, std::pair{diagonal[x], want.diagonal[x]}}) {
+        for (const auto& [got, ref] :
+             {std::pair{column[x], want.column[x]}, std::pair{diagonal[x], want.diagonal[x]}}) {
             if (std::isinf(ref)) {
                 REQUIRE(std::isinf(got));
             } else {
@@ -392,9 +410,10 @@ TEST_CASE("minference: attention mass kept against the budget (table)", "[minfer
     constexpr std::uint32_t n = 512;
     const prompt planted = planted_prompt(rng, n, default_pattern, 8.0f);
     const prompt noise = random_prompt(rng, n, 4, 2, 64, 2.0f);
-    std::printf("\nMInference kept attention mass vs budget (n = %u, 4 q heads, 2 KV heads, d = 64, 4 sinks, 16 "
-                "recent diagonals, last_q 64):\n",
-                n);
+    std::printf(
+        "\nMInference kept attention mass vs budget (n = %u, 4 q heads, 2 KV heads, d = 64, 4 sinks, 16 "
+        "recent diagonals, last_q 64):\n",
+        n);
     std::printf("%-8s %-8s %12s %12s %14s\n", "prompt", "budget", "mean mass", "min mass", "max |o err|");
     for (const auto* p : {&planted, &noise}) {
         std::vector<float> o_dense, lse_dense;
@@ -539,9 +558,10 @@ TEST_CASE("layer-wise offload prefill: attention through the hook, then every bl
                                             "offload block 0 layer 5 tokens 1"});
 }
 
-TEST_CASE("layer-wise offload prefill with MInference: its output, all KV in the CPU tier, Quest's metadata "
-          "as if gathered directly",
-          "[minference][layerwise]") {
+TEST_CASE(
+    "layer-wise offload prefill with MInference: its output, all KV in the CPU tier, Quest's metadata "
+    "as if gathered directly",
+    "[minference][layerwise]") {
     std::mt19937_64 rng(GENERATE(71u, 72u));
     constexpr std::uint32_t block_size = 16, kv_heads = 2, d = 32, layers = 3, cpu_blocks = 40;
     const std::uint32_t n = 200 + static_cast<std::uint32_t>(rng() % 150);
@@ -607,8 +627,13 @@ TEST_CASE("layer-wise offload prefill with MInference: its output, all KV in the
     // Quest then selects for decode from that metadata as it would have.
     std::vector<float> query(4 * d);
     for (float& x : query) x = static_cast<float>(static_cast<int>(rng() % 7) - 3);
-    const selection_context ctx{.layer = layer, .block_size = block_size, .total_kv_len = n, .num_q_heads = 4,
-                                .num_kv_heads = kv_heads, .head_dim = d, .query = query};
+    const selection_context ctx{.layer = layer,
+                                .block_size = block_size,
+                                .total_kv_len = n,
+                                .num_q_heads = 4,
+                                .num_kv_heads = kv_heads,
+                                .head_dim = d,
+                                .query = query};
     std::vector<block_id> a(blocks.size()), b(blocks.size());
     a.resize(in_pass.select(blocks, ctx, a));
     b.resize(direct.select(blocks, ctx, b));
@@ -646,12 +671,12 @@ TEST_CASE("minference: o and lse compose with the LSE merge (chunked prefill of 
         return j <= i && (cols[h].contains(j) || offs[h].contains(i - j));
     };
     std::vector<float> o_a, lse_a, o_b, lse_b;
-    naive_prefill_attention(p.q, p.k, p.v, p.shape,
-                            [&](std::uint32_t h, std::uint32_t i, std::uint32_t j) { return j < split && kept(h, i, j); },
-                            o_a, lse_a);
-    naive_prefill_attention(p.q, p.k, p.v, p.shape,
-                            [&](std::uint32_t h, std::uint32_t i, std::uint32_t j) { return j >= split && kept(h, i, j); },
-                            o_b, lse_b);
+    naive_prefill_attention(
+        p.q, p.k, p.v, p.shape,
+        [&](std::uint32_t h, std::uint32_t i, std::uint32_t j) { return j < split && kept(h, i, j); }, o_a, lse_a);
+    naive_prefill_attention(
+        p.q, p.k, p.v, p.shape,
+        [&](std::uint32_t h, std::uint32_t i, std::uint32_t j) { return j >= split && kept(h, i, j); }, o_b, lse_b);
     merge_attention_state(o_a, lse_a, o_b, lse_b, d);
     REQUIRE(max_abs_diff(whole.o, o_a) <= 1e-5);
     REQUIRE(max_abs_diff(whole.lse, lse_a) <= 1e-5);
@@ -732,7 +757,8 @@ TEST_CASE("prefill tiles, lane by lane as the kernel's warp runs them, equal the
                 const float lse = finish_online_softmax(state[lane], acc.data() + lane * per_lane, per_lane);
                 if (lane == 0) got.lse[row] = lse;
                 REQUIRE((lse == got.lse[row] || (std::isnan(lse) && std::isnan(got.lse[row]))));  // lanes agree
-                for (std::uint32_t j = 0; j < per_lane; ++j) got.o[row * d + lane + lanes * j] = acc[lane * per_lane + j];
+                for (std::uint32_t j = 0; j < per_lane; ++j)
+                    got.o[row * d + lane + lanes * j] = acc[lane * per_lane + j];
             }
         }
     }

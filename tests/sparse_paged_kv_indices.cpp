@@ -124,10 +124,13 @@ TEST_CASE("quest_paged_kv_indices: attention over the pages is attention over th
         const quest_case c = random_quest_case(rng);
         const paged_kv_indices x = quest_paged_kv_indices(c.requests(), c.page_size);
         const std::size_t batch = c.tables.size(), d = c.head_dim, hq = c.num_q_heads;
-        const strided_kv_view kv{.k = c.k, .v = c.v, .num_kv_heads = c.num_kv_heads, .head_dim = c.head_dim,
-                               .stride_page = std::int64_t{c.page_size} * c.num_kv_heads * c.head_dim,
-                               .stride_token = std::int64_t{c.num_kv_heads} * c.head_dim,
-                               .stride_head = c.head_dim};
+        const strided_kv_view kv{.k = c.k,
+                                 .v = c.v,
+                                 .num_kv_heads = c.num_kv_heads,
+                                 .head_dim = c.head_dim,
+                                 .stride_page = std::int64_t{c.page_size} * c.num_kv_heads * c.head_dim,
+                                 .stride_token = std::int64_t{c.num_kv_heads} * c.head_dim,
+                                 .stride_head = c.head_dim};
         std::vector<std::int32_t> qo(batch + 1);
         std::iota(qo.begin(), qo.end(), 0);
         const double scale = 1.0 / std::sqrt(static_cast<double>(d));
@@ -143,14 +146,14 @@ TEST_CASE("quest_paged_kv_indices: attention over the pages is attention over th
                 std::vector<double> logit, acc(d, 0.0);
                 std::vector<const float*> values;
                 for (std::uint32_t pos : order) {
-                    const std::uint64_t len = pos + 1 == c.tables[b].size()
-                                                      ? c.lengths[b] - std::uint64_t{pos} * c.page_size
-                                                      : c.page_size;
+                    const std::uint64_t len =
+                        pos + 1 == c.tables[b].size() ? c.lengths[b] - std::uint64_t{pos} * c.page_size : c.page_size;
                     for (std::uint64_t t = 0; t < len; ++t) {
                         const std::size_t at =
-                                ((std::size_t(c.tables[b][pos]) * c.page_size + t) * c.num_kv_heads + h) * d;
+                            ((std::size_t(c.tables[b][pos]) * c.page_size + t) * c.num_kv_heads + h) * d;
                         double dot = 0.0;
-                        for (std::size_t e = 0; e < d; ++e) dot += double{c.q[(b * hq + j) * d + e]} * double{c.k[at + e]};
+                        for (std::size_t e = 0; e < d; ++e)
+                            dot += double{c.q[(b * hq + j) * d + e]} * double{c.k[at + e]};
                         logit.push_back(dot * scale);
                         values.push_back(c.v.data() + at);
                     }
@@ -179,12 +182,15 @@ TEST_CASE("quest_paged_kv_indices: bad input is refused, naming the request") {
     REQUIRE(quest_paged_kv_indices(one(table, 40, ok), 16).indices == std::vector<std::int32_t>{7, 9});
     REQUIRE_THROWS_WITH(quest_paged_kv_indices(one(table, 40, ok), 0),
                         "quest_paged_kv_indices: page_size is 0; give the engine's tokens per KV page");
-    REQUIRE_THROWS_WITH(quest_paged_kv_indices(one(table, 49, ok), 16),
-                        "quest_paged_kv_indices: request 0: kv_len 49 needs 4 pages of 16 tokens but its page table has 3");
-    REQUIRE_THROWS_WITH(quest_paged_kv_indices(one(table, 0, ok), 16),
-                        "quest_paged_kv_indices: request 0: kv_len 0 needs 0 pages of 16 tokens but its page table has 3");
-    REQUIRE_THROWS_WITH(quest_paged_kv_indices(one(table, 40, none), 16),
-                        "quest_paged_kv_indices: request 0: no block chosen; keep at least one (attention over no key has no value)");
+    REQUIRE_THROWS_WITH(
+        quest_paged_kv_indices(one(table, 49, ok), 16),
+        "quest_paged_kv_indices: request 0: kv_len 49 needs 4 pages of 16 tokens but its page table has 3");
+    REQUIRE_THROWS_WITH(
+        quest_paged_kv_indices(one(table, 0, ok), 16),
+        "quest_paged_kv_indices: request 0: kv_len 0 needs 0 pages of 16 tokens but its page table has 3");
+    REQUIRE_THROWS_WITH(
+        quest_paged_kv_indices(one(table, 40, none), 16),
+        "quest_paged_kv_indices: request 0: no block chosen; keep at least one (attention over no key has no value)");
     REQUIRE_THROWS_WITH(quest_paged_kv_indices(one(table, 40, out_of_range), 16),
                         "quest_paged_kv_indices: request 0: chosen block 3 is outside its 3 blocks");
     REQUIRE_THROWS_WITH(quest_paged_kv_indices(one(table, 40, twice), 16),
@@ -204,7 +210,13 @@ struct prefill_case {
     vertical_slash_index index;
 
     [[nodiscard]] prefill_qkv_view view() const {
-        return {.q = q, .k = k, .v = v, .num_tokens = n, .num_q_heads = hq, .num_kv_heads = hkv, .head_dim = d,
+        return {.q = q,
+                .k = k,
+                .v = v,
+                .num_tokens = n,
+                .num_q_heads = hq,
+                .num_kv_heads = hkv,
+                .head_dim = d,
                 .scale = 1.0f / std::sqrt(static_cast<float>(d))};
     }
 };
@@ -238,8 +250,13 @@ void attend_through_indices(const prefill_case& c, const sparse_prefill_indices&
             std::copy_n(c.q.begin() + static_cast<std::ptrdiff_t>((i * c.hq + j) * d), d,
                         qh.begin() + static_cast<std::ptrdiff_t>((((j / group) * n + i) * group + j % group) * d));
     const vertical_slash_page_strides s = vertical_slash_strides(c.hkv, c.d);
-    const strided_kv_view kv{.k = c.k, .v = c.v, .num_kv_heads = 1, .head_dim = c.d,
-                           .stride_page = s.page, .stride_token = s.token, .stride_head = s.head};
+    const strided_kv_view kv{.k = c.k,
+                             .v = c.v,
+                             .num_kv_heads = 1,
+                             .head_dim = c.d,
+                             .stride_page = s.page,
+                             .stride_token = s.token,
+                             .stride_head = s.head};
     const double scale = double{1.0f / std::sqrt(static_cast<float>(c.d))};
     std::vector<double> o1(qh.size()), l1(qh.size() / d), o2(qh.size()), l2(qh.size() / d);
     paged_attention_reference(qh, group, x.qo_indptr, kv, x.slashes, /*causal=*/true, scale, o1, l1);
@@ -252,7 +269,8 @@ void attend_through_indices(const prefill_case& c, const sparse_prefill_indices&
             const double m = std::max(l1[hm], l2[hm]);
             const double w1 = std::exp(l1[hm] - m), w2 = std::isinf(l2[hm]) ? 0.0 : std::exp(l2[hm] - m);
             lse[row] = m + std::log(w1 + w2);
-            for (std::size_t e = 0; e < d; ++e) o[row * d + e] = (w1 * o1[hm * d + e] + w2 * o2[hm * d + e]) / (w1 + w2);
+            for (std::size_t e = 0; e < d; ++e)
+                o[row * d + e] = (w1 * o1[hm * d + e] + w2 * o2[hm * d + e]) / (w1 + w2);
         }
 }
 
@@ -300,8 +318,8 @@ TEST_CASE("minference_sparse_prefill_indices: layout, diagonal last, and every r
     for (int trial = 0; trial < 400; ++trial) {
         const std::uint32_t page_sizes[] = {1, 2, 4, 8};
         const std::uint32_t p = page_sizes[rng() % 4], r = p * (1 + static_cast<std::uint32_t>(rng() % 4));
-        const prefill_case c = random_prefill_case(rng, r, p, 1 + static_cast<std::uint32_t>(rng() % 3),
-                                                   1u << (rng() % 3));
+        const prefill_case c =
+            random_prefill_case(rng, r, p, 1 + static_cast<std::uint32_t>(rng() % 3), 1u << (rng() % 3));
         const sparse_prefill_indices x = minference_sparse_prefill_indices(c.index, c.hkv, r, p);
         const std::uint32_t blocks = x.num_query_blocks(), group = c.hq / c.hkv;
         REQUIRE(x.qo_indptr.size() == std::size_t{blocks} * c.hkv + 1);
@@ -340,7 +358,8 @@ TEST_CASE("minference_sparse_prefill_indices: layout, diagonal last, and every r
                     REQUIRE(!seen_keys.contains(key));  // not also in a slash page
                     if (e > 0) REQUIRE(cols[e - 1] < cols[e]);
                 }
-                for (std::size_t e = 0; e < cols.size(); ++e) seen_keys.insert(static_cast<std::uint32_t>(cols[e]) / c.hkv);
+                for (std::size_t e = 0; e < cols.size(); ++e)
+                    seen_keys.insert(static_cast<std::uint32_t>(cols[e]) / c.hkv);
                 // Every row's own kept keys (any head of the group) are seen.
                 for (std::uint32_t g = h * group; g < (h + 1) * group; ++g)
                     for (std::uint32_t i = r0; i < r1; ++i) {
@@ -367,8 +386,9 @@ TEST_CASE("minference_sparse_prefill_indices: bad input is refused before anythi
                         "model's KV head count");
     vertical_slash_index short_index = idx;
     short_index.slashes.pop_back();
-    REQUIRE_THROWS_WITH(minference_sparse_prefill_indices(short_index, 2, 16, 4),
-                        "minference_sparse_prefill_indices: the index holds 20 columns and 23 offsets for 4 heads x (5, 6)");
+    REQUIRE_THROWS_WITH(
+        minference_sparse_prefill_indices(short_index, 2, 16, 4),
+        "minference_sparse_prefill_indices: the index holds 20 columns and 23 offsets for 4 heads x (5, 6)");
     vertical_slash_index far = idx;
     far.verticals[3] = 50;
     REQUIRE_THROWS_WITH(minference_sparse_prefill_indices(far, 2, 16, 4),
@@ -381,8 +401,8 @@ TEST_CASE("minference_sparse_prefill_indices: bad input is refused before anythi
 
 TEST_CASE("paged_attention_reference: shapes that disagree are refused") {
     const std::vector<float> k(2 * 4 * 4, 0.5f), v(2 * 4 * 4, 0.25f), q(2 * 4, 1.0f);
-    const strided_kv_view kv{.k = k, .v = v, .num_kv_heads = 1, .head_dim = 4,
-                           .stride_page = 16, .stride_token = 4, .stride_head = 4};
+    const strided_kv_view kv{
+        .k = k, .v = v, .num_kv_heads = 1, .head_dim = 4, .stride_page = 16, .stride_token = 4, .stride_head = 4};
     paged_kv_indices x{.page_size = 4, .indptr = {0, 2}, .indices = {0, 1}, .last_page_len = {3}};
     const std::vector<std::int32_t> qo{0, 2};
     std::vector<double> o(8), lse(2);
@@ -391,10 +411,11 @@ TEST_CASE("paged_attention_reference: shapes that disagree are refused") {
     std::vector<double> short_o(7);
     REQUIRE_THROWS_WITH(paged_attention_reference(q, 1, qo, kv, x, true, 0.5, short_o, lse),
                         "paged_attention_reference: query, o or lse does not hold 2 rows x 1 heads x 4");
-    REQUIRE_THROWS_WITH(paged_attention_reference(q, 3, qo, strided_kv_view{.k = k, .v = v, .num_kv_heads = 2, .head_dim = 4},
-                                                  x, true, 0.5, o, lse),
-                        "paged_attention_reference: 3 query heads over 2 KV heads of dim 4; query heads must be a "
-                        "multiple of KV heads");
+    REQUIRE_THROWS_WITH(
+        paged_attention_reference(q, 3, qo, strided_kv_view{.k = k, .v = v, .num_kv_heads = 2, .head_dim = 4}, x, true,
+                                  0.5, o, lse),
+        "paged_attention_reference: 3 query heads over 2 KV heads of dim 4; query heads must be a "
+        "multiple of KV heads");
     x.indices = {0, 2};
     REQUIRE_THROWS_WITH(paged_attention_reference(q, 1, qo, kv, x, true, 0.5, o, lse),
                         "paged_attention_reference: request 0: page 2 (3 tokens) lies outside the 32 keys");

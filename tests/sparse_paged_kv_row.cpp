@@ -82,7 +82,10 @@ TEST_CASE("paged_kv_row: every thread's entry equals the host conversion on rand
         const std::size_t requests = 1 + static_cast<std::size_t>(rng() % 16);
         const std::uint64_t max_len = std::uint64_t{page_size} * (trial % 3 == 0 ? 8 : 600);
         const random_batch b = make_batch(rng, requests, page_size, num_pages, max_len);
-        quest_config cfg{.num_layers = 1, .num_blocks = num_pages, .num_kv_heads = 1, .head_dim = 8,
+        quest_config cfg{.num_layers = 1,
+                         .num_blocks = num_pages,
+                         .num_kv_heads = 1,
+                         .head_dim = 8,
                          .token_budget = page_size * static_cast<std::uint32_t>(4 + rng() % 200),
                          .threshold_blocks = static_cast<std::uint32_t>(rng() % 6),
                          .sink_blocks = static_cast<std::uint32_t>(rng() % 3),
@@ -137,14 +140,14 @@ TEST_CASE("paged_kv_row: the planner refuses bad input before building anything"
     const quest_config cfg{.num_layers = 1, .num_blocks = 8, .num_kv_heads = 1, .head_dim = 8, .token_budget = 64};
     const auto plan = [&](std::vector<quest_paged_request> reqs, std::uint32_t page_size, std::uint32_t pages,
                           quest_config c) { return plan_quest_paged_rows(reqs, page_size, pages, c); };
-    CHECK_THROWS_AS(plan({{40, table}}, 0, 8, cfg), config_error);                              // page_size 0
-    CHECK_THROWS_AS(plan({}, 16, 8, cfg), usage_error);                                         // empty batch
-    CHECK_THROWS_AS(plan({{0, table}}, 16, 8, cfg), usage_error);                               // empty request
-    CHECK_THROWS_AS(plan({{49, table}}, 16, 8, cfg), usage_error);                              // table too short
-    CHECK_THROWS_AS(plan({{40, table}}, 16, 2, cfg), usage_error);                              // page out of range
+    CHECK_THROWS_AS(plan({{40, table}}, 0, 8, cfg), config_error);  // page_size 0
+    CHECK_THROWS_AS(plan({}, 16, 8, cfg), usage_error);             // empty batch
+    CHECK_THROWS_AS(plan({{0, table}}, 16, 8, cfg), usage_error);   // empty request
+    CHECK_THROWS_AS(plan({{49, table}}, 16, 8, cfg), usage_error);  // table too short
+    CHECK_THROWS_AS(plan({{40, table}}, 16, 2, cfg), usage_error);  // page out of range
     quest_config zero = cfg;
     zero.token_budget = 0;
-    CHECK_THROWS_AS(plan({{40, table}}, 16, 8, zero), config_error);                            // budget of 0
+    CHECK_THROWS_AS(plan({{40, table}}, 16, 8, zero), config_error);  // budget of 0
     try {
         (void)plan({{40, table}}, 16, 2, cfg);
     } catch (const usage_error& e) {

@@ -51,8 +51,14 @@ prompt random_prompt(std::mt19937_64& rng, const shape& sh) {
 }
 
 prefill_qkv_view view_of(const prompt& p) {
-    return {.q = p.q, .k = p.k, .v = p.v, .num_tokens = p.s.num_tokens, .num_q_heads = p.s.num_q_heads,
-            .num_kv_heads = p.s.num_kv_heads, .head_dim = p.s.head_dim, .scale = p.s.scale};
+    return {.q = p.q,
+            .k = p.k,
+            .v = p.v,
+            .num_tokens = p.s.num_tokens,
+            .num_q_heads = p.s.num_q_heads,
+            .num_kv_heads = p.s.num_kv_heads,
+            .head_dim = p.s.head_dim,
+            .scale = p.s.scale};
 }
 
 using kvpolicy::testing::random_index;
@@ -64,8 +70,14 @@ void run_blocks(const prompt& p, const vertical_slash_index* index, std::vector<
     const auto& s = p.s;
     o.assign(std::size_t{s.num_tokens} * s.num_q_heads * s.head_dim, std::numeric_limits<float>::quiet_NaN());
     lse.assign(std::size_t{s.num_tokens} * s.num_q_heads, std::numeric_limits<float>::quiet_NaN());
-    const prefill_head_args a{.q = p.q.data(), .k = p.k.data(), .v = p.v.data(), .o = o.data(), .lse = lse.data(),
-                              .num_q_heads = s.num_q_heads, .num_kv_heads = s.num_kv_heads, .head_dim = s.head_dim,
+    const prefill_head_args a{.q = p.q.data(),
+                              .k = p.k.data(),
+                              .v = p.v.data(),
+                              .o = o.data(),
+                              .lse = lse.data(),
+                              .num_q_heads = s.num_q_heads,
+                              .num_kv_heads = s.num_kv_heads,
+                              .head_dim = s.head_dim,
                               .scale = s.scale};
     std::vector<float> smem(prefill_block_layout<D>::bytes / sizeof(float));
     std::vector<prefill_block_thread<D>> state(prefill_block_threads);
@@ -84,9 +96,8 @@ void run_blocks(const prompt& p, const vertical_slash_index* index, std::vector<
                 const auto c = prefill_block_context(a, s.num_tokens, h, b, true);
                 prefill_block_attention<D>(c, dense_block_tiles::make(c), sh, threads);
             } else {
-                const auto c = prefill_block_context(a, s.num_tokens, h, b, (h + b) % 2 == 0,
-                                                     index->vertical(h).data(), index->vertical_count,
-                                                     index->slash(h).data(), index->slash_count);
+                const auto c = prefill_block_context(a, s.num_tokens, h, b, (h + b) % 2 == 0, index->vertical(h).data(),
+                                                     index->vertical_count, index->slash(h).data(), index->slash_count);
                 prefill_block_attention<D>(c, vertical_slash_block_tiles::make(c), sh, threads);
             }
         }
@@ -96,16 +107,22 @@ void run_blocks(const prompt& p, const vertical_slash_index* index, std::vector<
 void run_any(const prompt& p, const vertical_slash_index* index, std::vector<float>& o, std::vector<float>& lse,
              std::mt19937_64& rng) {
     switch (prefill_block_dim(p.s.head_dim)) {
-    case 64: run_blocks<64>(p, index, o, lse, rng); break;
-    case 128: run_blocks<128>(p, index, o, lse, rng); break;
-    default: run_blocks<256>(p, index, o, lse, rng); break;
+        case 64:
+            run_blocks<64>(p, index, o, lse, rng);
+            break;
+        case 128:
+            run_blocks<128>(p, index, o, lse, rng);
+            break;
+        default:
+            run_blocks<256>(p, index, o, lse, rng);
+            break;
     }
 }
 
 void naive(const prompt& p, const vertical_slash_index* index, std::vector<float>& o, std::vector<float>& lse) {
     if (index == nullptr) {
-        naive_prefill_attention(p.q, p.k, p.v, p.s, [](std::uint32_t, std::uint32_t i, std::uint32_t j) { return j <= i; },
-                                o, lse);
+        naive_prefill_attention(
+            p.q, p.k, p.v, p.s, [](std::uint32_t, std::uint32_t i, std::uint32_t j) { return j <= i; }, o, lse);
         return;
     }
     std::vector<std::set<std::uint32_t>> cols(index->num_heads), offs(index->num_heads);
@@ -127,12 +144,13 @@ void require_close(const std::vector<float>& got, const std::vector<float>& want
     REQUIRE(got.size() == want.size());
     std::size_t bad = 0, first = 0;
     for (std::size_t x = 0; x < got.size(); ++x) {
-        const bool ok = std::isinf(want[x]) ? got[x] == want[x]
-                                            : std::abs(double{got[x]} - double{want[x]}) <= 2e-5 * (1.0 + std::abs(double{want[x]}));
+        const bool ok = std::isinf(want[x])
+                            ? got[x] == want[x]
+                            : std::abs(double{got[x]} - double{want[x]}) <= 2e-5 * (1.0 + std::abs(double{want[x]}));
         if (!ok && bad++ == 0) first = x;
     }
-    INFO(what << ": " << bad << " values differ, first at " << first << ": got "
-              << (bad ? got[first] : 0.0f) << " want " << (bad ? want[first] : 0.0f));
+    INFO(what << ": " << bad << " values differ, first at " << first << ": got " << (bad ? got[first] : 0.0f)
+              << " want " << (bad ? want[first] : 0.0f));
     REQUIRE(bad == 0);
 }
 
@@ -152,8 +170,8 @@ std::string name_of(const shape& s) {
 // Shapes: head_dim 32 .. 256 (each template and the padded ones), GQA 1, 4
 // and 8, n below one tile, at a tile, not a multiple of it.
 const std::vector<shape> shapes = {
-    {1, 1, 1, 32},    {37, 2, 1, 32},    {64, 4, 4, 64},   {200, 4, 1, 64},  {129, 8, 1, 128},
-    {300, 2, 2, 128}, {150, 2, 1, 256},  {100, 2, 1, 96},  {90, 1, 1, 160},  {70, 2, 2, 224},
+    {1, 1, 1, 32},    {37, 2, 1, 32},   {64, 4, 4, 64},  {200, 4, 1, 64}, {129, 8, 1, 128},
+    {300, 2, 2, 128}, {150, 2, 1, 256}, {100, 2, 1, 96}, {90, 1, 1, 160}, {70, 2, 2, 224},
 };
 
 }  // namespace
@@ -182,8 +200,8 @@ TEST_CASE("prefill blocks: vertical-slash, thread by thread, equal the double re
             {0, 0}, {0, std::min(n, 5u)}, {std::min(n, 7u), 0}, {n / 5, n / 7}, {n / 2, n / 2}, {n, n}};
         for (const auto& [nv, ns] : sizes) {
             const vertical_slash_index index = random_index(rng, s.q_heads, n, nv, ns);
-            check(p, &index, rng, "sparse " + name_of(s) + ", " + std::to_string(nv) + " columns, " +
-                                      std::to_string(ns) + " offsets");
+            check(p, &index, rng,
+                  "sparse " + name_of(s) + ", " + std::to_string(nv) + " columns, " + std::to_string(ns) + " offsets");
         }
     }
 }
@@ -197,8 +215,9 @@ TEST_CASE("prefill blocks: vertical-slash over the estimated index (sink and rec
              {minference_config{}, minference_config{.adaptive_budget = 0.05},
               minference_config{.adaptive_budget = std::nullopt, .vertical_size = 40, .slash_size = 90}}) {
             const vertical_slash_index index = estimate_vertical_slash_reference(view_of(p), cfg);
-            check(p, &index, rng, "estimated " + name_of(s) + ", " + std::to_string(index.vertical_count) +
-                                      " columns, " + std::to_string(index.slash_count) + " offsets");
+            check(p, &index, rng,
+                  "estimated " + name_of(s) + ", " + std::to_string(index.vertical_count) + " columns, " +
+                      std::to_string(index.slash_count) + " offsets");
         }
     }
 }
@@ -226,8 +245,13 @@ TEST_CASE("prefill blocks: the tiles admit every kept (query, key) pair of a blo
             const std::set<std::uint32_t> cols(index.verticals.begin(), index.verticals.end());
             const std::set<std::uint32_t> offs(index.slashes.begin(), index.slashes.end());
             std::vector<float> q(std::size_t{n} * 64), kv(std::size_t{n} * 64);
-            const prefill_head_args with_data{.q = q.data(), .k = kv.data(), .v = kv.data(), .num_q_heads = 1,
-                                              .num_kv_heads = 1, .head_dim = 64, .scale = 1.0f};
+            const prefill_head_args with_data{.q = q.data(),
+                                              .k = kv.data(),
+                                              .v = kv.data(),
+                                              .num_q_heads = 1,
+                                              .num_kv_heads = 1,
+                                              .head_dim = 64,
+                                              .scale = 1.0f};
             std::vector<float> smem(prefill_block_layout<64>::bytes / sizeof(float));
             const prefill_block_shared sh = prefill_block_carve<64>(smem.data());
             for (std::uint32_t b = 0; b < prefill_blocks(n); ++b) {

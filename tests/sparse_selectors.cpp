@@ -84,8 +84,9 @@ TEST_CASE("quest: the block score bounds q . k of every key in the block, per he
                 const std::uint32_t kv = h / group;
                 const float* k = keys.data() + (std::size_t{t} * kv_heads + kv) * d;
                 const float dot = float_dot(query.data() + std::size_t{h} * d, k, d);
-                const float bound = quest_head_bound(std::span(query).subspan(std::size_t{h} * d, d),
-                                                     mn.subspan(std::size_t{kv} * d, d), mx.subspan(std::size_t{kv} * d, d));
+                const float bound =
+                    quest_head_bound(std::span(query).subspan(std::size_t{h} * d, d),
+                                     mn.subspan(std::size_t{kv} * d, d), mx.subspan(std::size_t{kv} * d, d));
                 REQUIRE(dot <= bound);
                 summed += dot;
             }
@@ -152,7 +153,8 @@ TEST_CASE("quest: selection keeps sinks, recents and the top-scoring middle bloc
             std::vector<std::size_t> middle;
             for (std::size_t i = cfg.sink_blocks; i < n - cfg.recent_blocks; ++i) middle.push_back(i);
             const auto score = [&](std::size_t i) { return q.block_score(available[i], layer_index{layer}, query, 4); };
-            std::stable_sort(middle.begin(), middle.end(), [&](std::size_t a, std::size_t b) { return score(a) > score(b); });
+            std::stable_sort(middle.begin(), middle.end(),
+                             [&](std::size_t a, std::size_t b) { return score(a) > score(b); });
             middle.resize(budget - cfg.sink_blocks - cfg.recent_blocks);
             std::vector<bool> keep(n, false);
             for (std::size_t i = 0; i < n; ++i) keep[i] = i < cfg.sink_blocks || i >= n - cfg.recent_blocks;
@@ -186,24 +188,36 @@ TEST_CASE("quest: a block whose keys align with the query wins a small budget", 
 }
 
 TEST_CASE("quest: bad input throws usage_error and changes nothing", "[quest]") {
-    const quest_config cfg{.num_layers = 2, .num_blocks = 4, .num_kv_heads = 2, .head_dim = 4, .token_budget = 16,
-                           .threshold_blocks = 0, .sink_blocks = 0, .recent_blocks = 0};
+    const quest_config cfg{.num_layers = 2,
+                           .num_blocks = 4,
+                           .num_kv_heads = 2,
+                           .head_dim = 4,
+                           .token_budget = 16,
+                           .threshold_blocks = 0,
+                           .sink_blocks = 0,
+                           .recent_blocks = 0};
     quest q(cfg);
     const std::vector<float> keys(2 * 2 * 4, 0.5f);
-    REQUIRE_THROWS_AS(q.on_offload(block_id{4}, layer_index{0}, {.keys = keys, .tokens = 2, .num_kv_heads = 2, .head_dim = 4}),
-                      usage_error);
-    REQUIRE_THROWS_AS(q.on_offload(block_id{0}, layer_index{2}, {.keys = keys, .tokens = 2, .num_kv_heads = 2, .head_dim = 4}),
-                      usage_error);
-    REQUIRE_THROWS_AS(q.on_offload(block_id{0}, layer_index{0}, {.keys = keys, .tokens = 2, .num_kv_heads = 1, .head_dim = 8}),
-                      usage_error);
-    REQUIRE_THROWS_AS(q.on_offload(block_id{0}, layer_index{0}, {.keys = keys, .tokens = 3, .num_kv_heads = 2, .head_dim = 4}),
-                      usage_error);
-    REQUIRE_THROWS_AS(q.on_offload(block_id{0}, layer_index{0}, {.keys = keys, .tokens = 0, .num_kv_heads = 2, .head_dim = 4}),
-                      usage_error);
+    REQUIRE_THROWS_AS(
+        q.on_offload(block_id{4}, layer_index{0}, {.keys = keys, .tokens = 2, .num_kv_heads = 2, .head_dim = 4}),
+        usage_error);
+    REQUIRE_THROWS_AS(
+        q.on_offload(block_id{0}, layer_index{2}, {.keys = keys, .tokens = 2, .num_kv_heads = 2, .head_dim = 4}),
+        usage_error);
+    REQUIRE_THROWS_AS(
+        q.on_offload(block_id{0}, layer_index{0}, {.keys = keys, .tokens = 2, .num_kv_heads = 1, .head_dim = 8}),
+        usage_error);
+    REQUIRE_THROWS_AS(
+        q.on_offload(block_id{0}, layer_index{0}, {.keys = keys, .tokens = 3, .num_kv_heads = 2, .head_dim = 4}),
+        usage_error);
+    REQUIRE_THROWS_AS(
+        q.on_offload(block_id{0}, layer_index{0}, {.keys = keys, .tokens = 0, .num_kv_heads = 2, .head_dim = 4}),
+        usage_error);
     auto bad_keys = keys;
     bad_keys[3] = std::numeric_limits<float>::infinity();
-    REQUIRE_THROWS_WITH(q.on_offload(block_id{0}, layer_index{0}, {.keys = bad_keys, .tokens = 2, .num_kv_heads = 2, .head_dim = 4}),
-                        Catch::Contains("NaN or infinite"));
+    REQUIRE_THROWS_WITH(
+        q.on_offload(block_id{0}, layer_index{0}, {.keys = bad_keys, .tokens = 2, .num_kv_heads = 2, .head_dim = 4}),
+        Catch::Contains("NaN or infinite"));
     REQUIRE_FALSE(q.has_metadata(block_id{0}, layer_index{0}));
 
     const std::vector<float> query(2 * 4, 1.0f);
@@ -243,10 +257,14 @@ TEST_CASE("quest: the device query check's per-thread test, ORed over every thre
     // query check runs; here every thread index of several launch shapes,
     // on queries with NaN, +-inf, FLT_MAX, denormals and -0 placed at random.
     std::mt19937_64 rng(1313);
-    const float specials[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
-                              -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::max(),
-                              -std::numeric_limits<float>::max(), std::numeric_limits<float>::denorm_min(),
-                              -0.0f, std::numeric_limits<float>::min()};
+    const float specials[] = {std::numeric_limits<float>::quiet_NaN(),
+                              std::numeric_limits<float>::infinity(),
+                              -std::numeric_limits<float>::infinity(),
+                              std::numeric_limits<float>::max(),
+                              -std::numeric_limits<float>::max(),
+                              std::numeric_limits<float>::denorm_min(),
+                              -0.0f,
+                              std::numeric_limits<float>::min()};
     for (int round = 0; round < 400; ++round) {
         const std::size_t n = std::uniform_int_distribution<std::size_t>(0, 4 * 128 + 7)(rng);
         auto query = random_floats(rng, n, -1e30f, 1e30f);
@@ -256,7 +274,8 @@ TEST_CASE("quest: the device query check's per-thread test, ORed over every thre
         const bool expected = !std::ranges::all_of(query, [](float v) { return std::isfinite(v); });
         for (const std::size_t threads : {std::size_t{1}, std::size_t{32}, std::size_t{128}, std::size_t{1000}}) {
             bool any = false;
-            for (std::size_t t = 0; t < threads; ++t) any = quest_query_thread_nonfinite(query.data(), n, t, threads) || any;
+            for (std::size_t t = 0; t < threads; ++t)
+                any = quest_query_thread_nonfinite(query.data(), n, t, threads) || any;
             REQUIRE(any == expected);
         }
     }
@@ -300,15 +319,19 @@ TEST_CASE("sparse selectors are registered by name with their phase flags", "[sp
     const bool quest_selects =
         visit_by_name<sparse_selectors>("quest", []<class S>() { return S::requires_block_selection; });
     REQUIRE(quest_selects);
-    REQUIRE_THROWS_WITH(visit_by_name<sparse_selectors>("h2o", []<class S>() { return 0; }, "sparse selector"),
+    REQUIRE_THROWS_WITH(visit_by_name<sparse_selectors>(
+                            "h2o", []<class S>() { return 0; }, "sparse selector"),
                         Catch::Contains("accepted: full, sink_window, quest, minference"));
 }
 
 TEST_CASE("quest-selected attention approaches full attention as the budget grows", "[quest][attention]") {
     std::mt19937_64 rng(GENERATE(21u, 22u));
     constexpr std::uint32_t blocks = 48, block_size = 16, kv_heads = 2, group = 2, d = 32;
-    const decode_attention_shape shape{.num_q_heads = kv_heads * group, .num_kv_heads = kv_heads, .head_dim = d,
-                                       .block_size = block_size, .scale = 1.0f / std::sqrt(float{d})};
+    const decode_attention_shape shape{.num_q_heads = kv_heads * group,
+                                       .num_kv_heads = kv_heads,
+                                       .head_dim = d,
+                                       .block_size = block_size,
+                                       .scale = 1.0f / std::sqrt(float{d})};
     const std::size_t block_floats = std::size_t{block_size} * kv_heads * d;
     auto k = random_floats(rng, blocks * block_floats);
     const auto v = random_floats(rng, blocks * block_floats);
@@ -322,12 +345,18 @@ TEST_CASE("quest-selected attention approaches full attention as the budget grow
                 k[b * block_floats + (t * kv_heads + kv) * d + c] =
                     6.0f * (q[(kv * group) * d + c] + q[(kv * group + 1) * d + c]);
     }
-    quest sel({.num_layers = 1, .num_blocks = blocks, .num_kv_heads = kv_heads, .head_dim = d, .token_budget = 16,
+    quest sel({.num_layers = 1,
+               .num_blocks = blocks,
+               .num_kv_heads = kv_heads,
+               .head_dim = d,
+               .token_budget = 16,
                .threshold_blocks = 2});
     for (std::uint32_t b = 0; b < blocks; ++b)
         sel.on_offload(block_id{b}, layer_index{0},
-                       {.keys = std::span(k).subspan(b * block_floats, block_floats), .tokens = block_size,
-                        .num_kv_heads = kv_heads, .head_dim = d});
+                       {.keys = std::span(k).subspan(b * block_floats, block_floats),
+                        .tokens = block_size,
+                        .num_kv_heads = kv_heads,
+                        .head_dim = d});
     const auto table = iota_blocks(blocks);
     const paged_kv_view kv{.k = k, .v = v};
     std::vector<float> o_full(q.size()), lse_full(shape.num_q_heads);
@@ -337,12 +366,18 @@ TEST_CASE("quest-selected attention approaches full attention as the budget grow
     std::vector<double> last_mass(shape.num_q_heads, 0.0);
     double error = 1e9;
     for (std::uint32_t budget_blocks : {3u, 6u, 12u, 24u, 48u}) {
-        sel = quest({.num_layers = 1, .num_blocks = blocks, .num_kv_heads = kv_heads, .head_dim = d,
-                     .token_budget = budget_blocks * block_size, .threshold_blocks = 2});
+        sel = quest({.num_layers = 1,
+                     .num_blocks = blocks,
+                     .num_kv_heads = kv_heads,
+                     .head_dim = d,
+                     .token_budget = budget_blocks * block_size,
+                     .threshold_blocks = 2});
         for (std::uint32_t b = 0; b < blocks; ++b)
             sel.on_offload(block_id{b}, layer_index{0},
-                           {.keys = std::span(k).subspan(b * block_floats, block_floats), .tokens = block_size,
-                            .num_kv_heads = kv_heads, .head_dim = d});
+                           {.keys = std::span(k).subspan(b * block_floats, block_floats),
+                            .tokens = block_size,
+                            .num_kv_heads = kv_heads,
+                            .head_dim = d});
         std::vector<block_id> chosen(blocks);
         chosen.resize(sel.select(table, decode_context(0, shape.num_q_heads, sel.config(), q, block_size), chosen));
         REQUIRE(chosen.size() == budget_blocks);

@@ -39,7 +39,7 @@ void check_against_host(std::uint64_t seed) {
             if (r < 5) scores[i] = std::numeric_limits<Score>::infinity();
             if (r >= 5 && r < 8) scores[i] = -std::numeric_limits<Score>::infinity();
             if (r >= 8 && r < 12) scores[i] = (r % 2 == 0) ? Score{0} : -Score{0};  // -0 ties +0
-            ids[i] = item_id{static_cast<std::uint32_t>(rng() % 5000)};              // duplicates possible
+            ids[i] = item_id{static_cast<std::uint32_t>(rng() % 5000)};             // duplicates possible
         }
         const std::size_t k = n == 0 ? rng() % 3 : rng() % (n + 3);  // k = 0, k = n and k > n included
         std::vector<item_id> got(k, item_id{999999}), want(k, item_id{999999});
@@ -60,8 +60,8 @@ void check_against_host(std::uint64_t seed) {
         REQUIRE(thrust_sel.select_lowest_in_system<Score>(scores, {}, in_system) == w);
         for (std::size_t i = 0; i < w; ++i) REQUIRE(in_system[i] == want[i].value);
     }
-    STATIC_REQUIRE(std::is_same_v<kvpolicy::cuda::system_span<const float, thrust::cpp::tag>,
-                                  kvpolicy::host_span<const float>>);
+    STATIC_REQUIRE(
+        std::is_same_v<kvpolicy::cuda::system_span<const float, thrust::cpp::tag>, kvpolicy::host_span<const float>>);
 }
 
 }  // namespace
@@ -112,8 +112,9 @@ TEST_CASE("thrust_selector: arrays already in the system's memory, ids implied b
     scores[400] = std::nanf("");
     std::vector<std::uint32_t> id_values(scores.size());
     for (std::uint32_t i = 0; i < id_values.size(); ++i) id_values[i] = 10000 + i;
-    REQUIRE_THROWS_WITH(sel.select_lowest_in_system<float>(scores, id_values, kvpolicy::host_span<std::uint32_t>(out).first(3)),
-                        Catch::Contains("item 10400 is NaN"));
+    REQUIRE_THROWS_WITH(
+        sel.select_lowest_in_system<float>(scores, id_values, kvpolicy::host_span<std::uint32_t>(out).first(3)),
+        Catch::Contains("item 10400 is NaN"));
 }
 
 TEST_CASE("retention_value on thrust_selector<cpp> picks the victims it picks on nth_element_selector",

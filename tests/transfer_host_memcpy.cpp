@@ -36,11 +36,15 @@ TEST_CASE("host_memcpy_engine moves bytes, data survives round trips", "[transfe
         const bool out = rng() % 2;
         const block_id g{static_cast<std::uint32_t>(rng() % 8)};
         const block_id c{static_cast<std::uint32_t>(rng() % 16)};
-        const block_transfer op = out ? block_transfer{tier::gpu, g, tier::cpu, c} : block_transfer{tier::cpu, c, tier::gpu, g};
+        const block_transfer op =
+            out ? block_transfer{tier::gpu, g, tier::cpu, c} : block_transfer{tier::cpu, c, tier::gpu, g};
         transfer_status st{};
         REQUIRE(engine.execute(std::span(&op, 1), std::span(&st, 1)) == 1);
         REQUIRE(st == transfer_status::done);
-        if (out) cpu_has[c.index()] = gpu_has[g.index()]; else gpu_has[g.index()] = cpu_has[c.index()];
+        if (out)
+            cpu_has[c.index()] = gpu_has[g.index()];
+        else
+            gpu_has[g.index()] = cpu_has[c.index()];
     }
     for (std::uint32_t b = 0; b < 8; ++b)
         if (gpu_has[b] >= 0) REQUIRE(checksum(gpu.block(block_id{b})) == sums[static_cast<std::size_t>(gpu_has[b])]);

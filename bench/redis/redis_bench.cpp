@@ -171,11 +171,12 @@ void hash_speed(int runs) {
         sink += h64[blocks - 1] + digest_handle(h256[blocks - 1]);
     }
     const double n = static_cast<double>(blocks);
-    std::printf("block identity, %zu blocks of %zu tokens (checksum %llx):\n"
-                "  64-bit chain hash (mix64): %7.1f ns per block, %6.2f M blocks/s\n"
-                "  SHA-256 (OpenSSL EVP):     %7.1f ns per block, %6.2f M blocks/s, %.1fx the 64-bit hash's time\n",
-                blocks, block_size, static_cast<unsigned long long>(sink & 0xffff), best64 * 1e9 / n, n / best64 / 1e6,
-                best256 * 1e9 / n, n / best256 / 1e6, best256 / best64);
+    std::printf(
+        "block identity, %zu blocks of %zu tokens (checksum %llx):\n"
+        "  64-bit chain hash (mix64): %7.1f ns per block, %6.2f M blocks/s\n"
+        "  SHA-256 (OpenSSL EVP):     %7.1f ns per block, %6.2f M blocks/s, %.1fx the 64-bit hash's time\n",
+        blocks, block_size, static_cast<unsigned long long>(sink & 0xffff), best64 * 1e9 / n, n / best64 / 1e6,
+        best256 * 1e9 / n, n / best256 / 1e6, best256 / best64);
 }
 
 }  // namespace
@@ -185,66 +186,73 @@ int main(int argc, char** argv) {
     int runs = 3;
     std::string only;
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (std::strcmp(argv[i], "--mib") == 0) mib = std::strtoul(argv[i + 1], nullptr, 10);
-        else if (std::strcmp(argv[i], "--runs") == 0) runs = std::atoi(argv[i + 1]);
-        else if (std::strcmp(argv[i], "--mode") == 0) only = argv[i + 1];
+        if (std::strcmp(argv[i], "--mib") == 0)
+            mib = std::strtoul(argv[i + 1], nullptr, 10);
+        else if (std::strcmp(argv[i], "--runs") == 0)
+            runs = std::atoi(argv[i + 1]);
+        else if (std::strcmp(argv[i], "--mode") == 0)
+            only = argv[i + 1];
     }
     kvpolicy::testing::redis_server server({"--maxmemory", "0"});
     std::printf("redis_bench: redis-server on 127.0.0.1:%d, %zu MiB per size and direction, best of %d\n",
                 server.port(), mib, runs);
     std::printf("%10s %7s %12s %12s %7s %12s %12s %7s %21s\n", "block", "mode", "raw SET", "engine SET", "ratio",
                 "raw GET", "engine GET", "ratio", "GET client CPU s");
-    for (const std::size_t bytes : {std::size_t{64} << 10, std::size_t{256} << 10, std::size_t{1} << 20, std::size_t{2} << 20})
-    for (const std::string mode : {"plain", "digest", "hmac", "poly"}) {
-        if (!only.empty() && mode != only) continue;
-        redis::store_config c;
-        c.nodes = {{"127.0.0.1", server.port()}};
-        c.io_timeout = std::chrono::milliseconds(30000);
-        c.ns.model = "bench";
-        c.ns.item_bytes = static_cast<std::uint32_t>(bytes);
-        const std::size_t count = (mib << 20) / bytes;
-        if (mode != "plain") {  // each item named by a random 32-byte digest
-            c.ns.identities = std::make_shared<remote_identities>();
-            std::mt19937_64 rng(bytes);
+    for (const std::size_t bytes :
+         {std::size_t{64} << 10, std::size_t{256} << 10, std::size_t{1} << 20, std::size_t{2} << 20})
+        for (const std::string mode : {"plain", "digest", "hmac", "poly"}) {
+            if (!only.empty() && mode != only) continue;
+            redis::store_config c;
+            c.nodes = {{"127.0.0.1", server.port()}};
+            c.io_timeout = std::chrono::milliseconds(30000);
+            c.ns.model = "bench";
+            c.ns.item_bytes = static_cast<std::uint32_t>(bytes);
+            const std::size_t count = (mib << 20) / bytes;
+            if (mode != "plain") {  // each item named by a random 32-byte digest
+                c.ns.identities = std::make_shared<remote_identities>();
+                std::mt19937_64 rng(bytes);
+                for (std::size_t i = 0; i < count; ++i) {
+                    block_digest d{};
+                    for (auto& b : d) b = static_cast<std::uint8_t>(rng());
+                    c.ns.identities->bind(0x1000 + i, d, 0);
+                }
+            }
+            const std::string_view secret = "bench-deployment-secret-0123456789";
+            if (mode == "hmac") c.ns.mac = std::make_shared<redis::hmac_sha256>(secret);
+            if (mode == "poly") c.ns.mac = std::make_shared<redis::poly1305_mac>(secret);
+            redis::store store(c);
+            raw_connection raw(server.port());
+            std::vector<std::byte> payload(bytes, std::byte{0x5a});
+            block_arena gpu(count, bytes), cpu(count, bytes);
+            // Both arenas touched first, as pinned host memory is before serving.
             for (std::size_t i = 0; i < count; ++i) {
-                block_digest d{};
-                for (auto& b : d) b = static_cast<std::uint8_t>(rng());
-                c.ns.identities->bind(0x1000 + i, d, 0);
+                std::memset(gpu.block(block_id{static_cast<std::uint32_t>(i)}).data(), int(i), bytes);
+                std::memset(cpu.block(block_id{static_cast<std::uint32_t>(i)}).data(), 0, bytes);
             }
+            redis::engine engine(gpu, cpu, store);
+            figures best_raw, best_engine;
+            // Each side writes and reads on an empty server, the side going
+            // first alternating from run to run, so neither gets the other's
+            // state (memory in use, the allocator's purge after FLUSHALL).
+            auto keep_best = [](figures& best, const figures& f) {
+                best.set_gbs = std::max(best.set_gbs, f.set_gbs);
+                best.get_gbs = std::max(best.get_gbs, f.get_gbs);
+                best.get_cpu_s = std::min(best.get_cpu_s, f.get_cpu_s);
+            };
+            for (int r = 0; r < runs; ++r)
+                for (int side = 0; side < 2; ++side) {
+                    if ((side == 0) == (r % 2 == 0))
+                        keep_best(best_raw, raw_run(raw, bytes, count, c.max_in_flight_bytes, payload));
+                    else
+                        keep_best(best_engine, engine_run(engine, bytes, count));
+                    server.call({"FLUSHALL"});
+                }
+            std::printf(
+                "%7zu KiB %7s %8.2f GB/s %8.2f GB/s %6.2fx %8.2f GB/s %8.2f GB/s %6.2fx   raw %.3f engine %.3f\n",
+                bytes >> 10, mode.c_str(), best_raw.set_gbs, best_engine.set_gbs,
+                best_engine.set_gbs / best_raw.set_gbs, best_raw.get_gbs, best_engine.get_gbs,
+                best_engine.get_gbs / best_raw.get_gbs, best_raw.get_cpu_s, best_engine.get_cpu_s);
         }
-        const std::string_view secret = "bench-deployment-secret-0123456789";
-        if (mode == "hmac") c.ns.mac = std::make_shared<redis::hmac_sha256>(secret);
-        if (mode == "poly") c.ns.mac = std::make_shared<redis::poly1305_mac>(secret);
-        redis::store store(c);
-        raw_connection raw(server.port());
-        std::vector<std::byte> payload(bytes, std::byte{0x5a});
-        block_arena gpu(count, bytes), cpu(count, bytes);
-        // Both arenas touched first, as pinned host memory is before serving.
-        for (std::size_t i = 0; i < count; ++i) {
-            std::memset(gpu.block(block_id{static_cast<std::uint32_t>(i)}).data(), int(i), bytes);
-            std::memset(cpu.block(block_id{static_cast<std::uint32_t>(i)}).data(), 0, bytes);
-        }
-        redis::engine engine(gpu, cpu, store);
-        figures best_raw, best_engine;
-        // Each side writes and reads on an empty server, the side going
-        // first alternating from run to run, so neither gets the other's
-        // state (memory in use, the allocator's purge after FLUSHALL).
-        auto keep_best = [](figures& best, const figures& f) {
-            best.set_gbs = std::max(best.set_gbs, f.set_gbs);
-            best.get_gbs = std::max(best.get_gbs, f.get_gbs);
-            best.get_cpu_s = std::min(best.get_cpu_s, f.get_cpu_s);
-        };
-        for (int r = 0; r < runs; ++r)
-            for (int side = 0; side < 2; ++side) {
-                if ((side == 0) == (r % 2 == 0)) keep_best(best_raw, raw_run(raw, bytes, count, c.max_in_flight_bytes, payload));
-                else keep_best(best_engine, engine_run(engine, bytes, count));
-                server.call({"FLUSHALL"});
-            }
-        std::printf("%7zu KiB %7s %8.2f GB/s %8.2f GB/s %6.2fx %8.2f GB/s %8.2f GB/s %6.2fx   raw %.3f engine %.3f\n",
-                    bytes >> 10, mode.c_str(), best_raw.set_gbs, best_engine.set_gbs, best_engine.set_gbs / best_raw.set_gbs,
-                    best_raw.get_gbs, best_engine.get_gbs, best_engine.get_gbs / best_raw.get_gbs, best_raw.get_cpu_s,
-                    best_engine.get_cpu_s);
-    }
 
     hash_speed(runs);
 
@@ -276,9 +284,10 @@ int main(int argc, char** argv) {
         for (const std::size_t p : present) found += p;
         if (found != 256 * 64) std::abort();
     }
-    std::printf("remote lookup of a step, 256 requests x 2048 tokens (128 blocks, 64 in the store):\n"
-                "  one EXISTS batch per request: %.2f ms (%.1f us per request)\n"
-                "  one batch for the step:       %.2f ms (%.1f us per request), %.2fx faster\n",
-                best * 1e3, best * 1e6 / 256, best_batched * 1e3, best_batched * 1e6 / 256, best / best_batched);
+    std::printf(
+        "remote lookup of a step, 256 requests x 2048 tokens (128 blocks, 64 in the store):\n"
+        "  one EXISTS batch per request: %.2f ms (%.1f us per request)\n"
+        "  one batch for the step:       %.2f ms (%.1f us per request), %.2fx faster\n",
+        best * 1e3, best * 1e6 / 256, best_batched * 1e3, best_batched * 1e6 / 256, best / best_batched);
     return 0;
 }

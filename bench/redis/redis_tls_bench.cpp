@@ -41,7 +41,9 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-double seconds_since(clock_type::time_point t0) { return std::chrono::duration<double>(clock_type::now() - t0).count(); }
+double seconds_since(clock_type::time_point t0) {
+    return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
 
 struct figures {
     double set_gbs = 0, get_gbs = 0;
@@ -66,7 +68,8 @@ public:
         a.sin_family = AF_INET;
         a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
         a.sin_port = htons(static_cast<std::uint16_t>(port));
-        if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) throw std::runtime_error("raw client: connect");
+        if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
+            throw std::runtime_error("raw client: connect");
         const int one = 1;
         ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         ssl_ = SSL_new(ctx_);
@@ -84,7 +87,8 @@ public:
     bool set_batch(const std::vector<std::string>& keys, std::span<const std::byte> value) {
         out_.clear();
         for (const std::string& k : keys) {
-            out_ += "*3\r\n$3\r\nSET\r\n$" + std::to_string(k.size()) + "\r\n" + k + "\r\n$" + std::to_string(value.size()) + "\r\n";
+            out_ += "*3\r\n$3\r\nSET\r\n$" + std::to_string(k.size()) + "\r\n" + k + "\r\n$" +
+                    std::to_string(value.size()) + "\r\n";
             out_.append(reinterpret_cast<const char*>(value.data()), value.size());
             out_ += "\r\n";
         }
@@ -96,7 +100,8 @@ public:
     // Pipelined GETs; the bytes of each value are read and left in the buffer. Returns the bytes read.
     std::size_t get_batch(const std::vector<std::string>& keys) {
         out_.clear();
-        for (const std::string& k : keys) out_ += "*2\r\n$3\r\nGET\r\n$" + std::to_string(k.size()) + "\r\n" + k + "\r\n";
+        for (const std::string& k : keys)
+            out_ += "*2\r\n$3\r\nGET\r\n$" + std::to_string(k.size()) + "\r\n" + k + "\r\n";
         write_all(out_);
         std::size_t total = 0;
         for (std::size_t i = 0; i < keys.size(); ++i) {
@@ -114,7 +119,8 @@ public:
 private:
     void write_all(const std::string& s) {
         for (std::size_t at = 0; at < s.size();) {
-            const int n = SSL_write(ssl_, s.data() + at, static_cast<int>(std::min<std::size_t>(s.size() - at, 1 << 30)));
+            const int n =
+                SSL_write(ssl_, s.data() + at, static_cast<int>(std::min<std::size_t>(s.size() - at, 1 << 30)));
             if (n <= 0) throw std::runtime_error("raw client: SSL_write");
             at += static_cast<std::size_t>(n);
         }
@@ -202,8 +208,10 @@ int main(int argc, char** argv) {
     std::size_t mib = 128;
     int runs = 5;
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (std::strcmp(argv[i], "--mib") == 0) mib = std::strtoul(argv[i + 1], nullptr, 10);
-        else if (std::strcmp(argv[i], "--runs") == 0) runs = std::atoi(argv[i + 1]);
+        if (std::strcmp(argv[i], "--mib") == 0)
+            mib = std::strtoul(argv[i + 1], nullptr, 10);
+        else if (std::strcmp(argv[i], "--runs") == 0)
+            runs = std::atoi(argv[i + 1]);
     }
     char tmpl[] = "/tmp/kvpolicy-tls-bench-XXXXXX";
     if (::mkdtemp(tmpl) == nullptr) return 1;
@@ -213,14 +221,15 @@ int main(int argc, char** argv) {
     run_or_die(in + "openssl req -x509" + ec + " -keyout ca.key -out ca.crt -days 2 -subj /CN=bench-ca 2>/dev/null");
     run_or_die(in + "printf 'subjectAltName=IP:127.0.0.1\\n' > s.ext");
     for (const char* who : {"server", "client"}) {
-        run_or_die(in + "openssl req" + ec + " -keyout " + who + ".key -out " + who + ".csr -subj /CN=" + who + " 2>/dev/null");
+        run_or_die(in + "openssl req" + ec + " -keyout " + who + ".key -out " + who + ".csr -subj /CN=" + who +
+                   " 2>/dev/null");
         run_or_die(in + "openssl x509 -req -in " + who + ".csr -CA ca.crt -CAkey ca.key -CAcreateserial -out " + who +
                    ".crt -days 2" + (std::string(who) == "server" ? " -extfile s.ext" : "") + " 2>/dev/null");
     }
     const int tls_port = kvpolicy::testing::free_loopback_port();
-    kvpolicy::testing::redis_server server({"--tls-port", std::to_string(tls_port), "--tls-cert-file", dir + "/server.crt",
-                                            "--tls-key-file", dir + "/server.key", "--tls-ca-cert-file", dir + "/ca.crt",
-                                            "--tls-auth-clients", "yes"});
+    kvpolicy::testing::redis_server server({"--tls-port", std::to_string(tls_port), "--tls-cert-file",
+                                            dir + "/server.crt", "--tls-key-file", dir + "/server.key",
+                                            "--tls-ca-cert-file", dir + "/ca.crt", "--tls-auth-clients", "yes"});
     redis::store_config tls;
     tls.nodes = {{"127.0.0.1", tls_port}};
     tls.io_timeout = std::chrono::milliseconds(30000);
@@ -233,11 +242,13 @@ int main(int argc, char** argv) {
     plain.nodes = {{"127.0.0.1", server.port()}};
     plain.tls = {};
 
-    std::printf("redis_tls_bench: %zu MiB per size, best of %d; GB/s of values; ratio = engine over TLS / raw OpenSSL client\n",
-                mib, runs);
-    std::printf("%9s | %9s %9s %7s | %9s %9s %7s | %12s %12s\n", "block", "raw SET", "eng SET", "ratio", "raw GET", "eng GET",
-                "ratio", "eng SET tcp", "eng GET tcp");
-    for (const std::size_t bytes : {std::size_t{64} << 10, std::size_t{256} << 10, std::size_t{1} << 20, std::size_t{2} << 20}) {
+    std::printf(
+        "redis_tls_bench: %zu MiB per size, best of %d; GB/s of values; ratio = engine over TLS / raw OpenSSL client\n",
+        mib, runs);
+    std::printf("%9s | %9s %9s %7s | %9s %9s %7s | %12s %12s\n", "block", "raw SET", "eng SET", "ratio", "raw GET",
+                "eng GET", "ratio", "eng SET tcp", "eng GET tcp");
+    for (const std::size_t bytes :
+         {std::size_t{64} << 10, std::size_t{256} << 10, std::size_t{1} << 20, std::size_t{2} << 20}) {
         const std::size_t count = (mib << 20) / bytes;
         const std::size_t per_batch = std::max<std::size_t>(1, (std::size_t{64} << 20) / bytes);
         figures raw, eng, tcp;
@@ -255,16 +266,18 @@ int main(int argc, char** argv) {
                 eng.set_gbs = std::max(eng.set_gbs, f.set_gbs);
                 eng.get_gbs = std::max(eng.get_gbs, f.get_gbs);
             };
-            if (r % 2 == 0) one_raw(), one_engine();
-            else one_engine(), one_raw();
+            if (r % 2 == 0)
+                one_raw(), one_engine();
+            else
+                one_engine(), one_raw();
             server.call({"FLUSHALL"});
             const figures f = engine_side(plain, bytes, count);
             tcp.set_gbs = std::max(tcp.set_gbs, f.set_gbs);
             tcp.get_gbs = std::max(tcp.get_gbs, f.get_gbs);
         }
         std::printf("%6zu KiB | %9.3f %9.3f %6.2fx | %9.3f %9.3f %6.2fx | %12.3f %12.3f\n", bytes >> 10, raw.set_gbs,
-                    eng.set_gbs, eng.set_gbs / raw.set_gbs, raw.get_gbs, eng.get_gbs, eng.get_gbs / raw.get_gbs, tcp.set_gbs,
-                    tcp.get_gbs);
+                    eng.set_gbs, eng.set_gbs / raw.set_gbs, raw.get_gbs, eng.get_gbs, eng.get_gbs / raw.get_gbs,
+                    tcp.set_gbs, tcp.get_gbs);
         std::fflush(stdout);
     }
     std::error_code e;

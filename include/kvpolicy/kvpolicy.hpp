@@ -83,7 +83,7 @@
 #include "kvpolicy/cache/block_hasher.hpp"
 #include "kvpolicy/cache/metrics.hpp"
 #include "kvpolicy/cache/presets.hpp"
-#include "kvpolicy/cache/remote_tier.hpp"   // the remote tier's cache side (no hiredis: kvpolicy/redis.hpp is the client)
+#include "kvpolicy/cache/remote_tier.hpp"  // the remote tier's cache side (no hiredis: kvpolicy/redis.hpp is the client)
 #include "kvpolicy/cache/remote_value.hpp"
 #include "kvpolicy/cache/swap_plan.hpp"
 #include "kvpolicy/cache/tiered_cache.hpp"

@@ -35,7 +35,6 @@ namespace kvpolicy::python {
 
 namespace {
 
-
 nb::dict plan_dict(const swap_plan& p) {
     const std::size_t n = p.transfers.size();
     std::vector<std::uint8_t> from(n), to(n), exchange(n);
@@ -147,7 +146,7 @@ template <class Traits>
 struct cache_model final : any_cache {
     tiered_cache<dyn_policy, dyn_policy, Traits> c;
     cache_model(const cache_config& cfg, const dyn_policy::config_type& g, const dyn_policy::config_type& p)
-        : c(cfg, g, p) {}
+            : c(cfg, g, p) {}
     prefix_match lookup(std::span<const block_hash> h) const override { return c.lookup(h); }
     void begin_step() override { c.begin_step(); }
     admission admit(session_id s, std::span<const block_hash> h) override { return c.admit(s, h); }
@@ -200,14 +199,17 @@ std::vector<block_digest> digests_of(nb::handle obj, const char* what) {
         return out;
     }
     if (nb::isinstance<nb::bytes>(obj) || nb::isinstance<nb::str>(obj) || !PySequence_Check(obj.ptr()))
-        throw usage_error(std::string(what) + ": this remote tier names blocks by 32-byte digests (remote "
+        throw usage_error(std::string(what) +
+                          ": this remote tier names blocks by 32-byte digests (remote "
                           "identity='digest'); give a sequence of 32-byte bytes (vLLM's block hashes, "
-                          "kvpolicy.block_digests) or an (n, 32) uint8 array, got " + py_type_name(obj));
+                          "kvpolicy.block_digests) or an (n, 32) uint8 array, got " +
+                          py_type_name(obj));
     std::size_t i = 0;
     for (nb::handle v : obj) {
         const bool is_bytes = nb::isinstance<nb::bytes>(v);
         if (!is_bytes || nb::len(v) != 32)
-            throw usage_error(std::string(what) + "[" + std::to_string(i) + "]: expected 32 bytes (a block digest), got " +
+            throw usage_error(std::string(what) + "[" + std::to_string(i) +
+                              "]: expected 32 bytes (a block digest), got " +
                               (is_bytes ? std::to_string(nb::len(v)) + " bytes" : py_type_name(v)) +
                               (nb::isinstance<nb::int_>(v) ? "; a 64-bit hash needs remote identity='hash64'" : ""));
         block_digest d{};
@@ -255,7 +257,8 @@ public:
         if (!has(f)) return fallback;
         nb::handle v = d_[f];
         if (!nb::isinstance<nb::bool_>(v))
-            throw config_error(std::string("TieredCache remote['") + f + "']: expected True or False, got " + py_type_name(v));
+            throw config_error(std::string("TieredCache remote['") + f + "']: expected True or False, got " +
+                               py_type_name(v));
         return nb::cast<bool>(v);
     }
     // An integer in [lo, hi]: C++'s own checks (validate) say what is wrong with one in range.
@@ -267,9 +270,10 @@ public:
         if (!nb::isinstance<nb::int_>(v) || nb::isinstance<nb::bool_>(v))
             throw config_error(what + ": expected an int, got " + py_type_name(v));
         const nb::int_ lo_(lo), hi_(hi);
-        if (PyObject_RichCompareBool(v.ptr(), lo_.ptr(), Py_LT) == 1 || PyObject_RichCompareBool(v.ptr(), hi_.ptr(), Py_GT) == 1)
-            throw config_error(what + " is " + nb::cast<std::string>(nb::str(v)) + "; give " + std::to_string(lo) + " to " +
-                               std::to_string(hi));
+        if (PyObject_RichCompareBool(v.ptr(), lo_.ptr(), Py_LT) == 1 ||
+            PyObject_RichCompareBool(v.ptr(), hi_.ptr(), Py_GT) == 1)
+            throw config_error(what + " is " + nb::cast<std::string>(nb::str(v)) + "; give " + std::to_string(lo) +
+                               " to " + std::to_string(hi));
         return nb::cast<long long>(v);
     }
     std::string bytes(const char* f) const {
@@ -280,15 +284,37 @@ public:
             return std::string(b.c_str(), b.size());
         }
         if (nb::isinstance<nb::str>(v)) return nb::cast<std::string>(v);
-        throw config_error(std::string("TieredCache remote['") + f + "']: expected bytes (or a str), got " + py_type_name(v));
+        throw config_error(std::string("TieredCache remote['") + f + "']: expected bytes (or a str), got " +
+                           py_type_name(v));
     }
     [[nodiscard]] nb::handle get(const char* f) const { return d_[f]; }
 
-    static constexpr const char* known[] = {
-        "host", "port", "nodes", "cluster", "user", "password", "tls", "tls_ca_file", "tls_cert_file", "tls_key_file",
-        "tls_server_name", "connect_timeout_ms", "io_timeout_ms", "max_in_flight_bytes", "required_memory_bytes",
-        "model", "dtype", "layout_version", "tp_rank", "tp_size", "pp_rank", "pp_size", "tenant", "mac_secret", "mac",
-        "identity"};
+    static constexpr const char* known[] = {"host",
+                                            "port",
+                                            "nodes",
+                                            "cluster",
+                                            "user",
+                                            "password",
+                                            "tls",
+                                            "tls_ca_file",
+                                            "tls_cert_file",
+                                            "tls_key_file",
+                                            "tls_server_name",
+                                            "connect_timeout_ms",
+                                            "io_timeout_ms",
+                                            "max_in_flight_bytes",
+                                            "required_memory_bytes",
+                                            "model",
+                                            "dtype",
+                                            "layout_version",
+                                            "tp_rank",
+                                            "tp_size",
+                                            "pp_rank",
+                                            "pp_size",
+                                            "tenant",
+                                            "mac_secret",
+                                            "mac",
+                                            "identity"};
 
 private:
     const nb::dict& d_;
@@ -301,9 +327,11 @@ redis::endpoint endpoint_of(nb::handle v, std::size_t i) {
         const std::string text = nb::cast<std::string>(v);
         const auto colon = text.rfind(':');
         if (colon == std::string::npos)
-            throw config_error(what + " is \"" + text + "\"; give \"host:port\" (e.g. \"10.0.0.5:6379\") or (host, port)");
+            throw config_error(what + " is \"" + text +
+                               "\"; give \"host:port\" (e.g. \"10.0.0.5:6379\") or (host, port)");
         std::string host = text.substr(0, colon);
-        if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);  // [::1]:6379
+        if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+            host = host.substr(1, host.size() - 2);  // [::1]:6379
         int port = 0;
         const char* end = text.data() + text.size();
         const auto r = std::from_chars(text.data() + colon + 1, end, port);
@@ -312,7 +340,8 @@ redis::endpoint endpoint_of(nb::handle v, std::size_t i) {
         return {host, port};
     }
     if (nb::isinstance<nb::tuple>(v) && nb::len(v) == 2 && nb::isinstance<nb::str>(v[0]))
-        return {nb::cast<std::string>(v[0]), static_cast<int>(remote_fields::integer_of(v[1], what + "'s port", INT_MIN, INT_MAX))};
+        return {nb::cast<std::string>(v[0]),
+                static_cast<int>(remote_fields::integer_of(v[1], what + "'s port", INT_MIN, INT_MAX))};
     throw config_error(what + ": expected \"host:port\" or a (host, port) tuple, got " + py_type_name(v));
 }
 
@@ -324,8 +353,9 @@ redis::store_config store_config_from(const remote_fields& f, std::uint32_t bloc
     redis::store_config c;
     if (f.has("nodes")) {
         if (f.has("host") || f.has("port"))
-            throw config_error("TieredCache remote: 'nodes' and 'host'/'port' both given; give one server as host and "
-                               "port, or a cluster's seeds (or one server) as nodes");
+            throw config_error(
+                "TieredCache remote: 'nodes' and 'host'/'port' both given; give one server as host and "
+                "port, or a cluster's seeds (or one server) as nodes");
         nb::handle list = f.get("nodes");
         if (!nb::isinstance<nb::list>(list) && !nb::isinstance<nb::tuple>(list))
             throw config_error("TieredCache remote['nodes']: expected a list of \"host:port\" or (host, port), got " +
@@ -334,8 +364,7 @@ redis::store_config store_config_from(const remote_fields& f, std::uint32_t bloc
         std::size_t i = 0;
         for (nb::handle v : list) c.nodes.push_back(endpoint_of(v, i++));
     } else {
-        c.nodes = {{f.str("host", "127.0.0.1"),
-                    static_cast<int>(f.integer("port", 6379, INT_MIN, INT_MAX))}};
+        c.nodes = {{f.str("host", "127.0.0.1"), static_cast<int>(f.integer("port", 6379, INT_MIN, INT_MAX))}};
     }
     c.cluster = f.flag("cluster", false);
     c.user = f.str("user", "");
@@ -365,9 +394,10 @@ redis::store_config store_config_from(const remote_fields& f, std::uint32_t bloc
     c.ns.tenant = f.str("tenant", "");
     c.ns.block_size = block_size;
     if (item_bytes == 0 || item_bytes > UINT32_MAX)
-        throw config_error("TieredCache: a remote tier needs item_bytes, the bytes of one item (a block, or one layer "
-                           "of it with per_layer=True), from 1 to " + std::to_string(UINT32_MAX) + "; got " +
-                           std::to_string(item_bytes));
+        throw config_error(
+            "TieredCache: a remote tier needs item_bytes, the bytes of one item (a block, or one layer "
+            "of it with per_layer=True), from 1 to " +
+            std::to_string(UINT32_MAX) + "; got " + std::to_string(item_bytes));
     c.ns.item_bytes = static_cast<std::uint32_t>(item_bytes);
     const std::string identity = f.str("identity", "digest");
     if (identity != "digest" && identity != "hash64")
@@ -379,13 +409,17 @@ redis::store_config store_config_from(const remote_fields& f, std::uint32_t bloc
     const std::string secret = f.bytes("mac_secret");
     const std::string mac = f.str("mac", "poly1305");
     if (mac != "poly1305" && mac != "hmac-sha256")
-        throw config_error("TieredCache remote['mac'] is '" + mac + "'; give 'poly1305' (the fast one) or 'hmac-sha256'");
+        throw config_error("TieredCache remote['mac'] is '" + mac +
+                           "'; give 'poly1305' (the fast one) or 'hmac-sha256'");
     if (f.has("mac") && !f.has("mac_secret"))
-        throw config_error("TieredCache remote['mac'] is set but remote['mac_secret'] is not; give the deployment's "
-                           "secret (at least 16 random bytes, the same on every instance that shares the store)");
+        throw config_error(
+            "TieredCache remote['mac'] is set but remote['mac_secret'] is not; give the deployment's "
+            "secret (at least 16 random bytes, the same on every instance that shares the store)");
     if (f.has("mac_secret")) {
-        if (mac == "poly1305") c.ns.mac = std::make_shared<redis::poly1305_mac>(std::string_view(secret));
-        else c.ns.mac = std::make_shared<redis::hmac_sha256>(std::string_view(secret));
+        if (mac == "poly1305")
+            c.ns.mac = std::make_shared<redis::poly1305_mac>(std::string_view(secret));
+        else
+            c.ns.mac = std::make_shared<redis::hmac_sha256>(std::string_view(secret));
     }
     return c;
 }
@@ -398,7 +432,7 @@ public:
                  const std::string& cpu_policy, bool inclusive, std::uint32_t block_size, std::uint32_t num_layers,
                  bool per_layer, bool verify_chain, bool thread_safe, std::size_t item_bytes,
                  const nb::dict& gpu_options, const nb::dict& cpu_options, std::optional<nb::dict> remote)
-        : thread_safe_(thread_safe) {
+            : thread_safe_(thread_safe) {
         const cache_config cfg{.gpu_capacity = gpu_blocks,
                                .cpu_capacity = cpu_blocks,
                                .block_size = block_size,
@@ -425,13 +459,16 @@ public:
         }
 #else
         if (remote)
-            throw config_error("TieredCache: remote=... needs the Redis remote tier, but this kvpolicy package was built "
-                               "without Redis support (hiredis or OpenSSL was not found when it was built); install "
-                               "libhiredis-dev and libssl-dev (scripts/install-deps.sh) and reinstall kvpolicy, or "
-                               "leave remote=None");
+            throw config_error(
+                "TieredCache: remote=... needs the Redis remote tier, but this kvpolicy package was built "
+                "without Redis support (hiredis or OpenSSL was not found when it was built); install "
+                "libhiredis-dev and libssl-dev (scripts/install-deps.sh) and reinstall kvpolicy, or "
+                "leave remote=None");
 #endif
-        if (thread_safe) impl_ = std::make_unique<cache_model<thread_safe_traits>>(cfg, g, c);
-        else impl_ = std::make_unique<cache_model<default_cache_traits>>(cfg, g, c);
+        if (thread_safe)
+            impl_ = std::make_unique<cache_model<thread_safe_traits>>(cfg, g, c);
+        else
+            impl_ = std::make_unique<cache_model<default_cache_traits>>(cfg, g, c);
 #ifdef KVPOLICY_PYTHON_REDIS
         if (parts) {
             parts->gpu = std::make_unique<block_arena>(gpu_blocks, item_bytes);
@@ -556,7 +593,8 @@ public:
 #ifdef KVPOLICY_PYTHON_REDIS
     remote_parts& remote_or_throw(const char* call) const {
         if (!remote_)
-            throw usage_error(std::string("TieredCache.") + call + ": this cache has no remote tier; construct it with "
+            throw usage_error(std::string("TieredCache.") + call +
+                              ": this cache has no remote tier; construct it with "
                               "remote={...} (the store's address and namespace)");
         return *remote_;
     }
@@ -567,8 +605,11 @@ public:
         nb::object keep;
         std::vector<block_digest> digests;
         std::span<const std::uint64_t> hashes;
-        if (r.ids) digests = digests_of(blocks, "admit_through: blocks");
-        else hashes = as_span<std::uint64_t>(blocks, "admit_through: blocks (64-bit hashes: remote identity='hash64')", keep);
+        if (r.ids)
+            digests = digests_of(blocks, "admit_through: blocks");
+        else
+            hashes =
+                as_span<std::uint64_t>(blocks, "admit_through: blocks (64-bit hashes: remote identity='hash64')", keep);
         std::vector<std::uint64_t> handles(digests.size());
         for (std::size_t i = 0; i < digests.size(); ++i) handles[i] = digest_handle(digests[i]);
         const std::span<const std::uint64_t> h = r.ids ? std::span<const std::uint64_t>(handles) : hashes;
@@ -580,8 +621,10 @@ public:
             std::scoped_lock lock(r.mutex);
             if (own_step) impl_->begin_step();
             try {
-                if (r.ids) a = impl_->admit_through(*r.store, *r.ids, session_id{session}, digests);
-                else a = impl_->admit_through(*r.store, session_id{session}, hashes);
+                if (r.ids)
+                    a = impl_->admit_through(*r.store, *r.ids, session_id{session}, digests);
+                else
+                    a = impl_->admit_through(*r.store, session_id{session}, hashes);
             } catch (...) {
                 if (own_step) remember(impl_->end_step());
                 throw;
@@ -615,13 +658,16 @@ public:
                 plan = last_plan_;
             }
             if (impl_->in_step())
-                throw usage_error("TieredCache.run_plan: a step is open; call end_step() first (run_plan runs its plan)");
+                throw usage_error(
+                    "TieredCache.run_plan: a step is open; call end_step() first (run_plan runs its plan)");
             if (plan.step == 0 || plan.step == reported_step_)
-                throw usage_error("TieredCache.run_plan: " +
-                                  (plan.step == 0 ? std::string("no step has ended yet")
-                                                  : "the last plan (step " + std::to_string(plan.step) + ") was already run or reported") +
-                                  "; run one step (begin_step, admit_through, end_step, or admit_through outside a step), "
-                                  "then run_plan() once");
+                throw usage_error(
+                    "TieredCache.run_plan: " +
+                    (plan.step == 0
+                         ? std::string("no step has ended yet")
+                         : "the last plan (step " + std::to_string(plan.step) + ") was already run or reported") +
+                    "; run one step (begin_step, admit_through, end_step, or admit_through outside a step), "
+                    "then run_plan() once");
             execute_plan(plan, *r.engine, status);
             rep = impl_->complete_transfers(plan, status);
             reported_step_ = plan.step;
@@ -679,28 +725,37 @@ public:
     arena_array arena(bool gpu) const {
         remote_parts& r = remote_or_throw(gpu ? "gpu_arena" : "cpu_arena");
         block_arena& a = gpu ? *r.gpu : *r.cpu;
-        return arena_array(reinterpret_cast<std::uint8_t*>(a.block(block_id{0}).data()), {a.capacity(), a.block_bytes()},
-                           nb::handle());
+        return arena_array(reinterpret_cast<std::uint8_t*>(a.block(block_id{0}).data()),
+                           {a.capacity(), a.block_bytes()}, nb::handle());
     }
 #endif
 
-    nb::dict metrics() const { return metrics_dict(unlocked([&] { return impl_->metrics(); })); }
+    nb::dict metrics() const {
+        return metrics_dict(unlocked([&] { return impl_->metrics(); }));
+    }
     std::string to_prometheus(const std::string& prefix) const {
         return unlocked([&] { return impl_->metrics(); }).to_prometheus(prefix);
     }
     std::string where(std::uint64_t h, std::uint32_t layer) const {
         switch (impl_->where(h, layer)) {
-            case item_state::in_gpu: return "gpu";
-            case item_state::in_cpu: return "cpu";
-            case item_state::in_remote: return "remote";
-            case item_state::dropped: return "dropped";
-            case item_state::free: return "free";
+            case item_state::in_gpu:
+                return "gpu";
+            case item_state::in_cpu:
+                return "cpu";
+            case item_state::in_remote:
+                return "remote";
+            case item_state::dropped:
+                return "dropped";
+            case item_state::free:
+                return "free";
         }
         return "?";
     }
     void pin(std::uint64_t h) { impl_->pin(h); }
     void unpin(std::uint64_t h) { impl_->unpin(h); }
-    std::string check_invariants() const { return unlocked([&] { return impl_->check_invariants(); }); }
+    std::string check_invariants() const {
+        return unlocked([&] { return impl_->check_invariants(); });
+    }
     [[nodiscard]] bool thread_safe() const { return thread_safe_; }
     [[nodiscard]] const std::string& gpu_policy() const { return gpu_policy_; }
     [[nodiscard]] const std::string& cpu_policy() const { return cpu_policy_; }
@@ -726,7 +781,7 @@ private:
     bool thread_safe_;
     std::string gpu_policy_, cpu_policy_;
     mutable std::mutex plan_mutex_;
-    swap_plan last_plan_;  // what complete_transfers reports on
+    swap_plan last_plan_;                          // what complete_transfers reports on
     std::atomic<std::uint64_t> reported_step_{0};  // the step of the last plan reported (run_plan runs a plan once)
 };
 
@@ -759,8 +814,7 @@ void bind_cache(nb::module_& m) {
         .def("end_step", &c::end_step,
              "The step's plan: transfers in order (transfer_from/src/to/dst/exchange arrays; tier 0 gpu,\n"
              "1 cpu), dropped_keys/sessions, recovery_session/token_begin/token_end, counts.")
-        .def("release", &c::release, nb::arg("session"), nb::arg("output_tokens") = 0,
-             nb::arg("expected_return") = 0,
+        .def("release", &c::release, nb::arg("session"), nb::arg("output_tokens") = 0, nb::arg("expected_return") = 0,
              "Releases the session's holds (its request finished, having generated output_tokens tokens;\n"
              "0 = unknown: session_aware_lru predicts the session's return from it); returns how many.\n"
              "expected_return: when the engine expects the session's next request, on the cache's clock\n"
@@ -805,10 +859,12 @@ void bind_cache(nb::module_& m) {
         .def("remote_stats", &c::remote_stats,
              "The remote engine's counters: round_trips, bytes_sent, bytes_received, rejected_values (refused\n"
              "by verification), redirects, nodes, identities, key_prefix.")
-        .def_prop_ro("gpu_arena", [](const c& h) { return h.arena(true); }, nb::rv_policy::reference_internal,
-                     "The GPU tier's bytes, (gpu_blocks, item_bytes) uint8, slot i = the plans' GPU block i.")
-        .def_prop_ro("cpu_arena", [](const c& h) { return h.arena(false); }, nb::rv_policy::reference_internal,
-                     "The CPU tier's bytes, (cpu_blocks, item_bytes) uint8.")
+        .def_prop_ro(
+            "gpu_arena", [](const c& h) { return h.arena(true); }, nb::rv_policy::reference_internal,
+            "The GPU tier's bytes, (gpu_blocks, item_bytes) uint8, slot i = the plans' GPU block i.")
+        .def_prop_ro(
+            "cpu_arena", [](const c& h) { return h.arena(false); }, nb::rv_policy::reference_internal,
+            "The CPU tier's bytes, (cpu_blocks, item_bytes) uint8.")
 #endif
         .def_prop_ro("thread_safe", &c::thread_safe)
         .def_prop_ro("gpu_policy", &c::gpu_policy)
@@ -829,7 +885,7 @@ void bind_cache(nb::module_& m) {
             auto* owned = new std::vector<block_digest>(std::move(out));
             nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<block_digest>*>(p); });
             return nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<2>>(reinterpret_cast<std::uint8_t*>(owned->data()),
-                                                                      {owned->size(), std::size_t{32}}, owner);
+                                                                     {owned->size(), std::size_t{32}}, owner);
         },
         nb::arg("tokens"), nb::arg("block_size") = 16, nb::arg("extra") = nb::bytes(""),
         "SHA-256 chained digests of the full blocks of `tokens` ((n, 32) uint8), as C++'s\n"
@@ -840,9 +896,10 @@ void bind_cache(nb::module_& m) {
     m.def(
         "block_digests",
         [](nb::handle, std::uint32_t, nb::bytes) -> nb::object {
-            throw config_error("block_digests: this kvpolicy package was built without Redis support (hiredis or "
-                               "OpenSSL was not found when it was built); install libhiredis-dev and libssl-dev and "
-                               "reinstall kvpolicy");
+            throw config_error(
+                "block_digests: this kvpolicy package was built without Redis support (hiredis or "
+                "OpenSSL was not found when it was built); install libhiredis-dev and libssl-dev and "
+                "reinstall kvpolicy");
         },
         nb::arg("tokens"), nb::arg("block_size") = 16, nb::arg("extra") = nb::bytes(""));
 #endif

@@ -59,12 +59,12 @@ public:
     /// Throws: unknown_name_error listing every policy; config_error for a
     /// bad capacity or option.
     dyn_policy(std::size_t capacity, const config_type& config)
-        : impl_(visit_by_name<eviction_policies>(
-              config.policy,
-              [&]<class P>() -> std::unique_ptr<base> {
-                  return std::make_unique<model<P>>(capacity, make_config<P>(config.options));
-              },
-              "eviction policy")) {}
+            : impl_(visit_by_name<eviction_policies>(
+                  config.policy,
+                  [&]<class P>() -> std::unique_ptr<base> {
+                      return std::make_unique<model<P>>(capacity, make_config<P>(config.options));
+                  },
+                  "eviction policy")) {}
 
     // Per item: what tiered_cache calls.
     void on_miss(const access_context& c) { impl_->on_miss(c); }

@@ -49,12 +49,12 @@ int dict_del(PyObject* d, PyObject* k, Py_hash_t) { return PyDict_DelItem(d, k);
 class key_order {
 public:
     key_order(const std::string& policy, std::size_t capacity, const nb::dict& options)
-        : policy_(capacity, {policy, options_from(options, policy.c_str())}),
-          keys_(capacity),
-          ids_obj_(capacity),
-          hash_(capacity, 0),
-          last_(capacity, 0),
-          mark_(capacity, 0) {
+            : policy_(capacity, {policy, options_from(options, policy.c_str())}),
+              keys_(capacity),
+              ids_obj_(capacity),
+              hash_(capacity, 0),
+              last_(capacity, 0),
+              mark_(capacity, 0) {
         free_.resize(capacity);
         std::iota(free_.rbegin(), free_.rend(), 0u);
     }
@@ -237,14 +237,14 @@ private:
     }
 
     dyn_policy policy_;
-    nb::dict ids_;                       // key -> id, for the keys the policy orders
-    nb::dict front_;                     // key -> None: named, not yet removed; in order
-    std::vector<nb::object> keys_;       // [capacity] the key of each id
-    std::vector<nb::object> ids_obj_;    // [capacity] each id as a Python int, made once
-    std::vector<Py_hash_t> hash_;        // [capacity] the key's hash
-    std::vector<std::uint32_t> free_;    // ids not in use, the next at the back
-    std::vector<std::uint64_t> last_;    // [capacity] sequence number of the id's last event
-    std::vector<std::uint32_t> mark_;    // [capacity] generation of the run that last listed the id
+    nb::dict ids_;                     // key -> id, for the keys the policy orders
+    nb::dict front_;                   // key -> None: named, not yet removed; in order
+    std::vector<nb::object> keys_;     // [capacity] the key of each id
+    std::vector<nb::object> ids_obj_;  // [capacity] each id as a Python int, made once
+    std::vector<Py_hash_t> hash_;      // [capacity] the key's hash
+    std::vector<std::uint32_t> free_;  // ids not in use, the next at the back
+    std::vector<std::uint64_t> last_;  // [capacity] sequence number of the id's last event
+    std::vector<std::uint32_t> mark_;  // [capacity] generation of the run that last listed the id
     std::uint32_t generation_ = 0;
     std::vector<item_id> run_;
     std::vector<std::uint64_t> hashes_;

@@ -17,12 +17,18 @@ namespace kvpolicy::python {
 
 template <class T>
 constexpr const char* dtype_name() {
-    if constexpr (std::is_same_v<T, double>) return "float64";
-    else if constexpr (std::is_same_v<T, std::uint32_t>) return "uint32";
-    else if constexpr (std::is_same_v<T, std::uint64_t>) return "uint64";
-    else if constexpr (std::is_same_v<T, std::int32_t>) return "int32";
-    else if constexpr (std::is_same_v<T, std::uint8_t>) return "uint8";
-    else return "int64";
+    if constexpr (std::is_same_v<T, double>)
+        return "float64";
+    else if constexpr (std::is_same_v<T, std::uint32_t>)
+        return "uint32";
+    else if constexpr (std::is_same_v<T, std::uint64_t>)
+        return "uint64";
+    else if constexpr (std::is_same_v<T, std::int32_t>)
+        return "int32";
+    else if constexpr (std::is_same_v<T, std::uint8_t>)
+        return "uint8";
+    else
+        return "int64";
 }
 
 // str(h), whatever h is.
@@ -42,23 +48,22 @@ std::span<const T> as_span(nb::handle obj, const char* what, nb::object& keep) {
     nb::object arr = np.attr("asarray")(obj);
     if (nb::cast<int>(arr.attr("ndim")) == 0) arr = np.attr("reshape")(arr, 1);
     if (nb::cast<int>(arr.attr("ndim")) != 1)
-        throw usage_error(std::string(what) + ": expected a 1-D sequence, got " +
-                          text_of(arr.attr("shape")) + " dimensions");
+        throw usage_error(std::string(what) + ": expected a 1-D sequence, got " + text_of(arr.attr("shape")) +
+                          " dimensions");
     const std::string kind = nb::cast<std::string>(arr.attr("dtype").attr("kind"));
     const std::size_t n = nb::cast<std::size_t>(arr.attr("size"));
     if constexpr (std::is_integral_v<T>) {
         if (n > 0) {
             if (kind != "i" && kind != "u" && kind != "b")
-                throw usage_error(std::string(what) + ": expected integers, got dtype " +
-                                  text_of(arr.attr("dtype")));
+                throw usage_error(std::string(what) + ": expected integers, got dtype " + text_of(arr.attr("dtype")));
             // astype would wrap a negative or too large value silently.
             const nb::object lo = arr.attr("min")().attr("item")(), hi = arr.attr("max")().attr("item")();
             const nb::int_ tmin(std::numeric_limits<T>::min()), tmax(std::numeric_limits<T>::max());
             for (const auto& [v, bound, op] : {std::tuple{lo, tmin, Py_LT}, std::tuple{hi, tmax, Py_GT}})
                 if (PyObject_RichCompareBool(v.ptr(), bound.ptr(), op) == 1)
-                    throw usage_error(std::string(what) + ": " + text_of(v) +
-                                      " is out of range; give values from " + std::to_string(std::numeric_limits<T>::min()) +
-                                      " to " + std::to_string(std::numeric_limits<T>::max()));
+                    throw usage_error(std::string(what) + ": " + text_of(v) + " is out of range; give values from " +
+                                      std::to_string(std::numeric_limits<T>::min()) + " to " +
+                                      std::to_string(std::numeric_limits<T>::max()));
         }
     }
     arr = np.attr("ascontiguousarray")(arr, nb::arg("dtype") = dtype_name<T>());
@@ -128,9 +133,9 @@ NB_MODULE(_kvpolicy, m) {
                                       "A configuration that cannot work (capacity 0, a NaN cost, a bad option).");
     unknown_name_error_type = new_exception(m, "UnknownNameError", bases({config_error_type, PyExc_LookupError}),
                                             "A policy name no registered policy has; the message lists them all.");
-    usage_error_type = new_exception(
-        m, "UsageError", bases({error_type, PyExc_ValueError}),
-        "A call that breaks the protocol: a NaN score, a double release, a malformed hash chain.");
+    usage_error_type =
+        new_exception(m, "UsageError", bases({error_type, PyExc_ValueError}),
+                      "A call that breaks the protocol: a NaN score, a double release, a malformed hash chain.");
     capacity_error_type = new_exception(m, "CapacityError", bases({error_type, PyExc_RuntimeError}),
                                         "A request that cannot be met: more blocks than are free or evictable.");
     parse_error_type = new_exception(m, "ParseError", bases({error_type, PyExc_ValueError}),

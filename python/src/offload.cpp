@@ -90,7 +90,7 @@ template <class Order>
 class offload_manager_model final : public any_offload_manager {
 public:
     offload_manager_model(std::size_t n, const typename Order::config_type& c, bool events, std::string given)
-        : m_(n, c, events), name_(std::move(given)) {}
+            : m_(n, c, events), name_(std::move(given)) {}
     [[nodiscard]] std::size_t capacity() const noexcept override { return m_.capacity(); }
     [[nodiscard]] std::size_t num_free() const noexcept override { return m_.num_free(); }
     [[nodiscard]] std::size_t size() const noexcept override { return m_.size(); }
@@ -141,15 +141,18 @@ private:
 };
 
 inline std::unique_ptr<any_offload_manager> any_offload_manager::make(std::size_t num_blocks, const std::string& policy,
-                                                                      std::span<const option_value> options, bool events) {
+                                                                      std::span<const option_value> options,
+                                                                      bool events) {
     const std::string_view name = engine::vllm_0_11_name(policy);
     const auto build = [&]<class Order, class P>() -> std::unique_ptr<any_offload_manager> {
         return std::make_unique<offload_manager_model<Order>>(num_blocks, make_config<P>(options), events, policy);
     };
     if (has_name<engine::vllm_0_11_orders>(name))
-        return visit_by_name<engine::vllm_0_11_orders>(name, [&]<class O>() { return build.template operator()<O, O>(); });
+        return visit_by_name<engine::vllm_0_11_orders>(name,
+                                                       [&]<class O>() { return build.template operator()<O, O>(); });
     if (!has_name<eviction_policies>(name))
-        throw unknown_name_error("unknown eviction policy '" + policy + "'; accepted: " + engine::vllm_0_11_accepted_names());
+        throw unknown_name_error("unknown eviction policy '" + policy +
+                                 "'; accepted: " + engine::vllm_0_11_accepted_names());
     return visit_by_name<eviction_policies>(
         name, [&]<class P>() { return build.template operator()<engine::policy_order<P>, P>(); });
 }
@@ -411,8 +414,8 @@ private:
         objects_.clear();
     }
 
-    std::vector<PyObject*> objects_;    // the last list's items (strong references), if all ints or bytes
-    std::vector<std::uint64_t> keys_;   // the keys of the last list converted
+    std::vector<PyObject*> objects_;   // the last list's items (strong references), if all ints or bytes
+    std::vector<std::uint64_t> keys_;  // the keys of the last list converted
     std::uint64_t memo_id_ = 0;
 };
 
@@ -424,7 +427,7 @@ struct string_hash {
 class offload_core {
 public:
     offload_core(std::size_t num_blocks, const std::string& policy, bool enable_events, const nb::kwargs& options)
-        : m_(any_offload_manager::make(num_blocks, policy, options_from(options, policy.c_str()), enable_events)) {}
+            : m_(any_offload_manager::make(num_blocks, policy, options_from(options, policy.c_str()), enable_events)) {}
 
     /// Tests: bytes hashes fold to (fold & mask) instead of the full fold,
     /// so that distinct hashes collide at will (mask 0: all of them).
@@ -564,7 +567,7 @@ private:
         if (tag <= inline_bytes) return n == tag && std::memcmp(held_[s].bytes.data(), PyBytes_AS_STRING(b), n) == 0;
         if (tag == tag_key) return true;
         if (tag == tag_other) return false;  // an int or other object with b's key: another block
-        PyObject* o = objects_[s].ptr();  // tag_long: a bytes hash longer than inline_bytes
+        PyObject* o = objects_[s].ptr();     // tag_long: a bytes hash longer than inline_bytes
         return o == b || (static_cast<std::size_t>(PyBytes_GET_SIZE(o)) == n &&
                           std::memcmp(PyBytes_AS_STRING(o), PyBytes_AS_STRING(b), n) == 0);
     }
@@ -596,7 +599,8 @@ private:
     std::uint64_t resolve_bytes(PyObject* b, std::uint64_t fold, const std::vector<std::uint64_t>* taken,
                                 bool* is_free = nullptr) const {
         if (!probed_.empty()) {
-            const auto it = probed_.find(std::string_view(PyBytes_AS_STRING(b), static_cast<std::size_t>(PyBytes_GET_SIZE(b))));
+            const auto it =
+                probed_.find(std::string_view(PyBytes_AS_STRING(b), static_cast<std::size_t>(PyBytes_GET_SIZE(b))));
             if (it != probed_.end()) {
                 const std::uint32_t s = m_->find(it->second);
                 if (s != no_index && holds(s, b)) {
@@ -608,7 +612,8 @@ private:
         std::uint64_t key = fold;
         for (std::uint64_t k = 1;; ++k) {
             const std::uint32_t s = m_->find(key);
-            if (s != no_index ? holds(s, b) : (taken == nullptr || std::find(taken->begin(), taken->end(), key) == taken->end())) {
+            if (s != no_index ? holds(s, b)
+                              : (taken == nullptr || std::find(taken->begin(), taken->end(), key) == taken->end())) {
                 if (is_free) *is_free = s == no_index;
                 return key;
             }
@@ -658,7 +663,8 @@ private:
         m_->find_all(resolved_, found_);
         constexpr std::size_t ahead = 8;
         for (std::size_t i = 0; i < n; ++i) {
-            if (i + ahead < n && found_[i + ahead] != no_index && !held_.empty()) __builtin_prefetch(&held_[found_[i + ahead]]);
+            if (i + ahead < n && found_[i + ahead] != no_index && !held_.empty())
+                __builtin_prefetch(&held_[found_[i + ahead]]);
             PyObject* o = PyList_GET_ITEM(h.source.ptr(), static_cast<Py_ssize_t>(i));
             if (!PyBytes_Check(o)) continue;
             const std::uint32_t s = found_[i];
@@ -699,7 +705,8 @@ private:
         PyObject* x = PyList_GET_ITEM(h.source.ptr(), static_cast<Py_ssize_t>(a));
         PyObject* y = PyList_GET_ITEM(h.source.ptr(), static_cast<Py_ssize_t>(b));
         return x == y || (PyBytes_GET_SIZE(x) == PyBytes_GET_SIZE(y) &&
-                          std::memcmp(PyBytes_AS_STRING(x), PyBytes_AS_STRING(y), static_cast<std::size_t>(PyBytes_GET_SIZE(x))) == 0);
+                          std::memcmp(PyBytes_AS_STRING(x), PyBytes_AS_STRING(y),
+                                      static_cast<std::size_t>(PyBytes_GET_SIZE(x))) == 0);
     }
 
     // A bytes hash stored under a key past its fold; entries whose block
@@ -708,7 +715,8 @@ private:
         if (probed_.size() >= m_->capacity())
             std::erase_if(probed_, [&](const auto& e) {
                 const std::uint32_t s = m_->find(e.second);
-                return s == no_index || objects_.empty() || !objects_[s].is_valid() || !PyBytes_Check(objects_[s].ptr()) ||
+                return s == no_index || objects_.empty() || !objects_[s].is_valid() ||
+                       !PyBytes_Check(objects_[s].ptr()) ||
                        std::string_view(PyBytes_AS_STRING(objects_[s].ptr()),
                                         static_cast<std::size_t>(PyBytes_GET_SIZE(objects_[s].ptr()))) != e.first;
             });
@@ -760,22 +768,22 @@ private:
         std::uint8_t tag = tag_key;
     };
     std::vector<held_row> held_;
-    std::vector<std::uint32_t> found_;  // scratch: resolve_now's slots
-    std::uint64_t generation_ = 0;  // prepare_stores that stored something (resolve's memo)
+    std::vector<std::uint32_t> found_;          // scratch: resolve_now's slots
+    std::uint64_t generation_ = 0;              // prepare_stores that stored something (resolve's memo)
     std::vector<std::uint64_t> resolved_memo_;  // the reader's memo list's keys, resolved
     std::uint64_t resolved_memo_id_ = ~std::uint64_t{0}, resolved_generation_ = 0;
-    bool last_from_memo_ = false;  // the last resolve() answered with the memo's keys
-    std::vector<std::uint64_t> resolved_;                       // scratch: one call's keys
+    bool last_from_memo_ = false;                                // the last resolve() answered with the memo's keys
+    std::vector<std::uint64_t> resolved_;                        // scratch: one call's keys
     std::vector<std::pair<std::uint64_t, std::uint32_t>> free_;  // scratch: its bytes hashes on free keys
-    std::unordered_map<std::string, std::uint64_t, string_hash, std::equal_to<>> probed_;  // bytes hash -> key past its fold
+    std::unordered_map<std::string, std::uint64_t, string_hash, std::equal_to<>>
+        probed_;  // bytes hash -> key past its fold
 };
 
 }  // namespace
 
 void bind_offload(nb::module_& m) {
     using c = offload_core;
-    nb::class_<c>(m, "OffloadCore",
-                  "The C++ bookkeeping behind kvpolicy.vllm.OffloadingManager (see that class).")
+    nb::class_<c>(m, "OffloadCore", "The C++ bookkeeping behind kvpolicy.vllm.OffloadingManager (see that class).")
         .def(nb::init<std::size_t, const std::string&, bool, const nb::kwargs&>(), nb::arg("num_blocks"),
              nb::arg("policy") = "lru", nb::arg("enable_events") = false, nb::arg("config"))
         .def("lookup", &c::lookup, nb::arg("block_hashes"),

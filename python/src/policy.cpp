@@ -28,9 +28,9 @@ public:
     enum class state : std::uint8_t { untracked, evictable, held };
 
     policy_handle(const std::string& name, std::size_t capacity, const nb::kwargs& options)
-        : policy_(capacity, {name, options_from(options, name.c_str())}),
-          state_(capacity, state::untracked),
-          mark_(capacity, 0) {}
+            : policy_(capacity, {name, options_from(options, name.c_str())}),
+              state_(capacity, state::untracked),
+              mark_(capacity, 0) {}
 
     void miss(nb::handle keys, std::optional<timestamp> now) {
         nb::object keep;
@@ -130,9 +130,12 @@ public:
     [[nodiscard]] std::string state_of(std::uint32_t id) const {
         check_range("state", item_id{id});
         switch (state_[id]) {
-            case state::untracked: return "untracked";
-            case state::evictable: return "evictable";
-            case state::held: return "held";
+            case state::untracked:
+                return "untracked";
+            case state::evictable:
+                return "evictable";
+            case state::held:
+                return "held";
         }
         return "?";
     }
@@ -151,7 +154,8 @@ private:
     struct batch_args {
         nb::object keep_ids, keep_keys, keep_priorities, keep_next_use;
         item_batch b;
-        batch_args(nb::handle ids, nb::handle keys, nb::handle priorities, nb::handle next_use, const std::string& what) {
+        batch_args(nb::handle ids, nb::handle keys, nb::handle priorities, nb::handle next_use,
+                   const std::string& what) {
             b.ids = as_ids(as_span<std::uint32_t>(ids, (what + ": ids").c_str(), keep_ids));
             if (!keys.is_none()) b.keys = as_span<std::uint64_t>(keys, (what + ": keys").c_str(), keep_keys);
             if (!priorities.is_none())
@@ -175,8 +179,9 @@ private:
     }
     void check_range(const char* what, item_id id) const {
         if (id.index() >= state_.size())
-            throw usage_error(std::string(what) + ": id " + std::to_string(id.value) + " is out of range; ids are 0 .. " +
-                              std::to_string(state_.size() - 1) + " (the capacity is " + std::to_string(state_.size()) + ")");
+            throw usage_error(std::string(what) + ": id " + std::to_string(id.value) +
+                              " is out of range; ids are 0 .. " + std::to_string(state_.size() - 1) +
+                              " (the capacity is " + std::to_string(state_.size()) + ")");
     }
     // A generation per call marks the ids seen, so a repeat is found in O(1).
     void begin_check() {
@@ -187,13 +192,14 @@ private:
     }
     void check_once(const char* what, item_id id) {
         if (mark_[id.index()] == generation_)
-            throw usage_error(std::string(what) + ": id " + std::to_string(id.value) + " appears twice; list each id once");
+            throw usage_error(std::string(what) + ": id " + std::to_string(id.value) +
+                              " appears twice; list each id once");
         mark_[id.index()] = generation_;
     }
 
     dyn_policy policy_;
-    std::vector<state> state_;           // [capacity] mirrors the policy's, for the checks
-    std::vector<std::uint32_t> mark_;    // [capacity] generation of the last call that listed the id
+    std::vector<state> state_;         // [capacity] mirrors the policy's, for the checks
+    std::vector<std::uint32_t> mark_;  // [capacity] generation of the last call that listed the id
     std::uint32_t generation_ = 0;
     timestamp now_ = 0;
 };
@@ -231,12 +237,10 @@ nb::list options_as_dicts(const std::vector<option_description>& options) {
 
 void bind_policy(nb::module_& m) {
     m.def(
-        "policies",
-        [] { return names_list<eviction_policies>(); },
+        "policies", [] { return names_list<eviction_policies>(); },
         "The names of every registered eviction policy, in registry order.");
     m.def(
-        "policy_options",
-        [](const std::string& name) { return options_as_dicts(engine::registered_options(name)); },
+        "policy_options", [](const std::string& name) { return options_as_dicts(engine::registered_options(name)); },
         nb::arg("name"),
         "The options policy `name` takes (any registered name, vLLM's orders included), in declaration\n"
         "order: dicts of name, type ('float', 'int' or 'bool'), default, min, max (inclusive) and help.");
@@ -261,7 +265,8 @@ void bind_policy(nb::module_& m) {
                   "defaults to a counter that ticks once per call. pop_victims(n) removes and\n"
                   "returns up to n victims, never a held id. Options: kvpolicy.policy_options(name).")
         .def(nb::init<const std::string&, std::size_t, const nb::kwargs&>(), nb::arg("name"), nb::arg("capacity"),
-             nb::arg("config"), "Raises UnknownNameError (listing every policy) or ConfigError (capacity 0, a bad option).")
+             nb::arg("config"),
+             "Raises UnknownNameError (listing every policy) or ConfigError (capacity 0, a bad option).")
         .def("miss", &h::miss, nb::arg("keys"), nb::arg("now") = nb::none(),
              "Keys requested that are not tracked: call it for a key before making room for it and\n"
              "inserting it (ARC adapts here and pairs the miss with the key's insert).")

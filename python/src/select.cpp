@@ -45,9 +45,12 @@ struct batch_selector_model final : any_batch_selector {
 class batch_selector_handle {
 public:
     explicit batch_selector_handle(const std::string& rule)
-        : impl_(visit_by_name<batch_rules>(
-              rule, []<class R>() -> std::unique_ptr<any_batch_selector> { return std::make_unique<batch_selector_model<R>>(); },
-              "batch rule")) {}
+            : impl_(visit_by_name<batch_rules>(
+                  rule,
+                  []<class R>() -> std::unique_ptr<any_batch_selector> {
+                      return std::make_unique<batch_selector_model<R>>();
+                  },
+                  "batch rule")) {}
 
     nb::dict select_victims(nb::handle sequence_ids, nb::handle num_blocks, std::size_t required_blocks,
                             nb::handle last_access, nb::handle access_count, nb::handle priority, nb::handle pinned,
@@ -110,8 +113,8 @@ public:
         const auto ids = as_span<std::uint64_t>(sequence_ids, "update_access: sequence_ids", k1);
         const auto t = as_span<std::uint64_t>(now, "update_access: now", k2);
         if (t.size() != ids.size() && t.size() != 1)
-            throw usage_error("update_access: " + std::to_string(t.size()) + " times for " + std::to_string(ids.size()) +
-                              " sequences; give one time, or one per sequence");
+            throw usage_error("update_access: " + std::to_string(t.size()) + " times for " +
+                              std::to_string(ids.size()) + " sequences; give one time, or one per sequence");
         std::vector<std::uint64_t> times;
         std::span<const std::uint64_t> tt = t;
         if (t.size() == 1 && ids.size() != 1) {
@@ -164,9 +167,9 @@ void bind_select(nb::module_& m) {
             {
                 nb::gil_scoped_release unlocked;
                 thread_local nth_element_selector selector;  // its scratch is reused per thread
-                const std::size_t n = selector.select_lowest<double>(
-                    s, {reinterpret_cast<const item_id*>(id.data()), id.size()},
-                    {reinterpret_cast<item_id*>(out.data()), out.size()});
+                const std::size_t n =
+                    selector.select_lowest<double>(s, {reinterpret_cast<const item_id*>(id.data()), id.size()},
+                                                   {reinterpret_cast<item_id*>(out.data()), out.size()});
                 out.resize(n);
             }
             return to_numpy(std::move(out));
@@ -195,7 +198,8 @@ void bind_select(nb::module_& m) {
         .def("update_access", &h::update_access, nb::arg("sequence_ids"), nb::arg("now"),
              "Records requests (one time, or one per sequence); a request after an eviction is a re-prefill.")
         .def("forget", &h::forget, nb::arg("sequence_ids"), "Drops finished sequences' records.")
-        .def("metrics", &h::metrics, "selections, total_evictions, average_selection_us, re_prefills, re_prefill_rate, fairness.")
+        .def("metrics", &h::metrics,
+             "selections, total_evictions, average_selection_us, re_prefills, re_prefill_rate, fairness.")
         .def_prop_ro("rule", &h::rule);
 }
 

@@ -41,7 +41,7 @@ void bind_simulate(nb::module_& m) {
                 throw config_error("simulate: format '" + *format + "' is not one of mooncake, csv");
             if (mode && !sim::replay_mode_named(*mode))
                 throw config_error("simulate: mode '" + *mode + "' is not one of flat, prefix, tiered, offload");
-            o.mode = mode ? *sim::replay_mode_named(*mode)
+            o.mode = mode                                 ? *sim::replay_mode_named(*mode)
                      : o.format == sim::trace_format::csv ? sim::replay_mode::flat
                                                           : sim::replay_mode::prefix;
             if (o.format == sim::trace_format::csv && o.mode != sim::replay_mode::flat)
@@ -83,14 +83,22 @@ void bind_simulate(nb::module_& m) {
                 const std::string key = nb::cast<std::string>(k);
                 const double x = nb::cast<double>(v);
                 auto& w = o.workload;
-                if (key == "sessions") w.sessions = static_cast<std::uint32_t>(x);
-                else if (key == "session_rate") w.session_rate_per_s = x;
-                else if (key == "turns") w.mean_turns = x;
-                else if (key == "prompt_tokens") w.mean_prompt_tokens = x;
-                else if (key == "answer_tokens") w.mean_answer_tokens = x;
-                else if (key == "think_time") w.mean_think_time_s = x;
-                else if (key == "system_prompt_tokens") w.system_prompt_tokens = static_cast<std::uint32_t>(x);
-                else if (key == "system_prompts") w.system_prompts = static_cast<std::uint32_t>(x);
+                if (key == "sessions")
+                    w.sessions = static_cast<std::uint32_t>(x);
+                else if (key == "session_rate")
+                    w.session_rate_per_s = x;
+                else if (key == "turns")
+                    w.mean_turns = x;
+                else if (key == "prompt_tokens")
+                    w.mean_prompt_tokens = x;
+                else if (key == "answer_tokens")
+                    w.mean_answer_tokens = x;
+                else if (key == "think_time")
+                    w.mean_think_time_s = x;
+                else if (key == "system_prompt_tokens")
+                    w.system_prompt_tokens = static_cast<std::uint32_t>(x);
+                else if (key == "system_prompts")
+                    w.system_prompts = static_cast<std::uint32_t>(x);
                 else
                     throw config_error("simulate: unknown option '" + key +
                                        "'; workload options: sessions, session_rate, turns, prompt_tokens, "
@@ -104,18 +112,18 @@ void bind_simulate(nb::module_& m) {
             return out.str();
         },
         nb::arg("trace").none(), nb::arg("format").none(), nb::arg("mode").none(), nb::arg("policies"),
-        nb::arg("capacities"), nb::arg("cpu_capacity"), nb::arg("cpu_policy"), nb::arg("block_size"),
-        nb::arg("layers"), nb::arg("seed"), nb::arg("threads"), nb::arg("skip_bad_lines"), nb::arg("cost"),
-        nb::arg("workload"), nb::arg("return_hints").none(), nb::arg("bounds"), nb::arg("lookahead"),
-        nb::arg("serve_rate"), nb::arg("prefill_chunk"),
-        "kvpolicy-sim --output json, as text (kvpolicy.simulate parses it).");
+        nb::arg("capacities"), nb::arg("cpu_capacity"), nb::arg("cpu_policy"), nb::arg("block_size"), nb::arg("layers"),
+        nb::arg("seed"), nb::arg("threads"), nb::arg("skip_bad_lines"), nb::arg("cost"), nb::arg("workload"),
+        nb::arg("return_hints").none(), nb::arg("bounds"), nb::arg("lookahead"), nb::arg("serve_rate"),
+        nb::arg("prefill_chunk"), "kvpolicy-sim --output json, as text (kvpolicy.simulate parses it).");
     m.def(
         "derive_sessions",
         [](const std::vector<std::vector<std::uint64_t>>& hash_ids, const std::vector<std::uint64_t>& input_lengths,
            std::uint32_t block_size) {
             if (hash_ids.size() != input_lengths.size())
                 throw config_error("derive_sessions: " + std::to_string(hash_ids.size()) + " hash lists and " +
-                                   std::to_string(input_lengths.size()) + " input lengths; give one of each per request");
+                                   std::to_string(input_lengths.size()) +
+                                   " input lengths; give one of each per request");
             if (block_size == 0) throw config_error("derive_sessions: block_size 0; give the trace's tokens per block");
             sim::session_deriver sessions;
             std::vector<std::uint64_t> out;

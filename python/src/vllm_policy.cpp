@@ -42,8 +42,9 @@ struct key_walk {
 class core_base {
 public:
     virtual ~core_base() = default;
-    virtual void insert(std::uint32_t id, std::string_view key_bytes, std::uint64_t key, std::optional<std::int64_t> position,
-                        std::int64_t request_rank, int ref_cnt, const access_context& ctx) = 0;
+    virtual void insert(std::uint32_t id, std::string_view key_bytes, std::uint64_t key,
+                        std::optional<std::int64_t> position, std::int64_t request_rank, int ref_cnt,
+                        const access_context& ctx) = 0;
     virtual void remove(std::uint32_t id) = 0;
     virtual void touch(const key_walk& w, const access_context& ctx) = 0;
     virtual void store_miss(const key_walk& w, const access_context& ctx) = 0;
@@ -75,10 +76,14 @@ template <class Life>
 engine::lifecycle_result dispatch(Life& life, core_base::request_event e, std::string_view id, session_id s,
                                   std::span<const std::uint64_t> keys, const access_context& ctx) {
     switch (e) {
-        case core_base::request_event::arrive: return life.arrive(id, s, keys);
-        case core_base::request_event::schedule: return life.schedule(id, ctx);
-        case core_base::request_event::preempt: return life.preempt(id, keys);
-        case core_base::request_event::finish: return life.finish(id, ctx);
+        case core_base::request_event::arrive:
+            return life.arrive(id, s, keys);
+        case core_base::request_event::schedule:
+            return life.schedule(id, ctx);
+        case core_base::request_event::preempt:
+            return life.preempt(id, keys);
+        case core_base::request_event::finish:
+            return life.finish(id, ctx);
     }
     return {};
 }
@@ -233,7 +238,7 @@ std::string_view key_bytes(PyObject* key) noexcept {
 class cache_policy_binding {
 public:
     cache_policy_binding(const std::string& policy, std::size_t capacity, const nb::dict& options)
-        : capacity_(capacity), is_protected_(std::max<std::size_t>(capacity, 1), 0) {
+            : capacity_(capacity), is_protected_(std::max<std::size_t>(capacity, 1), 0) {
         // vLLM builds a manager of 0 chunks (nothing is ever stored): the
         // policy behind it has one slot that is never handed out.
         const std::size_t slots = std::max<std::size_t>(capacity, 1);
@@ -241,10 +246,13 @@ public:
             if (nb::len(options) != 0)
                 throw config_error(policy + ": takes no options (it is vLLM's own policy, exactly); got " +
                                    nb::cast<std::string>(nb::str(options)));
-            core_ = visit_by_name<engine::vllm_cache_policies>(policy, [&]<class Order>() -> std::unique_ptr<core_base> {
-                if constexpr (std::same_as<Order, engine::vllm_lru>) return std::make_unique<lru_core>(slots);
-                else return std::make_unique<arc_core>(slots);
-            });
+            core_ =
+                visit_by_name<engine::vllm_cache_policies>(policy, [&]<class Order>() -> std::unique_ptr<core_base> {
+                    if constexpr (std::same_as<Order, engine::vllm_lru>)
+                        return std::make_unique<lru_core>(slots);
+                    else
+                        return std::make_unique<arc_core>(slots);
+                });
         } else {
             dyn_policy::config_type c{policy, options_from(options, policy.c_str())};
             auto k = std::make_unique<kvpolicy_core>(slots, c);
@@ -325,13 +333,17 @@ public:
         w.flags.resize(static_cast<std::size_t>(n));
         for (Py_ssize_t i = 0; i < n; ++i) {
             PyObject* k = items[n - 1 - i];
-            if (PySet_Contains(insertion_only.ptr(), k) == 1) w.flags[static_cast<std::size_t>(i)] = 1;
-            else if (PySet_Contains(reused.ptr(), k) == 1) w.flags[static_cast<std::size_t>(i)] = 2;
+            if (PySet_Contains(insertion_only.ptr(), k) == 1)
+                w.flags[static_cast<std::size_t>(i)] = 1;
+            else if (PySet_Contains(reused.ptr(), k) == 1)
+                w.flags[static_cast<std::size_t>(i)] = 2;
         }
         access_context c = clock();
         c.session = session_id{session};
-        if (session_end) c.expected_return = never;
-        else if (expected_return_s) c.expected_return = c.now + static_cast<timestamp>(*expected_return_s * 1000.0);
+        if (session_end)
+            c.expected_return = never;
+        else if (expected_return_s)
+            c.expected_return = c.now + static_cast<timestamp>(*expected_return_s * 1000.0);
         core_->finish(w, c);
         if (session_end && session != 0) core_->end_session(c);
     }
@@ -350,7 +362,7 @@ public:
             for (Py_ssize_t i = 0; i < n; ++i) k.push_back(key_hash(items[i]));
         }
         const engine::lifecycle_result r =
-                core_->on_request(static_cast<core_base::request_event>(event), id, session_id{session}, k, clock());
+            core_->on_request(static_cast<core_base::request_event>(event), id, session_id{session}, k, clock());
         if (r) return std::nullopt;
         return r.reason;
     }
@@ -424,8 +436,8 @@ public:
         engine::vllm_arc* a = core_->arc();
         if (a == nullptr) throw usage_error("target_t1_size exists only in policy vllm_arc");
         if (!(t >= 0.0 && t <= static_cast<double>(capacity_)))
-            throw usage_error("target_t1_size: " + std::to_string(t) + " is outside 0 .. cache_capacity=" +
-                              std::to_string(capacity_));
+            throw usage_error("target_t1_size: " + std::to_string(t) +
+                              " is outside 0 .. cache_capacity=" + std::to_string(capacity_));
         a->set_target_t1_size(t);
     }
     [[nodiscard]] bool in_ghost(nb::handle key, int which) const {
@@ -480,9 +492,9 @@ private:
 
     std::size_t capacity_;
     std::unique_ptr<core_base> core_;
-    nb::dict slots_;                       // OffloadKey -> slot
-    std::vector<nb::object> keys_;         // [capacity] the key in each slot
-    std::vector<std::uint32_t> free_;      // free slots, the next at the back
+    nb::dict slots_;                          // OffloadKey -> slot
+    std::vector<nb::object> keys_;            // [capacity] the key in each slot
+    std::vector<std::uint32_t> free_;         // free slots, the next at the back
     std::vector<std::uint8_t> is_protected_;  // [capacity] scratch of evict, all 0 between calls
 };
 
@@ -492,7 +504,8 @@ void bind_vllm_policy(nb::module_& m) {
     m.def(
         "_uses_future",
         [](const std::string& name) {
-            return visit_by_name<eviction_policies>(name, []<class P>() { return uses_future<P>; }, "eviction policy");
+            return visit_by_name<eviction_policies>(
+                name, []<class P>() { return uses_future<P>; }, "eviction policy");
         },
         "Whether the policy reads each access's next use (only a simulator knows it).");
     nb::class_<cache_policy_binding>(m, "CachePolicyCore")
@@ -510,22 +523,26 @@ void bind_vllm_policy(nb::module_& m) {
         .def("request_access", &cache_policy_binding::request_access)
         .def("finish", &cache_policy_binding::finish, nb::arg("ordered"), nb::arg("insertion_only"), nb::arg("reused"),
              nb::arg("session") = 0, nb::arg("expected_return_s").none() = nb::none(), nb::arg("session_end") = false)
-        .def("request_arrived",
-             [](cache_policy_binding& b, std::string_view id, nb::handle keys, std::uint64_t session) {
-                 return b.request_event(0, id, keys, session);
-             },
-             nb::arg("request_id"), nb::arg("keys"), nb::arg("session") = 0)
-        .def("request_scheduled",
-             [](cache_policy_binding& b, std::string_view id) { return b.request_event(1, id, nb::none(), 0); },
-             nb::arg("request_id"))
-        .def("request_preempted",
-             [](cache_policy_binding& b, std::string_view id, nb::handle keys) {
-                 return b.request_event(2, id, keys, 0);
-             },
-             nb::arg("request_id"), nb::arg("keys"))
-        .def("request_finished",
-             [](cache_policy_binding& b, std::string_view id) { return b.request_event(3, id, nb::none(), 0); },
-             nb::arg("request_id"))
+        .def(
+            "request_arrived",
+            [](cache_policy_binding& b, std::string_view id, nb::handle keys, std::uint64_t session) {
+                return b.request_event(0, id, keys, session);
+            },
+            nb::arg("request_id"), nb::arg("keys"), nb::arg("session") = 0)
+        .def(
+            "request_scheduled",
+            [](cache_policy_binding& b, std::string_view id) { return b.request_event(1, id, nb::none(), 0); },
+            nb::arg("request_id"))
+        .def(
+            "request_preempted",
+            [](cache_policy_binding& b, std::string_view id, nb::handle keys) {
+                return b.request_event(2, id, keys, 0);
+            },
+            nb::arg("request_id"), nb::arg("keys"))
+        .def(
+            "request_finished",
+            [](cache_policy_binding& b, std::string_view id) { return b.request_event(3, id, nb::none(), 0); },
+            nb::arg("request_id"))
         .def_prop_ro("queued_requests", &cache_policy_binding::queued_requests)
         .def_prop_ro("hears_queue", &cache_policy_binding::hears_queue)
         .def("request_state", &cache_policy_binding::request_state, nb::arg("request_id"),

@@ -44,9 +44,10 @@ namespace {
 /// Every registered policy as a choice, in registry order.
 constexpr auto choices = []<class... Ps>(type_list<Ps...>) {
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
-        return std::array<policy_choice, sizeof...(Ps)>{
-            policy_choice{.index = I, .name = Ps::name, .built_for = built_for<Ps>(), .uses_future = uses_future<Ps>}...};
-    }(std::index_sequence_for<Ps...>{});
+        return std::array<policy_choice, sizeof...(Ps)>{policy_choice{
+            .index = I, .name = Ps::name, .built_for = built_for<Ps>(), .uses_future = uses_future<Ps>}...};
+    }
+    (std::index_sequence_for<Ps...>{});
 }(eviction_policies{});
 
 }  // namespace
@@ -54,8 +55,8 @@ constexpr auto choices = []<class... Ps>(type_list<Ps...>) {
 policy_choice choose_policy(std::string_view name) {
     const std::size_t index = index_of_name<eviction_policies>(name);
     if (index == eviction_policies::size)
-        throw unknown_name_error("unknown eviction policy '" + std::string(name) + "'; accepted: " +
-                                 accepted_policy_names());
+        throw unknown_name_error("unknown eviction policy '" + std::string(name) +
+                                 "'; accepted: " + accepted_policy_names());
     return choices[index];
 }
 
@@ -99,12 +100,11 @@ void set_return_hints(run_setup& s, const std::string& spec) {
                            "(its gap off by e^(SIGMA x N(0,1)), e.g. oracle:1.2) or file:PATH (one hint per "
                            "request: milliseconds until its session's next request, never, or empty)");
     if (o.mode == replay_mode::flat || o.instances > 1 || o.remote_capacity > 0)
-        throw config_error("--return-hints applies to prefix, tiered and offload modes with one instance "
-                           "(releases are per request there)");
+        throw config_error(
+            "--return-hints applies to prefix, tiered and offload modes with one instance "
+            "(releases are per request there)");
     s.return_hint_error = sigma;
-    s.hints = spec == "ends"                ? hint_source::ends
-              : spec.starts_with("file:") ? hint_source::file
-                                          : hint_source::oracle;
+    s.hints = spec == "ends" ? hint_source::ends : spec.starts_with("file:") ? hint_source::file : hint_source::oracle;
     if (s.hints == hint_source::file) s.return_hint_file = spec.substr(5);
 }
 
@@ -118,15 +118,17 @@ run_setup prepare(run_options o) {
         throw config_error("--mode " + std::string(to_string(opt.mode)) +
                            " needs --cpu-capacity N (blocks of the CPU tier)");
     if ((opt.remote_capacity > 0 || opt.instances > 1) && opt.mode != replay_mode::tiered)
-        throw config_error("--remote-capacity and --instances need --mode tiered (remote hits are staged "
-                           "through the CPU tier) and --cpu-capacity N");
+        throw config_error(
+            "--remote-capacity and --instances need --mode tiered (remote hits are staged "
+            "through the CPU tier) and --cpu-capacity N");
     if (!opt.return_hints.empty()) set_return_hints(s, opt.return_hints);
     if (opt.lookahead > 0 && opt.serve_rate > 0)
         throw config_error("--lookahead and --serve-rate both model the waiting queue; give one");
     if ((opt.lookahead > 0 || opt.serve_rate > 0) &&
         (opt.mode == replay_mode::flat || opt.instances > 1 || opt.remote_capacity > 0))
-        throw config_error("--lookahead and --serve-rate apply to prefix, tiered and offload modes with one instance "
-                           "and no remote store (requests queue at one engine)");
+        throw config_error(
+            "--lookahead and --serve-rate apply to prefix, tiered and offload modes with one instance "
+            "and no remote store (requests queue at one engine)");
     if (opt.prefill_chunk > 0 && opt.mode != replay_mode::offload)
         throw config_error("--prefill-chunk applies to offload mode (the CPU tier's stores, step by step)");
     if (opt.layers > 1 && (opt.mode == replay_mode::flat || opt.mode == replay_mode::offload))
@@ -189,8 +191,9 @@ run_inputs load_inputs(const run_setup& s) {
         in.requests = std::make_shared<const std::vector<request_record>>(generate_chat_workload(w));
     } else if ((needs_future || s.hints != hint_source::none) && o.mode != replay_mode::flat) {
         if (o.format == trace_format::csv)
-            throw config_error("--mode " + std::string(to_string(o.mode)) +
-                               " needs requests (mooncake JSONL or the built-in workload); a CSV holds only block accesses");
+            throw config_error(
+                "--mode " + std::string(to_string(o.mode)) +
+                " needs requests (mooncake JSONL or the built-in workload); a CSV holds only block accesses");
         auto reqs = std::make_shared<std::vector<request_record>>();
         mooncake_reader reader(o.trace, o.skip_bad_lines);
         request_record r;
@@ -201,12 +204,12 @@ run_inputs load_inputs(const run_setup& s) {
         in.returns = std::make_shared<const std::vector<timestamp>>(compute_session_ends(*in.requests, o.block_size));
     else if (s.hints == hint_source::oracle)
         in.returns = std::make_shared<const std::vector<timestamp>>(
-                compute_expected_returns(*in.requests, o.block_size, s.return_hint_error, o.seed));
+            compute_expected_returns(*in.requests, o.block_size, s.return_hint_error, o.seed));
     else if (s.hints == hint_source::file) {
         std::ifstream f(s.return_hint_file);
         if (!f) throw config_error("--return-hints file:" + s.return_hint_file + ": cannot open it; check the path");
-        in.returns = std::make_shared<const std::vector<timestamp>>(
-                parse_expected_returns(f, s.return_hint_file, *in.requests));
+        in.returns =
+            std::make_shared<const std::vector<timestamp>>(parse_expected_returns(f, s.return_hint_file, *in.requests));
     }
     if (needs_future) {
         if (o.mode == replay_mode::flat) {
@@ -313,8 +316,10 @@ void match_lru(const run_setup& s, const run_inputs& in, std::size_t distinct, s
     const std::size_t n = s.policies.size();
     const auto lru_at = std::ranges::find(s.policies, index_of_type<eviction_policies, lru>, &policy_choice::index);
     if (lru_at == s.policies.end() || results.size() != s.capacities.size() * n)
-        throw usage_error("match_lru: give the results of run_all for a setup that runs lru (plan_runs adds it for "
-                          "match_lru), not " + std::to_string(results.size()) + " results");
+        throw usage_error(
+            "match_lru: give the results of run_all for a setup that runs lru (plan_runs adds it for "
+            "match_lru), not " +
+            std::to_string(results.size()) + " results");
     const std::size_t lru_column = static_cast<std::size_t>(lru_at - s.policies.begin());
     run_parallel(results.size(), s.options.threads, "capacity searches", [&](std::size_t i) {
         replay_result& r = results[i];
@@ -374,8 +379,8 @@ std::string table_title(const comparison& c, const std::string& name) {
     } else if (o.serve_rate > 0) {
         char rate[32];
         std::snprintf(rate, sizeof rate, "%g", o.serve_rate);
-        title += std::string("; requests queue at one instance prefilling ") + rate +
-                 " uncached tokens/s (--serve-rate)";
+        title +=
+            std::string("; requests queue at one instance prefilling ") + rate + " uncached tokens/s (--serve-rate)";
     }
     return title;
 }
@@ -386,14 +391,19 @@ void write_comparison(std::ostream& out, const comparison& c) {
     const run_options& o = c.setup.options;
     const std::string name = o.trace.empty() ? "built-in chat workload (seed " + std::to_string(o.seed) + ")"
                                              : o.trace.substr(o.trace.find_last_of('/') + 1);
-    if (o.output == "json") write_json_lines(out, c.results);
-    else if (o.output == "csv") write_csv(out, c.results);
-    else write_table(out, c.results, table_title(c, name));
+    if (o.output == "json")
+        write_json_lines(out, c.results);
+    else if (o.output == "csv")
+        write_csv(out, c.results);
+    else
+        write_table(out, c.results, table_title(c, name));
     for (const auto& [file, json] : {std::pair{o.csv_file, false}, std::pair{o.json_file, true}}) {
         if (file.empty()) continue;
         std::ofstream f(file);
-        if (json) write_json_lines(f, c.results);
-        else write_csv(f, c.results);
+        if (json)
+            write_json_lines(f, c.results);
+        else
+            write_csv(f, c.results);
         if (!f.flush()) throw config_error("cannot write '" + file + "'; check the path and free space");
     }
     if (o.output == "table" && (o.instances > 1 || o.remote_capacity > 0)) {
@@ -405,7 +415,8 @@ void write_comparison(std::ostream& out, const comparison& c) {
                 << r.remote_failed_fetches << "\n";
     }
     if (!o.plot.empty()) {
-        write_plot(o.plot, c.results, "hit ratio vs capacity: " + name + " (" + std::string(to_string(o.mode)) + " mode)");
+        write_plot(o.plot, c.results,
+                   "hit ratio vs capacity: " + name + " (" + std::string(to_string(o.mode)) + " mode)");
         if (o.output == "table") out << "\nplot written to " << o.plot << "\n";
     }
 }

@@ -14,7 +14,8 @@ replay_result run_requests(const run_setup& s, const policy_choice& policy, std:
         std::size_t part = 0;
         while (part + 1 < request_parts && policy.index >= request_part_begin(part + 1)) ++part;
         return parts[part](s, policy, capacity, in);
-    }(std::make_index_sequence<request_parts>{});
+    }
+    (std::make_index_sequence<request_parts>{});
 }
 
 }  // namespace kvpolicy::sim::detail

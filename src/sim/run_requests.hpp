@@ -24,7 +24,7 @@ class any_request_source {
 public:
     template <class Source>
     explicit any_request_source(Source& s)
-        : source_(&s), next_(+[](void* p, request_record& out) { return static_cast<Source*>(p)->next(out); }) {}
+            : source_(&s), next_(+[](void* p, request_record& out) { return static_cast<Source*>(p)->next(out); }) {}
     bool next(request_record& out) { return next_(source_, out); }
 
 private:

@@ -26,8 +26,7 @@ using cpu_tier = runtime_choice<lru, lexicographic_checkerboard>;
 /// Flat mode: `policy` at `capacity` over every block access.
 replay_result run_flat(const run_setup& s, const policy_choice& policy, std::size_t capacity, const run_inputs& in);
 /// Prefix and tiered modes: through the part that holds `policy`.
-replay_result run_requests(const run_setup& s, const policy_choice& policy, std::size_t capacity,
-                           const run_inputs& in);
+replay_result run_requests(const run_setup& s, const policy_choice& policy, std::size_t capacity, const run_inputs& in);
 
 /// run_requests' translation units.
 inline constexpr std::size_t request_parts = KVPOLICY_SIM_REQUEST_PARTS;

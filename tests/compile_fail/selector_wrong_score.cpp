@@ -4,6 +4,8 @@
 #include <kvpolicy/sparse/full_attention.hpp>
 
 template <kvpolicy::victim_selector S>
-struct picks_victims { S selector; };
+struct picks_victims {
+    S selector;
+};
 
 picks_victims<kvpolicy::full_attention> p;

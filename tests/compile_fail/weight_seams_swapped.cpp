@@ -4,6 +4,8 @@
 #include <kvpolicy/cost/uniform_weights.hpp>
 
 template <kvpolicy::layer_weight W>
-double weigh(const W& w) { return w.weight(kvpolicy::layer_index{0}, 1); }
+double weigh(const W& w) {
+    return w.weight(kvpolicy::layer_index{0}, 1);
+}
 
 double x = weigh(kvpolicy::uniform_position_weight{});

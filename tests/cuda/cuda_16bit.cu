@@ -62,8 +62,14 @@ double unit_roundoff() {
 
 template <class T>
 void check_quest(std::mt19937_64& rng, cudaStream_t stream) {
-    const quest_config cfg{.num_layers = 2, .num_blocks = 96, .num_kv_heads = 4, .head_dim = 128,
-                           .token_budget = 16 * 12, .threshold_blocks = 4, .sink_blocks = 1, .recent_blocks = 2};
+    const quest_config cfg{.num_layers = 2,
+                           .num_blocks = 96,
+                           .num_kv_heads = 4,
+                           .head_dim = 128,
+                           .token_budget = 16 * 12,
+                           .threshold_blocks = 4,
+                           .sink_blocks = 1,
+                           .recent_blocks = 2};
     constexpr std::uint32_t bs = 16, q_heads = 16;
     const std::size_t row = std::size_t{cfg.num_kv_heads} * cfg.head_dim, block_values = bs * row;
     quest host(cfg);
@@ -87,11 +93,14 @@ void check_quest(std::mt19937_64& rng, cudaStream_t stream) {
     for (std::uint32_t j = 0; j < cfg.num_blocks; ++j) {
         dev.on_offload(block_id{blocks[j]}, layer_index{1},
                        basic_device_key_block_view<T>{.keys = all_keys.subspan(j * block_values, tokens[j] * row),
-                                                      .tokens = tokens[j], .num_kv_heads = cfg.num_kv_heads,
+                                                      .tokens = tokens[j],
+                                                      .num_kv_heads = cfg.num_kv_heads,
                                                       .head_dim = cfg.head_dim});
         if (j == broken) continue;  // the host rejects it; the device leaves it without metadata
         const key_block_view v{.keys = std::span<const float>(keys_w).subspan(j * block_values, tokens[j] * row),
-                               .tokens = tokens[j], .num_kv_heads = cfg.num_kv_heads, .head_dim = cfg.head_dim};
+                               .tokens = tokens[j],
+                               .num_kv_heads = cfg.num_kv_heads,
+                               .head_dim = cfg.head_dim};
         host.on_offload(block_id{blocks[j]}, layer_index{0}, v);
         host.on_offload(block_id{blocks[j]}, layer_index{1}, v);
     }
@@ -113,7 +122,8 @@ void check_quest(std::mt19937_64& rng, cudaStream_t stream) {
     KVPOLICY_EXPECT(!host.has_metadata(block_id{blocks[broken]}, layer_index{0}));
 
     const std::size_t n = std::size_t{q_heads} * cfg.head_dim;
-    const double gamma_n = static_cast<double>(n) * std::ldexp(1.0, -24) / (1.0 - static_cast<double>(n) * std::ldexp(1.0, -24));
+    const double gamma_n =
+        static_cast<double>(n) * std::ldexp(1.0, -24) / (1.0 - static_cast<double>(n) * std::ldexp(1.0, -24));
     for (int round = 0; round < 12; ++round) {
         const std::uint32_t layer = static_cast<std::uint32_t>(rng() % 2);
         const auto query = random_floats(rng, n);
@@ -141,15 +151,19 @@ void check_quest(std::mt19937_64& rng, cudaStream_t stream) {
             const auto hmx = host.key_max(available[i], layer_index{layer});
             double magnitude = 0.0;
             for (std::size_t e = 0; e < n; ++e) {
-                const std::size_t m = (e / cfg.head_dim) / (q_heads / cfg.num_kv_heads) * cfg.head_dim + e % cfg.head_dim;
+                const std::size_t m =
+                    (e / cfg.head_dim) / (q_heads / cfg.num_kv_heads) * cfg.head_dim + e % cfg.head_dim;
                 magnitude += std::abs(std::max(double{query[e]} * hmn[m], double{query[e]} * hmx[m]));
             }
             bad += std::abs(double{scores[i]} - double{want}) > 2.0 * gamma_n * magnitude;
         }
         KVPOLICY_EXPECT(bad == 0);
 
-        const device_selection_context ctx{.layer = layer_index{layer}, .block_size = bs, .num_q_heads = q_heads,
-                                           .num_kv_heads = cfg.num_kv_heads, .head_dim = cfg.head_dim,
+        const device_selection_context ctx{.layer = layer_index{layer},
+                                           .block_size = bs,
+                                           .num_q_heads = q_heads,
+                                           .num_kv_heads = cfg.num_kv_heads,
+                                           .head_dim = cfg.head_dim,
                                            .query = d_query.view(n)};
         std::vector<block_id> got(available.size(), block_id{9999});
         got.resize(dev.select(available, ctx, got));
@@ -195,8 +209,9 @@ void check_quest(std::mt19937_64& rng, cudaStream_t stream) {
             auto nan_query = query;
             nan_query[n / 3] = std::numeric_limits<float>::quiet_NaN();
             device_buffer<float> d_nan_query;
-            dev.select_top_device(temp.view(), bytes, layer_index{layer}, candidates, upload_span(nan_query, d_nan_query),
-                                  q_heads, keep, d_positions.view(), d_status.view(), d_flag.view());
+            dev.select_top_device(temp.view(), bytes, layer_index{layer}, candidates,
+                                  upload_span(nan_query, d_nan_query), q_heads, keep, d_positions.view(),
+                                  d_status.view(), d_flag.view());
             KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream));
             KVPOLICY_EXPECT(download(d_flag.view())[0] == 1u);
             // Bad input: checked before anything is enqueued (the flag keeps its poison).
@@ -210,8 +225,8 @@ void check_quest(std::mt19937_64& rng, cudaStream_t stream) {
                                       q_heads, keep, d_positions.view(), d_status.view(), d_flag.view());
             }));
             KVPOLICY_EXPECT(throws<usage_error>([&] {
-                dev.select_top_device(temp.view(), bytes, layer_index{layer}, candidates, d_query.view(n - 1),
-                                      q_heads, keep, d_positions.view(), d_status.view(), d_flag.view());
+                dev.select_top_device(temp.view(), bytes, layer_index{layer}, candidates, d_query.view(n - 1), q_heads,
+                                      keep, d_positions.view(), d_status.view(), d_flag.view());
             }));
             KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream));
             KVPOLICY_EXPECT(download(d_flag.view())[0] == 0xffffffffu);
@@ -228,7 +243,7 @@ void check_merge(std::mt19937_64& rng, cudaStream_t stream) {
     constexpr std::uint32_t rows = 37, d = 200, parts = 6;
     const auto o_parts = narrow<T>(random_floats(rng, parts * rows * d));
     auto lse_parts = random_floats(rng, parts * rows, 3.0f);
-    for (std::uint32_t r = 0; r < rows; r += 4) lse_parts[r] = neg_inf;                       // empty in part 0
+    for (std::uint32_t r = 0; r < rows; r += 4) lse_parts[r] = neg_inf;                        // empty in part 0
     for (std::uint32_t p = 0; p < parts; ++p) lse_parts[std::size_t{p} * rows + 7] = neg_inf;  // row 7 empty everywhere
     const auto o_w = widen(o_parts);
     double max_o = 0.0;
@@ -280,8 +295,11 @@ void check_merge(std::mt19937_64& rng, cudaStream_t stream) {
 template <class T>
 void check_ring_attention(std::mt19937_64& rng) {
     constexpr std::uint32_t blocks = 160, used = 53, bs = 16, kv_heads = 2, group = 4, d = 128, slot_blocks = 8;
-    const decode_attention_shape shape{.num_q_heads = kv_heads * group, .num_kv_heads = kv_heads, .head_dim = d,
-                                       .block_size = bs, .scale = 1.0f / std::sqrt(static_cast<float>(d))};
+    const decode_attention_shape shape{.num_q_heads = kv_heads * group,
+                                       .num_kv_heads = kv_heads,
+                                       .head_dim = d,
+                                       .block_size = bs,
+                                       .scale = 1.0f / std::sqrt(static_cast<float>(d))};
     const std::size_t half = std::size_t{bs} * kv_heads * d, block_values = 2 * half, heads = shape.num_q_heads;
     const auto cache = narrow<T>(random_floats(rng, blocks * block_values));
     const auto cache_w = widen(cache);
@@ -292,8 +310,9 @@ void check_ring_attention(std::mt19937_64& rng) {
     const std::uint64_t tokens = std::uint64_t{used - 1} * bs + 1 + rng() % bs;
     const auto q = random_floats(rng, heads * d, 1.5f);
     std::vector<float> o_ref(heads * d), lse_ref(heads);
-    reference_decode_attention(q, {.k = cache_w, .v = std::span<const float>(cache_w).subspan(half), .block_stride = block_values},
-                               table, tokens, shape, o_ref, lse_ref);
+    reference_decode_attention(
+        q, {.k = cache_w, .v = std::span<const float>(cache_w).subspan(half), .block_stride = block_values}, table,
+        tokens, shape, o_ref, lse_ref);
     std::vector<slot_load> loads;
     std::vector<std::uint64_t> load_tokens;
     for (std::size_t first = 0; first < table.size(); first += slot_blocks) {
@@ -304,8 +323,11 @@ void check_ring_attention(std::mt19937_64& rng) {
     for (gather_method method : {gather_method::batch_memcpy, gather_method::gather_kernel}) {
         pinned_block_arena host(blocks, block_values * sizeof(T));
         std::memcpy(host.host_view().data(), static_cast<const void*>(cache.data()), cache.size() * sizeof(T));
-        ring_loader ring(host, {.num_layers = 1, .blocks_per_layer = blocks, .num_slots = 2,
-                                .slot_blocks = slot_blocks, .method = method});
+        ring_loader ring(host, {.num_layers = 1,
+                                .blocks_per_layer = blocks,
+                                .num_slots = 2,
+                                .slot_blocks = slot_blocks,
+                                .method = method});
         std::vector<std::uint32_t> local(slot_blocks);
         std::iota(local.begin(), local.end(), 0u);
         device_buffer<std::uint32_t> d_local;
@@ -317,10 +339,14 @@ void check_ring_attention(std::mt19937_64& rng) {
         const cudaStream_t compute = ring.compute_stream();
         run_ring_pipeline(ring, loads, [&](std::uint32_t slot, std::size_t i) {
             const device_span<const T> base = ring.slot_view<T>(slot);
-            const basic_paged_decode_args<T> a{.q = d_q.view(heads * d), .k_cache = base,
-                                               .v_cache = base.subspan(half), .block_stride = block_values,
-                                               .block_table = d_local.view(), .num_tokens = load_tokens[i],
-                                               .shape = shape, .o = d_part_o.view(heads * d),
+            const basic_paged_decode_args<T> a{.q = d_q.view(heads * d),
+                                               .k_cache = base,
+                                               .v_cache = base.subspan(half),
+                                               .block_stride = block_values,
+                                               .block_table = d_local.view(),
+                                               .num_tokens = load_tokens[i],
+                                               .shape = shape,
+                                               .o = d_part_o.view(heads * d),
                                                .lse = d_part_lse.view(heads)};
             paged_decode_attention(a, compute);
             merge_attention_state<float>(d_acc_o.view(heads * d), d_acc_lse.view(heads), d_part_o.view(heads * d),

@@ -40,8 +40,6 @@ namespace fi = kvpolicy::cuda::flashinfer;
 
 constexpr std::uint32_t q_heads = 32, kv_heads = 8, d = 128, page = 16;
 
-
-
 // Reference over the pages `table` lists, `tokens` of them valid.
 std::vector<float> reference(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
                              const std::vector<std::int32_t>& table, std::uint64_t tokens) {
@@ -49,7 +47,10 @@ std::vector<float> reference(const std::vector<float>& q, const std::vector<floa
     for (std::int32_t p : table) blocks.push_back(block_id{static_cast<std::uint32_t>(p)});
     std::vector<float> o(q_heads * d), lse(q_heads);
     reference_decode_attention(q, {k, v, 0}, blocks, tokens,
-                               {.num_q_heads = q_heads, .num_kv_heads = kv_heads, .head_dim = d, .block_size = page,
+                               {.num_q_heads = q_heads,
+                                .num_kv_heads = kv_heads,
+                                .head_dim = d,
+                                .block_size = page,
                                 .scale = 1.0f / std::sqrt(float{d})},
                                o, lse);
     return o;
@@ -71,29 +72,28 @@ int compare(const char* what, const std::vector<float>& got, const std::vector<f
 void bad_input() {
     std::printf("bad input, refused before any launch\n");
     const std::vector<std::int32_t> table{0, 1, 2};
-    const quest_config cfg{.num_layers = 1, .num_blocks = 8, .num_kv_heads = kv_heads, .head_dim = d,
-                           .token_budget = 0};
+    const quest_config cfg{
+        .num_layers = 1, .num_blocks = 8, .num_kv_heads = kv_heads, .head_dim = d, .token_budget = 0};
     const std::vector<quest_paged_request> reqs{{40, table}};
     KVPOLICY_EXPECT(throws<config_error>([&] { (void)plan_quest_paged_rows(reqs, page, 8, cfg); }));
     fi::device_paged_kv_buffer buffer;
     const std::vector<std::int32_t> indptr{0, 3}, out_of_range{0, 1, 9}, last{5};
-    KVPOLICY_EXPECT(throws<usage_error>([&] { buffer.upload(page, indptr, out_of_range, last, 8, cudaStreamPerThread); }));
+    KVPOLICY_EXPECT(
+        throws<usage_error>([&] { buffer.upload(page, indptr, out_of_range, last, 8, cudaStreamPerThread); }));
     const std::vector<std::int32_t> empty_request{0, 3, 3};
     fi::batch_decode<bf16> decode;
     const fi::attention_heads heads{.num_q_heads = q_heads, .num_kv_heads = kv_heads};
     KVPOLICY_EXPECT(throws<usage_error>([&] { decode.plan(empty_request, heads, page); }));
     KVPOLICY_EXPECT(throws<usage_error>([&] { decode.plan(indptr, {.num_q_heads = 30, .num_kv_heads = 8}, page); }));
     KVPOLICY_EXPECT(throws<config_error>([&] { decode.plan(indptr, {.num_q_heads = 40, .num_kv_heads = 8}, page); }));
-    KVPOLICY_EXPECT(throws<config_error>([&] {
-        decode.plan(indptr, {.num_q_heads = q_heads, .num_kv_heads = kv_heads, .head_dim = 64}, page);
-    }));
+    KVPOLICY_EXPECT(throws<config_error>(
+        [&] { decode.plan(indptr, {.num_q_heads = q_heads, .num_kv_heads = kv_heads, .head_dim = 64}, page); }));
     KVPOLICY_EXPECT(throws<config_error>([&] { decode.plan(indptr, heads, 0); }));
     KVPOLICY_EXPECT(throws<usage_error>([&] {  // nothing planned
         decode.run({}, {}, {}, {});
     }));
-    KVPOLICY_EXPECT(throws<usage_error>([&] {
-        fi::single_decode<bf16>({}, {}, {}, 0, heads, {}, {}, cudaStreamPerThread);
-    }));
+    KVPOLICY_EXPECT(
+        throws<usage_error>([&] { fi::single_decode<bf16>({}, {}, {}, 0, heads, {}, {}, cudaStreamPerThread); }));
 }
 
 // A cache of `num_pages` pages, K and V in separate arrays, values drawn once.
@@ -110,8 +110,11 @@ struct cache {
     }
     fi::paged_kv_cache<T> view(std::uint32_t num_pages) const {
         const std::size_t n = std::size_t{num_pages} * page * kv_heads * d;
-        return {.k = device_span<const T>{dk.get(), n}, .v = device_span<const T>{dv.get(), n},
-                .num_pages = num_pages, .page_size = page, .num_kv_heads = kv_heads};
+        return {.k = device_span<const T>{dk.get(), n},
+                .v = device_span<const T>{dv.get(), n},
+                .num_pages = num_pages,
+                .page_size = page,
+                .num_kv_heads = kv_heads};
     }
 };
 
@@ -181,8 +184,8 @@ void quest_sparse(std::mt19937_64& rng) {
     cache<T> c(rng, num_pages);
     const stream_handle stream;
     // Quest's metadata: key block p is page p (K only, packed pages).
-    const quest_config cfg{.num_layers = 1, .num_blocks = num_pages, .num_kv_heads = kv_heads, .head_dim = d,
-                           .token_budget = 512};
+    const quest_config cfg{
+        .num_layers = 1, .num_blocks = num_pages, .num_kv_heads = kv_heads, .head_dim = d, .token_budget = 512};
     basic_device_quest<T> quest(cfg, stream.get());
     {
         std::vector<std::uint32_t> ids(num_pages), valid(num_pages, page);
@@ -190,7 +193,8 @@ void quest_sparse(std::mt19937_64& rng) {
         device_buffer<std::uint32_t> dids, dvalid;
         upload(ids, dids);
         upload(valid, dvalid);
-        quest.on_offload_blocks(layer_index{0}, device_span<const T>{c.dk.get(), std::size_t{num_pages} * page * kv_heads * d},
+        quest.on_offload_blocks(layer_index{0},
+                                device_span<const T>{c.dk.get(), std::size_t{num_pages} * page * kv_heads * d},
                                 std::size_t{page} * kv_heads * d, dids.view(num_pages), dvalid.view(num_pages));
         KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
     }
@@ -234,7 +238,8 @@ void quest_sparse(std::mt19937_64& rng) {
         for (std::uint32_t b = row.middle_begin; b < row.middle_end; ++b)
             cand.push_back(static_cast<std::uint32_t>(tables[r][b]));
         upload(cand, candidates[r]);
-        const auto query = device_span<const float>{dq32.get() + std::size_t{r} * q_heads * d, std::size_t{q_heads} * d};
+        const auto query =
+            device_span<const float>{dq32.get() + std::size_t{r} * q_heads * d, std::size_t{q_heads} * d};
         std::size_t bytes = 0;
         quest.select_top_device({}, bytes, layer_index{0}, candidates[r].view(cand.size()), query, q_heads, row.keep,
                                 positions.view().subspan(row.positions_begin, row.keep), status.view().subspan(r, 1),
@@ -281,8 +286,8 @@ void quest_sparse(std::mt19937_64& rng) {
         const std::vector<std::int32_t> table(want.pages(r).begin(), want.pages(r).end());
         const std::vector<float> gr(got.begin() + std::ptrdiff_t{r} * q_heads * d,
                                     got.begin() + std::ptrdiff_t{r + 1} * q_heads * d);
-        const std::string what = "sparse request of " + std::to_string(lengths[r]) + " tokens, " +
-                                 std::to_string(table.size()) + " pages";
+        const std::string what =
+            "sparse request of " + std::to_string(lengths[r]) + " tokens, " + std::to_string(table.size()) + " pages";
         compare(what.c_str(), gr, reference(qr, c.k, c.v, table, want.kv_len(r)), element_tolerance<T>());
     }
 }

@@ -37,7 +37,6 @@ namespace fi = kvpolicy::cuda::flashinfer;
 
 constexpr std::uint32_t q_heads = 32, kv_heads = 8, d = 128;
 
-
 void compare(const std::string& what, const std::vector<float>& got, const std::vector<double>& want, float tol) {
     float worst = 0.0f;
     std::size_t bad = 0;
@@ -61,7 +60,8 @@ std::vector<double> naive_causal(const std::vector<float>& q, const std::vector<
             for (std::uint32_t j = 0; j <= i; ++j) {
                 double dot = 0.0;
                 for (std::uint32_t c = 0; c < d; ++c)
-                    dot += double{q[(std::size_t{i} * q_heads + h) * d + c]} * k[(std::size_t{j} * kv_heads + kh) * d + c];
+                    dot +=
+                        double{q[(std::size_t{i} * q_heads + h) * d + c]} * k[(std::size_t{j} * kv_heads + kh) * d + c];
                 logits[j] = dot * scale;
                 m = std::max(m, logits[j]);
             }
@@ -87,14 +87,12 @@ void bad_input() {
     KVPOLICY_EXPECT(throws<usage_error>([&] {  // the index is for 8 KV heads
         prefill.set_indices(rows, {.num_q_heads = q_heads, .num_kv_heads = 4});
     }));
-    KVPOLICY_EXPECT(throws<config_error>([&] {
-        prefill.set_indices(rows, {.num_q_heads = q_heads, .num_kv_heads = kv_heads, .head_dim = 64});
-    }));
+    KVPOLICY_EXPECT(throws<config_error>(
+        [&] { prefill.set_indices(rows, {.num_q_heads = q_heads, .num_kv_heads = kv_heads, .head_dim = 64}); }));
     sparse_prefill_indices other = rows;
     other.num_tokens = 300;  // the rows cover 256 tokens
-    KVPOLICY_EXPECT(throws<usage_error>([&] {
-        prefill.set_indices(other, {.num_q_heads = q_heads, .num_kv_heads = kv_heads});
-    }));
+    KVPOLICY_EXPECT(
+        throws<usage_error>([&] { prefill.set_indices(other, {.num_q_heads = q_heads, .num_kv_heads = kv_heads}); }));
     KVPOLICY_EXPECT(throws<usage_error>([&] { prefill.run({}, {}, {}, {}); }));  // no index set
     KVPOLICY_EXPECT(throws<usage_error>([&] {
         fi::dense_causal_prefill<bf16>({}, {}, {}, 0, {.num_q_heads = q_heads, .num_kv_heads = kv_heads}, {},
@@ -118,8 +116,8 @@ void dense(std::mt19937_64& rng) {
     const auto sq = upload_span(to_elements<T>(q), dq), sk = upload_span(to_elements<T>(k), dk),
                sv = upload_span(to_elements<T>(v), dv);
     dout.reserve(q.size());
-    fi::dense_causal_prefill<T>(sq, sk, sv, n, {.num_q_heads = q_heads, .num_kv_heads = kv_heads},
-                                dout.view(q.size()), cudaStreamPerThread);
+    fi::dense_causal_prefill<T>(sq, sk, sv, n, {.num_q_heads = q_heads, .num_kv_heads = kv_heads}, dout.view(q.size()),
+                                cudaStreamPerThread);
     KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
     compare("dense_causal_prefill, 300 tokens", to_floats(download(dout.get(), q.size())), naive_causal(q, k, v, n),
             element_tolerance<T>());
@@ -134,13 +132,19 @@ void sparse(std::mt19937_64& rng, std::uint32_t n, std::uint32_t nv, std::uint32
     const std::vector<float> v = to_floats(to_elements<T>(random_floats(rng, std::size_t{n} * kv_heads * d)));
     vertical_slash_index index = kvpolicy::testing::random_index(rng, q_heads, n, nv, ns);
     for (std::uint32_t h = 0; h < q_heads; ++h) index.slashes[std::size_t{h} * ns] = 0;  // offset 0 kept, as MInference
-    for (std::uint32_t h = 0; h < q_heads; ++h) std::sort(index.slashes.begin() + std::ptrdiff_t{h} * ns,
-                                                          index.slashes.begin() + std::ptrdiff_t{h + 1} * ns);
+    for (std::uint32_t h = 0; h < q_heads; ++h)
+        std::sort(index.slashes.begin() + std::ptrdiff_t{h} * ns, index.slashes.begin() + std::ptrdiff_t{h + 1} * ns);
     const sparse_prefill_indices rows = minference_sparse_prefill_indices(index, kv_heads, query_block, page);
     const float scale = 1.0f / std::sqrt(float{d});
     std::vector<double> want(q.size()), lse(std::size_t{n} * q_heads);
-    vertical_slash_block_attention_reference({.q = q, .k = k, .v = v, .num_tokens = n, .num_q_heads = q_heads,
-                                              .num_kv_heads = kv_heads, .head_dim = d, .scale = scale},
+    vertical_slash_block_attention_reference({.q = q,
+                                              .k = k,
+                                              .v = v,
+                                              .num_tokens = n,
+                                              .num_q_heads = q_heads,
+                                              .num_kv_heads = kv_heads,
+                                              .head_dim = d,
+                                              .scale = scale},
                                              index, query_block, page, want, lse);
     device_buffer<T> dq, dk, dv, dout;
     const auto sq = upload_span(to_elements<T>(q), dq), sk = upload_span(to_elements<T>(k), dk),
@@ -152,8 +156,8 @@ void sparse(std::mt19937_64& rng, std::uint32_t n, std::uint32_t nv, std::uint32
     prefill.set_indices(rows, {.num_q_heads = q_heads, .num_kv_heads = kv_heads, .sm_scale = scale});
     prefill.run(sq, sk, sv, dout.view(q.size()));
     KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
-    compare(std::string("minference_prefill, ") + std::to_string(n) + " tokens, " + std::to_string(rows.verticals.indices.size()) +
-                " column entries",
+    compare(std::string("minference_prefill, ") + std::to_string(n) + " tokens, " +
+                std::to_string(rows.verticals.indices.size()) + " column entries",
             to_floats(download(dout.get(), q.size())), want, element_tolerance<T>());
 }
 
@@ -168,7 +172,8 @@ int main() {
     dense<kvpolicy::bf16>(rng);
     dense<kvpolicy::fp16>(rng);
     // 1000 tokens, 256 under the sanitizers (KVPOLICY_CUDA_TEST_SCALE=small): every path still runs.
-    const auto n = static_cast<std::uint32_t>(std::max<std::size_t>(1000 / kvpolicy::cuda::testing::large_input_divisor(), 256));
+    const auto n =
+        static_cast<std::uint32_t>(std::max<std::size_t>(1000 / kvpolicy::cuda::testing::large_input_divisor(), 256));
     sparse<kvpolicy::bf16>(rng, n, 40, 60, "columns and slashes");
     sparse<kvpolicy::fp16>(rng, n, 40, 60, "columns and slashes");
     sparse<kvpolicy::bf16>(rng, 333, 1, 300, "slashes covering nearly every column");

@@ -28,7 +28,8 @@ namespace fi = kvpolicy::cuda::flashinfer;
 std::vector<std::uint32_t> host_lowest(const std::vector<float>& s, const std::vector<std::uint32_t>& ids,
                                        std::uint32_t k) {
     std::vector<std::pair<float, std::uint32_t>> all(s.size());
-    for (std::size_t i = 0; i < s.size(); ++i) all[i] = {s[i] == 0.0f ? 0.0f : s[i], ids.empty() ? std::uint32_t(i) : ids[i]};
+    for (std::size_t i = 0; i < s.size(); ++i)
+        all[i] = {s[i] == 0.0f ? 0.0f : s[i], ids.empty() ? std::uint32_t(i) : ids[i]};
     k = std::min<std::uint32_t>(k, static_cast<std::uint32_t>(s.size()));
     std::nth_element(all.begin(), all.begin() + k, all.end());
     std::sort(all.begin(), all.begin() + k);
@@ -48,7 +49,8 @@ result run(Select&& select, const std::vector<float>& s, const std::vector<std::
     device_buffer<std::uint32_t> dids, dout(std::max<std::uint32_t>(k, 1));
     device_buffer<select_status> dst(1);
     const auto scores = upload_span(s, ds);
-    const auto id_span = ids.empty() ? device_span<const std::uint32_t>{} : device_span<const std::uint32_t>(upload_span(ids, dids));
+    const auto id_span =
+        ids.empty() ? device_span<const std::uint32_t>{} : device_span<const std::uint32_t>(upload_span(ids, dids));
     const std::uint32_t kk = std::min<std::uint32_t>(k, static_cast<std::uint32_t>(s.size()));
     poison(dout.view());
     std::size_t bytes = 0;
@@ -120,8 +122,8 @@ int main() {
     with_nan[n / 3] = std::numeric_limits<float>::quiet_NaN();
     with_nan[n / 2] = std::numeric_limits<float>::quiet_NaN();
     const result got = run(top_k, with_nan, ids, k);
-    const bool reported = got.status.nan_count == 1 && got.status.nan_index == n / 3 && got.status.nan_id == ids[n / 3] &&
-                          got.status.selected == 0 &&
+    const bool reported = got.status.nan_count == 1 && got.status.nan_index == n / 3 &&
+                          got.status.nan_id == ids[n / 3] && got.status.selected == 0 &&
                           std::ranges::all_of(got.ids, [](std::uint32_t x) { return x == 0xffffffffu; });
     std::printf("  NaN: reported at %u (id %u), out untouched: %s\n", got.status.nan_index, got.status.nan_id,
                 reported ? "yes" : "NO");

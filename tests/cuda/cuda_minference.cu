@@ -74,19 +74,34 @@ struct device_prompt {
     device_buffer<float> dq, dk, dv, d_o, d_lse;
 
     device_prompt(std::mt19937_64& rng, std::uint32_t n_, std::uint32_t qh, std::uint32_t kvh, std::uint32_t d_)
-        : n(n_), q_heads(qh), kv_heads(kvh), d(d_),
-          q(random_floats(rng, std::size_t{n_} * qh * d_, 2.0f)),
-          k(random_floats(rng, std::size_t{n_} * kvh * d_)),
-          v(random_floats(rng, std::size_t{n_} * kvh * d_)) {}
+            : n(n_),
+              q_heads(qh),
+              kv_heads(kvh),
+              d(d_),
+              q(random_floats(rng, std::size_t{n_} * qh * d_, 2.0f)),
+              k(random_floats(rng, std::size_t{n_} * kvh * d_)),
+              v(random_floats(rng, std::size_t{n_} * kvh * d_)) {}
 
     [[nodiscard]] float scale() const { return 1.0f / std::sqrt(static_cast<float>(d)); }
     [[nodiscard]] prefill_qkv_view host() const {
-        return {.q = q, .k = k, .v = v, .num_tokens = n, .num_q_heads = q_heads, .num_kv_heads = kv_heads,
-                .head_dim = d, .scale = scale()};
+        return {.q = q,
+                .k = k,
+                .v = v,
+                .num_tokens = n,
+                .num_q_heads = q_heads,
+                .num_kv_heads = kv_heads,
+                .head_dim = d,
+                .scale = scale()};
     }
     [[nodiscard]] device_prefill_qkv_view device() {
-        return {.q = upload(q, dq), .k = upload(k, dk), .v = upload(v, dv), .num_tokens = n, .num_q_heads = q_heads,
-                .num_kv_heads = kv_heads, .head_dim = d, .scale = scale()};
+        return {.q = upload(q, dq),
+                .k = upload(k, dk),
+                .v = upload(v, dv),
+                .num_tokens = n,
+                .num_q_heads = q_heads,
+                .num_kv_heads = kv_heads,
+                .head_dim = d,
+                .scale = scale()};
     }
     [[nodiscard]] device_prefill_output_view poisoned_output() {
         return {.o = poisoned(d_o, std::size_t{n} * q_heads * d), .lse = poisoned(d_lse, std::size_t{n} * q_heads)};
@@ -192,9 +207,14 @@ void tiled_shapes(std::uint64_t seed, std::uint32_t n, std::uint32_t qh, std::ui
         KVPOLICY_CUDA_CHECK(cudaMemcpy(at, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
         return device_span<const float>{at, h.size()};
     };
-    const device_prefill_qkv_view in{.q = put(p.q, base + shift), .k = put(p.k, base + q_size + 2 * shift),
-                                     .v = put(p.v, base + q_size + kv_size + 3 * shift), .num_tokens = n,
-                                     .num_q_heads = qh, .num_kv_heads = kvh, .head_dim = d, .scale = p.scale()};
+    const device_prefill_qkv_view in{.q = put(p.q, base + shift),
+                                     .k = put(p.k, base + q_size + 2 * shift),
+                                     .v = put(p.v, base + q_size + kv_size + 3 * shift),
+                                     .num_tokens = n,
+                                     .num_q_heads = qh,
+                                     .num_kv_heads = kvh,
+                                     .head_dim = d,
+                                     .scale = p.scale()};
     settle();
     const std::size_t rows = std::size_t{n} * qh;
     std::vector<float> o_ref(rows * d), lse_ref(rows);
@@ -266,9 +286,13 @@ int run() {
     const minference_config small{.adaptive_budget = 0.1, .num_sink_tokens = 4, .num_recent_diags = 8, .last_q = 64};
     for (std::uint64_t seed = 1; seed <= 3; ++seed) {
         estimation_and_attention(seed, 300 + static_cast<std::uint32_t>(seed) * 137, 64, small);
-        estimation_and_attention(seed + 10, 700, 128, {.adaptive_budget = std::nullopt, .vertical_size = 40,
-                                                       .slash_size = 90, .num_sink_tokens = 30,
-                                                       .num_recent_diags = 20, .last_q = 32});
+        estimation_and_attention(seed + 10, 700, 128,
+                                 {.adaptive_budget = std::nullopt,
+                                  .vertical_size = 40,
+                                  .slash_size = 90,
+                                  .num_sink_tokens = 30,
+                                  .num_recent_diags = 20,
+                                  .last_q = 32});
         full_budget_is_dense(seed + 20, 257 + static_cast<std::uint32_t>(seed) * 50, seed % 2 == 0 ? 64 : 128);
     }
     tiled_shapes(31, 1, 1, 1, 32, 0);
@@ -276,7 +300,8 @@ int run() {
     tiled_shapes(33, 64, 4, 4, 64, 0);
     tiled_shapes(34, 300, 4, 1, 64, 3);
     tiled_shapes(35, 129, 8, 1, 128, 0);
-    tiled_shapes(36, static_cast<std::uint32_t>(1000 / large_input_divisor()), 8, 2, 128, 0);  // 100 under the sanitizers
+    tiled_shapes(36, static_cast<std::uint32_t>(1000 / large_input_divisor()), 8, 2, 128,
+                 0);  // 100 under the sanitizers
     tiled_shapes(37, 200, 2, 1, 96, 2);
     tiled_shapes(38, 150, 2, 1, 256, 0);
     tiled_shapes(39, 90, 2, 2, 224, 1);

@@ -84,11 +84,12 @@ std::vector<Score> random_scores(std::mt19937_64& rng, std::size_t n, bool coars
 
 // Runs the CUB path once with poisoned output and checks it against the host.
 template <class Score>
-void check_select(std::mt19937_64& rng, std::size_t n, std::size_t k, bool coarse, bool with_ids,
-                  select_algorithm algo, cudaStream_t stream) {
+void check_select(std::mt19937_64& rng, std::size_t n, std::size_t k, bool coarse, bool with_ids, select_algorithm algo,
+                  cudaStream_t stream) {
     const auto scores = random_scores<Score>(rng, n, coarse);
     std::vector<std::uint32_t> ids(n);
-    for (std::size_t i = 0; i < n; ++i) ids[i] = with_ids ? static_cast<std::uint32_t>(rng() % (4 * n + 1)) : static_cast<std::uint32_t>(i);
+    for (std::size_t i = 0; i < n; ++i)
+        ids[i] = with_ids ? static_cast<std::uint32_t>(rng() % (4 * n + 1)) : static_cast<std::uint32_t>(i);
     device_buffer<Score> d_scores;
     device_buffer<std::uint32_t> d_ids, d_out;
     device_buffer<select_status> d_status;
@@ -218,9 +219,8 @@ host_items random_items(std::mt19937_64& rng, std::size_t n, std::uint32_t num_l
 void check_retention_scores(cudaStream_t stream) {
     std::mt19937_64 rng(5);
     const std::size_t n = 200000 / kvpolicy::cuda::testing::large_input_divisor();
-    const retention_params params{.cost = {.alpha = 0.0013, .beta = 0.021, .const_non_attention = 0.0047},
-                                  .num_layers = 40,
-                                  .now = 1'000'000};
+    const retention_params params{
+        .cost = {.alpha = 0.0013, .beta = 0.021, .const_non_attention = 0.0047}, .num_layers = 40, .now = 1'000'000};
     const host_items h = random_items(rng, n, params.num_layers, params.now);
     device_buffer<std::uint32_t> d_layer, d_chunk, d_total, d_ids, d_out;
     device_buffer<std::uint64_t> d_context;
@@ -261,8 +261,8 @@ void check_retention_scores(cudaStream_t stream) {
     for (std::uint32_t i = 0; i < n; ++i) {
         want[i] = *policy.retention(item_id{i}, params.now);
         if (std::memcmp(&want[i], &got[i], sizeof(double)) != 0) ++bit_mismatch;
-        const double rel = std::isinf(want[i]) ? (std::isinf(got_f[i]) ? 0.0 : 1.0)
-                                                : std::abs(double{got_f[i]} - want[i]) / want[i];
+        const double rel =
+            std::isinf(want[i]) ? (std::isinf(got_f[i]) ? 0.0 : 1.0) : std::abs(double{got_f[i]} - want[i]) / want[i];
         if (rel > std::ldexp(1.0, -24)) ++float_out;
     }
     std::printf("  compute_retention: %zu of %zu double scores differ in any bit, %zu float scores off by > 2^-24\n",
@@ -299,8 +299,8 @@ void check_retention_scores(cudaStream_t stream) {
     std::size_t bytes = 0;
     select_lowest_retention<float>({}, bytes, items_broken, params, d_out.view(10), 10, d_status.view(1), stream);
     temp.reserve(bytes);
-    select_lowest_retention<float>(temp.view(bytes), bytes, items_broken, params, d_out.view(10), 10,
-                                   d_status.view(1), stream);
+    select_lowest_retention<float>(temp.view(bytes), bytes, items_broken, params, d_out.view(10), 10, d_status.view(1),
+                                   stream);
     KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream));
     const auto status = host_copy(d_status.view(1))[0];
     KVPOLICY_EXPECT(status.nan_count == 1);
@@ -367,7 +367,8 @@ int run() {
                 const auto scores = random_scores<double>(rng, n, true);
                 std::vector<item_id> ids(n);
                 std::vector<std::uint32_t> raw(n);
-                for (std::size_t i = 0; i < n; ++i) raw[i] = static_cast<std::uint32_t>(rng() % 9000), ids[i] = item_id{raw[i]};
+                for (std::size_t i = 0; i < n; ++i)
+                    raw[i] = static_cast<std::uint32_t>(rng() % 9000), ids[i] = item_id{raw[i]};
                 const std::size_t k = rng() % (n + 2);
                 const auto want = host_select(scores, raw, k);
                 std::vector<item_id> a(k, item_id{12345}), b(k, item_id{12345});

@@ -54,8 +54,14 @@ constexpr float neg_inf = -std::numeric_limits<float>::infinity();
 // ---------------------------------------------------------------- Quest ----
 
 void check_quest(std::mt19937_64& rng, cudaStream_t stream) {
-    const quest_config cfg{.num_layers = 2, .num_blocks = 64, .num_kv_heads = 2, .head_dim = 64,
-                           .token_budget = 16 * 8, .threshold_blocks = 4, .sink_blocks = 1, .recent_blocks = 2};
+    const quest_config cfg{.num_layers = 2,
+                           .num_blocks = 64,
+                           .num_kv_heads = 2,
+                           .head_dim = 64,
+                           .token_budget = 16 * 8,
+                           .threshold_blocks = 4,
+                           .sink_blocks = 1,
+                           .recent_blocks = 2};
     constexpr std::uint32_t bs = 16, q_heads = 8;
     const std::size_t row = std::size_t{cfg.num_kv_heads} * cfg.head_dim, block_floats = bs * row;
     quest host(cfg);
@@ -78,12 +84,15 @@ void check_quest(std::mt19937_64& rng, cudaStream_t stream) {
                           upload_span(tokens, d_tokens));
     for (std::uint32_t j = 0; j < cfg.num_blocks; ++j) {
         const device_key_block_view view{.keys = all_keys.subspan(j * block_floats, tokens[j] * row),
-                                         .tokens = tokens[j], .num_kv_heads = cfg.num_kv_heads,
+                                         .tokens = tokens[j],
+                                         .num_kv_heads = cfg.num_kv_heads,
                                          .head_dim = cfg.head_dim};
         dev.on_offload(block_id{blocks[j]}, layer_index{1}, view);
         if (j == broken) continue;  // the host rejects it; the device leaves it without metadata
         const key_block_view host_view{.keys = std::span<const float>(keys).subspan(j * block_floats, tokens[j] * row),
-                                       .tokens = tokens[j], .num_kv_heads = cfg.num_kv_heads, .head_dim = cfg.head_dim};
+                                       .tokens = tokens[j],
+                                       .num_kv_heads = cfg.num_kv_heads,
+                                       .head_dim = cfg.head_dim};
         host.on_offload(block_id{blocks[j]}, layer_index{0}, host_view);
         host.on_offload(block_id{blocks[j]}, layer_index{1}, host_view);
     }
@@ -128,7 +137,8 @@ void check_quest(std::mt19937_64& rng, cudaStream_t stream) {
                 const auto hmn = host.key_min(available[i], layer_index{layer});
                 const auto hmx = host.key_max(available[i], layer_index{layer});
                 for (std::uint32_t e = 0; e < q_heads * cfg.head_dim; ++e) {
-                    const std::size_t m = (e / cfg.head_dim) / (q_heads / cfg.num_kv_heads) * cfg.head_dim + e % cfg.head_dim;
+                    const std::size_t m =
+                        (e / cfg.head_dim) / (q_heads / cfg.num_kv_heads) * cfg.head_dim + e % cfg.head_dim;
                     magnitude += std::abs(std::max(query[e] * hmn[m], query[e] * hmx[m]));
                 }
             }
@@ -137,18 +147,26 @@ void check_quest(std::mt19937_64& rng, cudaStream_t stream) {
         }
 
         // Device selection == the host rule applied to the device's scores.
-        const device_selection_context ctx{.layer = layer_index{layer}, .is_prefill = false, .block_size = bs,
-                                           .num_q_heads = q_heads, .num_kv_heads = cfg.num_kv_heads,
-                                           .head_dim = cfg.head_dim, .query = d_query.view(query.size())};
+        const device_selection_context ctx{.layer = layer_index{layer},
+                                           .is_prefill = false,
+                                           .block_size = bs,
+                                           .num_q_heads = q_heads,
+                                           .num_kv_heads = cfg.num_kv_heads,
+                                           .head_dim = cfg.head_dim,
+                                           .query = d_query.view(query.size())};
         std::vector<block_id> got(available.size(), block_id{9999});
         got.resize(dev.select(available, ctx, got));
         KVPOLICY_EXPECT(got == host_quest_selection(available, scores, bs, cfg));
     }
     const std::vector<float> q(q_heads * cfg.head_dim);
     device_buffer<float> d_q;
-    device_selection_context prefill{.layer = layer_index{0}, .is_prefill = true, .block_size = bs,
-                                     .num_q_heads = q_heads, .num_kv_heads = cfg.num_kv_heads,
-                                     .head_dim = cfg.head_dim, .query = upload_span(q, d_q)};
+    device_selection_context prefill{.layer = layer_index{0},
+                                     .is_prefill = true,
+                                     .block_size = bs,
+                                     .num_q_heads = q_heads,
+                                     .num_kv_heads = cfg.num_kv_heads,
+                                     .head_dim = cfg.head_dim,
+                                     .query = upload_span(q, d_q)};
     std::vector<block_id> out(4);
     const std::vector<block_id> some{block_id{0}, block_id{1}};
     KVPOLICY_EXPECT(throws<usage_error>([&] { (void)dev.select(some, prefill, out); }));
@@ -192,13 +210,15 @@ void check_quest(std::mt19937_64& rng, cudaStream_t stream) {
 
 void check_merge(std::mt19937_64& rng, cudaStream_t stream) {
     constexpr std::uint32_t rows = 37, d = 96, parts = 5;
-    std::vector<float> o_parts = random_floats(rng, parts * rows * d), lse_parts = random_floats(rng, parts * rows, 3.0f);
-    for (std::uint32_t r = 0; r < rows; r += 4) lse_parts[r] = neg_inf;                 // empty in part 0
+    std::vector<float> o_parts = random_floats(rng, parts * rows * d),
+                       lse_parts = random_floats(rng, parts * rows, 3.0f);
+    for (std::uint32_t r = 0; r < rows; r += 4) lse_parts[r] = neg_inf;                        // empty in part 0
     for (std::uint32_t p = 0; p < parts; ++p) lse_parts[std::size_t{p} * rows + 7] = neg_inf;  // row 7 empty everywhere
     // Host: fold the parts in order.
     std::vector<float> o_ref(rows * d, 0.0f), lse_ref(rows, neg_inf);
     for (std::uint32_t p = 0; p < parts; ++p)
-        merge_attention_state(o_ref, lse_ref, std::span<const float>(o_parts).subspan(std::size_t{p} * rows * d, rows * d),
+        merge_attention_state(o_ref, lse_ref,
+                              std::span<const float>(o_parts).subspan(std::size_t{p} * rows * d, rows * d),
                               std::span<const float>(lse_parts).subspan(std::size_t{p} * rows, rows), d);
     device_buffer<float> d_o_parts, d_lse_parts, d_o(rows * d), d_lse(rows), d_acc_o, d_acc_lse;
     upload(o_parts, d_o_parts);
@@ -229,10 +249,10 @@ void check_merge(std::mt19937_64& rng, cudaStream_t stream) {
 
 struct paged_problem {
     decode_attention_shape shape;
-    std::size_t block_floats = 0;   // K then V: 2 x [block_size][kv_heads][head_dim]
+    std::size_t block_floats = 0;  // K then V: 2 x [block_size][kv_heads][head_dim]
     std::vector<float> q;
-    std::vector<float> cache;       // [blocks][block_floats]
-    std::vector<block_id> table;    // sequence order, scattered ids
+    std::vector<float> cache;     // [blocks][block_floats]
+    std::vector<block_id> table;  // sequence order, scattered ids
     std::uint64_t tokens = 0;
 
     [[nodiscard]] std::size_t half() const { return block_floats / 2; }
@@ -244,7 +264,10 @@ struct paged_problem {
 paged_problem make_problem(std::mt19937_64& rng, std::uint32_t num_blocks, std::uint32_t used_blocks,
                            std::uint32_t kv_heads, std::uint32_t group, std::uint32_t d, std::uint32_t bs) {
     paged_problem p;
-    p.shape = {.num_q_heads = kv_heads * group, .num_kv_heads = kv_heads, .head_dim = d, .block_size = bs,
+    p.shape = {.num_q_heads = kv_heads * group,
+               .num_kv_heads = kv_heads,
+               .head_dim = d,
+               .block_size = bs,
                .scale = 1.0f / std::sqrt(static_cast<float>(d))};
     p.block_floats = 2 * std::size_t{bs} * kv_heads * d;
     p.q = random_floats(rng, std::size_t{p.shape.num_q_heads} * d, 1.5f);
@@ -269,17 +292,21 @@ void check_attention_16bit(const paged_problem& p, cudaStream_t stream) {
         widened[i] = to_float(stored[i]);
     }
     std::vector<float> o_ref(heads * d), lse_ref(heads);
-    reference_decode_attention(p.q, {.k = widened, .v = std::span<const float>(widened).subspan(p.half()),
-                                     .block_stride = p.block_floats},
-                               p.table, p.tokens, p.shape, o_ref, lse_ref);
+    reference_decode_attention(
+        p.q, {.k = widened, .v = std::span<const float>(widened).subspan(p.half()), .block_stride = p.block_floats},
+        p.table, p.tokens, p.shape, o_ref, lse_ref);
     device_buffer<float> d_q, d_o(heads * d), d_lse(heads);
     device_buffer<T> d_cache;
     device_buffer<std::uint32_t> d_table;
     const device_span<const T> cache = upload_span(stored, d_cache);
-    const basic_paged_decode_args<T> args{.q = upload_span(p.q, d_q), .k_cache = cache,
-                                          .v_cache = cache.subspan(p.half()), .block_stride = p.block_floats,
+    const basic_paged_decode_args<T> args{.q = upload_span(p.q, d_q),
+                                          .k_cache = cache,
+                                          .v_cache = cache.subspan(p.half()),
+                                          .block_stride = p.block_floats,
                                           .block_table = upload_span(raw_ids(p.table), d_table),
-                                          .num_tokens = p.tokens, .shape = p.shape, .o = d_o.view(),
+                                          .num_tokens = p.tokens,
+                                          .shape = p.shape,
+                                          .o = d_o.view(),
                                           .lse = d_lse.view()};
     for (std::uint32_t splits : {1u, 7u}) {
         poison(d_o.view());
@@ -311,8 +338,18 @@ void check_attention(std::mt19937_64& rng, cudaStream_t stream) {
     struct shape_case {
         std::uint32_t d, group;
     };
-    for (const shape_case c : {shape_case{32, 3}, {64, 1}, {64, 6}, {96, 2}, {128, 4}, {128, 5}, {128, 8}, {128, 12},
-                               {160, 1}, {256, 4}, {256, 3}, {256, 9}}) {
+    for (const shape_case c : {shape_case{32, 3},
+                               {64, 1},
+                               {64, 6},
+                               {96, 2},
+                               {128, 4},
+                               {128, 5},
+                               {128, 8},
+                               {128, 12},
+                               {160, 1},
+                               {256, 4},
+                               {256, 3},
+                               {256, 9}}) {
         const std::uint32_t d = c.d;
         const paged_problem p = make_problem(rng, 300, 1 + static_cast<std::uint32_t>(rng() % 250),
                                              1 + static_cast<std::uint32_t>(rng() % 4), c.group, d, 16);
@@ -323,10 +360,15 @@ void check_attention(std::mt19937_64& rng, cudaStream_t stream) {
         reference_decode_attention(p.q, p.host_view(), p.table, p.tokens, p.shape, o_ref, lse_ref);
         device_buffer<float> d_q, d_cache, d_o(heads * d), d_lse(heads);
         device_buffer<std::uint32_t> d_table;
-        const paged_decode_args args{.q = upload_span(p.q, d_q), .k_cache = upload_span(p.cache, d_cache),
+        const paged_decode_args args{.q = upload_span(p.q, d_q),
+                                     .k_cache = upload_span(p.cache, d_cache),
                                      .v_cache = d_cache.view(p.cache.size()).subspan(p.half()),
-                                     .block_stride = p.block_floats, .block_table = upload_span(raw_ids(p.table), d_table),
-                                     .num_tokens = p.tokens, .shape = p.shape, .o = d_o.view(), .lse = d_lse.view()};
+                                     .block_stride = p.block_floats,
+                                     .block_table = upload_span(raw_ids(p.table), d_table),
+                                     .num_tokens = p.tokens,
+                                     .shape = p.shape,
+                                     .o = d_o.view(),
+                                     .lse = d_lse.view()};
         for (std::uint32_t splits : {1u, 7u, 64u}) {
             poison(d_o.get(), heads * d * sizeof(float));
             poison(d_lse.get(), heads * sizeof(float));
@@ -360,8 +402,11 @@ void check_ring_copies(std::mt19937_64& rng) {
             pinned_block_arena host(layers * per_layer, block_bytes);
             for (std::size_t i = 0; i < host.capacity() * block_bytes; ++i)
                 host.host_view().data()[i] = static_cast<std::byte>(rng() & 0xff);
-            ring_loader ring(host, {.num_layers = layers, .blocks_per_layer = per_layer, .num_slots = 3,
-                                    .slot_blocks = slot_blocks, .method = method});
+            ring_loader ring(host, {.num_layers = layers,
+                                    .blocks_per_layer = per_layer,
+                                    .num_slots = 3,
+                                    .slot_blocks = slot_blocks,
+                                    .method = method});
             for (std::uint32_t s = 0; s < 3; ++s) poison(ring.slot_data(s));
             std::vector<std::vector<block_id>> loads;
             for (int l = 0; l < 9; ++l) {
@@ -384,13 +429,16 @@ void check_ring_copies(std::mt19937_64& rng) {
                 KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(ring.compute_stream()));
                 const auto got = download(ring.slot_data(slot).first(loads[l].size() * block_bytes));
                 for (std::size_t i = 0; i < loads[l].size(); ++i)
-                    bad += std::memcmp(got.data() + i * block_bytes,
-                                       host.block(layer.value * per_layer + loads[l][i].value).data(), block_bytes) != 0;
+                    bad +=
+                        std::memcmp(got.data() + i * block_bytes,
+                                    host.block(layer.value * per_layer + loads[l][i].value).data(), block_bytes) != 0;
                 KVPOLICY_EXPECT(ring.slot_block_count(slot) == loads[l].size());
                 ring.record_compute_done(slot);
             }
             KVPOLICY_EXPECT(bad == 0);
-            if (bad != 0) std::printf("  ring copies: method %d, %zu-byte blocks: %d bad blocks\n", static_cast<int>(method), block_bytes, bad);
+            if (bad != 0)
+                std::printf("  ring copies: method %d, %zu-byte blocks: %d bad blocks\n", static_cast<int>(method),
+                            block_bytes, bad);
             const std::vector<block_id> too_many(slot_blocks + 1, block_id{0});
             const std::vector<block_id> outside{block_id{per_layer}};
             KVPOLICY_EXPECT(throws<usage_error>([&] { ring.load_to_slot(3, layer_index{0}, outside); }));
@@ -402,7 +450,10 @@ void check_ring_copies(std::mt19937_64& rng) {
     }
     pinned_block_arena odd(4, 100);
     KVPOLICY_EXPECT(throws<config_error>([&] {
-        ring_loader r(odd, {.num_layers = 1, .blocks_per_layer = 4, .num_slots = 2, .slot_blocks = 2,
+        ring_loader r(odd, {.num_layers = 1,
+                            .blocks_per_layer = 4,
+                            .num_slots = 2,
+                            .slot_blocks = 2,
                             .method = gather_method::gather_kernel});
     }));
 }
@@ -418,9 +469,13 @@ void check_ring_attention(std::mt19937_64& rng) {
         const std::size_t block_floats = per[0].block_floats, heads = shape.num_q_heads;
         pinned_block_arena host(layers * per_layer, block_floats * sizeof(float));
         for (std::uint32_t l = 0; l < layers; ++l)
-            std::memcpy(host.block(l * per_layer).data(), per[l].cache.data(), per_layer * block_floats * sizeof(float));
-        ring_loader ring(host, {.num_layers = layers, .blocks_per_layer = per_layer, .num_slots = 2,
-                                .slot_blocks = slot_blocks, .method = method});
+            std::memcpy(host.block(l * per_layer).data(), per[l].cache.data(),
+                        per_layer * block_floats * sizeof(float));
+        ring_loader ring(host, {.num_layers = layers,
+                                .blocks_per_layer = per_layer,
+                                .num_slots = 2,
+                                .slot_blocks = slot_blocks,
+                                .method = method});
         const cudaStream_t compute = ring.compute_stream();
         std::vector<std::uint32_t> local(slot_blocks);
         std::iota(local.begin(), local.end(), 0u);
@@ -459,11 +514,15 @@ void check_ring_attention(std::mt19937_64& rng) {
                 const auto bytes = ring.slot_data(slot);
                 const device_span<const float> base{reinterpret_cast<const float*>(bytes.data()),
                                                     bytes.size() / sizeof(float)};
-                const paged_decode_args a{.q = d_q.view().subspan(l * heads * d, heads * d), .k_cache = base,
-                                          .v_cache = base.subspan(block_floats / 2), .block_stride = block_floats,
+                const paged_decode_args a{.q = d_q.view().subspan(l * heads * d, heads * d),
+                                          .k_cache = base,
+                                          .v_cache = base.subspan(block_floats / 2),
+                                          .block_stride = block_floats,
                                           .block_table = d_local.view(),
                                           .num_tokens = chunked ? load_tokens[i] : std::uint64_t{slot_blocks} * bs,
-                                          .shape = shape, .o = d_part_o.view(heads * d), .lse = d_part_lse.view(heads)};
+                                          .shape = shape,
+                                          .o = d_part_o.view(heads * d),
+                                          .lse = d_part_lse.view(heads)};
                 paged_decode_attention(a, compute);
                 merge_attention_state(d_acc_o.view().subspan(l * heads * d, heads * d),
                                       d_acc_lse.view().subspan(l * heads, heads), d_part_o.view(heads * d),
@@ -475,14 +534,21 @@ void check_ring_attention(std::mt19937_64& rng) {
             int bad = 0;
             for (std::uint32_t l = 0; l < layers; ++l) {
                 // One pass over the same tokens, on the device and on the host.
-                const std::vector<block_id> table = chunked ? per[l].table : std::vector<block_id>(per[l].table.begin(), per[l].table.begin() + slot_blocks);
+                const std::vector<block_id> table =
+                    chunked ? per[l].table
+                            : std::vector<block_id>(per[l].table.begin(), per[l].table.begin() + slot_blocks);
                 const std::uint64_t tokens = chunked ? per[l].tokens : std::uint64_t{slot_blocks} * bs;
                 const auto cache = upload_span(per[l].cache, d_cache);
                 poison(d_o.get(), heads * d * sizeof(float));
-                paged_decode_attention({.q = d_q.view().subspan(l * heads * d, heads * d), .k_cache = cache,
-                                        .v_cache = cache.subspan(block_floats / 2), .block_stride = block_floats,
-                                        .block_table = upload_span(raw_ids(table), d_table), .num_tokens = tokens,
-                                        .shape = shape, .o = d_o.view(heads * d), .lse = d_lse.view(heads)},
+                paged_decode_attention({.q = d_q.view().subspan(l * heads * d, heads * d),
+                                        .k_cache = cache,
+                                        .v_cache = cache.subspan(block_floats / 2),
+                                        .block_stride = block_floats,
+                                        .block_table = upload_span(raw_ids(table), d_table),
+                                        .num_tokens = tokens,
+                                        .shape = shape,
+                                        .o = d_o.view(heads * d),
+                                        .lse = d_lse.view(heads)},
                                        ring.compute_stream());
                 KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(ring.compute_stream()));
                 const auto o = download(d_o.get(), heads * d), lse = download(d_lse.get(), heads);
@@ -496,7 +562,9 @@ void check_ring_attention(std::mt19937_64& rng) {
                 }
             }
             KVPOLICY_EXPECT(bad == 0);
-            if (bad != 0) std::printf("  ring attention: method %d, %s: %d mismatches\n", static_cast<int>(method), chunked ? "chunked" : "layer-wise", bad);
+            if (bad != 0)
+                std::printf("  ring attention: method %d, %s: %d mismatches\n", static_cast<int>(method),
+                            chunked ? "chunked" : "layer-wise", bad);
         }
     }
 }
@@ -520,9 +588,15 @@ void check_quest_attention(std::mt19937_64& rng, cudaStream_t stream) {
     const auto q_view = upload_span(p.q, d_q);
     const auto cache_view = upload_span(p.cache, d_cache);
     const auto attend = [&](const std::vector<block_id>& table, device_span<float> o, device_span<float> lse) {
-        paged_decode_attention({.q = q_view, .k_cache = cache_view, .v_cache = cache_view.subspan(half),
-                                .block_stride = p.block_floats, .block_table = upload_span(raw_ids(table), d_table),
-                                .num_tokens = std::uint64_t{table.size()} * bs, .shape = p.shape, .o = o, .lse = lse},
+        paged_decode_attention({.q = q_view,
+                                .k_cache = cache_view,
+                                .v_cache = cache_view.subspan(half),
+                                .block_stride = p.block_floats,
+                                .block_table = upload_span(raw_ids(table), d_table),
+                                .num_tokens = std::uint64_t{table.size()} * bs,
+                                .shape = p.shape,
+                                .o = o,
+                                .lse = lse},
                                stream);
         KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream));
     };
@@ -535,16 +609,25 @@ void check_quest_attention(std::mt19937_64& rng, cudaStream_t stream) {
     std::vector<double> last_mass(heads, 0.0);
     double error = 0.0;
     for (std::uint32_t budget : {4u, 8u, 16u, 48u, 96u}) {
-        device_quest sel({.num_layers = 1, .num_blocks = blocks, .num_kv_heads = kv_heads, .head_dim = d,
-                          .token_budget = budget * bs, .threshold_blocks = 2},
+        device_quest sel({.num_layers = 1,
+                          .num_blocks = blocks,
+                          .num_kv_heads = kv_heads,
+                          .head_dim = d,
+                          .token_budget = budget * bs,
+                          .threshold_blocks = 2},
                          stream);
         for (std::uint32_t b = 0; b < blocks; ++b)
             sel.on_offload(block_id{b}, layer_index{0},
-                           {.keys = d_cache.view().subspan(b * p.block_floats, half), .tokens = bs,
-                            .num_kv_heads = kv_heads, .head_dim = d});
-        const device_selection_context ctx{.layer = layer_index{0}, .block_size = bs,
-                                           .num_q_heads = static_cast<std::uint32_t>(heads), .num_kv_heads = kv_heads,
-                                           .head_dim = d, .query = d_q.view(p.q.size())};
+                           {.keys = d_cache.view().subspan(b * p.block_floats, half),
+                            .tokens = bs,
+                            .num_kv_heads = kv_heads,
+                            .head_dim = d});
+        const device_selection_context ctx{.layer = layer_index{0},
+                                           .block_size = bs,
+                                           .num_q_heads = static_cast<std::uint32_t>(heads),
+                                           .num_kv_heads = kv_heads,
+                                           .head_dim = d,
+                                           .query = d_q.view(p.q.size())};
         std::vector<block_id> chosen(blocks);
         chosen.resize(sel.select(p.table, ctx, chosen));
         KVPOLICY_EXPECT(chosen.size() == budget);
@@ -578,20 +661,25 @@ void check_transfer_engine(std::mt19937_64& rng) {
     pinned_block_arena d_cpu(cpu_blocks, bytes);
     block_arena h_gpu(gpu_blocks, bytes), h_cpu(cpu_blocks, bytes);
     for (std::size_t b = 0; b < gpu_blocks; ++b)
-        for (std::byte& x : h_gpu.block(block_id{static_cast<std::uint32_t>(b)})) x = static_cast<std::byte>(rng() & 0xff);
+        for (std::byte& x : h_gpu.block(block_id{static_cast<std::uint32_t>(b)}))
+            x = static_cast<std::byte>(rng() & 0xff);
     for (std::size_t b = 0; b < cpu_blocks; ++b) {
         auto blk = h_cpu.block(block_id{static_cast<std::uint32_t>(b)});
         for (std::byte& x : blk) x = static_cast<std::byte>(rng() & 0xff);
         std::memcpy(d_cpu.block(b).data(), blk.data(), bytes);
     }
-    KVPOLICY_CUDA_CHECK(cudaMemcpy(d_gpu.device_view().data(), h_gpu.block(block_id{0}).data(), gpu_blocks * bytes, cudaMemcpyHostToDevice));
+    KVPOLICY_CUDA_CHECK(cudaMemcpy(d_gpu.device_view().data(), h_gpu.block(block_id{0}).data(), gpu_blocks * bytes,
+                                   cudaMemcpyHostToDevice));
     settle();
     host_memcpy_engine host(h_gpu, h_cpu);
     device_transfer_engine dev(d_gpu, d_cpu);
 
     std::vector<block_transfer> ops;
     for (int i = 0; i < 300; ++i) {
-        const auto pick_tier = [&] { const auto r = rng() % 20; return r == 0 ? tier::remote : (r % 2 == 0 ? tier::gpu : tier::cpu); };
+        const auto pick_tier = [&] {
+            const auto r = rng() % 20;
+            return r == 0 ? tier::remote : (r % 2 == 0 ? tier::gpu : tier::cpu);
+        };
         block_transfer op;
         op.from = pick_tier();
         op.to = pick_tier();

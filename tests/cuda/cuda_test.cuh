@@ -33,9 +33,9 @@ inline std::size_t large_input_divisor() {
 }  // namespace kvpolicy::cuda::testing
 
 #define KVPOLICY_EXPECT(cond)                                                          \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
+    do {                                                                               \
+        if (!(cond)) {                                                                 \
             std::printf("%s:%d: expectation failed: %s\n", __FILE__, __LINE__, #cond); \
-            ++::kvpolicy::cuda::testing::failures;                                    \
-        }                                                                             \
+            ++::kvpolicy::cuda::testing::failures;                                     \
+        }                                                                              \
     } while (0)

@@ -91,15 +91,16 @@ inline std::vector<std::uint32_t> raw_ids(const std::vector<block_id>& b) {
 // What Quest selects from `available` with one score per block: every
 // block when the plan loads all, else the sinks, the middle's top blocks by
 // the host rule, and the recent blocks, in that order.
-inline std::vector<block_id> host_quest_selection(const std::vector<block_id>& available, const std::vector<float>& scores,
-                                                  std::uint32_t block_size, const quest_config& cfg) {
+inline std::vector<block_id> host_quest_selection(const std::vector<block_id>& available,
+                                                  const std::vector<float>& scores, std::uint32_t block_size,
+                                                  const quest_config& cfg) {
     const quest_plan plan = plan_quest_selection(available.size(), block_size, cfg);
     if (plan.load_all) return available;
     std::vector<block_id> want;
     std::vector<std::uint32_t> scratch, chosen(plan.middle_end - plan.middle_begin);
     const std::size_t kept = quest_top_positions(
-        std::span<const float>(scores).subspan(plan.middle_begin, plan.middle_end - plan.middle_begin), plan.middle_keep,
-        scratch, chosen);
+        std::span<const float>(scores).subspan(plan.middle_begin, plan.middle_end - plan.middle_begin),
+        plan.middle_keep, scratch, chosen);
     for (std::size_t i = 0; i < plan.middle_begin; ++i) want.push_back(available[i]);
     for (std::size_t i = 0; i < kept; ++i) want.push_back(available[plan.middle_begin + chosen[i]]);
     for (std::size_t i = plan.middle_end; i < available.size(); ++i) want.push_back(available[i]);

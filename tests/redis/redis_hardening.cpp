@@ -48,7 +48,8 @@ struct rig {
     redis::engine engine;
     std::vector<std::uint64_t> keys;
 
-    rig(const redis::store_config& c, std::uint32_t n) : store(c), gpu(n, item_bytes), cpu(n, item_bytes), engine(gpu, cpu, store) {
+    rig(const redis::store_config& c, std::uint32_t n)
+            : store(c), gpu(n, item_bytes), cpu(n, item_bytes), engine(gpu, cpu, store) {
         for (std::uint32_t i = 0; i < n; ++i) {
             keys.push_back(7000 + i);
             write_pattern(gpu.block(block_id{i}), keys.back());
@@ -56,14 +57,16 @@ struct rig {
     }
     std::vector<transfer_status> write_back() {
         std::vector<block_transfer> ops;
-        for (std::uint32_t i = 0; i < keys.size(); ++i) ops.push_back({tier::gpu, block_id{i}, tier::remote, block_id{i}});
+        for (std::uint32_t i = 0; i < keys.size(); ++i)
+            ops.push_back({tier::gpu, block_id{i}, tier::remote, block_id{i}});
         std::vector<transfer_status> status(ops.size(), transfer_status::done);
         REQUIRE_NOTHROW(engine.execute(ops, keys, status));
         return status;
     }
     std::vector<transfer_status> fetch() {
         std::vector<block_transfer> ops;
-        for (std::uint32_t i = 0; i < keys.size(); ++i) ops.push_back({tier::remote, block_id{i}, tier::cpu, block_id{i}});
+        for (std::uint32_t i = 0; i < keys.size(); ++i)
+            ops.push_back({tier::remote, block_id{i}, tier::cpu, block_id{i}});
         std::vector<transfer_status> status(ops.size(), transfer_status::done);
         REQUIRE_NOTHROW(engine.execute(ops, keys, status));
         for (std::uint32_t i = 0; i < keys.size(); ++i)
@@ -86,8 +89,8 @@ TEST_CASE("redis: bad configuration is refused before connecting, naming the fie
     redis::store_config c = config_for(6379);
     SECTION("a port out of range") {
         c.nodes[0].port = 72953;
-        REQUIRE_THROWS_WITH(redis::store(c), Catch::Contains("store_config::nodes[0].port is 72953") &&
-                                                 Catch::Contains("1-65535"));
+        REQUIRE_THROWS_WITH(redis::store(c),
+                            Catch::Contains("store_config::nodes[0].port is 72953") && Catch::Contains("1-65535"));
         c.nodes = {{"127.0.0.1", 6379}, {"127.0.0.1", 0}};
         REQUIRE_THROWS_WITH(redis::store(c), Catch::Contains("store_config::nodes[1].port is 0"));
     }
@@ -210,7 +213,8 @@ TEST_CASE("redis: a malformed or mistyped reply fails its ops and resets the con
     }
 }
 
-TEST_CASE("redis cluster: MOVED and ASK with and without a host (Redis 7's \":port\") are followed", "[redis][hostile]") {
+TEST_CASE("redis cluster: MOVED and ASK with and without a host (Redis 7's \":port\") are followed",
+          "[redis][hostile]") {
     for (const bool ask : {false, true}) {
         for (const bool with_host : {false, true}) {
             DYNAMIC_SECTION((ask ? "ASK" : "MOVED") << (with_host ? " host:port" : " :port")) {
@@ -222,7 +226,8 @@ TEST_CASE("redis cluster: MOVED and ASK with and without a host (Redis 7's \":po
                     if (args[0] == "GET" && redirected == 0) {
                         ++redirected;
                         return fake_reply::send(std::string(ask ? "-ASK " : "-MOVED ") + "3999 " +
-                                                (with_host ? "127.0.0.1" : "") + ":" + std::to_string(self->port()) + "\r\n");
+                                                (with_host ? "127.0.0.1" : "") + ":" + std::to_string(self->port()) +
+                                                "\r\n");
                     }
                     return fake_reply::normal();
                 });
@@ -239,7 +244,8 @@ TEST_CASE("redis cluster: MOVED and ASK with and without a host (Redis 7's \":po
     }
 }
 
-TEST_CASE("redis cluster: a slot map with bad ranges or masters is refused whole, with the reason", "[redis][hostile]") {
+TEST_CASE("redis cluster: a slot map with bad ranges or masters is refused whole, with the reason",
+          "[redis][hostile]") {
     const std::vector<std::pair<std::string, std::string>> maps = {
         {"*1\r\n*3\r\n:-1\r\n:100\r\n*2\r\n$9\r\n127.0.0.1\r\n:7000\r\n", "not within 0-16383"},
         {"*1\r\n*3\r\n:0\r\n:16384\r\n*2\r\n$9\r\n127.0.0.1\r\n:7000\r\n", "not within 0-16383"},
@@ -262,7 +268,8 @@ TEST_CASE("redis cluster: a slot map with bad ranges or masters is refused whole
     SECTION("an empty or \"?\" host is the node that answered") {
         fake_redis server;
         server.set_cluster_slots("*2\r\n*3\r\n:0\r\n:8000\r\n*2\r\n$0\r\n\r\n:" + std::to_string(server.port()) +
-                                 "\r\n*3\r\n:8001\r\n:16383\r\n*2\r\n$1\r\n?\r\n:" + std::to_string(server.port()) + "\r\n");
+                                 "\r\n*3\r\n:8001\r\n:16383\r\n*2\r\n$1\r\n?\r\n:" + std::to_string(server.port()) +
+                                 "\r\n");
         rig r(config_for(server.port(), true), 8);
         REQUIRE(r.store.node_count() == 1);
         REQUIRE(count(r.write_back(), transfer_status::done) == 8);
@@ -274,11 +281,11 @@ TEST_CASE("redis: INFO whose maxmemory is not a number is a config_error naming 
     fake_redis server;
     redis::store_config c = config_for(server.port());
     c.required_memory_bytes = 1 << 20;
-    for (const std::string info : {"maxmemory:abc\r\n", "x:1\r\nmaxmemory:\r\n", "maxmemory:99999999999999999999999\r\n",
-                                   "maxmemory:-1\r\n"}) {
+    for (const std::string info :
+         {"maxmemory:abc\r\n", "x:1\r\nmaxmemory:\r\n", "maxmemory:99999999999999999999999\r\n", "maxmemory:-1\r\n"}) {
         server.set_info(info);
-        REQUIRE_THROWS_WITH(redis::store(c), Catch::Contains("maxmemory is not a number") &&
-                                                 Catch::Contains("required_memory_bytes"));
+        REQUIRE_THROWS_WITH(redis::store(c),
+                            Catch::Contains("maxmemory is not a number") && Catch::Contains("required_memory_bytes"));
     }
     server.set_info("used_memory:5\r\nmaxmemory:1024\r\n");
     REQUIRE_THROWS_WITH(redis::store(c), Catch::Contains("maxmemory is 1024 bytes"));
@@ -319,7 +326,8 @@ TEST_CASE("redis deadlines: a paused server costs a batch at most one io_timeout
     REQUIRE(count(r.fetch(), transfer_status::done) == n);
 }
 
-TEST_CASE("redis deadlines: a trickling server and a dead one cost a batch at most one io_timeout", "[redis][deadline]") {
+TEST_CASE("redis deadlines: a trickling server and a dead one cost a batch at most one io_timeout",
+          "[redis][deadline]") {
     SECTION("a value sent one byte every 20 ms") {
         std::atomic<bool> trickle{false};
         fake_redis server([&](const std::vector<std::string>& args, int, int) {
@@ -353,14 +361,35 @@ TEST_CASE("redis deadlines: a trickling server and a dead one cost a batch at mo
     }
 }
 
-TEST_CASE("redis scan_reply: it calls a reply complete exactly when hiredis's reader takes it whole", "[redis][hostile]") {
+TEST_CASE("redis scan_reply: it calls a reply complete exactly when hiredis's reader takes it whole",
+          "[redis][hostile]") {
     // Numbers as Redis writes them (string2ll): no '+', no leading zero, no
     // "-0" (the fuzz harness found "*-0" taken by scan_reply, refused by the reader).
     const std::vector<std::string> replies = {
-        "*-0\r\n", "$-0\r\n", ":-0\r\n", "$03\r\nabc\r\n", "*01\r\n:1\r\n", ":+5\r\n", "$+1\r\na\r\n",
-        ":99999999999999999999\r\n", ":-9223372036854775808\r\n", ":9223372036854775807\r\n", "*-1\r\n", "$-1\r\n",
-        "*0\r\n", "$0\r\n\r\n", ":0\r\n", "+\r\n", "-\r\n", "*2\r\n$1\r\na\r\n*1\r\n:-12\r\n", "*-2\r\n", "$-2\r\n",
-        ":1 \r\n", ": 1\r\n", "*1\r\n*0\r\n", "*3\r\n$-1\r\n*-1\r\n+x\r\n",
+        "*-0\r\n",
+        "$-0\r\n",
+        ":-0\r\n",
+        "$03\r\nabc\r\n",
+        "*01\r\n:1\r\n",
+        ":+5\r\n",
+        "$+1\r\na\r\n",
+        ":99999999999999999999\r\n",
+        ":-9223372036854775808\r\n",
+        ":9223372036854775807\r\n",
+        "*-1\r\n",
+        "$-1\r\n",
+        "*0\r\n",
+        "$0\r\n\r\n",
+        ":0\r\n",
+        "+\r\n",
+        "-\r\n",
+        "*2\r\n$1\r\na\r\n*1\r\n:-12\r\n",
+        "*-2\r\n",
+        "$-2\r\n",
+        ":1 \r\n",
+        ": 1\r\n",
+        "*1\r\n*0\r\n",
+        "*3\r\n$-1\r\n*-1\r\n+x\r\n",
     };
     for (const std::string& text : replies) {
         INFO(text);
@@ -404,8 +433,10 @@ TEST_CASE("redis deadlines: a node whose connect failed is down for the rest of 
     REQUIRE(count(r.fetch(), transfer_status::done) == 16);
 }
 
-TEST_CASE("redis DNS: a host name is resolved off the batch's thread and kept, one that does not resolve is refused naming it",
-          "[redis][errors][deadline]") {
+TEST_CASE(
+    "redis DNS: a host name is resolved off the batch's thread and kept, one that does not resolve is refused naming "
+    "it",
+    "[redis][errors][deadline]") {
     redis_server server;
     redis::store_config c = config_for(server.port());
     SECTION("'localhost' resolves, and a reconnect after the server restarts uses the kept addresses") {
@@ -416,7 +447,7 @@ TEST_CASE("redis DNS: a host name is resolved off the batch's thread and kept, o
         REQUIRE(count(r.fetch(), transfer_status::failed) == 4);  // down: misses, nothing thrown
         server.start();
         std::this_thread::sleep_for(ms(150));  // past the node's first backoff (100 ms)
-        const auto status = r.fetch();  // a fresh server: no values, but the node answers
+        const auto status = r.fetch();         // a fresh server: no values, but the node answers
         REQUIRE(count(status, transfer_status::failed) == 4);
         REQUIRE(count(r.write_back(), transfer_status::done) == 4);
         REQUIRE(count(r.fetch(), transfer_status::done) == 4);
@@ -443,17 +474,20 @@ TEST_CASE("redis DNS: async_resolver answers off the caller's thread, once per l
     const auto numeric = redis::async_resolver::lookup("127.0.0.1", "6379", AI_NUMERICHOST);
     REQUIRE(numeric.rc == 0);
     REQUIRE(numeric.addresses.size() == 1);
-    REQUIRE(redis::async_resolver::lookup("localhost", "6379", AI_NUMERICHOST).rc != 0);  // a name is never looked up so
+    REQUIRE(redis::async_resolver::lookup("localhost", "6379", AI_NUMERICHOST).rc !=
+            0);  // a name is never looked up so
 }
 
-TEST_CASE("redis DNS: a cluster node named by a host that does not resolve is down for the batch, its ops failed, nothing thrown",
-          "[redis][deadline]") {
+TEST_CASE(
+    "redis DNS: a cluster node named by a host that does not resolve is down for the batch, its ops failed, nothing "
+    "thrown",
+    "[redis][deadline]") {
     fake_redis server;
     const std::string bad_host = "kvpolicy-no-such-host.invalid";
     // Slots 0-8000 on the server that answers, the rest on a node named by a host no resolver knows.
     server.set_cluster_slots("*2\r\n*3\r\n:0\r\n:8000\r\n*2\r\n$9\r\n127.0.0.1\r\n:" + std::to_string(server.port()) +
-                             "\r\n*3\r\n:8001\r\n:16383\r\n*2\r\n$" + std::to_string(bad_host.size()) + "\r\n" + bad_host +
-                             "\r\n:" + std::to_string(server.port()) + "\r\n");
+                             "\r\n*3\r\n:8001\r\n:16383\r\n*2\r\n$" + std::to_string(bad_host.size()) + "\r\n" +
+                             bad_host + "\r\n:" + std::to_string(server.port()) + "\r\n");
     redis::store_config c = config_for(server.port(), true);
     c.nodes.push_back({bad_host, server.port()});  // a seed by name, so the slot map may name it
     rig r(c, 32);

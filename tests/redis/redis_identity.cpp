@@ -66,13 +66,16 @@ struct digest_instance {
     std::uint64_t pattern_xor = 0;  // a writer that writes wrong bytes (an attacker) sets it
 
     digest_instance(const redis::store_config& sc, std::size_t gpu_cap = 4, std::size_t cpu_cap = 4)
-        : cache(cache_config{.gpu_capacity = gpu_cap, .cpu_capacity = cpu_cap, .block_size = 16,
-                             .item_bytes = item_bytes, .remote = true}),
-          gpu(gpu_cap, item_bytes),
-          cpu(cpu_cap, item_bytes),
-          ids(std::make_shared<remote_identities>()),
-          store(with_ids(sc, ids)),
-          engine(gpu, cpu, store) {}
+            : cache(cache_config{.gpu_capacity = gpu_cap,
+                                 .cpu_capacity = cpu_cap,
+                                 .block_size = 16,
+                                 .item_bytes = item_bytes,
+                                 .remote = true}),
+              gpu(gpu_cap, item_bytes),
+              cpu(cpu_cap, item_bytes),
+              ids(std::make_shared<remote_identities>()),
+              store(with_ids(sc, ids)),
+              engine(gpu, cpu, store) {}
 
     std::uint64_t seed(std::uint64_t item) const {
         const auto id = ids->find(item);
@@ -116,7 +119,8 @@ struct digest_instance {
             const std::uint64_t key = cache.item_key(digest_handle(doc[i]), 0);
             kvpolicy::testing::write_pattern(gpu.block(*cache.gpu().cached_block(key)), seed(key));
         }
-        for (const recompute_item& r : out.report.recompute) kvpolicy::testing::write_pattern(gpu.block(r.block), seed(r.key));
+        for (const recompute_item& r : out.report.recompute)
+            kvpolicy::testing::write_pattern(gpu.block(r.block), seed(r.key));
         cache.free_session(s);
         forget_identities(cache, *ids);
         return out;
@@ -138,7 +142,8 @@ struct digest_instance {
                 const std::uint64_t key = cache.item_key(digest_handle(docs[r][i]), 0);
                 kvpolicy::testing::write_pattern(gpu.block(*cache.gpu().cached_block(key)), seed(key));
             }
-        for (const recompute_item& x : report.recompute) kvpolicy::testing::write_pattern(gpu.block(x.block), seed(x.key));
+        for (const recompute_item& x : report.recompute)
+            kvpolicy::testing::write_pattern(gpu.block(x.block), seed(x.key));
         for (std::size_t r = 0; r < docs.size(); ++r) cache.free_session(session_id{100 + r});
         forget_identities(cache, *ids);
         return out;
@@ -182,8 +187,8 @@ void raw_set(int port, const std::string& key, std::span<const std::byte> value)
     redisContext* c = redisConnect("127.0.0.1", port);
     REQUIRE(c != nullptr);
     REQUIRE(c->err == 0);
-    auto* r = static_cast<redisReply*>(
-        redisCommand(c, "SET %b %b", key.data(), key.size(), value.data(), value.size()));
+    auto* r =
+        static_cast<redisReply*>(redisCommand(c, "SET %b %b", key.data(), key.size(), value.data(), value.size()));
     REQUIRE(r != nullptr);
     REQUIRE(r->type == REDIS_REPLY_STATUS);
     freeReplyObject(r);
@@ -194,7 +199,8 @@ std::string secret_a() { return "deployment-secret-a-0123456789abcdef"; }
 
 }  // namespace
 
-TEST_CASE("identity: SHA-256 block digests equal OpenSSL's one-shot digest of the same bytes, chained", "[redis][identity]") {
+TEST_CASE("identity: SHA-256 block digests equal OpenSSL's one-shot digest of the same bytes, chained",
+          "[redis][identity]") {
     std::mt19937_64 rng(33);
     redis::sha256_block_hasher hasher;
     for (int round = 0; round < 200; ++round) {
@@ -241,7 +247,8 @@ TEST_CASE("identity: SHA-256 block digests equal OpenSSL's one-shot digest of th
     REQUIRE(abc[31] == 0xad);
 }
 
-TEST_CASE("identity: HMAC-SHA-256 gives RFC 4231's answers, over header and payload as one message", "[redis][identity]") {
+TEST_CASE("identity: HMAC-SHA-256 gives RFC 4231's answers, over header and payload as one message",
+          "[redis][identity]") {
     const std::vector<std::byte> key(20, std::byte{0x0b});  // RFC 4231, test case 1
     const redis::hmac_sha256 mac(key);
     const std::string data = "Hi There";
@@ -292,9 +299,12 @@ TEST_CASE("identity: poly1305_mac is Poly1305 under HMAC-SHA-256(secret, label, 
         // Any one bit of the tag, the nonce, the head or the payload changed: refused.
         const std::size_t where = rng() % (32 + head.size() + payload.size());
         const auto bit = std::byte{static_cast<unsigned char>(1u << (rng() % 8))};
-        if (where < 32) out[where] ^= bit;
-        else if (where < 32 + head.size()) head[where - 32] ^= bit;
-        else payload[where - 32 - head.size()] ^= bit;
+        if (where < 32)
+            out[where] ^= bit;
+        else if (where < 32 + head.size())
+            head[where - 32] ^= bit;
+        else
+            payload[where - 32 - head.size()] ^= bit;
         REQUIRE_FALSE(mac.verify(head, payload, out));
     }
     // Fresh nonces: two MACs of one message differ, both verify; another secret's do not.
@@ -355,7 +365,8 @@ TEST_CASE("identity: a forged value with a recomputed checksum but no valid MAC 
     REQUIRE(verify_remote_value(value, second, second.hash(), key, 64) == remote_value_check::wrong_identity);
 }
 
-TEST_CASE("identity: a namespace that cannot be right is refused, naming the field and the fix", "[redis][identity][errors]") {
+TEST_CASE("identity: a namespace that cannot be right is refused, naming the field and the fix",
+          "[redis][identity][errors]") {
     redis_server server;
     redis::store_config c = scoped_config(server.port());
     c.ns.tp_size = 2;
@@ -413,7 +424,7 @@ TEST_CASE("identity: two blocks forced to the same 64-bit key are still two bloc
         forget_identities(a.cache, *a.ids);
         forget_identities(b.cache, *b.ids);
         const auto r = b.step(twin);
-        REQUIRE(r.remote_blocks == 2);  // the store holds a value under each key...
+        REQUIRE(r.remote_blocks == 2);             // the store holds a value under each key...
         REQUIRE(b.engine.rejected_values() == 2);  // ...that is not this block's
         REQUIRE(r.report.recompute.size() == 2);
         REQUIRE(b.check_bytes().empty());
@@ -476,15 +487,18 @@ TEST_CASE("identity: wrong-tenant, wrong-rank and wrong-dtype instances sharing 
     REQUIRE(same.check_bytes().empty());
 }
 
-TEST_CASE("identity: with a deployment MAC, values planted by a writer without the secret are refused (a miss, reported)",
-          "[redis][identity]") {
+TEST_CASE(
+    "identity: with a deployment MAC, values planted by a writer without the secret are refused (a miss, reported)",
+    "[redis][identity]") {
     redis_server server;
     std::mt19937_64 rng(3303);
     redis::store_config guarded = scoped_config(server.port());
     const bool poly = GENERATE(false, true);
     INFO("the deployment's MAC: " << (poly ? "poly1305_mac" : "hmac_sha256"));
-    if (poly) guarded.ns.mac = std::make_shared<redis::poly1305_mac>(secret_a());
-    else guarded.ns.mac = std::make_shared<redis::hmac_sha256>(secret_a());
+    if (poly)
+        guarded.ns.mac = std::make_shared<redis::poly1305_mac>(secret_a());
+    else
+        guarded.ns.mac = std::make_shared<redis::hmac_sha256>(secret_a());
     const std::vector<block_digest> doc = digest_instance::random_doc(rng, 4);
 
     SECTION("a writer with the secret: its values are used") {
@@ -502,7 +516,9 @@ TEST_CASE("identity: with a deployment MAC, values planted by a writer without t
             INFO("the writer has " << (other_secret ? "another secret" : "no secret"));
             redis::store_config attacker = guarded;
             attacker.ns.mac = nullptr;
-            if (other_secret) attacker.ns.mac = std::make_shared<redis::hmac_sha256>(std::string_view("attacker-guess-0123456789abcdef"));
+            if (other_secret)
+                attacker.ns.mac =
+                    std::make_shared<redis::hmac_sha256>(std::string_view("attacker-guess-0123456789abcdef"));
             digest_instance w(attacker);
             w.pattern_xor = 0xbad;  // the bytes it plants are not the block's
             w.publish(doc, rng);
@@ -540,8 +556,9 @@ TEST_CASE("identity: with a deployment MAC, values planted by a writer without t
     }
 }
 
-TEST_CASE("identity: a step's requests by digests in one store batch, and a handle clash in any of them changes nothing",
-          "[redis][identity]") {
+TEST_CASE(
+    "identity: a step's requests by digests in one store batch, and a handle clash in any of them changes nothing",
+    "[redis][identity]") {
     redis_server server;
     std::mt19937_64 rng(3305);
     const redis::store_config sc = scoped_config(server.port());

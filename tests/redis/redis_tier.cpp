@@ -132,16 +132,19 @@ TEST_CASE("redis engine: pipelined batches, binary-safe values, per-op status, b
     // Fetch them back into the CPU tier, plus one key nobody wrote.
     keys.push_back(999);
     ops.clear();
-    for (std::uint32_t i = 0; i <= n; ++i) ops.push_back({tier::remote, block_id{i}, tier::cpu, block_id{static_cast<std::uint32_t>(i % n)}});
+    for (std::uint32_t i = 0; i <= n; ++i)
+        ops.push_back({tier::remote, block_id{i}, tier::cpu, block_id{static_cast<std::uint32_t>(i % n)}});
     ops.back().dst = block_id{0};  // a second fetch into slot 0 waits for the first: plan order
     status.assign(n + 1, transfer_status::done);
     REQUIRE(engine.execute(ops, keys, status) == n);
     REQUIRE(status.back() == transfer_status::failed);
     for (std::uint32_t i = 1; i < n; ++i) {
         REQUIRE(status[i] == transfer_status::done);
-        if (i != 3) REQUIRE(has_pattern(cpu.block(block_id{i}), keys[i]));
-        else REQUIRE(std::all_of(cpu.block(block_id{i}).begin(), cpu.block(block_id{i}).end(),
-                                 [](std::byte b) { return b == std::byte{0}; }));
+        if (i != 3)
+            REQUIRE(has_pattern(cpu.block(block_id{i}), keys[i]));
+        else
+            REQUIRE(std::all_of(cpu.block(block_id{i}).begin(), cpu.block(block_id{i}).end(),
+                                [](std::byte b) { return b == std::byte{0}; }));
     }
     REQUIRE(engine.bytes_sent() == n * (item_bytes + remote_value_header::size));
     // The value under each key is the header then the payload.
@@ -212,18 +215,22 @@ TEST_CASE("redis engine: values read in place in many pieces, amid missing and w
     // Fetch: 2000 (ok), 2001 (refused), 2999 (missing), 2002 (refused), 2003 (ok), 2000 again (ok).
     const std::vector<std::uint32_t> order = {0, 1, 4, 2, 3, 0};
     ops.clear();
-    for (std::uint32_t j = 0; j < order.size(); ++j) ops.push_back({tier::remote, block_id{order[j]}, tier::cpu, block_id{j}});
+    for (std::uint32_t j = 0; j < order.size(); ++j)
+        ops.push_back({tier::remote, block_id{order[j]}, tier::cpu, block_id{j}});
     status.assign(ops.size(), transfer_status::done);
     const std::size_t rejected_before = engine.rejected_values();
     REQUIRE(engine.execute(ops, keys, status) == 3);
     REQUIRE(engine.rejected_values() - rejected_before == 2);
-    const std::vector<transfer_status> expect = {transfer_status::done,   transfer_status::failed, transfer_status::failed,
-                                                 transfer_status::failed, transfer_status::done,   transfer_status::done};
+    const std::vector<transfer_status> expect = {transfer_status::done,   transfer_status::failed,
+                                                 transfer_status::failed, transfer_status::failed,
+                                                 transfer_status::done,   transfer_status::done};
     REQUIRE(status == expect);
     for (std::uint32_t j = 0; j < order.size(); ++j) {
         const auto slot = cpu.block(block_id{j});
-        if (status[j] == transfer_status::done) REQUIRE(has_pattern(slot, keys[order[j]]));
-        else REQUIRE(std::all_of(slot.begin(), slot.end(), [](std::byte b) { return b == std::byte{0xee}; }));
+        if (status[j] == transfer_status::done)
+            REQUIRE(has_pattern(slot, keys[order[j]]));
+        else
+            REQUIRE(std::all_of(slot.begin(), slot.end(), [](std::byte b) { return b == std::byte{0xee}; }));
     }
 }
 
@@ -239,7 +246,8 @@ TEST_CASE("redis: two processes share one server: a prefix one computed is a rem
             instance a(remote_config(4, 2), store);
             a.step(store, {{session_id{1}, doc}});
             bool clean = true;
-            for (std::uint64_t d : {2, 3}) clean = clean && a.step(store, {{session_id{d}, chain(d, 4)}}).report.clean();
+            for (std::uint64_t d : {2, 3})
+                clean = clean && a.step(store, {{session_id{d}, chain(d, 4)}}).report.clean();
             code = clean && a.check_bytes().empty() ? 0 : 2;
         } catch (...) {
             code = 3;
@@ -326,7 +334,8 @@ TEST_CASE("redis: a step's lookups in one batch (present_prefixes) answer as one
     store.after_send = nullptr;
 }
 
-TEST_CASE("redis faults: every affected op fails, every affected block is recomputed, no wrong bytes", "[redis][faults]") {
+TEST_CASE("redis faults: every affected op fails, every affected block is recomputed, no wrong bytes",
+          "[redis][faults]") {
     redis_server server({"--maxmemory-policy", "allkeys-lru"});
     redis::store store_a(config_for(server.port()));
     instance a(remote_config(4, 2), store_a);
@@ -347,7 +356,8 @@ TEST_CASE("redis faults: every affected op fails, every affected block is recomp
         execute_plan(plan, b.engine, status);
         for (std::size_t i = 0; i < plan.transfers.size(); ++i)
             if (plan.transfers[i].from == tier::remote && status[i] == transfer_status::done)
-                REQUIRE(has_pattern(b.cpu.block(plan.transfers[i].dst), plan.remote_keys[plan.transfers[i].src.index()]));
+                REQUIRE(
+                    has_pattern(b.cpu.block(plan.transfers[i].dst), plan.remote_keys[plan.transfers[i].src.index()]));
         transfer_report r = b.cache.complete_transfers(plan, status);
         check_after(b, r);
         b.cache.free_session(session_id{9}, /*forget_blocks=*/true);
@@ -360,7 +370,9 @@ TEST_CASE("redis faults: every affected op fails, every affected block is recomp
     };
 
     SECTION("a value corrupted behind the cache's back") {
-        const transfer_report r = staged_step([&] { server.call({"SETRANGE", store.config().ns.key(doc[2]), "100", "X"}); });
+        const transfer_report r = staged_step([&] {
+            server.call({"SETRANGE", store.config().ns.key(doc[2]), "100", "X"});
+        });
         REQUIRE(b.engine.rejected_values() == 1);
         REQUIRE(recomputed(r) == std::set<std::uint64_t>{doc[2]});
         REQUIRE(r.drops.empty());

@@ -67,13 +67,15 @@ struct tls_server {
     int tls_port = kvpolicy::testing::free_loopback_port();
     redis_server server;
     tls_server(const test_certs& certs, std::vector<std::string> extra = {})
-        : server([&] {
-              std::vector<std::string> a = {"--tls-port", std::to_string(tls_port), "--tls-cert-file",
-                                            certs.file("server.crt"), "--tls-key-file", certs.file("server.key"),
-                                            "--tls-ca-cert-file", certs.file("ca.crt"), "--tls-auth-clients", "yes"};
-              a.insert(a.end(), extra.begin(), extra.end());
-              return a;
-          }()) {}
+            : server([&] {
+                  std::vector<std::string> a = {"--tls-port",         std::to_string(tls_port),
+                                                "--tls-cert-file",    certs.file("server.crt"),
+                                                "--tls-key-file",     certs.file("server.key"),
+                                                "--tls-ca-cert-file", certs.file("ca.crt"),
+                                                "--tls-auth-clients", "yes"};
+                  a.insert(a.end(), extra.begin(), extra.end());
+                  return a;
+              }()) {}
 };
 
 redis::store_config tls_config_for(const test_certs& certs, int port) {
@@ -124,7 +126,8 @@ TEST_CASE("redis ACL: a Redis 6 user logs in with AUTH user password, wrong ones
                                              Catch::Contains("store_config::user and store_config::password"));
     c.user.clear();
     c.password = "s3cret";  // the default user's password: that user is off
-    REQUIRE_THROWS_WITH(redis::store(c), Catch::Contains("authentication failed") && Catch::Contains("store_config::user"));
+    REQUIRE_THROWS_WITH(redis::store(c),
+                        Catch::Contains("authentication failed") && Catch::Contains("store_config::user"));
     c.password.clear();
     REQUIRE_THROWS_WITH(redis::store(c), Catch::Contains("needs a password") && Catch::Contains("store_config::user"));
 }
@@ -178,7 +181,8 @@ TEST_CASE("redis TLS: values round-trip, and the CA, the server's name and the c
     }
     SECTION("files that cannot be read") {
         c.tls.ca_file = certs.file("missing.crt");
-        REQUIRE_THROWS_WITH(redis::store(c), Catch::Contains("cannot load the CA certificates from store_config::tls.ca_file"));
+        REQUIRE_THROWS_WITH(redis::store(c),
+                            Catch::Contains("cannot load the CA certificates from store_config::tls.ca_file"));
         c.tls.ca_file = certs.file("ca.crt");
         c.tls.key_file = certs.file("server.key");  // not the client certificate's key
         REQUIRE_THROWS_WITH(redis::store(c), Catch::Contains("store_config::tls.key_file"));

@@ -43,7 +43,9 @@ concept choice_source = requires(C& c, std::uint64_t n) {
 };
 
 template <class C>
-concept differential_checker = requires(C& c, bool ok, std::string_view what) { c.require(ok, what); };
+concept differential_checker = requires(C& c, bool ok, std::string_view what) {
+    c.require(ok, what);
+};
 
 /// Choices from a seeded generator: one draw per choice, `rng() % n`.
 struct random_choices {
@@ -82,7 +84,10 @@ template <class T>
 void print_value(std::ostringstream& o, const T& v) {
     if constexpr (requires { o << v; }) {
         o << v;
-    } else if constexpr (requires { v.first; v.second; }) {
+    } else if constexpr (requires {
+                             v.first;
+                             v.second;
+                         }) {
         o << '(';
         print_value(o, v.first);
         o << ',';
@@ -125,10 +130,12 @@ inline std::uint64_t content_of(std::uint64_t key) { return mix64(key ^ 0xabcdef
 /// the forward pass writing the computed blocks' bytes; then releases and
 /// pins. With failures, every cached item must still have its bytes.
 template <class Cache, choice_source Choices, differential_checker Check>
-cache_metrics run_differential(const composition& comp, const differential_params& p, Choices& choices,
-                               Check& check) {
+cache_metrics run_differential(const composition& comp, const differential_params& p, Choices& choices, Check& check) {
     const std::size_t gpu_cap = p.gpu_capacity, cpu_cap = p.cpu_capacity;
-    Cache cache({.gpu_capacity = gpu_cap, .cpu_capacity = cpu_cap, .block_size = 16, .item_bytes = 64,
+    Cache cache({.gpu_capacity = gpu_cap,
+                 .cpu_capacity = cpu_cap,
+                 .block_size = 16,
+                 .item_bytes = 64,
                  .inclusive = comp.inclusive});
     reference_cache ref(gpu_cap, cpu_cap, comp.gpu_rule, comp.cpu_rule, comp.inclusive);
     block_arena gpu_bytes(gpu_cap, 64), cpu_bytes(std::max<std::size_t>(cpu_cap, 1), 64);
@@ -170,7 +177,8 @@ cache_metrics run_differential(const composition& comp, const differential_param
             if (busy[s]) continue;
             // A new conversation: its first three blocks kept (a shared
             // system prompt), or none.
-            if (chains[s].size() > gpu_cap / 2) chains[s].resize(choose(2) ? std::min<std::size_t>(chains[s].size(), 3) : 0);
+            if (chains[s].size() > gpu_cap / 2)
+                chains[s].resize(choose(2) ? std::min<std::size_t>(chains[s].size(), 3) : 0);
             const std::size_t grow = choose(3);
             for (std::size_t g = 0; g < grow; ++g) {
                 chains[s].push_back(next_key);
@@ -228,7 +236,8 @@ cache_metrics run_differential(const composition& comp, const differential_param
             const auto& [req, run] = computed[pick];
             const std::size_t s = computed_session[pick];
             bool alone = true;
-            for (std::size_t i = run; i < req.size(); ++i) alone = alone && cache.gpu().ref_count(gpu_slot(req[i])) == 1;
+            for (std::size_t i = run; i < req.size(); ++i)
+                alone = alone && cache.gpu().ref_count(gpu_slot(req[i])) == 1;
             if (alone) {
                 cache.free_session(session_id{s}, /*forget_blocks=*/true);
                 ref.forget(s);

@@ -34,7 +34,7 @@ namespace kvpolicy::testing {
 /// What a script does with one command.
 struct fake_reply {
     enum class kind : std::uint8_t { normal, bytes, close } what = kind::normal;
-    std::string bytes;  ///< kind::bytes: sent as they are
+    std::string bytes;                     ///< kind::bytes: sent as they are
     std::chrono::milliseconds trickle{0};  ///< kind::bytes: a pause before each byte, when not 0
     bool last = false;  ///< kind::bytes: then shut the write side (the client reads EOF) and ignore later commands
     static fake_reply normal() { return {}; }
@@ -101,7 +101,9 @@ public:
         info_ = std::move(text);
     }
 
-    static std::string bulk(std::string_view s) { return "$" + std::to_string(s.size()) + "\r\n" + std::string(s) + "\r\n"; }
+    static std::string bulk(std::string_view s) {
+        return "$" + std::to_string(s.size()) + "\r\n" + std::string(s) + "\r\n";
+    }
 
 private:
     void accept_loop() {

@@ -22,7 +22,7 @@ namespace kvpolicy::testing {
 class fault_injecting_engine {
 public:
     fault_injecting_engine(block_arena& gpu, block_arena& cpu, double fail_rate = 0.0, std::uint64_t seed = 1)
-        : inner_(gpu, cpu), gpu_(&gpu), cpu_(&cpu), fail_rate_(fail_rate), rng_(seed) {}
+            : inner_(gpu, cpu), gpu_(&gpu), cpu_(&cpu), fail_rate_(fail_rate), rng_(seed) {}
 
     std::set<std::size_t> fail_next;  ///< op indices to fail in the next execute
     std::size_t failures = 0;         ///< ops failed so far

@@ -25,9 +25,9 @@ public:
         for (std::size_t s = capacity; s-- > 0;) free_.push_back(static_cast<std::uint32_t>(s));
     }
     /// With the policy's default configuration.
-    explicit flat_cache(std::size_t capacity)
-        requires requires { typename Policy::config_type; }
-        : flat_cache(capacity, Policy(capacity, typename Policy::config_type{})) {}
+    explicit flat_cache(std::size_t capacity) requires requires {
+        typename Policy::config_type;
+    } : flat_cache(capacity, Policy(capacity, typename Policy::config_type{})) {}
 
     struct outcome {
         bool hit;

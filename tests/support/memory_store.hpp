@@ -58,8 +58,7 @@ public:
     /// Flips a payload byte behind the cache's back.
     void corrupt(std::uint64_t key) {
         auto it = values_.find(key);
-        if (it != values_.end() && it->second.size() > remote_value_header::size)
-            it->second.back() ^= std::byte{0x5a};
+        if (it != values_.end() && it->second.size() > remote_value_header::size) it->second.back() ^= std::byte{0x5a};
     }
     [[nodiscard]] std::size_t size() const noexcept { return values_.size(); }
     [[nodiscard]] std::vector<std::uint64_t> keys() const { return {order_.begin(), order_.end()}; }
@@ -73,7 +72,7 @@ private:
 class memory_remote_engine {
 public:
     memory_remote_engine(block_arena& gpu, block_arena& cpu, memory_store& store, remote_namespace ns)
-        : local_(gpu, cpu), gpu_(&gpu), cpu_(&cpu), store_(&store), ns_(std::move(ns)), ns_hash_(ns_.hash()) {}
+            : local_(gpu, cpu), gpu_(&gpu), cpu_(&cpu), store_(&store), ns_(std::move(ns)), ns_hash_(ns_.hash()) {}
 
     bool fail_writes = false;  ///< every write-back fails (a full store with noeviction, a dead link)
     std::size_t fetch_failures = 0;
@@ -97,16 +96,19 @@ public:
                 if (ok) {
                     const auto src = arena(op.from)->block(op.src);
                     std::vector<std::byte> v(remote_value_header::size + src.size());
-                    encode_remote_header(std::span<std::byte, remote_value_header::size>(v.data(), remote_value_header::size),
-                                         ns_, ns_hash_, keys[k], src);
+                    encode_remote_header(
+                        std::span<std::byte, remote_value_header::size>(v.data(), remote_value_header::size), ns_,
+                        ns_hash_, keys[k], src);
                     std::memcpy(v.data() + remote_value_header::size, src.data(), src.size());
                     store_->put(keys[k], std::move(v));
                 }
             } else if (ok) {
                 const auto dst = cpu_->block(op.dst);
                 const std::vector<std::byte>* v = store_->get(keys[k]);
-                ok = v != nullptr && verify_remote_value(*v, ns_, ns_hash_, keys[k], dst.size()) == remote_value_check::ok;
-                if (ok) std::memcpy(dst.data(), v->data() + remote_value_header::size, dst.size());
+                ok = v != nullptr &&
+                     verify_remote_value(*v, ns_, ns_hash_, keys[k], dst.size()) == remote_value_check::ok;
+                if (ok)
+                    std::memcpy(dst.data(), v->data() + remote_value_header::size, dst.size());
                 else {
                     std::memset(dst.data(), 0xee, dst.size());  // what a cut-off read leaves
                     ++fetch_failures;

@@ -50,7 +50,8 @@ void naive_prefill_attention(const std::vector<float>& q, const std::vector<floa
                 if (!admits(h, i, j)) continue;
                 const double p = std::exp(logit[j] - big);
                 sum += p;
-                for (std::size_t c = 0; c < d; ++c) acc[c] += p * double{v[(std::size_t{j} * s.num_kv_heads + kvh) * d + c]};
+                for (std::size_t c = 0; c < d; ++c)
+                    acc[c] += p * double{v[(std::size_t{j} * s.num_kv_heads + kvh) * d + c]};
             }
             const std::size_t row = std::size_t{i} * s.num_q_heads + h;
             for (std::size_t c = 0; c < d; ++c) o[row * d + c] = sum == 0.0 ? 0.0f : static_cast<float>(acc[c] / sum);

@@ -19,8 +19,7 @@ namespace kvpolicy::testing {
 // conversation's own blocks; a request reads a conversation's first `len`.
 inline std::vector<block_hash> chain(std::uint64_t conversation, std::size_t len) {
     std::vector<block_hash> h;
-    for (std::size_t j = 0; j < len; ++j)
-        h.push_back(j < 2 ? 1000 + j : (conversation + 1) * 100'000 + j);
+    for (std::size_t j = 0; j < len; ++j) h.push_back(j < 2 ? 1000 + j : (conversation + 1) * 100'000 + j);
     return h;
 }
 
@@ -33,7 +32,9 @@ class naive_prefix_cache {
 public:
     explicit naive_prefix_cache(std::size_t capacity) : capacity_(capacity) {}
 
-    void enqueue(std::uint64_t id, std::vector<block_hash> hashes) { queue_.push_back({id, next_position_++, std::move(hashes)}); }
+    void enqueue(std::uint64_t id, std::vector<block_hash> hashes) {
+        queue_.push_back({id, next_position_++, std::move(hashes)});
+    }
     void dequeue(std::uint64_t id) {
         const auto it = std::find_if(queue_.begin(), queue_.end(), [&](const queued& q) { return q.id == id; });
         const queued q = *it;
@@ -52,8 +53,10 @@ public:
         std::size_t missing = 0, own_evictable = 0, evictable = 0;
         for (block_hash h : hashes) {
             auto b = blocks_.find(h);
-            if (b == blocks_.end()) ++missing;
-            else if (b->second.refs == 0) ++own_evictable;
+            if (b == blocks_.end())
+                ++missing;
+            else if (b->second.refs == 0)
+                ++own_evictable;
         }
         for (const auto& [h, b] : blocks_) evictable += b.refs == 0 ? 1 : 0;
         const std::size_t free = capacity_ - blocks_.size();
@@ -172,7 +175,7 @@ struct naive_queue_aware_lru {
     }
     [[nodiscard]] std::size_t evictable() const {
         return static_cast<std::size_t>(
-                std::count_if(items.begin(), items.end(), [](const item& x) { return x.tracked && !x.held; }));
+            std::count_if(items.begin(), items.end(), [](const item& x) { return x.tracked && !x.held; }));
     }
 };
 

@@ -34,12 +34,15 @@ inline bool naive_before(std::type_identity<qos_aware>, const eviction_candidate
 // Known lifetimes first (shortest first), then known completion (most
 // complete first), then the rest; the last access time breaks ties.
 inline bool naive_before(std::type_identity<predictive>, const eviction_candidate& a, const eviction_candidate& b) {
-    auto group = [](const eviction_candidate& c) { return !std::isnan(c.estimated_lifetime) ? 0 : c.max_length > 0 ? 1 : 2; };
+    auto group = [](const eviction_candidate& c) {
+        return !std::isnan(c.estimated_lifetime) ? 0 : c.max_length > 0 ? 1 : 2;
+    };
     auto ratio = [](const eviction_candidate& c) {
         return static_cast<double>(c.sequence_length) / static_cast<double>(c.max_length);
     };
     if (group(a) != group(b)) return group(a) < group(b);
-    if (group(a) == 0 && a.estimated_lifetime != b.estimated_lifetime) return a.estimated_lifetime < b.estimated_lifetime;
+    if (group(a) == 0 && a.estimated_lifetime != b.estimated_lifetime)
+        return a.estimated_lifetime < b.estimated_lifetime;
     if (group(a) == 1 && ratio(a) != ratio(b)) return ratio(a) > ratio(b);
     return std::tie(a.last_access_time, a.sequence_id) < std::tie(b.last_access_time, b.sequence_id);
 }

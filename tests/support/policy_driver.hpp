@@ -47,8 +47,8 @@ struct driver_state {
 /// Fills an access_context for an operation at logical time `now` on `key`
 /// (sessions as driver_options says); every field a policy may read varies,
 /// so each policy's rule is exercised.
-inline access_context make_context(std::mt19937_64& rng, std::uint64_t now, std::uint64_t key,
-                                   std::uint64_t sessions, std::uint64_t foreign_every) {
+inline access_context make_context(std::mt19937_64& rng, std::uint64_t now, std::uint64_t key, std::uint64_t sessions,
+                                   std::uint64_t foreign_every) {
     access_context ctx;
     ctx.now = now;
     ctx.key = key;

@@ -15,9 +15,13 @@
 
 namespace kvpolicy::testing {
 
-inline vertical_slash_index random_index(std::mt19937_64& rng, std::uint32_t heads, std::uint32_t n,
-                                         std::uint32_t nv, std::uint32_t ns) {
-    vertical_slash_index x{heads, n, nv, ns, std::vector<std::uint32_t>(std::size_t{heads} * nv),
+inline vertical_slash_index random_index(std::mt19937_64& rng, std::uint32_t heads, std::uint32_t n, std::uint32_t nv,
+                                         std::uint32_t ns) {
+    vertical_slash_index x{heads,
+                           n,
+                           nv,
+                           ns,
+                           std::vector<std::uint32_t>(std::size_t{heads} * nv),
                            std::vector<std::uint32_t>(std::size_t{heads} * ns)};
     std::vector<std::uint32_t> all(n);
     std::iota(all.begin(), all.end(), 0u);

@@ -53,7 +53,7 @@ inline int free_loopback_port(bool with_bus = false) {
 class redis_server {
 public:
     explicit redis_server(std::vector<std::string> extra = {}, bool cluster_bus = false)
-        : extra_(std::move(extra)), port_(free_loopback_port(cluster_bus)) {
+            : extra_(std::move(extra)), port_(free_loopback_port(cluster_bus)) {
         char tmpl[] = "/tmp/kvpolicy-redis-XXXXXX";
         if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
         dir_ = tmpl;
@@ -72,9 +72,21 @@ public:
 
     /// Starts it (again, on the same port, empty); waits at most 10 s for it to answer.
     void start() {
-        std::vector<std::string> args = {KVPOLICY_REDIS_SERVER, "--port", std::to_string(port_), "--bind", "127.0.0.1",
-                                         "--save", "", "--appendonly", "no", "--dir", dir_, "--daemonize", "no",
-                                         "--logfile", dir_ + "/redis.log"};
+        std::vector<std::string> args = {KVPOLICY_REDIS_SERVER,
+                                         "--port",
+                                         std::to_string(port_),
+                                         "--bind",
+                                         "127.0.0.1",
+                                         "--save",
+                                         "",
+                                         "--appendonly",
+                                         "no",
+                                         "--dir",
+                                         dir_,
+                                         "--daemonize",
+                                         "no",
+                                         "--logfile",
+                                         dir_ + "/redis.log"};
         args.insert(args.end(), extra_.begin(), extra_.end());
         pid_ = ::fork();
         if (pid_ < 0) throw std::runtime_error("fork failed");
@@ -90,7 +102,8 @@ public:
             int st = 0;
             if (::waitpid(pid_, &st, WNOHANG) == pid_) {
                 pid_ = -1;
-                throw std::runtime_error("redis-server on port " + std::to_string(port_) + " exited at start: " + log());
+                throw std::runtime_error("redis-server on port " + std::to_string(port_) +
+                                         " exited at start: " + log());
             }
             if (answers()) return;
             std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -110,8 +123,8 @@ public:
 
     /// One command on a fresh connection (PING, CONFIG SET, SETRANGE ...): its reply as text.
     std::string call(const std::vector<std::string>& args) const {
-        std::unique_ptr<redisContext, void (*)(redisContext*)> c(
-            redisConnectWithTimeout("127.0.0.1", port_, {1, 0}), redisFree);
+        std::unique_ptr<redisContext, void (*)(redisContext*)> c(redisConnectWithTimeout("127.0.0.1", port_, {1, 0}),
+                                                                 redisFree);
         if (!c || c->err) return "(no connection)";
         redisSetTimeout(c.get(), {2, 0});
         std::vector<const char*> argv;
@@ -120,11 +133,14 @@ public:
             argv.push_back(a.data());
             lens.push_back(a.size());
         }
-        auto* r = static_cast<redisReply*>(redisCommandArgv(c.get(), static_cast<int>(argv.size()), argv.data(), lens.data()));
+        auto* r = static_cast<redisReply*>(
+            redisCommandArgv(c.get(), static_cast<int>(argv.size()), argv.data(), lens.data()));
         if (r == nullptr) return "(no reply)";
         std::string out;
-        if (r->type == REDIS_REPLY_INTEGER) out = std::to_string(r->integer);
-        else if (r->str != nullptr) out.assign(r->str, r->len);
+        if (r->type == REDIS_REPLY_INTEGER)
+            out = std::to_string(r->integer);
+        else if (r->str != nullptr)
+            out.assign(r->str, r->len);
         freeReplyObject(r);
         return out;
     }
@@ -162,7 +178,8 @@ public:
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
         while (std::chrono::steady_clock::now() < deadline) {
             bool ok = true;
-            for (auto& n : nodes_) ok = ok && n->call({"CLUSTER", "INFO"}).find("cluster_state:ok") != std::string::npos;
+            for (auto& n : nodes_)
+                ok = ok && n->call({"CLUSTER", "INFO"}).find("cluster_state:ok") != std::string::npos;
             if (ok) return;
             std::this_thread::sleep_for(std::chrono::milliseconds(50));
         }

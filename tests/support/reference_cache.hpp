@@ -52,7 +52,7 @@ struct reference_cache {
     std::map<std::uint64_t, gpu_entry> gpu;
     std::map<std::uint64_t, cpu_entry> cpu;
     std::map<std::uint64_t, std::vector<std::uint64_t>> held;  // session -> gpu keys, in hold order
-    std::vector<std::uint64_t> drops;            // this step
+    std::vector<std::uint64_t> drops;                          // this step
     // key -> the session that computed the copy in each tier (copies move with it)
     std::map<std::uint64_t, std::uint64_t> gpu_owner, cpu_owner;
     enum class op_kind { swap_in, swap_out, exchange };
@@ -65,14 +65,17 @@ struct reference_cache {
     std::uint64_t clock = 0;
 
     reference_cache(std::size_t g, std::size_t c, ref_rule gr, ref_rule cr, bool incl)
-        : gpu_cap(g), cpu_cap(c), gpu_rule(gr), cpu_rule(cr), inclusive(incl) {}
+            : gpu_cap(g), cpu_cap(c), gpu_rule(gr), cpu_rule(cr), inclusive(incl) {}
 
     match_t lookup(const std::vector<std::uint64_t>& keys) const {
         match_t m;
         for (std::uint64_t k : keys) {
-            if (gpu.contains(k)) ++m.gpu;
-            else if (cpu.contains(k)) ++m.cpu;
-            else break;
+            if (gpu.contains(k))
+                ++m.gpu;
+            else if (cpu.contains(k))
+                ++m.cpu;
+            else
+                break;
             ++m.run;
         }
         return m;
@@ -99,14 +102,12 @@ struct reference_cache {
         std::erase_if(gpu, [&](const auto& p) {
             return p.second.refs == 0 && !p.second.pinned && gpu_owner.at(p.first) == session;
         });
-        std::erase_if(cpu, [&](const auto& p) {
-            return p.second.refs == 0 && cpu_owner.at(p.first) == session;
-        });
+        std::erase_if(cpu, [&](const auto& p) { return p.second.refs == 0 && cpu_owner.at(p.first) == session; });
     }
 
     struct completion {
-        std::vector<std::uint64_t> drops;                                  // sorted
-        std::vector<std::pair<std::uint64_t, std::uint64_t>> recompute;    // (key, holder), sorted
+        std::vector<std::uint64_t> drops;                                // sorted
+        std::vector<std::pair<std::uint64_t, std::uint64_t>> recompute;  // (key, holder), sorted
     };
     /// `failed[i]`: op i failed.
     completion complete(const std::vector<bool>& failed) {
@@ -158,9 +159,7 @@ struct reference_cache {
         return c;
     }
 
-    void pin(std::uint64_t k) {
-        gpu.at(k).pinned = true;
-    }
+    void pin(std::uint64_t k) { gpu.at(k).pinned = true; }
     void unpin(std::uint64_t k) {
         auto& e = gpu.at(k);
         e.pinned = false;
@@ -181,8 +180,8 @@ struct reference_cache {
         return best;
     }
     std::size_t gpu_evictable() const {
-        return static_cast<std::size_t>(
-            std::count_if(gpu.begin(), gpu.end(), [](const auto& p) { return p.second.refs == 0 && !p.second.pinned; }));
+        return static_cast<std::size_t>(std::count_if(
+            gpu.begin(), gpu.end(), [](const auto& p) { return p.second.refs == 0 && !p.second.pinned; }));
     }
 
     /// Returns the match and the number of GPU victims; throws
@@ -192,8 +191,10 @@ struct reference_cache {
         std::size_t needed = 0, own = 0;
         for (std::uint64_t k : keys) {
             auto it = gpu.find(k);
-            if (it == gpu.end()) ++needed;
-            else if (it->second.refs == 0 && !it->second.pinned) ++own;
+            if (it == gpu.end())
+                ++needed;
+            else if (it->second.refs == 0 && !it->second.pinned)
+                ++own;
         }
         if (needed > (gpu_cap - gpu.size()) + gpu_evictable() - own) throw std::length_error("no room");
 
@@ -209,8 +210,10 @@ struct reference_cache {
             if (c != cpu.end() && i < m.run) {
                 if (cpu_rule == ref_rule::lru && c->second.refs == 0) c->second.stamp = ++clock;
                 swap_ins.push_back(k);
-                if (inclusive) ++c->second.refs;  // protected until its copy is planned
-                else cpu.erase(c);                // exclusive: it moves up
+                if (inclusive)
+                    ++c->second.refs;  // protected until its copy is planned
+                else
+                    cpu.erase(c);  // exclusive: it moves up
                 continue;
             }
             if (c != cpu.end() && !inclusive) cpu.erase(c);
@@ -245,8 +248,10 @@ struct reference_cache {
         // protected while the CPU picks victims, then count as used.
         std::size_t to_copy = 0;
         for (std::size_t v = n_pairs; v < victims.size(); ++v) {
-            if (inclusive && cpu.contains(victims[v])) ++cpu.at(victims[v]).refs;
-            else ++to_copy;
+            if (inclusive && cpu.contains(victims[v]))
+                ++cpu.at(victims[v]).refs;
+            else
+                ++to_copy;
         }
         std::size_t room = cpu_cap == 0 ? 0 : cpu_cap - cpu.size();
         if (cpu_cap > 0 && to_copy > room) {

@@ -114,8 +114,7 @@ struct ref_retention_value {
             return (1.0 * 1.0) * (static_cast<double>(after) * ((first + last) / 2));
         }
         const double layer_w = static_cast<double>(c.num_layers - c.layer.value) / static_cast<double>(c.num_layers);
-        const double position_w =
-            static_cast<double>(c.chunk.value + 1) / static_cast<double>(c.session_total_chunks);
+        const double position_w = static_cast<double>(c.chunk.value + 1) / static_cast<double>(c.session_total_chunks);
         return layer_w * position_w * base(c.context_length);
     }
     void on_insert(item_id id, const access_context& ctx) { items.push_back({id.value, ctx, false}); }
@@ -133,8 +132,9 @@ struct ref_retention_value {
             if (e.held) continue;
             const bool fresh = e.ctx.now >= now;
             const double value = fresh ? cost(e.ctx) : cost(e.ctx) / static_cast<double>(now - e.ctx.now);
-            const bool better = best == nullptr || (!fresh && best_fresh) ||
-                                (fresh == best_fresh && (value < best_value || (value == best_value && e.id < best->id)));
+            const bool better =
+                best == nullptr || (!fresh && best_fresh) ||
+                (fresh == best_fresh && (value < best_value || (value == best_value && e.id < best->id)));
             if (better) {
                 best = &e;
                 best_fresh = fresh;
@@ -340,9 +340,9 @@ struct ref_s3fifo {
     std::deque<std::uint64_t> ghost;
 
     explicit ref_s3fifo(std::size_t capacity, bool fill_main_before_first_eviction = false)
-        : small_target(static_cast<std::size_t>(static_cast<double>(capacity) * 0.1)),
-          ghost_target(static_cast<std::size_t>(static_cast<double>(capacity) * 0.9)),
-          fill_main(fill_main_before_first_eviction) {}
+            : small_target(static_cast<std::size_t>(static_cast<double>(capacity) * 0.1)),
+              ghost_target(static_cast<std::size_t>(static_cast<double>(capacity) * 0.9)),
+              fill_main(fill_main_before_first_eviction) {}
 
     void on_insert(item_id id, const access_context& ctx) {
         const bool ghost_hit = ref_erase_key(ghost, ctx.key);
@@ -413,14 +413,15 @@ struct ref_lirs {
     };
     std::size_t hir_target, lir_target, max_nonresident;
     std::vector<item> items;
-    std::vector<node> s;            // bottom first
-    std::vector<std::uint32_t> q;   // evictable resident HIR ids, front first
+    std::vector<node> s;           // bottom first
+    std::vector<std::uint32_t> q;  // evictable resident HIR ids, front first
     std::deque<std::uint64_t> nonresident;
 
     explicit ref_lirs(std::size_t capacity, double hir_fraction = 0.01)
-        : hir_target(std::max<std::size_t>(1, static_cast<std::size_t>(static_cast<double>(capacity) * hir_fraction))),
-          lir_target(capacity - hir_target),
-          max_nonresident(capacity) {}
+            : hir_target(
+                  std::max<std::size_t>(1, static_cast<std::size_t>(static_cast<double>(capacity) * hir_fraction))),
+              lir_target(capacity - hir_target),
+              max_nonresident(capacity) {}
 
     item* find(std::uint32_t id) {
         for (auto& e : items)
@@ -554,13 +555,14 @@ struct ref_w_tinylfu {
     ref_records<entry> r;
 
     explicit ref_w_tinylfu(std::size_t capacity, double window_fraction = 0.01)
-        : window_target(std::max<std::size_t>(1, static_cast<std::size_t>(static_cast<double>(capacity) * window_fraction))),
-          protected_target((capacity - window_target) * 4 / 5),
-          width(std::bit_ceil(std::max<std::size_t>(capacity, 16))),
-          door_bits(std::bit_ceil(std::max<std::size_t>(8 * capacity, 64))),
-          sample(10 * capacity),
-          rows(4, std::vector<int>(width, 0)),
-          door(door_bits, false) {}
+            : window_target(
+                  std::max<std::size_t>(1, static_cast<std::size_t>(static_cast<double>(capacity) * window_fraction))),
+              protected_target((capacity - window_target) * 4 / 5),
+              width(std::bit_ceil(std::max<std::size_t>(capacity, 16))),
+              door_bits(std::bit_ceil(std::max<std::size_t>(8 * capacity, 64))),
+              sample(10 * capacity),
+              rows(4, std::vector<int>(width, 0)),
+              door(door_bits, false) {}
 
     bool door_has(std::uint64_t key) const {
         return door[tinylfu_sketch::doorkeeper_index(key, 0, door_bits)] &&
@@ -758,7 +760,9 @@ struct ref_round_robin {
     void on_access(item_id, const access_context&) {}
     void on_hold(item_id id) { find(id)->held = true; }
     void on_release(item_id id, const access_context&) { find(id)->held = false; }
-    void on_erase(item_id id) { std::erase_if(items, [&](const entry& e) { return e.id == id.value; }); }
+    void on_erase(item_id id) {
+        std::erase_if(items, [&](const entry& e) { return e.id == id.value; });
+    }
     std::optional<item_id> pop_victim(timestamp) {
         const entry* at_or_after = nullptr;
         const entry* lowest = nullptr;
@@ -802,12 +806,14 @@ struct ref_lfu {
     void on_access(item_id id, const access_context&) { use(*find(id)); }
     void on_hold(item_id id) { find(id)->held = true; }
     void on_release(item_id id, const access_context&) { find(id)->held = false; }  // nothing else
-    void on_erase(item_id id) { std::erase_if(items, [&](const entry& e) { return e.id == id.value; }); }
+    void on_erase(item_id id) {
+        std::erase_if(items, [&](const entry& e) { return e.id == id.value; });
+    }
     std::optional<item_id> pop_victim(timestamp) {
         const entry* best = nullptr;
         for (const auto& e : items)
-            if (!e.held && (best == nullptr || e.count < best->count ||
-                            (e.count == best->count && e.last_use < best->last_use)))
+            if (!e.held &&
+                (best == nullptr || e.count < best->count || (e.count == best->count && e.last_use < best->last_use)))
                 best = &e;
         if (best == nullptr) return std::nullopt;
         const item_id v{best->id};
@@ -928,7 +934,7 @@ struct ref_slru {
     std::uint64_t clock = 0;
 
     explicit ref_slru(std::size_t capacity, std::size_t segment_count = 4)
-        : segments(segment_count), share(capacity / segment_count == 0 ? 1 : capacity / segment_count) {}
+            : segments(segment_count), share(capacity / segment_count == 0 ? 1 : capacity / segment_count) {}
     entry* find(item_id id) {
         for (auto& e : items)
             if (e.id == id.value) return &e;
@@ -965,7 +971,9 @@ struct ref_slru {
         find(id)->held = false;
         refresh(*find(id));
     }
-    void on_erase(item_id id) { std::erase_if(items, [&](const entry& e) { return e.id == id.value; }); }
+    void on_erase(item_id id) {
+        std::erase_if(items, [&](const entry& e) { return e.id == id.value; });
+    }
     std::optional<item_id> pop_victim(timestamp) {
         for (std::size_t s = 0; s < segments; ++s)
             if (entry* e = least_recent_in(s)) {
@@ -1022,7 +1030,9 @@ struct ref_two_q {
         e.held = false;
         if (e.in_am) e.stamp = clock++;
     }
-    void on_erase(item_id id) { std::erase_if(items, [&](const entry& e) { return e.id == id.value; }); }
+    void on_erase(item_id id) {
+        std::erase_if(items, [&](const entry& e) { return e.id == id.value; });
+    }
     entry* oldest(bool in_am) {
         entry* best = nullptr;
         for (auto& e : items)
@@ -1030,8 +1040,8 @@ struct ref_two_q {
         return best;
     }
     std::optional<item_id> pop_victim(timestamp) {
-        const auto a1in_size =
-            static_cast<std::size_t>(std::count_if(items.begin(), items.end(), [](const entry& e) { return !e.in_am; }));
+        const auto a1in_size = static_cast<std::size_t>(
+            std::count_if(items.begin(), items.end(), [](const entry& e) { return !e.in_am; }));
         entry* from_a1in = oldest(false);
         entry* from_am = oldest(true);
         if (from_a1in != nullptr && (a1in_size > kin || from_am == nullptr)) {
@@ -1086,13 +1096,16 @@ struct ref_qos_aware {
         find(id)->held = false;
         use(*find(id), ctx);
     }
-    void on_erase(item_id id) { std::erase_if(items, [&](const entry& e) { return e.id == id.value; }); }
+    void on_erase(item_id id) {
+        std::erase_if(items, [&](const entry& e) { return e.id == id.value; });
+    }
     std::optional<item_id> pop_victim(timestamp now) {
         std::vector<entry*> expired;
         for (auto& e : items)
             if (!e.held && e.priority != default_priority && e.until <= now) expired.push_back(&e);
-        std::sort(expired.begin(), expired.end(),
-                  [](const entry* a, const entry* b) { return a->until != b->until ? a->until < b->until : a->id < b->id; });
+        std::sort(expired.begin(), expired.end(), [](const entry* a, const entry* b) {
+            return a->until != b->until ? a->until < b->until : a->id < b->id;
+        });
         for (entry* e : expired) {
             e->priority = default_priority;
             e->until = never;
@@ -1160,7 +1173,9 @@ struct ref_predictive {
         find(id)->held = false;
         use(*find(id), ctx);
     }
-    void on_erase(item_id id) { std::erase_if(items, [&](const entry& e) { return e.id == id.value; }); }
+    void on_erase(item_id id) {
+        std::erase_if(items, [&](const entry& e) { return e.id == id.value; });
+    }
     std::optional<item_id> pop_victim(timestamp) {
         const entry* best = nullptr;
         for (const auto& e : items)
@@ -1187,14 +1202,38 @@ class predictive;
 
 namespace kvpolicy::testing {
 
-template <> struct reference_for<round_robin> { using type = ref_round_robin; };
-template <> struct reference_for<lfu> { using type = ref_lfu; };
-template <> struct reference_for<clock> { using type = ref_clock; };
-template <> struct reference_for<sieve> { using type = ref_sieve; };
-template <> struct reference_for<slru> { using type = ref_slru; };
-template <> struct reference_for<two_q> { using type = ref_two_q; };
-template <> struct reference_for<qos_aware> { using type = ref_qos_aware; };
-template <> struct reference_for<predictive> { using type = ref_predictive; };
+template <>
+struct reference_for<round_robin> {
+    using type = ref_round_robin;
+};
+template <>
+struct reference_for<lfu> {
+    using type = ref_lfu;
+};
+template <>
+struct reference_for<clock> {
+    using type = ref_clock;
+};
+template <>
+struct reference_for<sieve> {
+    using type = ref_sieve;
+};
+template <>
+struct reference_for<slru> {
+    using type = ref_slru;
+};
+template <>
+struct reference_for<two_q> {
+    using type = ref_two_q;
+};
+template <>
+struct reference_for<qos_aware> {
+    using type = ref_qos_aware;
+};
+template <>
+struct reference_for<predictive> {
+    using type = ref_predictive;
+};
 
 }  // namespace kvpolicy::testing
 
@@ -1214,7 +1253,7 @@ struct ref_tail_rule {
     std::uint64_t inserted[2] = {0, 0}, reused[2] = {0, 0};
 
     explicit ref_tail_rule(std::size_t c, double demote_ratio = 0.5, std::uint64_t min_s = 64, std::uint64_t w = 4096)
-        : capacity(c), ratio(demote_ratio), min_samples(min_s), window(w) {}
+            : capacity(c), ratio(demote_ratio), min_samples(min_s), window(w) {}
 
     bool demoting() const {
         if (inserted[0] < min_samples || inserted[1] < min_samples) return false;
@@ -1260,8 +1299,9 @@ struct ref_tail_aware_lru {
     ref_records<entry> r;
     ref_tail_rule tails;
 
-    explicit ref_tail_aware_lru(std::size_t c, double demote_ratio = 0.5, std::uint64_t min_s = 64, std::uint64_t w = 4096)
-        : tails(c, demote_ratio, min_s, w) {}
+    explicit ref_tail_aware_lru(std::size_t c, double demote_ratio = 0.5, std::uint64_t min_s = 64,
+                                std::uint64_t w = 4096)
+            : tails(c, demote_ratio, min_s, w) {}
 
     void make_evictable(entry& e) {
         e.held = false;
@@ -1334,8 +1374,10 @@ struct ref_margin_tuner {
         for (std::size_t i = 0; i < live.size(); ++i) {
             if (live[i].far_key != key && live[i].lru_key != key) continue;
             const int bin = live[i].bin;
-            if (live[i].lru_key == key) wins[bin] += 1.0;  // LRU's victim back first
-            else losses[bin] += 1.0;
+            if (live[i].lru_key == key)
+                wins[bin] += 1.0;  // LRU's victim back first
+            else
+                losses[bin] += 1.0;
             live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
             if (++scored >= window) {
                 for (int b = 0; b < 16; ++b) {
@@ -1375,7 +1417,7 @@ struct ref_session_aware_lru {
         std::uint64_t key;
         std::uint64_t session;
         bool shared;  // another session used it since its insert
-        int fresh;  // 0 inner, 1 tail, -1 reused
+        int fresh;    // 0 inner, 1 tail, -1 reused
         bool demoted;
         bool held;
         bool own;  // in its session's list since its latest placement
@@ -1407,8 +1449,12 @@ struct ref_session_aware_lru {
 
     explicit ref_session_aware_lru(std::size_t c, double far_factor = 16.0, double w = 0.25, std::size_t max_s = 0,
                                    bool tune = true, const return_gap_model::config_type& gap_fit = {})
-        : gap_weight(w), max_sessions(max_s != 0 ? max_s : std::max<std::size_t>(c, 1024)),
-          forget_at(2 * max_sessions), tails(c), tuner{}, gaps(gap_fit, "ref_session_aware_lru") {
+            : gap_weight(w),
+              max_sessions(max_s != 0 ? max_s : std::max<std::size_t>(c, 1024)),
+              forget_at(2 * max_sessions),
+              tails(c),
+              tuner{},
+              gaps(gap_fit, "ref_session_aware_lru") {
         tuner.margin = far_factor;
         tuner.enabled = tune;
     }
@@ -1446,8 +1492,7 @@ struct ref_session_aware_lru {
         const double gap = static_cast<double>(ctx.now - s->last);
         // The gap after a request whose output is known is a sample.
         if (s->output_tokens != 0)
-            gaps.observe(return_gap_model::features_of(s->output_tokens, s->has_gap, s->latest_gap, s->mean_gap),
-                         gap);
+            gaps.observe(return_gap_model::features_of(s->output_tokens, s->has_gap, s->latest_gap, s->mean_gap), gap);
         s->mean_gap = s->has_gap ? s->mean_gap + gap_weight * (gap - s->mean_gap) : gap;
         s->has_gap = true;
         s->latest_gap = gap;
@@ -1463,8 +1508,8 @@ struct ref_session_aware_lru {
         if (s == nullptr || s->output_tokens == ctx.output_tokens) return;
         s->output_tokens = ctx.output_tokens;
         if (gaps.ready() && s->hint == 0)
-            s->expected_gap = gaps.predict(
-                    return_gap_model::features_of(s->output_tokens, s->has_gap, s->latest_gap, s->mean_gap));
+            s->expected_gap =
+                gaps.predict(return_gap_model::features_of(s->output_tokens, s->has_gap, s->latest_gap, s->mean_gap));
     }
     // A release naming when the engine expects the session back: that time
     // is its expectation until its next request, over any fitted one.
@@ -1472,8 +1517,10 @@ struct ref_session_aware_lru {
         session* s = find_session(ctx.session.value);
         if (s == nullptr || s->hint == ctx.expected_return) return;
         s->hint = ctx.expected_return;
-        if (s->hint == never) s->expected_gap = 1e300;  // past any time: ranked never - 1
-        else s->expected_gap = s->hint > s->last ? static_cast<double>(s->hint - s->last) : 1.0;
+        if (s->hint == never)
+            s->expected_gap = 1e300;  // past any time: ranked never - 1
+        else
+            s->expected_gap = s->hint > s->last ? static_cast<double>(s->hint - s->last) : 1.0;
     }
     void make_evictable(entry& e, timestamp now) {
         e.held = false;
@@ -1624,8 +1671,8 @@ struct ref_lrfu {
     bool started = false;
 
     ref_lrfu(std::size_t capacity, double half_life, double ghost_factor)
-        : ghost_capacity(static_cast<std::size_t>(ghost_factor * static_cast<double>(capacity))),
-          per_reference(1.0 / (half_life * static_cast<double>(capacity))) {}
+            : ghost_capacity(static_cast<std::size_t>(ghost_factor * static_cast<double>(capacity))),
+              per_reference(1.0 / (half_life * static_cast<double>(capacity))) {}
 
     std::uint64_t reference(const access_context& ctx) {
         if (!started || ctx.now != step_now) {
@@ -1781,29 +1828,42 @@ struct ref_best_of_shadows {
     template <class Make>
     ref_best_of_shadows(std::size_t capacity, std::size_t shadow_items, double window, double switch_sigmas, Make make,
                         double switch_gain = 0.0)
-        : real(make(capacity)), shadows(shadows_of(make, capacity, shadow_items)), key_of(capacity, 0),
-          rate(std::min(1.0, static_cast<double>(shadow_items) / static_cast<double>(capacity))),
-          only(sizeof...(RefExperts), std::vector<double>(sizeof...(RefExperts), 0.0)), sigmas(switch_sigmas),
-          gain(switch_gain), per_halving(1, 0) {
-            const std::size_t shadow_capacity = std::get<0>(shadows).slots.size();
-            halve_every = std::max<std::uint64_t>(16, static_cast<std::uint64_t>(window * static_cast<double>(shadow_capacity)));
-            choose_every = std::max<std::uint64_t>(16, halve_every / 16);
-        }
+            : real(make(capacity)),
+              shadows(shadows_of(make, capacity, shadow_items)),
+              key_of(capacity, 0),
+              rate(std::min(1.0, static_cast<double>(shadow_items) / static_cast<double>(capacity))),
+              only(sizeof...(RefExperts), std::vector<double>(sizeof...(RefExperts), 0.0)),
+              sigmas(switch_sigmas),
+              gain(switch_gain),
+              per_halving(1, 0) {
+        const std::size_t shadow_capacity = std::get<0>(shadows).slots.size();
+        halve_every =
+            std::max<std::uint64_t>(16, static_cast<std::uint64_t>(window * static_cast<double>(shadow_capacity)));
+        choose_every = std::max<std::uint64_t>(16, halve_every / 16);
+    }
     template <class Make>
     static std::tuple<ref_shadow<RefExperts>...> shadows_of(Make make, std::size_t capacity, std::size_t shadow_items) {
         const double rate = std::min(1.0, static_cast<double>(shadow_items) / static_cast<double>(capacity));
-        const std::size_t n = std::max<std::size_t>(1, static_cast<std::size_t>(std::llround(rate * static_cast<double>(capacity))));
-        return std::apply([&](auto&&... e) { return std::tuple<ref_shadow<RefExperts>...>{
-                              ref_shadow<RefExperts>{std::move(e), std::vector<shadow_slot>(n), {}, 0, 0.0}...}; },
-                          make(n));
+        const std::size_t n =
+            std::max<std::size_t>(1, static_cast<std::size_t>(std::llround(rate * static_cast<double>(capacity))));
+        return std::apply(
+            [&](auto&&... e) {
+                return std::tuple<ref_shadow<RefExperts>...>{
+                    ref_shadow<RefExperts>{std::move(e), std::vector<shadow_slot>(n), {}, 0, 0.0}...};
+            },
+            make(n));
     }
     bool sampled(std::uint64_t key) const {
         return rate >= 1.0 || mix64(key) < static_cast<std::uint64_t>(std::ldexp(rate, 64));
     }
     template <class F>
-    void each_real(F f) { std::apply([&](auto&... e) { (f(e), ...); }, real); }
+    void each_real(F f) {
+        std::apply([&](auto&... e) { (f(e), ...); }, real);
+    }
     template <class F>
-    void each_shadow(F f) { std::apply([&](auto&... s) { (f(s), ...); }, shadows); }
+    void each_shadow(F f) {
+        std::apply([&](auto&... s) { (f(s), ...); }, shadows);
+    }
 
     void shadow_reference(const access_context& ctx) {
         std::vector<bool> hit;

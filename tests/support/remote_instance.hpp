@@ -50,8 +50,10 @@ struct remote_instance {
 
     template <class... EngineArgs>
     remote_instance(const cache_config& c, std::size_t bytes, Store& store, EngineArgs&&... args)
-        : cache(c), gpu(c.gpu_capacity, bytes), cpu(c.cpu_capacity, bytes),
-          engine(gpu, cpu, store, std::forward<EngineArgs>(args)...) {}
+            : cache(c),
+              gpu(c.gpu_capacity, bytes),
+              cpu(c.cpu_capacity, bytes),
+              engine(gpu, cpu, store, std::forward<EngineArgs>(args)...) {}
 
     // Every cached slot of both tiers holds its item's bytes.
     std::string check_bytes() const {

@@ -34,11 +34,12 @@ void warp_decode(const float* q, const T* k, const T* v, const std::vector<block
         for (unsigned lane = 0; lane < warp_lanes; ++lane)
             for (unsigned j = 0; j < per_lane; ++j) q_lane[lane][j] = q[h * d + lane + warp_lanes * j];
         for (std::uint64_t t = 0; t < tokens; ++t) {
-            const std::size_t at =
-                table[t / s.block_size].index() * block_stride + (t % s.block_size) * row + kvh * d;
+            const std::size_t at = table[t / s.block_size].index() * block_stride + (t % s.block_size) * row + kvh * d;
             float dot = 0.0f;
-            for (unsigned lane = 0; lane < warp_lanes; ++lane) dot += lane_partial_dot(q_lane[lane], k + at, lane, per_lane);
-            for (unsigned lane = 0; lane < warp_lanes; ++lane) lane_state[lane].step(dot * s.scale, v + at, lane, per_lane);
+            for (unsigned lane = 0; lane < warp_lanes; ++lane)
+                dot += lane_partial_dot(q_lane[lane], k + at, lane, per_lane);
+            for (unsigned lane = 0; lane < warp_lanes; ++lane)
+                lane_state[lane].step(dot * s.scale, v + at, lane, per_lane);
         }
         for (unsigned lane = 0; lane < warp_lanes; ++lane)
             for (unsigned j = 0; j < per_lane; ++j) o[h * d + lane + warp_lanes * j] = lane_state[lane].output(j);

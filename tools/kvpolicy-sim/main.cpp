@@ -30,23 +30,27 @@ int main(int argc, char** argv) {
     sim::run_options o;
     std::string format, mode, policy_list, capacity_list;
     double alpha = -1, beta = -1, constant = -1;
-    app.add_option("--trace", o.trace, "Mooncake JSONL (.jsonl, .jsonl.gz) or block CSV; omit for the built-in workload");
+    app.add_option("--trace", o.trace,
+                   "Mooncake JSONL (.jsonl, .jsonl.gz) or block CSV; omit for the built-in workload");
     app.add_option("--format", format, "mooncake or csv (default: from the file name)")
         ->check(CLI::IsMember({"mooncake", "csv"}));
     app.add_option("--mode", mode,
                    "flat, prefix, tiered, or offload (vLLM's CPU offloading tier behind its GPU prefix cache, the "
                    "policy deciding the CPU tier's victims) (default: prefix; flat for a CSV)")
         ->check(CLI::IsMember({"flat", "prefix", "tiered", "offload"}));
-    app.add_option("--policy", policy_list, "policies, comma-separated, or 'all'; accepted: " + sim::accepted_policy_names())
+    app.add_option("--policy", policy_list,
+                   "policies, comma-separated, or 'all'; accepted: " + sim::accepted_policy_names())
         ->required();
-    app.add_option("--capacity", capacity_list,
-                   "capacities, comma-separated: blocks, or P% of the trace's distinct blocks (the GPU tier in tiered mode)")
+    app.add_option(
+           "--capacity", capacity_list,
+           "capacities, comma-separated: blocks, or P% of the trace's distinct blocks (the GPU tier in tiered mode)")
         ->required();
     app.add_flag("--bounds", o.bounds,
                  "also replay lru and belady at every capacity where not asked for: the gap column (share of the "
                  "LRU -> Belady gap closed) and their rows; without it only the policies asked for run");
     app.add_flag("--match-lru", o.match_lru,
-                 "also find, per policy and capacity C, the least capacity reaching LRU's hit ratio at C (bisection over replays)");
+                 "also find, per policy and capacity C, the least capacity reaching LRU's hit ratio at C (bisection "
+                 "over replays)");
     app.add_option("--cpu-capacity", o.cpu_capacity, "CPU tier in blocks (tiered and offload modes)");
     app.add_option("--remote-capacity", o.remote_capacity,
                    "remote tier in blocks, shared by the instances (tiered mode; victims written back, "
@@ -82,9 +86,10 @@ int main(int argc, char** argv) {
                    "requests start in arrival order (the trace's timestamps), and the queue holds those arrived and "
                    "not started; prefix, tiered and offload modes, one instance")
         ->check(CLI::PositiveNumber);
-    app.add_option("--prefill-chunk", o.prefill_chunk,
-                   "offload mode: tokens a request prefills per engine step (vLLM's max_num_batched_tokens), each "
-                   "step's blocks offered to the CPU tier apart, as vLLM stores them; default: the whole prompt at once");
+    app.add_option(
+        "--prefill-chunk", o.prefill_chunk,
+        "offload mode: tokens a request prefills per engine step (vLLM's max_num_batched_tokens), each "
+        "step's blocks offered to the CPU tier apart, as vLLM stores them; default: the whole prompt at once");
     auto* wl = app.add_option_group("built-in workload");
     wl->add_option("--sessions", o.workload.sessions, "chat sessions");
     wl->add_option("--session-rate", o.workload.session_rate_per_s, "session arrivals per second (Poisson)");
@@ -102,20 +107,22 @@ int main(int argc, char** argv) {
     cost->add_option("--remote-bandwidth", o.cost.remote_bandwidth_gbps,
                      "remote store -> CPU GB/s (default 12.5: 100 Gb/s)");
     cost->add_option("--kv-bytes-per-token", o.cost.kv_bytes_per_token, "KV bytes per token (default Llama-3-8B fp16)");
-    app.footer("Policies and their options (each runs at its defaults here; set them with kvpolicy::make_config<P>\n"
-               "in C++, EvictionPolicy(name, capacity, **options) in Python):\n" +
-               options_help<eviction_policies>());
+    app.footer(
+        "Policies and their options (each runs at its defaults here; set them with kvpolicy::make_config<P>\n"
+        "in C++, EvictionPolicy(name, capacity, **options) in Python):\n" +
+        options_help<eviction_policies>());
     CLI11_PARSE(app, argc, argv);
 
     try {
         o.format = !format.empty() ? (format == "csv" ? sim::trace_format::csv : sim::trace_format::mooncake)
                    : o.trace.ends_with(".csv") ? sim::trace_format::csv
                                                : sim::trace_format::mooncake;
-        o.mode = !mode.empty() ? *sim::replay_mode_named(mode)  // CLI11 checked the name
+        o.mode = !mode.empty()                        ? *sim::replay_mode_named(mode)  // CLI11 checked the name
                  : o.format == sim::trace_format::csv ? sim::replay_mode::flat
                                                       : sim::replay_mode::prefix;
         if (o.format == sim::trace_format::csv && o.mode != sim::replay_mode::flat)
-            throw config_error("--mode " + mode + " needs requests (mooncake JSONL or the built-in workload); "
+            throw config_error("--mode " + mode +
+                               " needs requests (mooncake JSONL or the built-in workload); "
                                "a CSV holds only block accesses: use --mode flat");
         o.policies = CLI::detail::split(policy_list, ',');
         o.capacities = sim::parse_capacity_list(capacity_list);

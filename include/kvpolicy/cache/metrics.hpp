@@ -31,36 +31,36 @@ struct latency_histogram {
 };
 
 struct tier_metrics {
-    std::uint64_t hit_blocks = 0;   ///< blocks of admitted prefixes found here
+    std::uint64_t hit_blocks = 0;  ///< blocks of admitted prefixes found here
     std::uint64_t hit_tokens = 0;
-    std::uint64_t evictions = 0;    ///< items this tier's policy chose as victims
-    std::size_t capacity = 0;       ///< items
-    std::size_t used = 0;           ///< items not free
+    std::uint64_t evictions = 0;  ///< items this tier's policy chose as victims
+    std::size_t capacity = 0;     ///< items
+    std::size_t used = 0;         ///< items not free
 };
 
 struct cache_metrics {
     tier_metrics gpu;
     tier_metrics cpu;
-    std::uint64_t requests = 0;          ///< admissions
-    std::uint64_t lookup_blocks = 0;     ///< blocks asked for
-    std::uint64_t miss_blocks = 0;       ///< blocks to compute
+    std::uint64_t requests = 0;       ///< admissions
+    std::uint64_t lookup_blocks = 0;  ///< blocks asked for
+    std::uint64_t miss_blocks = 0;    ///< blocks to compute
     std::uint64_t miss_tokens = 0;
     std::uint64_t swap_in_items = 0;
     std::uint64_t swap_in_bytes = 0;
     std::uint64_t swap_out_items = 0;
     std::uint64_t swap_out_bytes = 0;
-    std::uint64_t dropped_items = 0;     ///< by eviction from a full CPU tier or by a failed copy
-    std::uint64_t failed_transfers = 0;  ///< copies reported failed (or reading a failed copy's output)
-    std::uint64_t recompute_items = 0;   ///< held items a failed swap-in left without data
-    std::uint64_t dropped_tokens = 0;    ///< from the recovery plans
-    std::uint64_t recomputed_blocks = 0; ///< misses on blocks the cache had dropped
+    std::uint64_t dropped_items = 0;      ///< by eviction from a full CPU tier or by a failed copy
+    std::uint64_t failed_transfers = 0;   ///< copies reported failed (or reading a failed copy's output)
+    std::uint64_t recompute_items = 0;    ///< held items a failed swap-in left without data
+    std::uint64_t dropped_tokens = 0;     ///< from the recovery plans
+    std::uint64_t recomputed_blocks = 0;  ///< misses on blocks the cache had dropped
     std::uint64_t recomputed_tokens = 0;
     std::uint64_t remote_staged_blocks = 0;  ///< blocks the remote store held, staged into the CPU tier
                                              ///< (admit then counts them as CPU hits too)
     std::uint64_t remote_write_backs = 0;    ///< items planned to be written back to the remote store
-    double re_prefill_rate = 0;          ///< sessions that came back after losing KV / sessions that lost KV
-    double fairness = 1;                 ///< Jain's index over sessions' hit rates (1 = all equal)
-    latency_histogram eviction_latency;  ///< per admission that had to evict
+    double re_prefill_rate = 0;              ///< sessions that came back after losing KV / sessions that lost KV
+    double fairness = 1;                     ///< Jain's index over sessions' hit rates (1 = all equal)
+    latency_histogram eviction_latency;      ///< per admission that had to evict
 
     /// Prometheus text format (version 0.0.4), conventional names.
     [[nodiscard]] std::string to_prometheus(const std::string& prefix = "kvpolicy") const {
@@ -103,7 +103,8 @@ struct cache_metrics {
         sample("dropped_tokens_total", "", dropped_tokens);
         family("recomputed_tokens_total", "counter", "Tokens recomputed because the cache had dropped them.");
         sample("recomputed_tokens_total", "", recomputed_tokens);
-        family("remote_staged_blocks_total", "counter", "Blocks found in the remote store and staged into the CPU tier.");
+        family("remote_staged_blocks_total", "counter",
+               "Blocks found in the remote store and staged into the CPU tier.");
         sample("remote_staged_blocks_total", "", remote_staged_blocks);
         family("remote_write_backs_total", "counter", "Items planned to be written back to the remote store.");
         sample("remote_write_backs_total", "", remote_write_backs);

@@ -30,8 +30,13 @@ inline constexpr std::uint64_t checksum_p1 = 0x9E3779B185EBCA87ULL, checksum_p2 
 inline constexpr std::uint64_t checksum_key[8] = {0xbe4ba423396cfeb8ULL, 0x1cad21f72c81017cULL, 0xdb979083e96dd4deULL,
                                                   0x1f67b3b7a4a44072ULL, 0x78e5c0cc4ee679cbULL, 0x2172ffcc7dd05a82ULL,
                                                   0x8e2443f7744608b8ULL, 0x4c263a81e69035e0ULL};
-inline constexpr std::uint64_t checksum_seed[8] = {checksum_p3, checksum_p1, checksum_p2, checksum_p1 ^ checksum_p2,
-                                                   checksum_p2 + checksum_p3, checksum_p1 + checksum_p3, 0 - checksum_p1,
+inline constexpr std::uint64_t checksum_seed[8] = {checksum_p3,
+                                                   checksum_p1,
+                                                   checksum_p2,
+                                                   checksum_p1 ^ checksum_p2,
+                                                   checksum_p2 + checksum_p3,
+                                                   checksum_p1 + checksum_p3,
+                                                   0 - checksum_p1,
                                                    0 - checksum_p2};
 inline constexpr std::size_t checksum_stripe = 64;
 
@@ -97,7 +102,8 @@ inline std::uint64_t checksum_finish(const std::uint64_t (&v)[8], const std::byt
                                      std::uint64_t total) noexcept {
     std::uint64_t h = total * checksum_p1;
     for (int i = 0; i < 8; ++i) h = std::rotl(h ^ checksum_round(0, v[i]), 27) * checksum_p1 + checksum_p3;
-    for (; n >= 8; n -= 8, p += 8) h = std::rotl(h ^ checksum_round(0, checksum_load(p)), 27) * checksum_p1 + checksum_p3;
+    for (; n >= 8; n -= 8, p += 8)
+        h = std::rotl(h ^ checksum_round(0, checksum_load(p)), 27) * checksum_p1 + checksum_p3;
     for (; n > 0; --n, ++p) h = std::rotl(h ^ (std::to_integer<std::uint64_t>(*p) * checksum_p3), 11) * checksum_p1;
     h ^= h >> 33;
     h *= checksum_p2;

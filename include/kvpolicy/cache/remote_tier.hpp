@@ -78,8 +78,8 @@ namespace detail {
 // bind_identities, adding the items it bound fresh to `fresh`; on a clash,
 // forgets every item in `fresh` (this call's and the caller's earlier ones).
 template <class Cache>
-std::vector<block_hash> bind_identities(const Cache& cache, remote_identities& ids, std::span<const block_digest> digests,
-                                        std::vector<std::uint64_t>& fresh) {
+std::vector<block_hash> bind_identities(const Cache& cache, remote_identities& ids,
+                                        std::span<const block_digest> digests, std::vector<std::uint64_t>& fresh) {
     std::vector<block_hash> hashes(digests.size());
     const std::uint32_t per_block = cache.items_per_block();
     for (std::size_t i = 0; i < digests.size(); ++i) {
@@ -90,7 +90,8 @@ std::vector<block_hash> bind_identities(const Cache& cache, remote_identities& i
             if (!ids.bind(item, digests[i], l)) {
                 for (const std::uint64_t b : fresh) ids.forget(b);
                 throw usage_error("bind_identities: block " + std::to_string(i) + "'s 64-bit handle " +
-                                  std::to_string(hashes[i]) + " is another block's (the first 8 bytes of two digests "
+                                  std::to_string(hashes[i]) +
+                                  " is another block's (the first 8 bytes of two digests "
                                   "are equal); compute this request without the cache, or retry once the other "
                                   "block has left (forget_identities)");
             }
@@ -107,7 +108,8 @@ std::vector<block_hash> bind_identities(const Cache& cache, remote_identities& i
 /// another block's (two digests whose first 8 bytes are equal: the
 /// instance cannot hold both under one handle), with nothing bound.
 template <class Cache>
-std::vector<block_hash> bind_identities(const Cache& cache, remote_identities& ids, std::span<const block_digest> digests) {
+std::vector<block_hash> bind_identities(const Cache& cache, remote_identities& ids,
+                                        std::span<const block_digest> digests) {
     std::vector<std::uint64_t> fresh;
     return detail::bind_identities(cache, ids, digests, fresh);
 }
@@ -133,8 +135,9 @@ remote_admission admit_through(Cache& cache, Store& store, remote_identities& id
 template <class Cache>
 std::size_t forget_identities(const Cache& cache, remote_identities& ids) {
     if (cache.in_step())
-        throw usage_error("forget_identities: a step is open (its write-backs still need their names); call it "
-                          "after complete_transfers");
+        throw usage_error(
+            "forget_identities: a step is open (its write-backs still need their names); call it "
+            "after complete_transfers");
     return ids.retain([&](std::uint64_t, const remote_identities::identity& id) {
         return cache.where(digest_handle(id.digest), id.layer) != item_state::free;
     });
@@ -218,7 +221,8 @@ std::vector<remote_admission> admit_all_through(Cache& cache, Store& store, remo
     std::vector<std::uint64_t> fresh;
     std::vector<std::vector<block_hash>> hashes;
     hashes.reserve(requests.size());
-    for (const step_digest_request& q : requests) hashes.push_back(detail::bind_identities(cache, ids, q.digests, fresh));
+    for (const step_digest_request& q : requests)
+        hashes.push_back(detail::bind_identities(cache, ids, q.digests, fresh));
     std::vector<step_request> plain(requests.size());
     for (std::size_t r = 0; r < requests.size(); ++r) plain[r] = {requests[r].session, hashes[r], requests[r].ctx};
     return admit_all_through(cache, store, std::span<const step_request>(plain));

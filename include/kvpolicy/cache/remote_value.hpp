@@ -132,14 +132,14 @@ public:
 /// an optional tenant salt; set each of them, since the defaults match any
 /// other instance left at the defaults.
 struct remote_namespace {
-    std::string model = "model";      ///< the model (and its weights' version)
-    std::uint32_t layout_version = 1; ///< the KV layout (heads, head_dim, ...): bump on any change
-    std::uint32_t block_size = 16;    ///< tokens per block
-    std::uint32_t item_bytes = 0;     ///< bytes of one item
-    std::string dtype = "default";    ///< the KV bytes' type ("bfloat16", "fp8_e4m3", ...)
-    std::uint32_t tp_rank = 0;        ///< this instance's tensor-parallel rank, below tp_size
+    std::string model = "model";       ///< the model (and its weights' version)
+    std::uint32_t layout_version = 1;  ///< the KV layout (heads, head_dim, ...): bump on any change
+    std::uint32_t block_size = 16;     ///< tokens per block
+    std::uint32_t item_bytes = 0;      ///< bytes of one item
+    std::string dtype = "default";     ///< the KV bytes' type ("bfloat16", "fp8_e4m3", ...)
+    std::uint32_t tp_rank = 0;         ///< this instance's tensor-parallel rank, below tp_size
     std::uint32_t tp_size = 1;
-    std::uint32_t pp_rank = 0;        ///< this instance's pipeline-parallel rank, below pp_size
+    std::uint32_t pp_rank = 0;  ///< this instance's pipeline-parallel rank, below pp_size
     std::uint32_t pp_size = 1;
     /// A tenant salt (vLLM's cache_salt): instances with different salts
     /// share nothing. Empty: none. It scopes, it is not a secret from the
@@ -174,9 +174,9 @@ struct remote_namespace {
     /// then "t<16 hex digits: a hash of the tenant salt>:" with one.
     [[nodiscard]] std::string prefix() const {
         std::string p = "kvp:" + model + ":" + dtype + ":" + std::to_string(layout_version) + ":" +
-                        std::to_string(block_size) + ":" + std::to_string(item_bytes) + ":tp" + std::to_string(tp_rank) +
-                        "." + std::to_string(tp_size) + ":pp" + std::to_string(pp_rank) + "." + std::to_string(pp_size) +
-                        ":";
+                        std::to_string(block_size) + ":" + std::to_string(item_bytes) + ":tp" +
+                        std::to_string(tp_rank) + "." + std::to_string(tp_size) + ":pp" + std::to_string(pp_rank) +
+                        "." + std::to_string(pp_size) + ":";
         if (!tenant.empty()) {
             p += "t";
             append_hex(p, remote_checksum(std::as_bytes(std::span<const char>(tenant.data(), tenant.size()))));
@@ -224,9 +224,9 @@ struct remote_namespace {
 /// hosts that share a store are.
 struct remote_value_header {
     static constexpr std::uint32_t magic_value = 0x4250564bU;  // "KVPB"
-    static constexpr std::uint16_t format_version = 3;  // 2: the 8-lane checksum; 3: the block's digest, the MAC
+    static constexpr std::uint16_t format_version = 3;         // 2: the 8-lane checksum; 3: the block's digest, the MAC
     static constexpr std::size_t size = 112;
-    static constexpr std::size_t signed_size = 80;  // the header's bytes the MAC covers: all before it
+    static constexpr std::size_t signed_size = 80;               // the header's bytes the MAC covers: all before it
     static constexpr std::uint16_t has_digest = 1, has_mac = 2;  // flags
 
     std::uint32_t magic = magic_value;
@@ -238,8 +238,9 @@ struct remote_value_header {
     std::uint64_t key = 0;
     std::uint64_t length = 0;
     std::uint64_t checksum = 0;
-    block_digest digest{};                              ///< with has_digest: the block's digest
-    std::array<std::byte, remote_mac::size> mac{};      ///< with has_mac: the MAC of the first signed_size bytes and the payload
+    block_digest digest{};  ///< with has_digest: the block's digest
+    std::array<std::byte, remote_mac::size>
+        mac{};  ///< with has_mac: the MAC of the first signed_size bytes and the payload
 };
 static_assert(sizeof(remote_value_header) == remote_value_header::size);
 static_assert(offsetof(remote_value_header, mac) == remote_value_header::signed_size);
@@ -247,21 +248,40 @@ static_assert(std::endian::native == std::endian::little, "remote values are lit
 
 /// Why a loaded value was refused (`ok` when it was not).
 enum class remote_value_check : std::uint8_t {
-    ok, missing, too_short, bad_magic, wrong_namespace, wrong_key, wrong_length, bad_checksum, wrong_identity, bad_mac
+    ok,
+    missing,
+    too_short,
+    bad_magic,
+    wrong_namespace,
+    wrong_key,
+    wrong_length,
+    bad_checksum,
+    wrong_identity,
+    bad_mac
 };
 
 [[nodiscard]] constexpr std::string_view to_string(remote_value_check c) noexcept {
     switch (c) {
-        case remote_value_check::ok: return "ok";
-        case remote_value_check::missing: return "missing";
-        case remote_value_check::too_short: return "too short for its header";
-        case remote_value_check::bad_magic: return "not a kvpolicy value (bad magic or format)";
-        case remote_value_check::wrong_namespace: return "written under another namespace or layout";
-        case remote_value_check::wrong_key: return "the value of another key";
-        case remote_value_check::wrong_length: return "a payload of the wrong length";
-        case remote_value_check::bad_checksum: return "payload bytes that do not match the checksum";
-        case remote_value_check::wrong_identity: return "the value of another block (its digest differs) or of an unknown one";
-        case remote_value_check::bad_mac: return "no valid MAC under this deployment's secret";
+        case remote_value_check::ok:
+            return "ok";
+        case remote_value_check::missing:
+            return "missing";
+        case remote_value_check::too_short:
+            return "too short for its header";
+        case remote_value_check::bad_magic:
+            return "not a kvpolicy value (bad magic or format)";
+        case remote_value_check::wrong_namespace:
+            return "written under another namespace or layout";
+        case remote_value_check::wrong_key:
+            return "the value of another key";
+        case remote_value_check::wrong_length:
+            return "a payload of the wrong length";
+        case remote_value_check::bad_checksum:
+            return "payload bytes that do not match the checksum";
+        case remote_value_check::wrong_identity:
+            return "the value of another block (its digest differs) or of an unknown one";
+        case remote_value_check::bad_mac:
+            return "no valid MAC under this deployment's secret";
     }
     return "?";
 }
@@ -275,7 +295,8 @@ template <class Bytes>
 }
 
 inline void sign_remote_value(const remote_mac& mac, remote_value_header& h, std::span<const std::byte> payload) {
-    const auto head = std::as_bytes(std::span<const remote_value_header, 1>(&h, 1)).first(remote_value_header::signed_size);
+    const auto head =
+        std::as_bytes(std::span<const remote_value_header, 1>(&h, 1)).first(remote_value_header::signed_size);
     std::array<std::byte, remote_mac::size> out{};
     mac.sign(head, payload, out);
     h.mac = out;
@@ -316,15 +337,18 @@ inline void sign_remote_value(const remote_mac& mac, remote_value_header& h, std
                                                             std::size_t expected_length) {
     if (h.magic != remote_value_header::magic_value || h.format != remote_value_header::format_version)
         return remote_value_check::bad_magic;
-    if (h.namespace_hash != ns_hash || h.layout_version != ns.layout_version) return remote_value_check::wrong_namespace;
+    if (h.namespace_hash != ns_hash || h.layout_version != ns.layout_version)
+        return remote_value_check::wrong_namespace;
     if (h.key != key) return remote_value_check::wrong_key;
     if (h.length != expected_length) return remote_value_check::wrong_length;
-    if ((h.flags & ~(remote_value_header::has_digest | remote_value_header::has_mac)) != 0) return remote_value_check::bad_magic;
+    if ((h.flags & ~(remote_value_header::has_digest | remote_value_header::has_mac)) != 0)
+        return remote_value_check::bad_magic;
     const bool mac = (h.flags & remote_value_header::has_mac) != 0;
     if (mac != static_cast<bool>(ns.mac) || (!mac && !detail::all_zero(h.mac))) return remote_value_check::bad_mac;
     const bool digest = (h.flags & remote_value_header::has_digest) != 0;
     if (!ns.identities)  // no digest, and its field untouched
-        return digest || !detail::all_zero(h.digest) || h.layer != 0 ? remote_value_check::wrong_identity : remote_value_check::ok;
+        return digest || !detail::all_zero(h.digest) || h.layer != 0 ? remote_value_check::wrong_identity
+                                                                     : remote_value_check::ok;
     const auto id = ns.identities->find(key);
     if (!id || !digest || h.digest != id->digest || h.layer != id->layer) return remote_value_check::wrong_identity;
     return remote_value_check::ok;
@@ -335,7 +359,8 @@ inline void sign_remote_value(const remote_mac& mac, remote_value_header& h, std
 [[nodiscard]] inline remote_value_check check_remote_mac(const remote_value_header& h, const remote_namespace& ns,
                                                          std::span<const std::byte> payload) {
     if (!ns.mac) return remote_value_check::ok;
-    const auto head = std::as_bytes(std::span<const remote_value_header, 1>(&h, 1)).first(remote_value_header::signed_size);
+    const auto head =
+        std::as_bytes(std::span<const remote_value_header, 1>(&h, 1)).first(remote_value_header::signed_size);
     return ns.mac->verify(head, payload, h.mac) ? remote_value_check::ok : remote_value_check::bad_mac;
 }
 
@@ -385,13 +410,15 @@ namespace detail {
 
 /// Checks a loaded value against what the cache expects; on `ok` the
 /// payload is `value.subspan(remote_value_header::size)`.
-[[nodiscard]] inline remote_value_check verify_remote_value(std::span<const std::byte> value, const remote_namespace& ns,
-                                                            std::uint64_t ns_hash, std::uint64_t key,
-                                                            std::size_t expected_length) {
+[[nodiscard]] inline remote_value_check verify_remote_value(std::span<const std::byte> value,
+                                                            const remote_namespace& ns, std::uint64_t ns_hash,
+                                                            std::uint64_t key, std::size_t expected_length) {
     remote_value_header h;
-    if (const auto c = detail::check_value_header(value, h, ns, ns_hash, key, expected_length); c != remote_value_check::ok)
+    if (const auto c = detail::check_value_header(value, h, ns, ns_hash, key, expected_length);
+        c != remote_value_check::ok)
         return c;
-    if (remote_checksum(value.subspan(remote_value_header::size)) != h.checksum) return remote_value_check::bad_checksum;
+    if (remote_checksum(value.subspan(remote_value_header::size)) != h.checksum)
+        return remote_value_check::bad_checksum;
     return check_remote_mac(h, ns, value.subspan(remote_value_header::size));
 }
 

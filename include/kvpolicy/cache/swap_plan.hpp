@@ -80,11 +80,11 @@ struct transfer_report {
 };
 
 struct swap_plan {
-    std::uint64_t step = 0;                 ///< which end_step made it (1, 2, ...): complete_transfers checks it
-    std::vector<block_transfer> transfers;  ///< in planning order: run in this order
-    std::vector<dropped_item> drops;        ///< items lost this step
-    std::vector<recovery_range> recovery;   ///< by session, sorted, merged
-    std::vector<std::uint64_t> remote_keys; ///< item keys of the remote sides of write-backs and fetches
+    std::uint64_t step = 0;                  ///< which end_step made it (1, 2, ...): complete_transfers checks it
+    std::vector<block_transfer> transfers;   ///< in planning order: run in this order
+    std::vector<dropped_item> drops;         ///< items lost this step
+    std::vector<recovery_range> recovery;    ///< by session, sorted, merged
+    std::vector<std::uint64_t> remote_keys;  ///< item keys of the remote sides of write-backs and fetches
 
     void clear() noexcept {
         transfers.clear();

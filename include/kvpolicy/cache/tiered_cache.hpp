@@ -129,7 +129,7 @@ public:
     /// size of 0, or per-layer capacities that do not hold one whole block.
     explicit tiered_cache(const cache_config& config, const typename GpuPolicy::config_type& gpu_policy_config = {},
                           const typename CpuPolicy::config_type& cpu_policy_config = {}, clock_type clock = {})
-        : state_(config, gpu_policy_config, cpu_policy_config, std::move(clock)) {}
+            : state_(config, gpu_policy_config, cpu_policy_config, std::move(clock)) {}
 
     tiered_cache(const tiered_cache&) = delete;
     tiered_cache& operator=(const tiered_cache&) = delete;

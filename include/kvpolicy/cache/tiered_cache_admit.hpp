@@ -131,8 +131,10 @@ admission tiered_admission<State>::admit(State& state, session_id session, std::
     std::size_t own_evictable = 0;
     for (const block_hash h : hashes)
         for (std::uint32_t l = 0; l < state.items_per_block; ++l) {
-            if (auto b = gpu.cached_block(state.item_key(h, l))) own_evictable += gpu.is_evictable(*b) ? 1 : 0;
-            else ++gpu_items_needed;
+            if (auto b = gpu.cached_block(state.item_key(h, l)))
+                own_evictable += gpu.is_evictable(*b) ? 1 : 0;
+            else
+                ++gpu_items_needed;
         }
     const std::size_t available = gpu.num_free_blocks() + gpu.num_evictable_blocks() - own_evictable;
     if (gpu_items_needed > available)
@@ -190,8 +192,10 @@ admission tiered_admission<State>::admit(State& state, session_id session, std::
                 // Exclusive: the item leaves the CPU tier, its slot reserved
                 // until its swap-in is planned. Inclusive: the copy stays,
                 // held so that making room cannot evict it first.
-                if (config.inclusive) cpu->hold(*c);
-                else cpu->unstore(*c);
+                if (config.inclusive)
+                    cpu->hold(*c);
+                else
+                    cpu->unstore(*c);
                 continue;
             }
             if (c && !config.inclusive) {
@@ -222,8 +226,10 @@ admission tiered_admission<State>::admit(State& state, session_id session, std::
         state.plan_ops.push_back({p.key, 0, session});
         // The copy just planned reads the slot before anything later in
         // the plan can write it, so the slot is free to reuse now.
-        if (config.inclusive) cpu->release(p.cpu_slot, now);
-        else cpu->free_slot(p.cpu_slot);
+        if (config.inclusive)
+            cpu->release(p.cpu_slot, now);
+        else
+            cpu->free_slot(p.cpu_slot);
         ++counters.swap_in_items;
         counters.swap_in_bytes += config.item_bytes;
     };
@@ -289,14 +295,16 @@ void tiered_admission<State>::verify_chain(const State& state, std::span<const b
     for (std::size_t i = 0; i < hashes.size(); ++i) {
         const std::uint64_t key = state.item_key(hashes[i], 0);
         const block_meta* m = nullptr;
-        if (auto b = gpu.cached_block(key)) m = &gpu.meta(*b);
+        if (auto b = gpu.cached_block(key))
+            m = &gpu.meta(*b);
         else if (cpu) {
             if (auto c = cpu->cached_block(key)) m = &cpu->meta(*c);
         }
         const std::uint64_t parent = i == 0 ? State::no_parent : hashes[i - 1];
         if (m != nullptr && m->parent_key != parent)
             throw usage_error("admit: malformed hash chain: block " + std::to_string(i) + " (hash " +
-                              std::to_string(hashes[i]) + ") is cached under another parent; equal hashes must "
+                              std::to_string(hashes[i]) +
+                              ") is cached under another parent; equal hashes must "
                               "mean equal prefixes, so chain each hash from its parent's");
     }
 }
@@ -317,8 +325,10 @@ void tiered_admission<State>::shelter(State& state, std::span<const block_id> vi
     if (cpu)
         for (const block_id v : victims) {
             const auto copy = config.inclusive ? cpu->cached_block(gpu.key(v)) : std::nullopt;
-            if (copy) cpu->hold(*copy);
-            else ++to_copy;
+            if (copy)
+                cpu->hold(*copy);
+            else
+                ++to_copy;
         }
     std::size_t cpu_room = 0;
     if (cpu && to_copy > 0) {

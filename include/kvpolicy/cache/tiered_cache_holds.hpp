@@ -167,8 +167,10 @@ void tiered_holds<State>::release_holds(State& state, session_id by, const std::
 template <class State>
 void tiered_holds<State>::release_one(State& state, std::uint32_t b, timestamp now, session_id by,
                                       std::uint64_t output_tokens, timestamp expected_return) {
-    if (state.in_step && state.filled[b]) state.deferred_releases.push_back({b, by, output_tokens, expected_return});
-    else state.gpu.release(block_id{b}, now, by, output_tokens, expected_return);
+    if (state.in_step && state.filled[b])
+        state.deferred_releases.push_back({b, by, output_tokens, expected_return});
+    else
+        state.gpu.release(block_id{b}, now, by, output_tokens, expected_return);
 }
 
 template <class State>

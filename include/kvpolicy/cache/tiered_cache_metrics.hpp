@@ -71,8 +71,7 @@ template <class State>
         }
     }
     if (evictable != gpu.policy().evictable_size())
-        bad << "gpu: " << evictable << " evictable blocks but the policy has " << gpu.policy().evictable_size()
-            << "; ";
+        bad << "gpu: " << evictable << " evictable blocks but the policy has " << gpu.policy().evictable_size() << "; ";
     std::size_t remote_ops = 0;
     for (const block_transfer& t : state.plan.transfers) {
         if (t.from != tier::remote && t.to != tier::remote) continue;
@@ -92,8 +91,7 @@ template <class State>
             if (st == cpu_slot::reserved) bad << "cpu slot " << i << " left reserved; ";
             if (st == cpu_slot::cached && cpu->cached_block(cpu->key(b)) != b)
                 bad << "cpu block " << i << " not indexed; ";
-            if (st == cpu_slot::cached && cpu->ref_count(b) != 0)
-                bad << "cpu block " << i << " still held; ";
+            if (st == cpu_slot::cached && cpu->ref_count(b) != 0) bad << "cpu block " << i << " still held; ";
         }
     return bad.str();
 }

@@ -54,11 +54,11 @@ concept cache_traits = requires {
     typename T::mutex_type;
     typename T::clock_type;
     typename T::cost_model_type;
-} && clock_source<typename T::clock_type> && cost_model<typename T::cost_model_type> &&
-    requires(typename T::mutex_type& m) {
-        m.lock();
-        m.unlock();
-    };
+}
+&&clock_source<typename T::clock_type>&& cost_model<typename T::cost_model_type>&& requires(typename T::mutex_type& m) {
+    m.lock();
+    m.unlock();
+};
 
 /// Defaults: single-threaded, a manual clock, unit cost.
 /// Derive and override a member to change one thing.
@@ -74,19 +74,19 @@ struct thread_safe_traits : default_cache_traits {
 };
 
 struct cache_config {
-    std::size_t gpu_capacity = 0;  ///< items in the GPU tier (blocks, or layer-chunks per_layer)
-    std::size_t cpu_capacity = 0;  ///< items in the CPU tier; 0 = no CPU tier, GPU victims are dropped
-    std::uint32_t block_size = 16; ///< tokens per block
-    std::uint32_t num_layers = 1;  ///< layers per block; the items per block under per_layer
+    std::size_t gpu_capacity = 0;                  ///< items in the GPU tier (blocks, or layer-chunks per_layer)
+    std::size_t cpu_capacity = 0;                  ///< items in the CPU tier; 0 = no CPU tier, GPU victims are dropped
+    std::uint32_t block_size = 16;                 ///< tokens per block
+    std::uint32_t num_layers = 1;                  ///< layers per block; the items per block under per_layer
     granularity items = granularity::whole_block;  ///< what one eviction item is
-    std::size_t item_bytes = 0;    ///< bytes of one item, for the byte counters
-    bool inclusive = false;        ///< keep the CPU copy when a block is swapped in
-    bool verify_chain = true;      ///< reject requests whose hashes contradict the cached chain
-                                   ///< (a hash twice in one request is always rejected)
-    bool remote = false;           ///< a remote tier below the CPU tier (needs one): victims that would be
-                                   ///< dropped are written back, store hits are staged (stage_remote)
+    std::size_t item_bytes = 0;                    ///< bytes of one item, for the byte counters
+    bool inclusive = false;                        ///< keep the CPU copy when a block is swapped in
+    bool verify_chain = true;                      ///< reject requests whose hashes contradict the cached chain
+                                                   ///< (a hash twice in one request is always rejected)
+    bool remote = false;  ///< a remote tier below the CPU tier (needs one): victims that would be
+                          ///< dropped are written back, store hits are staged (stage_remote)
     std::uint32_t remote_write_back_chunks = ~std::uint32_t{0};  ///< write back only victims of chunk index
-                                   ///< below this: other instances share prefixes, rarely deep tails
+        ///< below this: other instances share prefixes, rarely deep tails
 };
 
 /// The longest cached prefix of a request, block by block across the tiers.
@@ -118,10 +118,10 @@ struct tiered_state {
     };
     // What complete_transfers needs to know of plan.transfers[i] beyond the copy.
     struct planned_op {
-        std::uint64_t to_dst;   // the item the copy writes into its destination
-        std::uint64_t to_src;   // exchange: the item it writes into its source
-        session_id requester;   // swap-in, exchange: the request it serves
-        block_meta meta{};      // write-back: the item's, reported if the write fails
+        std::uint64_t to_dst;  // the item the copy writes into its destination
+        std::uint64_t to_src;  // exchange: the item it writes into its source
+        session_id requester;  // swap-in, exchange: the request it serves
+        block_meta meta{};     // write-back: the item's, reported if the write fails
     };
     // A release of an item filled in the open step (it has no data yet).
     struct deferred_release {
@@ -135,12 +135,12 @@ struct tiered_state {
     /// size of 0, or per-layer capacities that do not hold one whole block.
     tiered_state(const cache_config& c, const typename GpuPolicy::config_type& gpu_policy_config,
                  const typename CpuPolicy::config_type& cpu_policy_config, clock_type clk)
-        : config(validated(c)),
-          items_per_block(c.items == granularity::per_layer ? c.num_layers : 1),
-          clock(std::move(clk)),
-          gpu(tier::gpu, c.gpu_capacity, gpu_policy_config),
-          filled(c.gpu_capacity, 0),
-          dropped_keys(std::max<std::size_t>(c.gpu_capacity + c.cpu_capacity, 1024)) {
+            : config(validated(c)),
+              items_per_block(c.items == granularity::per_layer ? c.num_layers : 1),
+              clock(std::move(clk)),
+              gpu(tier::gpu, c.gpu_capacity, gpu_policy_config),
+              filled(c.gpu_capacity, 0),
+              dropped_keys(std::max<std::size_t>(c.gpu_capacity + c.cpu_capacity, 1024)) {
         if (config.cpu_capacity > 0) cpu.emplace(tier::cpu, config.cpu_capacity, cpu_policy_config);
         gpu.hear_queue(&queue);  // the state is neither copied nor moved, so the pools may point at it
         if (cpu) cpu->hear_queue(&queue);
@@ -199,8 +199,9 @@ struct tiered_state {
         if (c.block_size == 0) throw config_error("cache_config: block_size 0; give the tokens per block (e.g. 16)");
         if (c.num_layers == 0) throw config_error("cache_config: num_layers 0; give at least 1");
         if (c.remote && c.cpu_capacity == 0)
-            throw config_error("cache_config: remote tier without a CPU tier; remote hits are staged through CPU "
-                               "memory, so give cpu_capacity > 0");
+            throw config_error(
+                "cache_config: remote tier without a CPU tier; remote hits are staged through CPU "
+                "memory, so give cpu_capacity > 0");
         if (c.items == granularity::per_layer &&
             (c.gpu_capacity < c.num_layers || (c.cpu_capacity > 0 && c.cpu_capacity < c.num_layers)))
             throw config_error("cache_config: per-layer tiers of " + std::to_string(c.gpu_capacity) + " / " +
@@ -215,15 +216,15 @@ struct tiered_state {
     gpu_pool gpu;
     std::optional<cpu_pool> cpu;
     bool in_step = false;
-    swap_plan plan;                                  // the open (or last ended) step's
-    std::vector<planned_op> plan_ops;                // [plan.transfers.size()]
-    std::vector<std::uint8_t> filled;                // [gpu capacity] filled in the open step
+    swap_plan plan;                    // the open (or last ended) step's
+    std::vector<planned_op> plan_ops;  // [plan.transfers.size()]
+    std::vector<std::uint8_t> filled;  // [gpu capacity] filled in the open step
     std::vector<std::uint32_t> filled_this_step;
     std::vector<deferred_release> deferred_releases;  // releases of filled items, done at end_step
     std::unordered_map<session_id, session_state> sessions;
-    ghost_list dropped_keys;                         // blocks dropped, to count recomputation
-    cache_metrics counters;                          // metrics() adds the derived figures
-    waiting_queue queue;                             // the pools point at it (hear_queue)
+    ghost_list dropped_keys;  // blocks dropped, to count recomputation
+    cache_metrics counters;   // metrics() adds the derived figures
+    waiting_queue queue;      // the pools point at it (hear_queue)
 };
 
 }  // namespace detail

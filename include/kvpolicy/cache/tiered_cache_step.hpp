@@ -100,11 +100,11 @@ private:
     }
 
     std::uint64_t steps_ended_ = 0;
-    bool plan_open_ = false;                     // ended, not yet reported
-    std::vector<slot_fate> slot_fates_;          // scratch for complete_transfers
-    std::vector<lost_copy> lost_copies_;         // scratch for complete_transfers, in plan order
-    std::vector<std::uint32_t> lost_order_;      // scratch: lost_copies_ indices by key
-    std::vector<std::uint32_t> fate_index_[2];   // [gpu, cpu][slot] -> slot_fates_ index or no_index (scratch)
+    bool plan_open_ = false;                    // ended, not yet reported
+    std::vector<slot_fate> slot_fates_;         // scratch for complete_transfers
+    std::vector<lost_copy> lost_copies_;        // scratch for complete_transfers, in plan order
+    std::vector<std::uint32_t> lost_order_;     // scratch: lost_copies_ indices by key
+    std::vector<std::uint32_t> fate_index_[2];  // [gpu, cpu][slot] -> slot_fates_ index or no_index (scratch)
 };
 
 template <class State>
@@ -113,8 +113,9 @@ transfer_report tiered_step<State>::complete_transfers(State& state, const swap_
     auto& gpu = state.gpu;
     auto& cpu = state.cpu;
     if (state.in_step)
-        throw usage_error("complete_transfers: a step is open; report a plan after its end_step and before the "
-                          "next begin_step");
+        throw usage_error(
+            "complete_transfers: a step is open; report a plan after its end_step and before the "
+            "next begin_step");
     if (plan.step != state.plan.step)
         throw usage_error("complete_transfers: the plan is of step " + std::to_string(plan.step) +
                           " but the cache's last plan is of step " + std::to_string(state.plan.step) +

@@ -65,26 +65,25 @@ enum class eviction_order : std::uint8_t {
 /// - `pop_victims(out, now)`: up to `out.size()` victims in order; the count.
 /// - `size()`: tracked items; `evictable_size()`: those not held.
 template <class P>
-concept eviction_policy =
-    named<P> && std::movable<P> &&
-    requires { typename P::config_type; } &&
-    std::constructible_from<P, std::size_t, const typename P::config_type&> &&
-    requires { typename std::integral_constant<eviction_order, P::order>; } &&
-    requires(P& p, const P& cp, item_id id, const access_context& ctx, std::span<item_id> out, timestamp now) {
-        { p.on_miss(ctx) } -> std::same_as<void>;
-        { p.on_insert(id, ctx) } -> std::same_as<void>;
-        { p.on_access(id, ctx) } -> std::same_as<void>;
-        { p.on_hold(id) } -> std::same_as<void>;
-        { p.on_release(id, ctx) } -> std::same_as<void>;
-        { p.on_erase(id) } -> std::same_as<void>;
-        { p.pop_victim(now) } -> std::same_as<std::optional<item_id>>;
-        { p.pop_victims(out, now) } -> std::same_as<std::size_t>;
-        { cp.capacity() } -> std::same_as<std::size_t>;
-        { cp.size() } -> std::same_as<std::size_t>;
-        { cp.evictable_size() } -> std::same_as<std::size_t>;
-        { cp.contains(id) } -> std::same_as<bool>;
-        { cp.counters() } -> std::same_as<const policy_counters&>;
-    };
+concept eviction_policy = named<P> && std::movable<P> && requires {
+    typename P::config_type;
+} && std::constructible_from<P, std::size_t, const typename P::config_type&> && requires {
+    typename std::integral_constant<eviction_order, P::order>;
+} && requires(P& p, const P& cp, item_id id, const access_context& ctx, std::span<item_id> out, timestamp now) {
+    { p.on_miss(ctx) } -> std::same_as<void>;
+    { p.on_insert(id, ctx) } -> std::same_as<void>;
+    { p.on_access(id, ctx) } -> std::same_as<void>;
+    { p.on_hold(id) } -> std::same_as<void>;
+    { p.on_release(id, ctx) } -> std::same_as<void>;
+    { p.on_erase(id) } -> std::same_as<void>;
+    { p.pop_victim(now) } -> std::same_as<std::optional<item_id>>;
+    { p.pop_victims(out, now) } -> std::same_as<std::size_t>;
+    { cp.capacity() } -> std::same_as<std::size_t>;
+    { cp.size() } -> std::same_as<std::size_t>;
+    { cp.evictable_size() } -> std::same_as<std::size_t>;
+    { cp.contains(id) } -> std::same_as<bool>;
+    { cp.counters() } -> std::same_as<const policy_counters&>;
+};
 
 /// Whether policy `P` hears that a session has ended (an optional hook, not
 /// part of eviction_policy: only a policy that ranks sessions has use for
@@ -106,11 +105,11 @@ inline constexpr bool hears_session_ends = requires(P& p, session_id s, timestam
 /// release would give. Called by the cache (tiered_cache::enqueue,
 /// dequeue, and each insert of an item some queued request reads).
 template <class P>
-inline constexpr bool hears_waiting_queue =
-    requires(P& p, item_id id, std::uint64_t position, const access_context& ctx) {
-        { p.on_queued(id, position) } -> std::same_as<void>;
-        { p.on_unqueued(id, ctx) } -> std::same_as<void>;
-    };
+inline constexpr bool hears_waiting_queue = requires(P& p, item_id id, std::uint64_t position,
+                                                     const access_context& ctx) {
+    { p.on_queued(id, position) } -> std::same_as<void>;
+    { p.on_unqueued(id, ctx) } -> std::same_as<void>;
+};
 
 /// Whether policy `P` can stop keeping its victim order and rebuild it on
 /// demand (an optional hook: lrfu): `suspend_order()` leaves only O(1) state
@@ -127,15 +126,19 @@ inline constexpr bool orders_on_demand = requires(P& p) {
 /// Whether policy `P` reads `ctx.next_use` (belady, reuse_oracle_lru): a
 /// simulator must compute the trace's next uses for it; nothing live can.
 template <class P>
-inline constexpr bool uses_future = requires { requires P::uses_future; };
+inline constexpr bool uses_future = requires {
+    requires P::uses_future;
+};
 
 /// The setting a policy is built for, when it is not every setting: its
 /// `built_for` text (checkerboard: the CPU tier of layer-chunk items), so a
 /// table that ranks it elsewhere can say so; empty for the others.
 template <class P>
 [[nodiscard]] constexpr std::string_view built_for() noexcept {
-    if constexpr (requires { std::string_view{P::built_for}; }) return P::built_for;
-    else return {};
+    if constexpr (requires { std::string_view{P::built_for}; })
+        return P::built_for;
+    else
+        return {};
 }
 
 /// Seconds to recompute one item whose session has `context_length` tokens
@@ -147,16 +150,17 @@ concept cost_model = named<C> && std::copyable<C> && requires(const C& c, std::u
 
 /// How much of an item's cost lies on the critical path, by layer.
 template <class W>
-concept layer_weight = named<W> && std::copyable<W> && requires(const W& w, layer_index layer, std::uint32_t num_layers) {
+concept layer_weight = named<W> && std::copyable<W> &&
+    requires(const W& w, layer_index layer, std::uint32_t num_layers) {
     { w.weight(layer, num_layers) } -> std::same_as<double>;
 };
 
 /// How expensive an item is to recompute, by its position in its session.
 template <class W>
-concept position_weight =
-    named<W> && std::copyable<W> && requires(const W& w, chunk_index chunk, std::uint32_t total_chunks) {
-        { w.weight(chunk, total_chunks) } -> std::same_as<double>;
-    };
+concept position_weight = named<W> && std::copyable<W> &&
+    requires(const W& w, chunk_index chunk, std::uint32_t total_chunks) {
+    { w.weight(chunk, total_chunks) } -> std::same_as<double>;
+};
 
 /// Given scores and ids, writes the `out.size()` lowest (fewer if there are
 /// fewer ids) into `out` in ascending (score, id) order and returns the
@@ -164,10 +168,10 @@ concept position_weight =
 /// rejected with `usage_error`. Non-const: a selector may keep scratch space
 /// so repeated calls do not allocate.
 template <class S, class Score = double>
-concept victim_selector =
-    named<S> && requires(S& s, std::span<const Score> scores, std::span<const item_id> ids, std::span<item_id> out) {
-        { s.select_lowest(scores, ids, out) } -> std::same_as<std::size_t>;
-    };
+concept victim_selector = named<S> &&
+    requires(S& s, std::span<const Score> scores, std::span<const item_id> ids, std::span<item_id> out) {
+    { s.select_lowest(scores, ids, out) } -> std::same_as<std::size_t>;
+};
 
 namespace detail {
 template <class S>
@@ -183,13 +187,12 @@ concept sparse_selector_flags = named<S> && requires {
 /// available.size()) and returns its length; `on_offload` sees a block's keys
 /// while they are still on the device, before the copy to the CPU tier.
 template <class S>
-concept sparse_selector =
-    detail::sparse_selector_flags<S> &&
+concept sparse_selector = detail::sparse_selector_flags<S> &&
     requires(S& s, std::span<const block_id> available, const selection_context& ctx, std::span<block_id> out,
              block_id block, layer_index layer, const key_block_view& keys) {
-        { s.select(available, ctx, out) } -> std::same_as<std::size_t>;
-        { s.on_offload(block, layer, keys) } -> std::same_as<void>;
-    };
+    { s.select(available, ctx, out) } -> std::same_as<std::size_t>;
+    { s.on_offload(block, layer, keys) } -> std::same_as<void>;
+};
 
 /// The same seam for a selector whose query and keys are device memory
 /// (kvpolicy/cuda/quest.cuh's device_quest): it takes the device context and
@@ -199,14 +202,13 @@ concept sparse_selector =
 /// `S::key_element` names the type the keys are stored in (float, bf16,
 /// fp16), and `on_offload` takes keys of that type.
 template <class S>
-concept device_sparse_selector =
-    detail::sparse_selector_flags<S> && requires { typename S::key_element; } &&
-    requires(S& s, std::span<const block_id> available, const device_selection_context& ctx,
-             std::span<block_id> out, block_id block, layer_index layer,
-             const basic_device_key_block_view<typename S::key_element>& keys) {
-        { s.select(available, ctx, out) } -> std::same_as<std::size_t>;
-        { s.on_offload(block, layer, keys) } -> std::same_as<void>;
-    };
+concept device_sparse_selector = detail::sparse_selector_flags<S> && requires {
+    typename S::key_element;
+} && requires(S& s, std::span<const block_id> available, const device_selection_context& ctx, std::span<block_id> out,
+              block_id block, layer_index layer, const basic_device_key_block_view<typename S::key_element>& keys) {
+    { s.select(available, ctx, out) } -> std::same_as<std::size_t>;
+    { s.on_offload(block, layer, keys) } -> std::same_as<void>;
+};
 
 /// A sparse selector that computes prefill attention itself (seed 004:
 /// MInference changes how prefill attention is computed, not what is
@@ -219,11 +221,13 @@ concept device_sparse_selector =
 /// merge_attention_state).
 template <class S, memory_space Space = memory_space::host>
 concept prefill_sparse_selector =
-    (Space == memory_space::host ? sparse_selector<S> : device_sparse_selector<S>) && S::supports_prefill &&
-    requires(S& s, const basic_prefill_qkv_view<Space>& qkv, layer_index layer,
-             const basic_prefill_output_view<Space>& out) {
-        { s.sparse_prefill_attention(qkv, layer, out) } -> std::same_as<void>;
-    };
+    (Space == memory_space::host
+         ? sparse_selector<S>
+         : device_sparse_selector<S>)&&S::supports_prefill&& requires(S& s, const basic_prefill_qkv_view<Space>& qkv,
+                                                                      layer_index layer,
+                                                                      const basic_prefill_output_view<Space>& out) {
+    { s.sparse_prefill_attention(qkv, layer, out) } -> std::same_as<void>;
+};
 
 /// Carries out block copies between tiers. `execute(ops, status)` performs
 /// every op (status.size() >= ops.size()), writes each op's outcome and
@@ -238,11 +242,11 @@ concept transfer_engine = requires(T& t, std::span<const block_transfer> ops, st
 /// `to` equal to `tier::remote` names, on that side, an index into
 /// `remote_keys` (the item's key) instead of a slot. Returns the ops done.
 template <class T>
-concept remote_transfer_engine =
-    transfer_engine<T> && requires(T& t, std::span<const block_transfer> ops, std::span<const std::uint64_t> remote_keys,
-                                   std::span<transfer_status> status) {
-        { t.execute(ops, remote_keys, status) } -> std::same_as<std::size_t>;
-    };
+concept remote_transfer_engine = transfer_engine<T> &&
+    requires(T& t, std::span<const block_transfer> ops, std::span<const std::uint64_t> remote_keys,
+             std::span<transfer_status> status) {
+    { t.execute(ops, remote_keys, status) } -> std::same_as<std::size_t>;
+};
 
 /// What a remote store tells a lookup: `present_prefix(keys)` is how many of
 /// `keys`, from the first, the store holds now (it may drop them later: it
@@ -256,9 +260,9 @@ concept remote_directory = requires(T& t, std::span<const std::uint64_t> keys) {
 /// `present_prefixes(lists, out)` sets out[i] to present_prefix(lists[i])
 /// for every list, in one round trip to the store instead of one per list.
 template <class T>
-concept remote_batch_directory =
-    remote_directory<T> && requires(T& t, std::span<const std::span<const std::uint64_t>> lists, std::span<std::size_t> out) {
-        { t.present_prefixes(lists, out) } -> std::same_as<void>;
-    };
+concept remote_batch_directory = remote_directory<T> &&
+    requires(T& t, std::span<const std::span<const std::uint64_t>> lists, std::span<std::size_t> out) {
+    { t.present_prefixes(lists, out) } -> std::same_as<void>;
+};
 
 }  // namespace kvpolicy

@@ -63,10 +63,10 @@ public:
 class parse_error : public error {
 public:
     parse_error(std::string file, std::size_t line, const std::string& reason)
-        : error(file + ":" + std::to_string(line) + ": " + reason),
-          file_(std::move(file)),
-          line_(line),
-          reason_(reason) {}
+            : error(file + ":" + std::to_string(line) + ": " + reason),
+              file_(std::move(file)),
+              line_(line),
+              reason_(reason) {}
 
     [[nodiscard]] const std::string& file() const noexcept { return file_; }
     [[nodiscard]] std::size_t line() const noexcept { return line_; }

@@ -91,11 +91,11 @@ public:
     }
 
 private:
-    std::vector<std::uint64_t> keys_;   // [capacity] key held by each slot
-    index_links links_;                 // arrival order over slots
+    std::vector<std::uint64_t> keys_;  // [capacity] key held by each slot
+    index_links links_;                // arrival order over slots
     index_list order_;
-    std::vector<std::uint32_t> free_;   // unused slots
-    key_index index_;                   // key -> slot
+    std::vector<std::uint32_t> free_;  // unused slots
+    key_index index_;                  // key -> slot
 };
 
 }  // namespace kvpolicy

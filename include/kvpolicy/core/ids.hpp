@@ -27,12 +27,8 @@ struct strong_id {
     constexpr strong_id() noexcept = default;
     constexpr explicit strong_id(Rep v) noexcept : value(v) {}
 
-    [[nodiscard]] static constexpr strong_id invalid() noexcept {
-        return strong_id{std::numeric_limits<Rep>::max()};
-    }
-    [[nodiscard]] constexpr bool is_valid() const noexcept {
-        return value != std::numeric_limits<Rep>::max();
-    }
+    [[nodiscard]] static constexpr strong_id invalid() noexcept { return strong_id{std::numeric_limits<Rep>::max()}; }
+    [[nodiscard]] constexpr bool is_valid() const noexcept { return value != std::numeric_limits<Rep>::max(); }
     [[nodiscard]] constexpr std::size_t index() const noexcept { return value; }
 
     friend constexpr bool operator==(strong_id, strong_id) noexcept = default;
@@ -59,7 +55,5 @@ using block_hash = std::uint64_t;
 
 template <class Tag, class Rep>
 struct std::hash<kvpolicy::strong_id<Tag, Rep>> {
-    std::size_t operator()(kvpolicy::strong_id<Tag, Rep> id) const noexcept {
-        return std::hash<Rep>{}(id.value);
-    }
+    std::size_t operator()(kvpolicy::strong_id<Tag, Rep> id) const noexcept { return std::hash<Rep>{}(id.value); }
 };

@@ -32,14 +32,21 @@ public:
 
     [[nodiscard]] std::size_t capacity() const noexcept { return links_.size(); }
     [[nodiscard]] bool is_linked(std::uint32_t id) const noexcept { return links_[id].next != unlinked; }
-    [[nodiscard]] std::uint32_t next(std::uint32_t id) const noexcept { return is_linked(id) ? links_[id].next : no_index; }
-    [[nodiscard]] std::uint32_t prev(std::uint32_t id) const noexcept { return is_linked(id) ? links_[id].prev : no_index; }
+    [[nodiscard]] std::uint32_t next(std::uint32_t id) const noexcept {
+        return is_linked(id) ? links_[id].next : no_index;
+    }
+    [[nodiscard]] std::uint32_t prev(std::uint32_t id) const noexcept {
+        return is_linked(id) ? links_[id].prev : no_index;
+    }
 
     /// Complexity: O(1). Precondition: `id` is in no list.
     void push_back(index_list& l, std::uint32_t id) noexcept {
         KVPOLICY_ASSERT(id < capacity() && !is_linked(id));
         links_[id] = {l.back, no_index};
-        if (l.back != no_index) links_[l.back].next = id; else l.front = id;
+        if (l.back != no_index)
+            links_[l.back].next = id;
+        else
+            l.front = id;
         l.back = id;
         ++l.size;
     }
@@ -48,7 +55,10 @@ public:
     void push_front(index_list& l, std::uint32_t id) noexcept {
         KVPOLICY_ASSERT(id < capacity() && !is_linked(id));
         links_[id] = {no_index, l.front};
-        if (l.front != no_index) links_[l.front].prev = id; else l.back = id;
+        if (l.front != no_index)
+            links_[l.front].prev = id;
+        else
+            l.back = id;
         l.front = id;
         ++l.size;
     }
@@ -59,7 +69,10 @@ public:
         const std::uint32_t n = links_[pos].next;
         links_[id] = {pos, n};
         links_[pos].next = id;
-        if (n != no_index) links_[n].prev = id; else l.back = id;
+        if (n != no_index)
+            links_[n].prev = id;
+        else
+            l.back = id;
         ++l.size;
     }
 
@@ -68,8 +81,14 @@ public:
         KVPOLICY_ASSERT(id < capacity() && is_linked(id) && l.size > 0);
         const std::uint32_t p = links_[id].prev;
         const std::uint32_t n = links_[id].next;
-        if (p != no_index) links_[p].next = n; else l.front = n;
-        if (n != no_index) links_[n].prev = p; else l.back = p;
+        if (p != no_index)
+            links_[p].next = n;
+        else
+            l.front = n;
+        if (n != no_index)
+            links_[n].prev = p;
+        else
+            l.back = p;
         links_[id] = {};
         --l.size;
     }
@@ -101,7 +120,10 @@ public:
         // and a wide load over a narrow store stalls store forwarding.
         const std::uint32_t p = links_[id].prev;
         const std::uint32_t n = links_[id].next;  // valid: id is not the back
-        if (p != no_index) links_[p].next = n; else l.front = n;
+        if (p != no_index)
+            links_[p].next = n;
+        else
+            l.front = n;
         links_[n].prev = p;
         links_[l.back].next = id;
         links_[id] = {l.back, no_index};

@@ -30,7 +30,7 @@ class indexed_heap {
 public:
     indexed_heap() = default;
     explicit indexed_heap(std::size_t capacity, Less less = {})
-        : keys_(capacity), pos_(capacity, no_index), less_(less) {
+            : keys_(capacity), pos_(capacity, no_index), less_(less) {
         heap_.reserve(capacity);
     }
 
@@ -116,9 +116,7 @@ public:
     }
 
 private:
-    [[nodiscard]] bool less(std::uint32_t a, std::uint32_t b) const noexcept {
-        return less_(keys_[a], a, keys_[b], b);
-    }
+    [[nodiscard]] bool less(std::uint32_t a, std::uint32_t b) const noexcept { return less_(keys_[a], a, keys_[b], b); }
     void place(std::uint32_t p, std::uint32_t id) noexcept {
         heap_[p] = id;
         pos_[id] = p;

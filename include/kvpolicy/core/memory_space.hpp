@@ -85,20 +85,23 @@ public:
     /// T -> const T (and any qualification conversion) within one space;
     /// never across spaces.
     template <class U>
-        requires(!std::same_as<U, T> && std::is_convertible_v<U (*)[], T (*)[]>)
-    KVPOLICY_HOST_DEVICE constexpr space_span(const space_span<U, S>& other) noexcept
-        : data_(other.data()), size_(other.size()) {}
+    requires(!std::same_as<U, T> && std::is_convertible_v<U (*)[], T (*)[]>) KVPOLICY_HOST_DEVICE
+        constexpr space_span(const space_span<U, S>& other) noexcept
+            : data_(other.data()), size_(other.size()) {}
 
     /// Host spaces only: a view of a contiguous host range (std::span,
     /// std::vector, std::array, a C array). A temporary range is accepted
     /// only for const T, as for std::span.
     template <class R>
-        requires(host_accessible<S> && !detail::is_space_span<std::remove_cvref_t<R>> &&
-                 std::ranges::contiguous_range<R> && std::ranges::sized_range<R> &&
-                 (std::ranges::borrowed_range<R> || std::is_const_v<T>) &&
-                 std::is_convertible_v<std::remove_reference_t<std::ranges::range_reference_t<R>> (*)[], T (*)[]>)
-    constexpr space_span(R&& range) noexcept(noexcept(std::ranges::data(range)) && noexcept(std::ranges::size(range)))
-        : data_(std::ranges::data(range)), size_(static_cast<size_type>(std::ranges::size(range))) {}
+    requires(
+        host_accessible<S> && !detail::is_space_span<std::remove_cvref_t<R>> && std::ranges::contiguous_range<R> &&
+        std::ranges::sized_range<R> &&
+        (std::ranges::borrowed_range<R> || std::is_const_v<T>)&&std::is_convertible_v<
+            std::remove_reference_t<std::ranges::range_reference_t<R>> (*)[],
+            T (*)[]>) constexpr space_span(R&& range) noexcept(noexcept(std::ranges::
+                                                                            data(range)) && noexcept(std::ranges::
+                                                                                                         size(range)))
+            : data_(std::ranges::data(range)), size_(static_cast<size_type>(std::ranges::size(range))) {}
 
     // --- in both spaces, host and device code: nothing here reads memory ---
 
@@ -120,9 +123,8 @@ public:
     /// `count` elements from `offset`, or all from `offset` to the end with
     /// std::dynamic_extent. Precondition: offset <= size() and, unless
     /// dynamic_extent, offset + count <= size().
-    [[nodiscard]] KVPOLICY_HOST_DEVICE constexpr space_span subspan(size_type offset,
-                                                                    size_type count = std::dynamic_extent) const
-        noexcept {
+    [[nodiscard]] KVPOLICY_HOST_DEVICE constexpr space_span subspan(
+        size_type offset, size_type count = std::dynamic_extent) const noexcept {
         assert(offset <= size_);
         assert(count == std::dynamic_extent || count <= size_ - offset);
         return space_span{data_ + offset, count == std::dynamic_extent ? size_ - offset : count};
@@ -133,29 +135,17 @@ public:
     /// Host memory, host code only (not constexpr, so that nvcc's
     /// --expt-relaxed-constexpr cannot open it to device code either).
     /// Precondition: i < size().
-    [[nodiscard]] T& operator[](size_type i) const noexcept
-        requires host_accessible<S>
-    {
+    [[nodiscard]] T& operator[](size_type i) const noexcept requires host_accessible<S> {
         assert(i < size_);
         return data_[i];
     }
-    [[nodiscard]] T* begin() const noexcept
-        requires host_accessible<S>
-    {
-        return data_;
-    }
-    [[nodiscard]] T* end() const noexcept
-        requires host_accessible<S>
-    {
-        return data_ + size_;
-    }
+    [[nodiscard]] T* begin() const noexcept requires host_accessible<S> { return data_; }
+    [[nodiscard]] T* end() const noexcept requires host_accessible<S> { return data_ + size_; }
 
 #if defined(__CUDACC__)
     /// Device memory, device code only (a host call does not compile).
     /// Precondition: i < size().
-    [[nodiscard]] KVPOLICY_DEVICE T& operator[](size_type i) const noexcept
-        requires device_accessible<S>
-    {
+    [[nodiscard]] KVPOLICY_DEVICE T& operator[](size_type i) const noexcept requires device_accessible<S> {
         assert(i < size_);
         return data_[i];
     }

@@ -34,9 +34,9 @@ namespace kvpolicy {
 
 /// Head of one queue (see place_links).
 struct place_queue {
-    index_list items;                 // all its items, held ones too: oldest place at front
-    std::uint32_t first = no_index;   // the oldest evictable item; every item before it is held
-    std::uint32_t evictable = 0;      // items not held
+    index_list items;                // all its items, held ones too: oldest place at front
+    std::uint32_t first = no_index;  // the oldest evictable item; every item before it is held
+    std::uint32_t evictable = 0;     // items not held
     std::uint32_t next_place = 0;
 
     /// True when no item can leave (the queue may still hold held items).
@@ -62,7 +62,9 @@ public:
     /// The item's place in its queue (larger: newer). Renumbering keeps the order.
     [[nodiscard]] std::uint32_t place(std::uint32_t id) const noexcept { return nodes_[id].place & ~held_bit; }
     /// The next item of `id`'s queue, held or not, or no_index.
-    [[nodiscard]] std::uint32_t next(std::uint32_t id) const noexcept { return is_linked(id) ? nodes_[id].next : no_index; }
+    [[nodiscard]] std::uint32_t next(std::uint32_t id) const noexcept {
+        return is_linked(id) ? nodes_[id].next : no_index;
+    }
 
     /// Appends `id` as the newest item of `q`, evictable. Complexity: O(1)
     /// (amortized over renumbering). Precondition: `id` is in no queue.
@@ -71,8 +73,10 @@ public:
         if (q.next_place >= PlaceLimit) [[unlikely]]
             renumber(q);
         nodes_[id] = {q.items.back, no_index, q.next_place++};
-        if (q.items.back != no_index) nodes_[q.items.back].next = id;
-        else q.items.front = id;
+        if (q.items.back != no_index)
+            nodes_[q.items.back].next = id;
+        else
+            q.items.front = id;
         q.items.back = id;
         ++q.items.size;
         ++q.evictable;
@@ -107,10 +111,14 @@ public:
             --q.evictable;
             if (q.first == id) q.first = first_evictable_from(next);
         }
-        if (prev != no_index) nodes_[prev].next = next;
-        else q.items.front = next;
-        if (next != no_index) nodes_[next].prev = prev;
-        else q.items.back = prev;
+        if (prev != no_index)
+            nodes_[prev].next = next;
+        else
+            q.items.front = next;
+        if (next != no_index)
+            nodes_[next].prev = prev;
+        else
+            q.items.back = prev;
         nodes_[id] = {};
         --q.items.size;
     }

@@ -83,7 +83,9 @@ struct option_fn {
 
 /// Whether P declares its options (`static constexpr auto options`).
 template <class P>
-concept declares_options = requires { P::options; };
+concept declares_options = requires {
+    P::options;
+};
 
 /// P's options: its declared tuple, or an empty one.
 template <class P>
@@ -104,13 +106,13 @@ constexpr auto lifted_option() {
     using Outer = decltype(owner_of(Member));
     using T = typename std::remove_cvref_t<decltype(o)>::value_type;
     return option_fn<Outer, T>{
-            o.name, [](const Outer& c) -> T { return std::get<I>(Inner::options).get((c.*Member).config()); },
-            [](Outer& c, T v) {
-                auto inner = (c.*Member).config();
-                std::get<I>(Inner::options).set(inner, v);
-                c.*Member = Inner(inner);  // Inner validates its parameters together
-            },
-            o.range, o.help};
+        o.name, [](const Outer& c) -> T { return std::get<I>(Inner::options).get((c.*Member).config()); },
+        [](Outer& c, T v) {
+            auto inner = (c.*Member).config();
+            std::get<I>(Inner::options).set(inner, v);
+            c.*Member = Inner(inner);  // Inner validates its parameters together
+        },
+        o.range, o.help};
 }
 }  // namespace detail
 
@@ -121,7 +123,8 @@ template <auto Member, class Inner>
 [[nodiscard]] constexpr auto options_through() {
     return []<std::size_t... I>(std::index_sequence<I...>) {
         return std::tuple{detail::lifted_option<Member, Inner, I>()...};
-    }(std::make_index_sequence<std::tuple_size_v<decltype(options_of<Inner>())>>{});
+    }
+    (std::make_index_sequence<std::tuple_size_v<decltype(options_of<Inner>())>>{});
 }
 
 /// One option as a command line or Python gives it: a name and a number
@@ -162,8 +165,8 @@ template <class T>
         constexpr int digits = std::numeric_limits<T>::digits;
         const double lo = static_cast<double>(std::numeric_limits<T>::min());
         const double hi = digits <= std::numeric_limits<double>::digits
-                                  ? static_cast<double>(std::numeric_limits<T>::max())
-                                  : std::ldexp(1.0, digits) - std::ldexp(1.0, digits - std::numeric_limits<double>::digits);
+                              ? static_cast<double>(std::numeric_limits<T>::max())
+                              : std::ldexp(1.0, digits) - std::ldexp(1.0, digits - std::numeric_limits<double>::digits);
         return {r.min < lo ? lo : r.min, r.max > hi ? hi : r.max};
     } else {
         return r;
@@ -226,7 +229,9 @@ template <class Option>
 void set_option(const Option& opt, typename Option::config_type& config, std::string_view policy, double v) {
     using T = typename Option::value_type;
     const option_range r = detail::effective_range<T>(opt.range);
-    const auto where = [&] { return std::string(policy) + ": option " + std::string(opt.name) + " = " + option_number(v); };
+    const auto where = [&] {
+        return std::string(policy) + ": option " + std::string(opt.name) + " = " + option_number(v);
+    };
     if constexpr (std::same_as<T, bool>) {
         if (std::isnan(v)) throw config_error(where() + " is not a flag; give 0 (false) or 1 (true)");
         opt.set(config, v != 0);  // as a flag always read: any number but 0 is true

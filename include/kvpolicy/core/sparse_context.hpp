@@ -23,18 +23,18 @@ namespace kvpolicy {
 struct selection_context {
     layer_index layer{};
     bool is_prefill = false;
-    std::uint32_t block_size = 16;      ///< tokens per block
-    std::uint64_t total_kv_len = 0;     ///< tokens of KV before the query
+    std::uint32_t block_size = 16;   ///< tokens per block
+    std::uint64_t total_kv_len = 0;  ///< tokens of KV before the query
     std::uint32_t num_q_heads = 1;
     std::uint32_t num_kv_heads = 1;
     std::uint32_t head_dim = 0;
-    std::span<const float> query;       ///< [num_q_heads][head_dim]; empty in prefill
+    std::span<const float> query;  ///< [num_q_heads][head_dim]; empty in prefill
 };
 
 /// Keys of one block of one layer, still on the device that produced them.
 struct key_block_view {
-    std::span<const float> keys;        ///< [tokens][num_kv_heads][head_dim]
-    std::uint32_t tokens = 0;           ///< valid tokens (the last block may be partial)
+    std::span<const float> keys;  ///< [tokens][num_kv_heads][head_dim]
+    std::uint32_t tokens = 0;     ///< valid tokens (the last block may be partial)
     std::uint32_t num_kv_heads = 1;
     std::uint32_t head_dim = 0;
 };
@@ -43,20 +43,20 @@ struct key_block_view {
 struct device_selection_context {
     layer_index layer{};
     bool is_prefill = false;
-    std::uint32_t block_size = 16;         ///< tokens per block
-    std::uint64_t total_kv_len = 0;        ///< tokens of KV before the query
+    std::uint32_t block_size = 16;   ///< tokens per block
+    std::uint64_t total_kv_len = 0;  ///< tokens of KV before the query
     std::uint32_t num_q_heads = 1;
     std::uint32_t num_kv_heads = 1;
     std::uint32_t head_dim = 0;
-    device_span<const float> query;        ///< [num_q_heads][head_dim]; empty in prefill
+    device_span<const float> query;  ///< [num_q_heads][head_dim]; empty in prefill
 };
 
 /// key_block_view for a device selector: the keys are device memory, stored
 /// as T (float, or sparse/kv_element.hpp's bf16 / fp16, what engines keep).
 template <class T>
 struct basic_device_key_block_view {
-    device_span<const T> keys;             ///< [tokens][num_kv_heads][head_dim]
-    std::uint32_t tokens = 0;              ///< valid tokens (the last block may be partial)
+    device_span<const T> keys;  ///< [tokens][num_kv_heads][head_dim]
+    std::uint32_t tokens = 0;   ///< valid tokens (the last block may be partial)
     std::uint32_t num_kv_heads = 1;
     std::uint32_t head_dim = 0;
 };
@@ -78,7 +78,7 @@ struct basic_prefill_qkv_view {
     std::uint32_t num_q_heads = 1;
     std::uint32_t num_kv_heads = 1;
     std::uint32_t head_dim = 0;
-    float scale = 1.0f;                ///< softmax scale, usually 1 / sqrt(head_dim)
+    float scale = 1.0f;  ///< softmax scale, usually 1 / sqrt(head_dim)
 };
 
 /// Where prefill attention writes. lse is the natural log of each row's

@@ -17,9 +17,12 @@ inline constexpr std::size_t tier_count = 3;
 
 [[nodiscard]] constexpr std::string_view to_string(tier t) noexcept {
     switch (t) {
-        case tier::gpu: return "gpu";
-        case tier::cpu: return "cpu";
-        case tier::remote: return "remote";
+        case tier::gpu:
+            return "gpu";
+        case tier::cpu:
+            return "cpu";
+        case tier::remote:
+            return "remote";
     }
     return "?";
 }
@@ -28,9 +31,12 @@ enum class item_state : std::uint8_t { free, in_gpu, in_cpu, in_remote, dropped 
 
 [[nodiscard]] constexpr item_state resident_in(tier t) noexcept {
     switch (t) {
-        case tier::gpu: return item_state::in_gpu;
-        case tier::cpu: return item_state::in_cpu;
-        case tier::remote: return item_state::in_remote;
+        case tier::gpu:
+            return item_state::in_gpu;
+        case tier::cpu:
+            return item_state::in_cpu;
+        case tier::remote:
+            return item_state::in_remote;
     }
     return item_state::free;
 }
@@ -41,11 +47,16 @@ enum class item_state : std::uint8_t { free, in_gpu, in_cpu, in_remote, dropped 
 
 [[nodiscard]] constexpr std::string_view to_string(item_state s) noexcept {
     switch (s) {
-        case item_state::free: return "free";
-        case item_state::in_gpu: return "gpu";
-        case item_state::in_cpu: return "cpu";
-        case item_state::in_remote: return "remote";
-        case item_state::dropped: return "dropped";
+        case item_state::free:
+            return "free";
+        case item_state::in_gpu:
+            return "gpu";
+        case item_state::in_cpu:
+            return "cpu";
+        case item_state::in_remote:
+            return "remote";
+        case item_state::dropped:
+            return "dropped";
     }
     return "?";
 }

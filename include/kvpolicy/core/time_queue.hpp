@@ -37,7 +37,7 @@ class time_queue {
 public:
     time_queue() = default;
     explicit time_queue(std::size_t capacity)
-        : time_(capacity, 0), stamp_(capacity, 0), links_(capacity), late_(capacity) {}
+            : time_(capacity, 0), stamp_(capacity, 0), links_(capacity), late_(capacity) {}
 
     [[nodiscard]] std::size_t capacity() const noexcept { return time_.size(); }
     [[nodiscard]] std::size_t size() const noexcept { return in_order_.size + late_.size(); }
@@ -58,14 +58,18 @@ public:
         KVPOLICY_ASSERT(id < capacity() && !contains(id));
         time_[id] = t;
         stamp_[id] = next_stamp_++;
-        if (in_order_.empty() || t >= time_[in_order_.back]) links_.push_back(in_order_, id);
-        else late_.push(id, rank_of(id));
+        if (in_order_.empty() || t >= time_[in_order_.back])
+            links_.push_back(in_order_, id);
+        else
+            late_.push(id, rank_of(id));
     }
     /// Precondition: contains(id).
     void erase(std::uint32_t id) noexcept {
         KVPOLICY_ASSERT(contains(id));
-        if (late_.contains(id)) late_.erase(id);
-        else links_.remove(in_order_, id);
+        if (late_.contains(id))
+            late_.erase(id);
+        else
+            links_.remove(in_order_, id);
     }
     /// The earliest placed item (by time, then placement). Precondition: not empty.
     [[nodiscard]] std::uint32_t front() const noexcept {
@@ -93,10 +97,10 @@ private:
     };
     [[nodiscard]] rank rank_of(std::uint32_t id) const noexcept { return {time_[id], stamp_[id]}; }
 
-    std::vector<timestamp> time_;       // [capacity] placement time
-    std::vector<std::uint64_t> stamp_;  // [capacity] placement order
-    index_links links_;                 // the in-order list's links
-    index_list in_order_;               // placed at or after the newest listed time: sorted
+    std::vector<timestamp> time_;              // [capacity] placement time
+    std::vector<std::uint64_t> stamp_;         // [capacity] placement order
+    index_links links_;                        // the in-order list's links
+    index_list in_order_;                      // placed at or after the newest listed time: sorted
     indexed_heap<rank, earliest_first> late_;  // placed before it
     std::uint64_t next_stamp_ = 0;
 };

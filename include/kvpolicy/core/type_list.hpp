@@ -141,8 +141,8 @@ type_list<std::tuple_element_t<Begin + I, std::tuple<Ts...>>...> slice_of(type_l
 
 /// The types of `List` at positions [Begin, End), in order.
 template <class List, std::size_t Begin, std::size_t End>
-    requires(Begin <= End && End <= List::size)
-using type_list_slice = decltype(detail::slice_of<Begin>(List{}, std::make_index_sequence<End - Begin>{}));
+requires(Begin <= End && End <= List::size) using type_list_slice =
+    decltype(detail::slice_of<Begin>(List{}, std::make_index_sequence<End - Begin>{}));
 
 /// Calls `f.template operator()<T>()` for every type of `List`, in order.
 template <class List, class F>

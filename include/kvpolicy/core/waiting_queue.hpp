@@ -53,8 +53,10 @@ public:
             reads& r = reads_.try_emplace(key).first->second;
             const bool first = r.head == no_node;
             const std::uint32_t n = new_node(position);
-            if (first) r.head = n;
-            else nodes_[r.tail].next = n;
+            if (first)
+                r.head = n;
+            else
+                nodes_[r.tail].next = n;
             r.tail = n;
             if (first) now_read(key, position);
         }
@@ -170,9 +172,9 @@ private:
     std::unordered_map<std::uint64_t, reads> reads_;  // only keys some queued request reads
     std::vector<node> nodes_;                         // every list's nodes; the free ones linked from free_nodes_
     std::uint32_t free_nodes_ = no_node;
-    std::vector<std::uint8_t> alive_;                 // [position - alive_base_]: 1 while queued
-    std::uint64_t alive_base_ = 0;                    // the position of alive_[0]
-    std::size_t alive_head_ = 0;                      // alive_[0, alive_head_) are all 0
+    std::vector<std::uint8_t> alive_;  // [position - alive_base_]: 1 while queued
+    std::uint64_t alive_base_ = 0;     // the position of alive_[0]
+    std::size_t alive_head_ = 0;       // alive_[0, alive_head_) are all 0
     std::uint64_t next_position_ = 0;
     std::size_t blocks_ = 0;
 };

@@ -49,8 +49,8 @@ struct calibration_result {
     /// (a negative slope or intercept means the timings do not follow the
     /// linear model: look at the residuals, or use measured_table).
     [[nodiscard]] pensieve_linear to_pensieve_linear(double const_non_attention = 0.0) const {
-        return pensieve_linear({.alpha = alpha, .beta = intercept - const_non_attention,
-                                .const_non_attention = const_non_attention});
+        return pensieve_linear(
+            {.alpha = alpha, .beta = intercept - const_non_attention, .const_non_attention = const_non_attention});
     }
 };
 
@@ -90,8 +90,9 @@ struct calibration_result {
         sxy += dx * (s.seconds - mean_y);
     }
     if (!(sxx > 0.0))
-        throw config_error("calibrate: the context lengths are too large and close to tell apart in double "
-                           "precision; time lengths that differ by more");
+        throw config_error(
+            "calibrate: the context lengths are too large and close to tell apart in double "
+            "precision; time lengths that differ by more");
     calibration_result r;
     r.alpha = sxy / sxx;
     r.intercept = mean_y - r.alpha * mean_x;

@@ -43,21 +43,21 @@ public:
     /// negative, or two points share a context length (average them first).
     explicit measured_table(std::span<const cost_measurement> points) : points_(validated(points)) {}
     measured_table(std::initializer_list<cost_measurement> points)
-        : points_(validated(std::span<const cost_measurement>(points.begin(), points.size()))) {}
+            : points_(validated(std::span<const cost_measurement>(points.begin(), points.size()))) {}
 
     /// Complexity: O(log points).
     [[nodiscard]] double cost(std::uint64_t context_length) const noexcept {
-        const auto after = std::upper_bound(
-            points_.begin(), points_.end(), context_length,
-            [](std::uint64_t len, const cost_measurement& p) { return len < p.context_length; });
+        const auto after =
+            std::upper_bound(points_.begin(), points_.end(), context_length,
+                             [](std::uint64_t len, const cost_measurement& p) { return len < p.context_length; });
         if (after == points_.begin()) return points_.front().seconds;  // below the range: flat
         const auto at = after - 1;
         if (at->context_length == context_length) return at->seconds;
         if (after == points_.end()) {
             if (points_.size() == 1) return at->seconds;
             const auto prev = at - 1;
-            const double slope = std::max(0.0, (at->seconds - prev->seconds) /
-                                                   static_cast<double>(at->context_length - prev->context_length));
+            const double slope = std::max(
+                0.0, (at->seconds - prev->seconds) / static_cast<double>(at->context_length - prev->context_length));
             return at->seconds + slope * static_cast<double>(context_length - at->context_length);
         }
         // Differences of lengths are taken in integers, so the fraction is

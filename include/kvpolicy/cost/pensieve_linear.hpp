@@ -43,11 +43,11 @@ struct pensieve_linear_config {
 class pensieve_linear {
 public:
     using config_type = pensieve_linear_config;
-    static constexpr auto options = std::tuple{
-        option{"alpha", &config_type::alpha, non_negative, "seconds of prefill per token of context"},
-        option{"beta", &config_type::beta, non_negative, "seconds of prefill per item"},
-        option{"const_non_attention", &config_type::const_non_attention, non_negative,
-               "seconds per item outside attention"}};
+    static constexpr auto options =
+        std::tuple{option{"alpha", &config_type::alpha, non_negative, "seconds of prefill per token of context"},
+                   option{"beta", &config_type::beta, non_negative, "seconds of prefill per item"},
+                   option{"const_non_attention", &config_type::const_non_attention, non_negative,
+                          "seconds per item outside attention"}};
 
     static constexpr std::string_view name = "pensieve_linear";
 

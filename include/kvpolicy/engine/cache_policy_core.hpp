@@ -62,7 +62,7 @@ template <eviction_policy Policy>
 class cache_policy_core {
 public:
     cache_policy_core(std::size_t capacity, const typename Policy::config_type& config)
-        : policy_(checked(capacity), config), held_(capacity, 0), key_(capacity, 0) {
+            : policy_(checked(capacity), config), held_(capacity, 0), key_(capacity, 0) {
         if constexpr (hears_queue) present_ = key_index(capacity);
     }
 
@@ -108,7 +108,8 @@ public:
     void enqueue(std::uint64_t request, session_id session, std::span<const std::uint64_t> keys) {
         if constexpr (hears_queue) {
             queue_.enqueue(request, session, keys, [&](std::uint64_t key, std::uint64_t position) {
-                if (const std::uint32_t id = present_.find(key); id != no_index) policy_.on_queued(item_id{id}, position);
+                if (const std::uint32_t id = present_.find(key); id != no_index)
+                    policy_.on_queued(item_id{id}, position);
             });
         } else {
             (void)request, (void)session, (void)keys;
@@ -148,8 +149,10 @@ public:
 
     /// Requests queued (0 for a policy that does not hear the queue).
     [[nodiscard]] std::size_t queued_requests() const noexcept {
-        if constexpr (hears_queue) return queue_.size();
-        else return 0;
+        if constexpr (hears_queue)
+            return queue_.size();
+        else
+            return 0;
     }
 
     /// A hit on `id` (no_index or absent: skipped).
@@ -183,7 +186,7 @@ public:
 
     /// The engine closed `session`: it will not come back.
     void end_session(session_id session, const access_context& ctx) {
-        if constexpr (requires(Policy& p) { p.on_session_end(session, timestamp{}); })
+        if constexpr (requires(Policy & p) { p.on_session_end(session, timestamp{}); })
             policy_.on_session_end(session, stamped(ctx).now);
     }
 
@@ -250,8 +253,8 @@ private:
     }
 
     Policy policy_;
-    std::vector<std::uint8_t> held_;   // [capacity] 1: held by the manager's pin; 2: by evict, for its call
-    std::vector<std::uint64_t> key_;   // [capacity] the item's key, for the policy's hooks
+    std::vector<std::uint8_t> held_;  // [capacity] 1: held by the manager's pin; 2: by evict, for its call
+    std::vector<std::uint64_t> key_;  // [capacity] the item's key, for the policy's hooks
     timestamp now_ = 0;
     // Only where the policy hears the queue: the present chunks by key, and
     // the queued requests' reads.

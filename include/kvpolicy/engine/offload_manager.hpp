@@ -134,8 +134,8 @@ inline constexpr bool is_policy_order<policy_order<P>> = true;
 /// What offload_manager asks of its order: one of the vLLM orders or a
 /// policy_order.
 template <class O>
-concept offload_order = is_policy_order<O> || std::same_as<O, vllm_legacy_lru_order> ||
-                        std::same_as<O, vllm_legacy_arc_order>;
+concept offload_order =
+    is_policy_order<O> || std::same_as<O, vllm_legacy_lru_order> || std::same_as<O, vllm_legacy_arc_order>;
 static_assert(offload_order<vllm_legacy_lru_order>);
 static_assert(offload_order<vllm_legacy_arc_order>);
 static_assert(!offload_order<int>);
@@ -148,14 +148,14 @@ public:
     /// Throws: config_error for 0 blocks or a bad policy option.
     /// `events`: record what take_events returns (off, nothing is kept).
     offload_manager(std::size_t num_blocks, const typename Order::config_type& config = {}, bool events = true)
-        : events_on_(events),
-          order_(checked(num_blocks), config),
-          index_(num_blocks),
-          key_(num_blocks, 0),
-          loads_(num_blocks, 0),
-          state_(num_blocks, slot_state::free),
-          seen_(num_blocks, 0),
-          shield_(num_blocks, 0) {
+            : events_on_(events),
+              order_(checked(num_blocks), config),
+              index_(num_blocks),
+              key_(num_blocks, 0),
+              loads_(num_blocks, 0),
+              state_(num_blocks, slot_state::free),
+              seen_(num_blocks, 0),
+              shield_(num_blocks, 0) {
         freed_.reserve(num_blocks);
     }
 
@@ -301,7 +301,8 @@ public:
             };
             bool ok = false;
             if constexpr (std::same_as<Order, vllm_legacy_arc_order>)
-                ok = order_.evict(need, evictable, [this](std::uint32_t s) { return key_[s]; }, victims);
+                ok = order_.evict(
+                    need, evictable, [this](std::uint32_t s) { return key_[s]; }, victims);
             else
                 ok = order_.evict(need, evictable, victims);
             if (!ok) return std::nullopt;
@@ -384,13 +385,15 @@ public:
 private:
     static std::size_t checked(std::size_t n) {
         if (n == 0) throw config_error("OffloadingManager: num_blocks 0 cannot hold a block; give at least 1");
-        if (n >= no_index) throw config_error("OffloadingManager: num_blocks " + std::to_string(n) +
-                                              " does not fit 32-bit slots; give fewer than 2^32 - 1");
+        if (n >= no_index)
+            throw config_error("OffloadingManager: num_blocks " + std::to_string(n) +
+                               " does not fit 32-bit slots; give fewer than 2^32 - 1");
         return n;
     }
     static void check_distinct(const std::vector<std::uint64_t>& keys) {
         const auto twice = [](std::uint64_t h) {
-            return usage_error("prepare_store: block hash " + std::to_string(h) + " appears twice; list each block once");
+            return usage_error("prepare_store: block hash " + std::to_string(h) +
+                               " appears twice; list each block once");
         };
         if (keys.size() <= 32) {  // a short list: scan it
             for (std::size_t i = 0; i < keys.size(); ++i)
@@ -433,23 +436,23 @@ private:
 
     bool events_on_;
     Order order_;
-    key_index index_;                   // block hash -> slot
-    std::vector<std::uint64_t> key_;    // [slot] block hash
-    std::vector<std::uint32_t> loads_;  // [slot] loads in flight
-    std::vector<slot_state> state_;     // [slot]
-    std::vector<std::uint32_t> seen_;   // [slot] scratch of complete_load, all 0 between calls
-    std::vector<std::uint64_t> shield_; // [slot] == epoch_: in the current prepare_store's input
-    std::size_t fresh_ = 0;             // slots fresh_.. capacity-1 were never used
-    std::vector<std::uint32_t> freed_;  // freed slots, the next one at the back
+    key_index index_;                    // block hash -> slot
+    std::vector<std::uint64_t> key_;     // [slot] block hash
+    std::vector<std::uint32_t> loads_;   // [slot] loads in flight
+    std::vector<slot_state> state_;      // [slot]
+    std::vector<std::uint32_t> seen_;    // [slot] scratch of complete_load, all 0 between calls
+    std::vector<std::uint64_t> shield_;  // [slot] == epoch_: in the current prepare_store's input
+    std::size_t fresh_ = 0;              // slots fresh_.. capacity-1 were never used
+    std::vector<std::uint32_t> freed_;   // freed slots, the next one at the back
     std::vector<std::uint32_t> scratch_;
     std::vector<std::pair<std::uint32_t, std::uint64_t>> shielded_;
     std::vector<offload_event> events_;
     timestamp now_ = 0;
     std::uint64_t epoch_ = 0;
-    std::uint64_t version_ = 1;                // bumped whenever the index changes
-    std::uint64_t memo_version_ = 0;           // the version memo_slots_ were found at
-    std::vector<std::uint64_t> memo_keys_;     // the last list slots_of probed
-    std::vector<std::uint32_t> memo_slots_;    // [memo_keys_.size()] their slots
+    std::uint64_t version_ = 1;              // bumped whenever the index changes
+    std::uint64_t memo_version_ = 0;         // the version memo_slots_ were found at
+    std::vector<std::uint64_t> memo_keys_;   // the last list slots_of probed
+    std::vector<std::uint32_t> memo_slots_;  // [memo_keys_.size()] their slots
 };
 
 }  // namespace kvpolicy::engine

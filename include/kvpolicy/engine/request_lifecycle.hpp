@@ -47,8 +47,8 @@ namespace kvpolicy::engine {
 
 /// What request_lifecycle does with the queue: cache_policy_core's calls.
 template <class Q>
-concept request_queue = requires(Q& q, std::uint64_t request, session_id session,
-                                 std::span<const std::uint64_t> keys, const access_context& ctx) {
+concept request_queue = requires(Q& q, std::uint64_t request, session_id session, std::span<const std::uint64_t> keys,
+                                 const access_context& ctx) {
     q.enqueue(request, session, keys);
     q.dequeue(request, ctx);
 };
@@ -71,8 +71,7 @@ public:
     /// A request arrived: waiting, reading `keys` (its offload keys, in
     /// block order). Ignored if `id` is known already.
     lifecycle_result arrive(std::string_view id, session_id session, std::span<const std::uint64_t> keys) {
-        if (requests_.contains(id))
-            return ignored("arrive", id, "arrived already; a request id is used once");
+        if (requests_.contains(id)) return ignored("arrive", id, "arrived already; a request id is used once");
         const std::uint64_t serial = next_serial_++;
         queue_->enqueue(serial, session, keys);
         requests_.emplace(std::string(id), entry{serial, session, request_state::waiting});

@@ -50,13 +50,13 @@ public:
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.
     /// The ghost lists hold `capacity` keys each, as vLLM trims them.
     explicit vllm_arc(std::size_t capacity)
-        : capacity_(checked(capacity)),
-          links_(capacity),
-          state_(capacity, slot_state::absent),
-          list_(capacity, which::none),
-          ghost_key_(capacity, 0),
-          b1_(capacity + 1),  // +1: an eviction appends before it trims
-          b2_(capacity + 1) {}
+            : capacity_(checked(capacity)),
+              links_(capacity),
+              state_(capacity, slot_state::absent),
+              list_(capacity, which::none),
+              ghost_key_(capacity, 0),
+              b1_(capacity + 1),  // +1: an eviction appends before it trims
+              b2_(capacity + 1) {}
 
     [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
     [[nodiscard]] std::size_t size() const noexcept { return t1_.size + t2_.size; }
@@ -68,7 +68,9 @@ public:
     /// Sets the adaptive target (vLLM's public attribute: its tests set it
     /// to stage a scenario). Pre: 0 <= t <= capacity().
     void set_target_t1_size(double t) noexcept { target_ = t; }
-    [[nodiscard]] bool contains(std::uint32_t id) const noexcept { return id < capacity_ && state_[id] != slot_state::absent; }
+    [[nodiscard]] bool contains(std::uint32_t id) const noexcept {
+        return id < capacity_ && state_[id] != slot_state::absent;
+    }
     [[nodiscard]] bool in_t1(std::uint32_t id) const noexcept { return contains(id) && list_[id] == which::t1; }
     [[nodiscard]] bool in_t2(std::uint32_t id) const noexcept { return contains(id) && list_[id] == which::t2; }
     [[nodiscard]] bool in_b1(std::uint64_t ghost) const noexcept { return b1_.contains(ghost); }
@@ -259,8 +261,8 @@ private:
     std::size_t capacity_;
     index_links links_;
     index_list t1_, t2_;
-    std::vector<slot_state> state_;      // [capacity]
-    std::vector<which> list_;            // [capacity]
+    std::vector<slot_state> state_;         // [capacity]
+    std::vector<which> list_;               // [capacity]
     std::vector<std::uint64_t> ghost_key_;  // [capacity] the key a victim leaves as a ghost
     ghost_list b1_, b2_;
     double target_ = 0.0;

@@ -98,7 +98,7 @@ public:
     static constexpr std::string_view name = "vllm_0_11_arc";
 
     vllm_legacy_arc_order(std::size_t num_blocks, const config_type& = {})
-        : capacity_(num_blocks), links_(num_blocks), in_t2_(num_blocks, 0), b1_(num_blocks), b2_(num_blocks) {}
+            : capacity_(num_blocks), links_(num_blocks), in_t2_(num_blocks, 0), b1_(num_blocks), b2_(num_blocks) {}
 
     /// A block whose store was just prepared: T1's most recent; its key
     /// leaves the ghost lists (the target does not move). O(1).
@@ -144,7 +144,7 @@ public:
         const std::size_t first = out.size();
         std::size_t virtual_t1 = t1_.size;
         const auto target = static_cast<std::size_t>(target_);  // Python's int(): truncation, target >= 0
-        std::uint32_t c1 = t1_.front, c2 = t2_.front;  // resume points: everything before is chosen or pinned
+        std::uint32_t c1 = t1_.front, c2 = t2_.front;           // resume points: everything before is chosen or pinned
         for (std::size_t i = 0; i < n; ++i) {
             std::uint32_t v = no_index;
             if (virtual_t1 >= target) {
@@ -208,11 +208,11 @@ private:
     }
 
     std::size_t capacity_;
-    double target_ = 0.0;            // vLLM's target_t1_size, a Python float
-    index_links links_;              // T1 and T2 over slots
+    double target_ = 0.0;  // vLLM's target_t1_size, a Python float
+    index_links links_;    // T1 and T2 over slots
     index_list t1_, t2_;
     std::vector<std::uint8_t> in_t2_;  // [slot] 1 in T2, 0 in T1 (or not offloaded)
-    ghost_list b1_, b2_;             // evicted keys, oldest first, at most capacity each
+    ghost_list b1_, b2_;               // evicted keys, oldest first, at most capacity each
 };
 
 }  // namespace kvpolicy::engine

@@ -66,15 +66,19 @@ public:
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.
     explicit vllm_lru(std::size_t capacity)
-        : rank_(checked(capacity)), key_(capacity), state_(capacity, slot_state::absent), order_(by_rank{this}) {}
+            : rank_(checked(capacity)), key_(capacity), state_(capacity, slot_state::absent), order_(by_rank{this}) {}
     vllm_lru(const vllm_lru&) = delete;  // the order's comparator points at this object
     vllm_lru& operator=(const vllm_lru&) = delete;
 
     [[nodiscard]] std::size_t capacity() const noexcept { return rank_.size(); }
     [[nodiscard]] std::size_t size() const noexcept { return size_; }
     [[nodiscard]] std::size_t evictable_size() const noexcept { return order_.size(); }
-    [[nodiscard]] bool contains(std::uint32_t id) const noexcept { return id < capacity() && state_[id] != slot_state::absent; }
-    [[nodiscard]] bool is_evictable(std::uint32_t id) const noexcept { return id < capacity() && state_[id] == slot_state::evictable; }
+    [[nodiscard]] bool contains(std::uint32_t id) const noexcept {
+        return id < capacity() && state_[id] != slot_state::absent;
+    }
+    [[nodiscard]] bool is_evictable(std::uint32_t id) const noexcept {
+        return id < capacity() && state_[id] == slot_state::evictable;
+    }
     [[nodiscard]] vllm_rank rank(std::uint32_t id) const noexcept { return rank_[id]; }
 
     /// A fresh rank for one request (vLLM's per-request state asks once).
@@ -194,7 +198,7 @@ private:
     std::vector<std::string> key_;   // [capacity] the chunk's key bytes
     std::vector<slot_state> state_;  // [capacity]
     std::size_t size_ = 0;
-    std::int64_t counter_ = 0;       // vLLM's _next_rank
+    std::int64_t counter_ = 0;                // vLLM's _next_rank
     std::set<std::uint32_t, by_rank> order_;  // the evictable ids, lowest rank first
 };
 

@@ -63,12 +63,14 @@ inline constexpr vllm_name_alias vllm_0_11_aliases[] = {{"vllm_lru", "vllm_0_11_
 /// unknown_name_error "unknown eviction policy 'NAME'; accepted: fifo, ...,
 /// vllm_lru, vllm_arc, vllm_0_11_lru, vllm_0_11_arc".
 [[nodiscard]] inline std::vector<option_description> registered_options(std::string_view name) {
-    const auto described = [&]<class P>() { return describe_options<P>(); };  // [&]: no conversion to a function pointer (nvcc)
+    const auto described = [&]<class P>() {
+        return describe_options<P>();
+    };  // [&]: no conversion to a function pointer (nvcc)
     if (has_name<eviction_policies>(name)) return visit_by_name<eviction_policies>(name, described);
     if (has_name<vllm_cache_policies>(name) || has_name<vllm_0_11_orders>(name)) return {};
-    throw unknown_name_error("unknown eviction policy '" + std::string(name) + "'; accepted: " +
-                             joined_names<eviction_policies>() + ", " + joined_names<vllm_cache_policies>() + ", " +
-                             joined_names<vllm_0_11_orders>());
+    throw unknown_name_error("unknown eviction policy '" + std::string(name) +
+                             "'; accepted: " + joined_names<eviction_policies>() + ", " +
+                             joined_names<vllm_cache_policies>() + ", " + joined_names<vllm_0_11_orders>());
 }
 
 namespace detail {
@@ -76,10 +78,11 @@ template <class... Ls>
 constexpr bool names_unique_across() {
     std::array<std::string_view, (Ls::size + ...)> all{};
     std::size_t n = 0;
-    ((n = [&] {
-          for (std::string_view name : names_of<Ls>()) all[n++] = name;
-          return n;
-      }()),
+    ((n =
+          [&] {
+              for (std::string_view name : names_of<Ls>()) all[n++] = name;
+              return n;
+          }()),
      ...);
     for (std::size_t i = 0; i < all.size(); ++i)
         for (std::size_t j = i + 1; j < all.size(); ++j)
@@ -91,7 +94,7 @@ constexpr bool names_unique_across() {
 static_assert(detail::names_unique_across<eviction_policies, vllm_cache_policies, vllm_0_11_orders>(),
               "a vLLM order shares a name with another registered policy; every registered name must be unique");
 static_assert(has_name<vllm_0_11_orders>(vllm_0_11_name("vllm_lru")) &&
-                      has_name<vllm_0_11_orders>(vllm_0_11_name("vllm_arc")),
+                  has_name<vllm_0_11_orders>(vllm_0_11_name("vllm_arc")),
               "vllm_0_11_aliases must name registered 0.11-0.20 orders");
 
 }  // namespace kvpolicy::engine

@@ -74,12 +74,13 @@ using adaptive_kv = adaptive_kv_experts<adaptive_kv_preset>;
 /// (docs/performance.md).
 struct adaptive_kv_fast_preset {
     static constexpr std::string_view name = "adaptive_kv_fast";
-    static constexpr best_of_shadows_defaults defaults{.shadow_items = 1024,
-                                                       .sample_rate = 0.05,
-                                                       .switch_gain = adaptive_kv_preset::defaults.switch_gain,
-                                                       .leader_only = adaptive_kv_preset::defaults.leader_only,
-                                                       .large_capacity = adaptive_kv_preset::defaults.large_capacity,
-                                                       .large_shadow_items = adaptive_kv_preset::defaults.large_shadow_items};
+    static constexpr best_of_shadows_defaults defaults{
+        .shadow_items = 1024,
+        .sample_rate = 0.05,
+        .switch_gain = adaptive_kv_preset::defaults.switch_gain,
+        .leader_only = adaptive_kv_preset::defaults.leader_only,
+        .large_capacity = adaptive_kv_preset::defaults.large_capacity,
+        .large_shadow_items = adaptive_kv_preset::defaults.large_shadow_items};
 };
 using adaptive_kv_fast = adaptive_kv_experts<adaptive_kv_fast_preset>;
 

@@ -65,12 +65,12 @@ public:
 
     /// Throws: config_error if `capacity` is 0 or 2^30 or more.
     explicit arc(std::size_t capacity, const config_type& = {})
-        : tracked_policy(capacity),
-          links_(capacity),
-          in_t2_(capacity, 0),
-          keys_(capacity, 0),
-          b1_(capacity),
-          b2_(capacity) {}
+            : tracked_policy(capacity),
+              links_(capacity),
+              in_t2_(capacity, 0),
+              keys_(capacity, 0),
+              b1_(capacity),
+              b2_(capacity) {}
 
     /// The lookup of `ctx.key` missed and an `on_insert` with this key
     /// follows, after the `pop_victim` calls that make room. Runs the
@@ -196,10 +196,10 @@ private:
         to.push_back(key);
     }
 
-    index_links links_;               // [capacity] T1 / T2 links of evictable items
-    index_list t1_, t2_;              // evictable items, LRU first
-    std::vector<std::uint8_t> in_t2_; // [capacity] 1 if the item is in T2 (kept while held)
-    std::vector<std::uint64_t> keys_; // [capacity] ctx.key at insert: what the ghosts remember
+    index_links links_;                        // [capacity] T1 / T2 links of evictable items
+    index_list t1_, t2_;                       // evictable items, LRU first
+    std::vector<std::uint8_t> in_t2_;          // [capacity] 1 if the item is in T2 (kept while held)
+    std::vector<std::uint64_t> keys_;          // [capacity] ctx.key at insert: what the ghosts remember
     std::size_t t1_count_ = 0, t2_count_ = 0;  // resident, held included
     ghost_list b1_, b2_;
     double p_ = 0.0;

@@ -119,10 +119,12 @@ class basic_best_of_shadows : public tracked_policy<basic_best_of_shadows<Preset
     using tracked = tracked_policy<basic_best_of_shadows<Preset, Experts...>>;
     using tracked::tracking_;
 
-    static_assert(requires {
-        std::string_view{Preset::name};
-        best_of_shadows_defaults{Preset::defaults};
-    }, "best_of_shadows: a preset gives `name` (a string_view) and `defaults` (a best_of_shadows_defaults)");
+    static_assert(
+        requires {
+            std::string_view{Preset::name};
+            best_of_shadows_defaults{Preset::defaults};
+        },
+        "best_of_shadows: a preset gives `name` (a string_view) and `defaults` (a best_of_shadows_defaults)");
 
     static_assert(sizeof...(Experts) >= 2, "best_of_shadows needs at least two experts to choose between");
     static_assert(((Experts::order == eviction_order::static_between_accesses) && ...),
@@ -181,7 +183,8 @@ public:
     // The experts keep their own defaults; the options tune the choice.
     static constexpr auto options = std::tuple{
         option{"shadow_items", &config_type::shadow_items, at_least(1), "items each shadow holds at most"},
-        option{"window", &config_type::window, {0.0, 1e9}, "shadow hits halve every window x shadow capacity references"},
+        option{
+            "window", &config_type::window, {0.0, 1e9}, "shadow hits halve every window x shadow capacity references"},
         option{"switch_sigmas", &config_type::switch_sigmas, non_negative,
                "standard deviations of lead that make the choice switch experts"},
         option{"switch_gain", &config_type::switch_gain, {0.0, 1.0}, "the least hit-ratio lead worth a switch"},
@@ -201,17 +204,19 @@ public:
     /// `switch_sigmas` is negative or not finite; whatever an expert's
     /// constructor throws for its configuration.
     basic_best_of_shadows(std::size_t capacity, const config_type& config)
-        : tracked(capacity, "best_of_shadows"), config_(validated(config)),
-          rate_(std::min({1.0, config.sample_rate,
-                          static_cast<double>(capacity > config.large_capacity ? config.large_shadow_items
-                                                                               : config.shadow_items) /
-                              static_cast<double>(capacity)})),
-          sample_below_(rate_ >= 1.0 ? ~std::uint64_t{0} : static_cast<std::uint64_t>(std::ldexp(rate_, 64))),
-          shadow_capacity_(std::max<std::size_t>(1, static_cast<std::size_t>(std::llround(rate_ * static_cast<double>(capacity))))),
-          real_(make_experts(capacity, config, std::index_sequence_for<Experts...>{})),
-          shadows_(make_shadows(shadow_capacity_, config, std::index_sequence_for<Experts...>{})),
-          items_(capacity),
-          tally_(config.window, shadow_capacity_, config.switch_sigmas, config.switch_gain) {
+            : tracked(capacity, "best_of_shadows"),
+              config_(validated(config)),
+              rate_(std::min({1.0, config.sample_rate,
+                              static_cast<double>(capacity > config.large_capacity ? config.large_shadow_items
+                                                                                   : config.shadow_items) /
+                                  static_cast<double>(capacity)})),
+              sample_below_(rate_ >= 1.0 ? ~std::uint64_t{0} : static_cast<std::uint64_t>(std::ldexp(rate_, 64))),
+              shadow_capacity_(std::max<std::size_t>(
+                  1, static_cast<std::size_t>(std::llround(rate_ * static_cast<double>(capacity))))),
+              real_(make_experts(capacity, config, std::index_sequence_for<Experts...>{})),
+              shadows_(make_shadows(shadow_capacity_, config, std::index_sequence_for<Experts...>{})),
+              items_(capacity),
+              tally_(config.window, shadow_capacity_, config.switch_sigmas, config.switch_gain) {
         if (!config_.leader_only)
             for (std::size_t i = 1; i < expert_count; ++i) set_ordering(i, false);
     }
@@ -236,31 +241,27 @@ public:
         tracking_.mark_held(id);
         each_real([&](auto& p) { p.on_hold(id); });
         const std::uint64_t key = items_.key(id);
-        if (sampled(key))
-            std::apply([&](auto&... s) { (s.hold(key), ...); }, shadows_);
+        if (sampled(key)) std::apply([&](auto&... s) { (s.hold(key), ...); }, shadows_);
     }
     void on_release(item_id id, const access_context& ctx) {
         tracking_.mark_released(id);
         each_real([&](auto& p) { p.on_release(id, ctx); });
         note_reference(id, ctx, true);
-        if (sampled(ctx.key))
-            std::apply([&](auto&... s) { (s.release(ctx), ...); }, shadows_);
+        if (sampled(ctx.key)) std::apply([&](auto&... s) { (s.release(ctx), ...); }, shadows_);
     }
     void on_erase(item_id id) {
         (void)tracking_.mark_erased(id);  // held or not, every expert forgets it
         each_real([&](auto& p) { p.on_erase(id); });
         const std::uint64_t key = items_.key(id);
-        if (sampled(key))
-            std::apply([&](auto&... s) { (s.forget(key), ...); }, shadows_);
+        if (sampled(key)) std::apply([&](auto&... s) { (s.forget(key), ...); }, shadows_);
     }
     /// Present when an expert hears session ends (session_aware_lru): that
     /// expert and its shadow learn the session will not return, whichever
     /// expert is followed now, so a switch finds its order up to date.
-    void on_session_end(session_id session, timestamp now)
-        requires(hears_session_ends<Experts> || ...)
-    {
+    void on_session_end(session_id session, timestamp now) requires(hears_session_ends<Experts> || ...) {
         const auto tell = [&](auto& policy) {
-            if constexpr (hears_session_ends<std::remove_cvref_t<decltype(policy)>>) policy.on_session_end(session, now);
+            if constexpr (hears_session_ends<std::remove_cvref_t<decltype(policy)>>)
+                policy.on_session_end(session, now);
         };
         each_real(tell);
         std::apply([&](auto&... s) { (tell(s.policy()), ...); }, shadows_);
@@ -312,11 +313,13 @@ public:
 private:
     static config_type validated(const config_type& c) {
         if (c.shadow_items == 0)
-            throw config_error("best_of_shadows: shadow_items 0 leaves the shadows nothing to measure; give at least 1 "
-                               "(4096 samples keys at 4096 / capacity)");
+            throw config_error(
+                "best_of_shadows: shadow_items 0 leaves the shadows nothing to measure; give at least 1 "
+                "(4096 samples keys at 4096 / capacity)");
         if (c.large_shadow_items == 0)
-            throw config_error("best_of_shadows: large_shadow_items 0 leaves the shadows of a cache above "
-                               "large_capacity nothing to measure; give at least 1 (adaptive_kv: 1024)");
+            throw config_error(
+                "best_of_shadows: large_shadow_items 0 leaves the shadows of a cache above "
+                "large_capacity nothing to measure; give at least 1 (adaptive_kv: 1024)");
         if (!(c.sample_rate > 0.0) || !(c.sample_rate <= 1.0))
             throw config_error("best_of_shadows: sample_rate " + std::to_string(c.sample_rate) +
                                " must be in (0, 1] (the most keys sampled into the shadows, as a share; 1: up to "
@@ -357,9 +360,7 @@ private:
         if (config_.leader_only) items_.note(id, ctx, placed, use, tracking_);
     }
 
-    [[nodiscard]] bool sampled(std::uint64_t key) const noexcept {
-        return rate_ >= 1.0 || mix64(key) < sample_below_;
-    }
+    [[nodiscard]] bool sampled(std::uint64_t key) const noexcept { return rate_ >= 1.0 || mix64(key) < sample_below_; }
     void shadow_reference(const access_context& ctx) {
         std::array<bool, expert_count> hit{};
         std::size_t i = 0;
@@ -423,8 +424,7 @@ private:
             // replay left them).
             if constexpr (requires { p.adopt_learning(shadow_policy); }) p.adopt_learning(shadow_policy);
         };
-        ((I == to ? build(std::get<I>(real_), std::get<I>(config_.experts), std::get<I>(shadows_).policy())
-                  : void()),
+        ((I == to ? build(std::get<I>(real_), std::get<I>(config_.experts), std::get<I>(shadows_).policy()) : void()),
          ...);
         ((I == followed_ ? std::get<I>(real_).reset() : void()), ...);
     }
@@ -437,13 +437,13 @@ private:
     }
 
     config_type config_;
-    double rate_;                        // share of keys sampled into the shadows
-    std::uint64_t sample_below_;         // a key is sampled if mix64(key) is below this
+    double rate_;                 // share of keys sampled into the shadows
+    std::uint64_t sample_below_;  // a key is sampled if mix64(key) is below this
     std::size_t shadow_capacity_;
     std::tuple<std::optional<Experts>...> real_;  // every expert over every cached item, or the followed one
     std::tuple<shadow_cache<Experts>...> shadows_;
-    item_history items_;                 // each item's key; with leader_only what a rebuild needs
-    shadow_tally<expert_count> tally_;   // the shadows' hits, and which expert to follow
+    item_history items_;                // each item's key; with leader_only what a rebuild needs
+    shadow_tally<expert_count> tally_;  // the shadows' hits, and which expert to follow
     std::size_t followed_ = 0;
     std::uint64_t switches_ = 0;
 };

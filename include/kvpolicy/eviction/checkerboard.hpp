@@ -51,12 +51,12 @@ public:
     /// It orders by layer, then session, then chunk, never by use: an order
     /// for a CPU tier of layer-chunks, not for a prefix cache's hits.
     static constexpr std::string_view built_for =
-            "the CPU tier of layer-chunk items (--mode tiered --cpu-policy checkerboard --layers L)";
+        "the CPU tier of layer-chunk items (--mode tiered --cpu-policy checkerboard --layers L)";
     static constexpr eviction_order order = eviction_order::static_between_accesses;
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.
     explicit lexicographic_checkerboard(std::size_t capacity, const config_type& = {})
-        : heap_ordered_policy(capacity) {}
+            : heap_ordered_policy(capacity) {}
 
     /// Where an item described by `ctx` sorts: smaller keys are evicted first.
     using order_key = checkerboard_order_key;

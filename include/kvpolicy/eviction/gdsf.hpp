@@ -63,8 +63,7 @@ public:
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.
     gdsf(std::size_t capacity, const config_type& config)
-        : ordered(capacity), cost_model_(config.cost), freq_(capacity, 0),
-          value_(capacity, 0.0) {}
+            : ordered(capacity), cost_model_(config.cost), freq_(capacity, 0), value_(capacity, 0.0) {}
 
     void on_insert(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_inserted(id);

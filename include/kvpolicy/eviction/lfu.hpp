@@ -50,7 +50,7 @@ public:
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.
     explicit lfu(std::size_t capacity, const config_type& = {})
-        : heap_ordered_policy(capacity), count_(capacity, 0), last_use_(capacity, 0) {}
+            : heap_ordered_policy(capacity), count_(capacity, 0), last_use_(capacity, 0) {}
 
     void on_insert(item_id id, const access_context&) noexcept {
         tracking_.mark_inserted(id);

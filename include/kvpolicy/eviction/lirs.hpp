@@ -68,7 +68,9 @@ public:
     };
     static constexpr auto options = std::tuple{
         option{"hir_fraction", &config_type::hir_fraction, {0.0, 1.0}, "share of the capacity for resident HIR blocks"},
-        option{"max_nonresident", &config_type::max_nonresident, {0, (1 << 30) - 1},
+        option{"max_nonresident",
+               &config_type::max_nonresident,
+               {0, (1 << 30) - 1},
                "non-resident HIR entries kept; 0: the capacity"}};
 
     static constexpr std::string_view name = "lirs";
@@ -79,17 +81,17 @@ public:
     /// Throws: config_error if `capacity` is 0, `hir_fraction` is outside
     /// [0, 1] or NaN, or `max_nonresident` is 2^30 or more.
     lirs(std::size_t capacity, const config_type& config)
-        : tracked_policy(capacity),
-          hir_target_(hir_target_for(capacity, config.hir_fraction)),
-          lir_target_(capacity - hir_target_),
-          max_ghosts_(ghosts_for(capacity, config.max_nonresident)),
-          s_links_(capacity + max_ghosts_),
-          q_links_(capacity),
-          lir_(capacity, 0),
-          keys_(capacity, 0),
-          ghost_keys_(max_ghosts_, 0),
-          ghost_links_(max_ghosts_),
-          ghost_table_(std::bit_ceil(std::max<std::size_t>(2 * max_ghosts_, 4)), table_entry{}) {
+            : tracked_policy(capacity),
+              hir_target_(hir_target_for(capacity, config.hir_fraction)),
+              lir_target_(capacity - hir_target_),
+              max_ghosts_(ghosts_for(capacity, config.max_nonresident)),
+              s_links_(capacity + max_ghosts_),
+              q_links_(capacity),
+              lir_(capacity, 0),
+              keys_(capacity, 0),
+              ghost_keys_(max_ghosts_, 0),
+              ghost_links_(max_ghosts_),
+              ghost_table_(std::bit_ceil(std::max<std::size_t>(2 * max_ghosts_, 4)), table_entry{}) {
         free_ghosts_.reserve(max_ghosts_);
         for (std::size_t g = max_ghosts_; g-- > 0;) free_ghosts_.push_back(static_cast<std::uint32_t>(g));
     }
@@ -240,8 +242,10 @@ private:
         ghost_links_.push_back(ghost_order_, g);
         table_insert(key, g);
         const std::uint32_t node = static_cast<std::uint32_t>(capacity()) + g;
-        if (below == no_index) s_links_.push_front(stack_, node);
-        else s_links_.insert_after(stack_, below, node);
+        if (below == no_index)
+            s_links_.push_front(stack_, node);
+        else
+            s_links_.insert_after(stack_, below, node);
     }
 
     void forget_ghost(std::uint32_t g) noexcept {
@@ -289,11 +293,11 @@ private:
     std::size_t hir_target_;  // resident HIR blocks the cache aims for
     std::size_t lir_target_;  // capacity - hir_target_
     std::size_t max_ghosts_;
-    std::size_t lir_count_ = 0;  // held ones included
-    index_links s_links_;        // [capacity + max_ghosts] stack S over items, then ghost nodes
-    index_list stack_;           // S: front = bottom (least recent), back = top
-    index_links q_links_;        // [capacity] queue Q
-    index_list queue_;           // evictable resident HIR blocks, front = next victim
+    std::size_t lir_count_ = 0;              // held ones included
+    index_links s_links_;                    // [capacity + max_ghosts] stack S over items, then ghost nodes
+    index_list stack_;                       // S: front = bottom (least recent), back = top
+    index_links q_links_;                    // [capacity] queue Q
+    index_list queue_;                       // evictable resident HIR blocks, front = next victim
     std::vector<std::uint8_t> lir_;          // [capacity] 1 = LIR
     std::vector<std::uint64_t> keys_;        // [capacity] ctx.key at insert
     std::vector<std::uint64_t> ghost_keys_;  // [max_ghosts] key of each non-resident entry

@@ -80,11 +80,11 @@ public:
         /// Victims whose history is remembered, in multiples of the capacity; >= 0.
         double ghost_factor = 4.0;
     };
-    static constexpr auto options = std::tuple{
-        option{"half_life", &config_type::half_life, non_negative,
-               "half-life of a reference's weight, in capacities of references (small: LRU, large: LFU)"},
-        option{"ghost_factor", &config_type::ghost_factor, non_negative,
-               "victims whose history is remembered, in capacities"}};
+    static constexpr auto options =
+        std::tuple{option{"half_life", &config_type::half_life, non_negative,
+                          "half-life of a reference's weight, in capacities of references (small: LRU, large: LFU)"},
+                   option{"ghost_factor", &config_type::ghost_factor, non_negative,
+                          "victims whose history is remembered, in capacities"}};
 
     static constexpr std::string_view name = "lrfu";
     static constexpr eviction_order order = eviction_order::static_between_accesses;
@@ -95,11 +95,17 @@ public:
     /// `half_life` is not positive and finite, or `ghost_factor` is negative,
     /// not finite or asks for 2^30 ghosts or more.
     basic_lrfu(std::size_t capacity, const config_type& config)
-        : tracked(capacity), config_(validated(config, capacity)),
-          per_reference_(1.0 / (config.half_life * static_cast<double>(capacity))), heap_(capacity),
-          crf_(capacity, 0.0), time_(capacity, 0), placed_(capacity, 0), key_(capacity, 0),
-          ghosts_(static_cast<std::size_t>(config.ghost_factor * static_cast<double>(capacity))),
-          ghost_crf_(ghosts_.capacity(), 0.0), ghost_time_(ghosts_.capacity(), 0) {}
+            : tracked(capacity),
+              config_(validated(config, capacity)),
+              per_reference_(1.0 / (config.half_life * static_cast<double>(capacity))),
+              heap_(capacity),
+              crf_(capacity, 0.0),
+              time_(capacity, 0),
+              placed_(capacity, 0),
+              key_(capacity, 0),
+              ghosts_(static_cast<std::size_t>(config.ghost_factor * static_cast<double>(capacity))),
+              ghost_crf_(ghosts_.capacity(), 0.0),
+              ghost_time_(ghosts_.capacity(), 0) {}
 
     void on_insert(item_id id, const access_context& ctx) {
         tracking_.mark_inserted(id);
@@ -184,8 +190,7 @@ public:
         if (tracking_.size() != 0 || from.capacity() != this->capacity())
             throw usage_error("lrfu::adopt_history: this lrfu holds " + std::to_string(tracking_.size()) +
                               " items at capacity " + std::to_string(this->capacity()) + ", the other has capacity " +
-                              std::to_string(from.capacity()) +
-                              "; adopt only into an empty lrfu of the same capacity");
+                              std::to_string(from.capacity()) + "; adopt only into an empty lrfu of the same capacity");
         tracking_ = from.tracking_;
         crf_ = from.crf_;
         time_ = from.time_;
@@ -276,15 +281,15 @@ private:
     }
 
     config_type config_;
-    double per_reference_;                       // 1 / (half_life x capacity): halvings per reference
-    indexed_heap<rank, lowest_first> heap_;      // evictable items, lowest value first
-    std::vector<double> crf_;                    // [capacity] value at the last reference
-    std::vector<std::uint64_t> time_;            // [capacity] T of the last reference
-    std::vector<std::uint64_t> placed_;          // [capacity] stamp of the last placement in the order
-    std::vector<std::uint64_t> key_;             // [capacity] stable key
-    ghost_list ghosts_;                          // keys of recent victims
-    std::vector<double> ghost_crf_;              // [ghost slot] value at the victim's last reference
-    std::vector<std::uint64_t> ghost_time_;      // [ghost slot] T of that reference
+    double per_reference_;                   // 1 / (half_life x capacity): halvings per reference
+    indexed_heap<rank, lowest_first> heap_;  // evictable items, lowest value first
+    std::vector<double> crf_;                // [capacity] value at the last reference
+    std::vector<std::uint64_t> time_;        // [capacity] T of the last reference
+    std::vector<std::uint64_t> placed_;      // [capacity] stamp of the last placement in the order
+    std::vector<std::uint64_t> key_;         // [capacity] stable key
+    ghost_list ghosts_;                      // keys of recent victims
+    std::vector<double> ghost_crf_;          // [ghost slot] value at the victim's last reference
+    std::vector<std::uint64_t> ghost_time_;  // [ghost slot] T of that reference
     std::uint64_t references_ = 0;
     std::uint64_t step_start_ = 0;
     timestamp step_now_ = 0;

@@ -26,8 +26,7 @@ public:
     static constexpr std::string_view name = "lru";
     static constexpr eviction_order order = eviction_order::static_between_accesses;
 
-    explicit lru(std::size_t capacity, const config_type& = {})
-        : tracked_policy(capacity), links_(capacity) {}
+    explicit lru(std::size_t capacity, const config_type& = {}) : tracked_policy(capacity), links_(capacity) {}
 
     void on_insert(item_id id, const access_context&) noexcept {
         tracking_.mark_inserted(id);

@@ -68,8 +68,10 @@ public:
     /// not finite, `sample_every` or `pending` is 0, `min_samples` is not
     /// positive, or `window` is below 2 x `min_samples`.
     pairwise_margin_tuner(double initial_margin, const config_type& config, const char* policy)
-        : config_(validated(initial_margin, config, policy)), margin_(initial_margin), pairs_(config.pending),
-          index_(2 * std::size_t{config.pending}) {}
+            : config_(validated(initial_margin, config, policy)),
+              margin_(initial_margin),
+              pairs_(config.pending),
+              index_(2 * std::size_t{config.pending}) {}
 
     [[nodiscard]] double margin() const noexcept { return margin_; }
     [[nodiscard]] const config_type& config() const noexcept { return config_; }
@@ -135,8 +137,9 @@ private:
         if (c.sample_every == 0 || c.pending == 0)
             throw config_error(who + "tuner sample_every and pending must be >= 1 (4 and 1024 by default)");
         if (!(c.min_samples > 0.0) || !(c.window >= 2 * c.min_samples) || !std::isfinite(c.window))
-            throw config_error(who + "tuner window " + std::to_string(c.window) + " must be finite and at least 2 x min_samples " +
-                               std::to_string(c.min_samples) + " (> 0)");
+            throw config_error(who + "tuner window " + std::to_string(c.window) +
+                               " must be finite and at least 2 x min_samples " + std::to_string(c.min_samples) +
+                               " (> 0)");
         return c;
     }
 

@@ -54,8 +54,8 @@ struct predictive_rank {
                                             std::uint64_t max_length, std::uint64_t last_use) noexcept {
         if (!std::isnan(estimated_lifetime)) return {basis::lifetime, estimated_lifetime, last_use};
         if (max_length > 0)
-            return {basis::completion,
-                    -(static_cast<double>(sequence_length) / static_cast<double>(max_length)), last_use};
+            return {basis::completion, -(static_cast<double>(sequence_length) / static_cast<double>(max_length)),
+                    last_use};
         return {basis::recency, 0.0, last_use};
     }
 
@@ -75,8 +75,7 @@ public:
     static constexpr eviction_order order = eviction_order::static_between_accesses;
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.
-    explicit predictive(std::size_t capacity, const config_type& = {})
-        : heap_ordered_policy(capacity) {}
+    explicit predictive(std::size_t capacity, const config_type& = {}) : heap_ordered_policy(capacity) {}
 
     void on_insert(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_inserted(id);

@@ -68,11 +68,11 @@ public:
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.
     explicit qos_aware(std::size_t capacity, const config_type& = {})
-        : tracked_policy(capacity),
-          links_(capacity),
-          priority_(capacity, default_priority),
-          until_(capacity, never),
-          expiry_(capacity) {
+            : tracked_policy(capacity),
+              links_(capacity),
+              priority_(capacity, default_priority),
+              until_(capacity, never),
+              expiry_(capacity) {
         // At most one live class per evictable item, plus the default class
         // an expiry may create: inserting never reallocates.
         classes_.reserve(capacity + 1);
@@ -166,7 +166,7 @@ private:
         }
     }
 
-    index_links links_;                  // [capacity] links within a class
+    index_links links_;                    // [capacity] links within a class
     std::vector<priority_class> classes_;  // live classes, ascending priority
     std::vector<std::int32_t> priority_;   // [capacity]
     std::vector<timestamp> until_;         // [capacity] when priority_ lapses; never = it holds

@@ -91,7 +91,11 @@ public:
     static constexpr eviction_order order = Base::order;
 
     explicit queue_aware(std::size_t capacity, const config_type& config = {})
-        : base_(capacity, config), state_(capacity, 0), depth_(capacity, 0), position_(capacity, 0), queued_(capacity) {}
+            : base_(capacity, config),
+              state_(capacity, 0),
+              depth_(capacity, 0),
+              position_(capacity, 0),
+              queued_(capacity) {}
 
     void on_miss(const access_context& ctx) { base_.on_miss(ctx); }
     void on_insert(item_id id, const access_context& ctx) {
@@ -157,9 +161,7 @@ public:
         base_.on_release(id, ctx);
     }
 
-    void on_session_end(session_id session, timestamp now)
-        requires hears_session_ends<Base>
-    {
+    void on_session_end(session_id session, timestamp now) requires hears_session_ends<Base> {
         base_.on_session_end(session, now);
     }
 
@@ -189,9 +191,9 @@ private:
     }
 
     Base base_;
-    std::vector<std::uint8_t> state_;       // [capacity] queued_bit | held_bit (held by the cache or pinned)
-    std::vector<std::uint32_t> depth_;      // [capacity] chunk index, for ties
-    std::vector<std::uint64_t> position_;   // [capacity] earliest queued read, while queued
+    std::vector<std::uint8_t> state_;      // [capacity] queued_bit | held_bit (held by the cache or pinned)
+    std::vector<std::uint32_t> depth_;     // [capacity] chunk index, for ties
+    std::vector<std::uint64_t> position_;  // [capacity] earliest queued read, while queued
     indexed_heap<detail::queued_rank, detail::queued_rank::evict_first> queued_;  // queued, not held
     std::uint64_t queued_evictions_ = 0;
     mutable policy_counters counters_;

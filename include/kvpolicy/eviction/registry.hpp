@@ -31,6 +31,10 @@
 
 namespace kvpolicy {
 
-using eviction_policies = type_list<fifo, lru, round_robin, lfu, clock, sieve, slru, two_q, qos_aware, predictive, retention_value<>, lexicographic_checkerboard, arc, s3fifo, lirs, w_tinylfu, gdsf<>, tail_aware_lru, session_aware_lru, lrfu, superseded_lru, adaptive_kv, adaptive_kv_fast, queue_aware<lru>, queue_aware<adaptive_kv>, reuse_oracle_lru, belady>;
+using eviction_policies =
+    type_list<fifo, lru, round_robin, lfu, clock, sieve, slru, two_q, qos_aware, predictive, retention_value<>,
+              lexicographic_checkerboard, arc, s3fifo, lirs, w_tinylfu, gdsf<>, tail_aware_lru, session_aware_lru, lrfu,
+              superseded_lru, adaptive_kv, adaptive_kv_fast, queue_aware<lru>, queue_aware<adaptive_kv>,
+              reuse_oracle_lru, belady>;
 
 }  // namespace kvpolicy

@@ -129,7 +129,8 @@ struct retention_value_config {
 template <cost_model Cost = pensieve_linear, layer_weight LayerWeight = uniform_layer_weight,
           position_weight PositionWeight = uniform_position_weight, victim_selector Selector = nth_element_selector,
           retention_loss DefaultLoss = retention_loss::chunk_and_dependents>
-class retention_value : public tracked_policy<retention_value<Cost, LayerWeight, PositionWeight, Selector, DefaultLoss>> {
+class retention_value
+        : public tracked_policy<retention_value<Cost, LayerWeight, PositionWeight, Selector, DefaultLoss>> {
     using tracked = tracked_policy<retention_value<Cost, LayerWeight, PositionWeight, Selector, DefaultLoss>>;
     using tracked::tracking_;
 
@@ -148,15 +149,18 @@ public:
     /// costs in time, not in hits: a one-tier prefix cache's hit ratio ranks
     /// it low (docs/which-policy.md, "Retention value on its own figure").
     static constexpr std::string_view built_for =
-            "the GPU tier over a CPU tier, judged by ready time (--mode tiered --cpu-capacity N)";
+        "the GPU tier over a CPU tier, judged by ready time (--mode tiered --cpu-capacity N)";
     static constexpr eviction_order order = eviction_order::time_varying;
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.
     /// Complexity: O(capacity) memory, about 33 bytes per item plus the
     /// selector's scratch.
     explicit retention_value(std::size_t capacity, const config_type& config = {})
-        : tracked(capacity), config_(checked(config)), pos_(capacity, no_index),
-          scores_(capacity), version_(capacity, 0) {
+            : tracked(capacity),
+              config_(checked(config)),
+              pos_(capacity, no_index),
+              scores_(capacity),
+              version_(capacity, 0) {
         ids_.reserve(capacity);
         cost_.reserve(capacity);
         last_use_.reserve(capacity);
@@ -175,8 +179,8 @@ public:
                               config_.position_weighting.weight(ctx.chunk, ctx.session_total_chunks);
         if (config_.loss == retention_loss::chunk) return weight * config_.cost.cost(ctx.context_length);
         const std::uint32_t after =
-                ctx.session_total_chunks > ctx.chunk.value ? ctx.session_total_chunks - ctx.chunk.value : 1;
-        const std::uint64_t block = ctx.block_tokens > 0 ? ctx.block_tokens
+            ctx.session_total_chunks > ctx.chunk.value ? ctx.session_total_chunks - ctx.chunk.value : 1;
+        const std::uint64_t block = ctx.block_tokens > 0  ? ctx.block_tokens
                                     : ctx.chunk.value > 0 ? ctx.context_length / ctx.chunk.value
                                                           : 0;
         const double first = config_.cost.cost(ctx.context_length);
@@ -264,8 +268,10 @@ public:
         reserve_.clear();
         next_reserved_ = 0;
         for (std::size_t j = 0; j < s; ++j) {
-            if (j < k) out[j] = scan_out_[j];
-            else reserve_.push_back({scan_out_[j], version_[scan_out_[j].index()]});
+            if (j < k)
+                out[j] = scan_out_[j];
+            else
+                reserve_.push_back({scan_out_[j], version_[scan_out_[j].index()]});
         }
         for (std::size_t j = 0; j < k; ++j) evict(out[j]);
         return k;
@@ -274,10 +280,10 @@ public:
     [[nodiscard]] const config_type& config() const noexcept { return config_; }
 
 private:
-    static constexpr bool nothrow_cost =
-        noexcept(std::declval<const Cost&>().cost(std::uint64_t{})) &&
-        noexcept(std::declval<const LayerWeight&>().weight(layer_index{}, std::uint32_t{})) &&
-        noexcept(std::declval<const PositionWeight&>().weight(chunk_index{}, std::uint32_t{}));
+    static constexpr bool nothrow_cost = noexcept(std::declval<const Cost&>().cost(std::uint64_t{}))&& noexcept(
+        std::declval<const LayerWeight&>().weight(
+            layer_index{}, std::uint32_t{}))&& noexcept(std::declval<const PositionWeight&>().weight(chunk_index{},
+                                                                                                     std::uint32_t{}));
 
     /// The k lowest at `now` (k = out.size()), in order; removes nothing.
     std::size_t scan(std::span<item_id> out, timestamp now) {
@@ -329,7 +335,8 @@ private:
                 below_ids_.push_back(ids_[i]);
             }
         if (below_scores_.size() < k) return 0;
-        return selector_.select_lowest(std::span<const double>(below_scores_), std::span<const item_id>(below_ids_), out);
+        return selector_.select_lowest(std::span<const double>(below_scores_), std::span<const item_id>(below_ids_),
+                                       out);
     }
 
     void evict(item_id id) noexcept {
@@ -398,9 +405,9 @@ private:
     std::vector<std::uint32_t> version_;  // [capacity] bumped by every event on the slot
     std::vector<reserved> reserve_;       // victims the last scan chose beyond its pop, in order
     std::size_t next_reserved_ = 0;
-    std::vector<item_id> scan_out_;       // scratch: one scan's choice
-    std::vector<double> sample_;          // scratch: sampled scores for the threshold
-    std::vector<double> below_scores_;    // scratch: items at or below it
+    std::vector<item_id> scan_out_;     // scratch: one scan's choice
+    std::vector<double> sample_;        // scratch: sampled scores for the threshold
+    std::vector<double> below_scores_;  // scratch: items at or below it
     std::vector<item_id> below_ids_;
 };
 
@@ -410,7 +417,7 @@ static_assert(eviction_policy<retention_value<>>);
 /// chunk priced alone (the header comment says where that departs from a
 /// prefix cache).
 using seed000_retention_value =
-        retention_value<pensieve_linear, pipelined_depth, session_relative, nth_element_selector, retention_loss::chunk>;
+    retention_value<pensieve_linear, pipelined_depth, session_relative, nth_element_selector, retention_loss::chunk>;
 static_assert(eviction_policy<seed000_retention_value>);
 
 }  // namespace kvpolicy

@@ -47,7 +47,7 @@ public:
     static constexpr bool uses_future = true;
 
     explicit reuse_oracle_lru(std::size_t capacity, const config_type& = {})
-        : tracked_policy(capacity), links_(capacity), dead_bit_(capacity, 0) {}
+            : tracked_policy(capacity), links_(capacity), dead_bit_(capacity, 0) {}
 
     void on_insert(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_inserted(id);

@@ -39,9 +39,7 @@ public:
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.
     explicit round_robin(std::size_t capacity, const config_type& = {})
-        : tracked_policy(capacity),
-          words_((capacity + 63) / 64, 0),
-          summary_((words_.size() + 63) / 64, 0) {}
+            : tracked_policy(capacity), words_((capacity + 63) / 64, 0), summary_((words_.size() + 63) / 64, 0) {}
 
     void on_insert(item_id id, const access_context&) noexcept {
         tracking_.mark_inserted(id);

@@ -32,11 +32,12 @@ namespace kvpolicy {
 
 template <eviction_policy First, eviction_policy... Rest>
 class runtime_choice {
-    static_assert(((Rest::order == First::order) && ...),
-                  "runtime_choice: the alternatives must share one eviction_order (the cache reads it at compile time)");
-    static_assert(((hears_session_ends<Rest> == hears_session_ends<First>) && ...),
+    static_assert(
+        ((Rest::order == First::order) && ...),
+        "runtime_choice: the alternatives must share one eviction_order (the cache reads it at compile time)");
+    static_assert(((hears_session_ends<Rest> == hears_session_ends<First>)&&...),
                   "runtime_choice: either every alternative hears session ends or none does");
-    static_assert(((hears_waiting_queue<Rest> == hears_waiting_queue<First>) && ...),
+    static_assert(((hears_waiting_queue<Rest> == hears_waiting_queue<First>)&&...),
                   "runtime_choice: either every alternative hears the waiting queue or none does");
 
 public:
@@ -72,19 +73,13 @@ public:
     void on_erase(item_id id) {
         std::visit([&](auto& p) { p.on_erase(id); }, p_);
     }
-    void on_session_end(session_id session, timestamp now)
-        requires hears_session_ends<First>
-    {
+    void on_session_end(session_id session, timestamp now) requires hears_session_ends<First> {
         std::visit([&](auto& p) { p.on_session_end(session, now); }, p_);
     }
-    void on_queued(item_id id, std::uint64_t position)
-        requires hears_waiting_queue<First>
-    {
+    void on_queued(item_id id, std::uint64_t position) requires hears_waiting_queue<First> {
         std::visit([&](auto& p) { p.on_queued(id, position); }, p_);
     }
-    void on_unqueued(item_id id, const access_context& ctx)
-        requires hears_waiting_queue<First>
-    {
+    void on_unqueued(item_id id, const access_context& ctx) requires hears_waiting_queue<First> {
         std::visit([&](auto& p) { p.on_unqueued(id, ctx); }, p_);
     }
     std::optional<item_id> pop_victim(timestamp now) {
@@ -119,12 +114,12 @@ private:
 
     static held make(std::size_t capacity, const config_type& config) {
         return visit_by_name<alternatives>(
-                config.policy,
-                [&]<class P>() -> held {
-                    constexpr std::size_t i = index_of<P>();
-                    return held(std::in_place_index<i>, capacity, std::get<i>(config.configs));
-                },
-                "policy of a runtime_choice");
+            config.policy,
+            [&]<class P>() -> held {
+                constexpr std::size_t i = index_of<P>();
+                return held(std::in_place_index<i>, capacity, std::get<i>(config.configs));
+            },
+            "policy of a runtime_choice");
     }
     template <class P>
     static constexpr std::size_t index_of() noexcept {

@@ -85,11 +85,17 @@ public:
         bool fill_main_before_first_eviction = false;
     };
     static constexpr auto options = std::tuple{
-        option{"small_fraction", &config_type::small_fraction, {0.0, 1.0}, "share of the capacity for the small FIFO S"},
-        option{"ghost_fraction", &config_type::ghost_fraction, {0.0, 1.0}, "ghost keys kept, as a share of the capacity"},
-        option{"move_to_main_threshold", &config_type::move_to_main_threshold, {1, 3},
+        option{
+            "small_fraction", &config_type::small_fraction, {0.0, 1.0}, "share of the capacity for the small FIFO S"},
+        option{
+            "ghost_fraction", &config_type::ghost_fraction, {0.0, 1.0}, "ghost keys kept, as a share of the capacity"},
+        option{"move_to_main_threshold",
+               &config_type::move_to_main_threshold,
+               {1, 3},
                "hits in S that move an item to the main FIFO M"},
-        option{"fill_main_before_first_eviction", &config_type::fill_main_before_first_eviction, {0, 1},
+        option{"fill_main_before_first_eviction",
+               &config_type::fill_main_before_first_eviction,
+               {0, 1},
                "before the first eviction, new items go to M once S is full"}};
 
     static constexpr std::string_view name = "s3fifo";
@@ -100,15 +106,15 @@ public:
     /// Throws: config_error if `capacity` is 0, a fraction is outside [0, 1]
     /// or NaN, or the threshold is outside 1..3.
     s3fifo(std::size_t capacity, const config_type& config)
-        : tracked_policy(capacity),
-          config_(validated(config)),
-          links_(capacity),
-          in_main_(capacity, 0),
-          freq_(capacity, 0),
-          keys_(capacity, 0),
-          small_target_(share(capacity, config.small_fraction)),
-          ghost_target_(share(capacity, config.ghost_fraction)),
-          ghost_(ghost_target_ == 0 ? 0 : ghost_target_ + 1) {}
+            : tracked_policy(capacity),
+              config_(validated(config)),
+              links_(capacity),
+              in_main_(capacity, 0),
+              freq_(capacity, 0),
+              keys_(capacity, 0),
+              small_target_(share(capacity, config.small_fraction)),
+              ghost_target_(share(capacity, config.ghost_fraction)),
+              ghost_(ghost_target_ == 0 ? 0 : ghost_target_ + 1) {}
 
     void on_insert(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_inserted(id);
@@ -116,8 +122,10 @@ public:
         freq_[id.index()] = 0;
         bool to_main = ghost_.erase(ctx.key);
         if (ghost_.size() > ghost_target_) ghost_.pop_front();  // the key the last pop kept for this check
-        if (to_main) ++tracking_.counters().ghost_hits;
-        else to_main = config_.fill_main_before_first_eviction && !evicted_once_ && small_.size() >= small_target_;
+        if (to_main)
+            ++tracking_.counters().ghost_hits;
+        else
+            to_main = config_.fill_main_before_first_eviction && !evicted_once_ && small_.size() >= small_target_;
         in_main_[id.index()] = to_main ? 1 : 0;
         links_.push_back(queue_of(id), id.value);
     }
@@ -199,16 +207,14 @@ private:
         return static_cast<std::size_t>(static_cast<double>(capacity) * fraction);
     }
 
-    [[nodiscard]] place_queue& queue_of(item_id id) noexcept {
-        return in_main_[id.index()] != 0 ? main_ : small_;
-    }
+    [[nodiscard]] place_queue& queue_of(item_id id) noexcept { return in_main_[id.index()] != 0 ? main_ : small_; }
 
     // G may hold ghost_target_ + 1 keys until the next insert: libCacheSim
     // looks the missed key up in G before it evicts, so a pop must not push
     // that key out before on_insert has looked; on_insert trims G back.
     void remember(std::uint64_t key) noexcept {
         if (ghost_.capacity() == 0) return;
-        ghost_.erase(key);  // a repeated key (callers leaving ctx.key at 0) refreshes its ghost
+        ghost_.erase(key);      // a repeated key (callers leaving ctx.key at 0) refreshes its ghost
         ghost_.push_back(key);  // drops the oldest first when G is at share + 1
     }
 
@@ -219,11 +225,11 @@ private:
     }
 
     config_type config_;
-    place_links links_;                 // [capacity] S's and M's links and places
-    place_queue small_, main_;          // resident items, held ones too, oldest place first
-    std::vector<std::uint8_t> in_main_; // [capacity] 1 if the item belongs to M (kept while held)
-    std::vector<std::uint8_t> freq_;    // [capacity] 0..3
-    std::vector<std::uint64_t> keys_;   // [capacity] ctx.key at insert: what G remembers
+    place_links links_;                  // [capacity] S's and M's links and places
+    place_queue small_, main_;           // resident items, held ones too, oldest place first
+    std::vector<std::uint8_t> in_main_;  // [capacity] 1 if the item belongs to M (kept while held)
+    std::vector<std::uint8_t> freq_;     // [capacity] 0..3
+    std::vector<std::uint64_t> keys_;    // [capacity] ctx.key at insert: what G remembers
     std::size_t small_target_;
     std::size_t ghost_target_;
     ghost_list ghost_;

@@ -80,9 +80,9 @@ protected:
     }
 
     using tracked::tracking_;
-    index_links links_;              // [capacity] queue links
-    index_list queue_;               // tracked items, held ones included; front = oldest, back = newest
-    std::vector<std::uint8_t> bits_; // [capacity] reference bits
+    index_links links_;               // [capacity] queue links
+    index_list queue_;                // tracked items, held ones included; front = oldest, back = newest
+    std::vector<std::uint8_t> bits_;  // [capacity] reference bits
 
 private:
     [[nodiscard]] Derived& derived() noexcept { return static_cast<Derived&>(*this); }

@@ -192,7 +192,8 @@ public:
         out.shortfall = kept_blocks < required_blocks ? required_blocks - kept_blocks : 0;
 
         const auto elapsed = std::chrono::steady_clock::now() - start;
-        selection_ns_ += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count());
+        selection_ns_ +=
+            static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count());
         ++selections_;
         total_evictions_ += out.evicted.size();
         for (std::uint64_t id : out.evicted) records_[id].evicted = true;
@@ -297,7 +298,8 @@ private:
     [[nodiscard]] bool mark_seen(std::uint64_t id) noexcept {
         if (id == empty_id_) return !std::exchange(seen_all_ones_, true);
         const std::size_t mask = seen_.size() - 1;
-        for (std::size_t s = static_cast<std::size_t>((id * 0x9e3779b97f4a7c15ULL) >> seen_shift_);; s = (s + 1) & mask) {
+        for (std::size_t s = static_cast<std::size_t>((id * 0x9e3779b97f4a7c15ULL) >> seen_shift_);;
+             s = (s + 1) & mask) {
             if (seen_[s] == id) return false;
             if (seen_[s] == empty_id_) {
                 seen_[s] = id;
@@ -309,8 +311,9 @@ private:
         const std::uint64_t id = candidates[second].sequence_id;
         std::size_t first = 0;
         while (candidates[first].sequence_id != id) ++first;
-        return usage_error("select_victims: sequence " + std::to_string(id) + " appears twice among the candidates (at " +
-                           std::to_string(first) + " and " + std::to_string(second) + "); pass each sequence once");
+        return usage_error("select_victims: sequence " + std::to_string(id) +
+                           " appears twice among the candidates (at " + std::to_string(first) + " and " +
+                           std::to_string(second) + "); pass each sequence once");
     }
 
     std::vector<entry> heap_;          // kept candidates, a max-heap in rule order
@@ -318,7 +321,7 @@ private:
     int seen_shift_ = 64;
     bool seen_all_ones_ = false;
     std::unordered_map<std::uint64_t, sequence_record> records_;
-    service_sums retired_;             // forgotten sequences' service
+    service_sums retired_;  // forgotten sequences' service
     std::uint64_t selections_ = 0;
     std::uint64_t selection_ns_ = 0;
     std::uint64_t total_evictions_ = 0;

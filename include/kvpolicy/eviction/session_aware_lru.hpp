@@ -128,13 +128,18 @@ public:
                "evict a session ahead of LRU when it is expected back this many times later (the start if tuned)"},
         option{"gap_weight", &config_type::gap_weight, {0.0, 1.0}, "weight of the newest gap in a session's mean gap"},
         option{"max_sessions", &config_type::max_sessions, non_negative, "sessions remembered; 0: max(capacity, 1024)"},
-        option_fn<config_type, bool>{"tune_margin", [](const config_type& c) { return c.tuner.enabled; },
-                                     [](config_type& c, bool v) { c.tuner.enabled = v; }, {0, 1},
+        option_fn<config_type, bool>{"tune_margin",
+                                     [](const config_type& c) { return c.tuner.enabled; },
+                                     [](config_type& c, bool v) { c.tuner.enabled = v; },
+                                     {0, 1},
                                      "learn the margin from far_factor; 0: keep far_factor fixed"},
-        option_fn<config_type, bool>{"predict_gaps", [](const config_type& c) { return c.gaps.enabled; },
-                                     [](config_type& c, bool v) { c.gaps.enabled = v; }, {0, 1},
+        option_fn<config_type, bool>{"predict_gaps",
+                                     [](const config_type& c) { return c.gaps.enabled; },
+                                     [](config_type& c, bool v) { c.gaps.enabled = v; },
+                                     {0, 1},
                                      "predict a session's gap from its output tokens; 0: mean gaps only"},
-        option_fn<config_type, std::uint64_t>{"gap_min_samples", [](const config_type& c) { return c.gaps.min_samples; },
+        option_fn<config_type, std::uint64_t>{"gap_min_samples",
+                                              [](const config_type& c) { return c.gaps.min_samples; },
                                               [](config_type& c, std::uint64_t v) { c.gaps.min_samples = v; },
                                               non_negative, "samples before the gap model predicts"}};
 
@@ -147,14 +152,21 @@ public:
     /// `far_factor` is negative or not finite, `gap_weight` is outside
     /// (0, 1], or the tail rule's settings are refused (tail_reuse.hpp).
     session_aware_lru(std::size_t capacity, const config_type& config)
-        : tracked_policy(capacity), config_(validated(config)),
-          learner_(capacity, config.tails, "session_aware_lru"), oldest_(capacity), farthest_(capacity),
-          links_(capacity), own_links_(capacity), where_(capacity, in_none), session_(capacity, 0),
-          shared_(capacity, 0),
-          max_sessions_(config.max_sessions != 0 ? config.max_sessions : std::max<std::size_t>(capacity, 1024)),
-          forget_at_(2 * max_sessions_),
-          tuner_(config.far_factor, config.tuner, "session_aware_lru"), gaps_(config.gaps, "session_aware_lru"),
-          key_(capacity, 0) {}
+            : tracked_policy(capacity),
+              config_(validated(config)),
+              learner_(capacity, config.tails, "session_aware_lru"),
+              oldest_(capacity),
+              farthest_(capacity),
+              links_(capacity),
+              own_links_(capacity),
+              where_(capacity, in_none),
+              session_(capacity, 0),
+              shared_(capacity, 0),
+              max_sessions_(config.max_sessions != 0 ? config.max_sessions : std::max<std::size_t>(capacity, 1024)),
+              forget_at_(2 * max_sessions_),
+              tuner_(config.far_factor, config.tuner, "session_aware_lru"),
+              gaps_(config.gaps, "session_aware_lru"),
+              key_(capacity, 0) {}
 
     void on_insert(item_id id, const access_context& ctx) {
         tracking_.mark_inserted(id);
@@ -301,7 +313,7 @@ private:
         }
     };
     struct session_state {
-        timestamp last = 0;     // latest request's time
+        timestamp last = 0;       // latest request's time
         double latest_gap = 0.0;  // the gap that ended at `last`
         double mean_gap = 0.0;    // running mean of the gaps between requests
         bool has_gap = false;
@@ -386,8 +398,8 @@ private:
         session_state& s = *found;
         s.output_tokens = ctx.output_tokens;
         if (!gaps_.ready() || s.hint != 0) return;  // the engine's hint knows better
-        s.expected_gap = gaps_.predict(
-                return_gap_model::features_of(s.output_tokens, s.has_gap, s.latest_gap, s.mean_gap));
+        s.expected_gap =
+            gaps_.predict(return_gap_model::features_of(s.output_tokens, s.has_gap, s.latest_gap, s.mean_gap));
         refile(ctx.session.value, s);
     }
     // The engine expects `session` back at `hint`: that is its expected
@@ -444,27 +456,32 @@ private:
     }
     void unlink(std::uint32_t x) {
         switch (where_[x]) {
-            case in_demoted: links_.remove(demoted_, x); break;
+            case in_demoted:
+                links_.remove(demoted_, x);
+                break;
             case in_oldest_and_own:
                 leave_own(x);
                 oldest_.erase(x);
                 break;
-            case in_oldest: oldest_.erase(x); break;
-            default: break;
+            case in_oldest:
+                oldest_.erase(x);
+                break;
+            default:
+                break;
         }
         where_[x] = in_none;
     }
 
     config_type config_;
     tail_reuse_learner learner_;
-    time_queue oldest_;                                   // evictable, not demoted: by placement time
+    time_queue oldest_;                                  // evictable, not demoted: by placement time
     indexed_heap<session_rank, latest_first> farthest_;  // sessions with a gap and own blocks, by first block
-    index_links links_;                                   // [capacity] the demoted FIFO's links
-    index_list demoted_;                                  // evictable unreused tails, oldest first
-    index_links own_links_;                               // [capacity] the sessions' own lists
-    std::vector<std::uint8_t> where_;                     // [capacity] in_none, in_demoted, ...
-    std::vector<std::uint64_t> session_;                  // [capacity] session of the last touch
-    std::vector<std::uint8_t> shared_;                    // [capacity] 1 once two sessions used it
+    index_links links_;                                  // [capacity] the demoted FIFO's links
+    index_list demoted_;                                 // evictable unreused tails, oldest first
+    index_links own_links_;                              // [capacity] the sessions' own lists
+    std::vector<std::uint8_t> where_;                    // [capacity] in_none, in_demoted, ...
+    std::vector<std::uint64_t> session_;                 // [capacity] session of the last touch
+    std::vector<std::uint8_t> shared_;                   // [capacity] 1 once two sessions used it
     std::unordered_map<std::uint64_t, session_state> sessions_;
     // The session looked up last: a request's blocks come one after another,
     // each asking for its session on arrival, placement, unlinking and

@@ -59,7 +59,7 @@ public:
     /// Throws: whatever P's constructor throws for `capacity` and `config`;
     /// config_error if `capacity` is 2^30 or more (key_index).
     shadow_cache(std::size_t capacity, const typename P::config_type& config)
-        : policy_(capacity, config), where_(capacity), key_of_(capacity, 0), held_(capacity, 0) {}
+            : policy_(capacity, config), where_(capacity), key_of_(capacity, 0), held_(capacity, 0) {}
 
     /// The sampled key ctx.key is referenced. Returns: whether it was cached
     /// (a hit); a miss caches it, evicting P's victim when every slot is used.
@@ -119,11 +119,11 @@ public:
 
 private:
     P policy_;
-    key_index where_;                     // key -> slot
-    std::vector<std::uint64_t> key_of_;   // [slots] key in each slot
-    std::vector<std::uint8_t> held_;      // [slots] 1 while the real cache holds the key
-    std::vector<std::uint32_t> freed_;    // slots of keys the real cache erased
-    std::uint32_t used_ = 0;              // slots [0, used_) have been filled once
+    key_index where_;                    // key -> slot
+    std::vector<std::uint64_t> key_of_;  // [slots] key in each slot
+    std::vector<std::uint8_t> held_;     // [slots] 1 while the real cache holds the key
+    std::vector<std::uint32_t> freed_;   // slots of keys the real cache erased
+    std::uint32_t used_ = 0;             // slots [0, used_) have been filled once
     std::uint64_t total_hits_ = 0;
 };
 

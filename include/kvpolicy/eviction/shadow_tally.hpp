@@ -34,10 +34,11 @@ public:
     /// Counts halve every max(16, window x shadow_capacity) references, and
     /// the expert to follow is chosen every 1/16 of that (at least 16).
     shadow_tally(double window, std::size_t shadow_capacity, double switch_sigmas, double switch_gain) noexcept
-        : halve_every_(std::max<std::uint64_t>(
-              16, static_cast<std::uint64_t>(window * static_cast<double>(shadow_capacity)))),
-          choose_every_(std::max<std::uint64_t>(16, halve_every_ / 16)), switch_sigmas_(switch_sigmas),
-          switch_gain_(switch_gain) {}
+            : halve_every_(std::max<std::uint64_t>(
+                  16, static_cast<std::uint64_t>(window * static_cast<double>(shadow_capacity)))),
+              choose_every_(std::max<std::uint64_t>(16, halve_every_ / 16)),
+              switch_sigmas_(switch_sigmas),
+              switch_gain_(switch_gain) {}
 
     /// One sampled reference: hit[x], whether shadow x hit it. Returns, when
     /// this reference is one the choice is made at and an expert leads
@@ -81,13 +82,13 @@ private:
         return std::nullopt;
     }
 
-    std::uint64_t halve_every_;          // sampled references between halvings
-    std::uint64_t choose_every_;         // sampled references between choices
+    std::uint64_t halve_every_;   // sampled references between halvings
+    std::uint64_t choose_every_;  // sampled references between choices
     double switch_sigmas_;
     double switch_gain_;
-    std::uint64_t references_ = 0;       // sampled references so far
-    double window_references_ = 0.0;     // sampled references, halved with the hits
-    std::array<double, K> hits_{};       // [x] references shadow x hit, halved
+    std::uint64_t references_ = 0;    // sampled references so far
+    double window_references_ = 0.0;  // sampled references, halved with the hits
+    std::array<double, K> hits_{};    // [x] references shadow x hit, halved
     // [x][y] references shadow x hit and shadow y missed, halved with the hits
     std::array<std::array<double, K>, K> only_{};
 };

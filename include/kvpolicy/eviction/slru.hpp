@@ -52,7 +52,7 @@ class slru : public tracked_policy<slru> {
 public:
     using config_type = slru_config;
     static constexpr auto options =
-            std::tuple{option{"segments", &config_type::segments, {1, 255}, "LRU segments; 1 is plain LRU"}};
+        std::tuple{option{"segments", &config_type::segments, {1, 255}, "LRU segments; 1 is plain LRU"}};
 
     static constexpr std::string_view name = "slru";
     static constexpr eviction_order order = eviction_order::static_between_accesses;
@@ -60,11 +60,11 @@ public:
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids, or
     /// if `config.segments` is outside 1..255.
     explicit slru(std::size_t capacity, const config_type& config = {})
-        : tracked_policy(capacity),
-          links_(capacity),
-          segments_(checked_segments(config.segments)),
-          segment_of_(capacity, 0),
-          upper_share_(std::max<std::size_t>(1, capacity / config.segments)) {}
+            : tracked_policy(capacity),
+              links_(capacity),
+              segments_(checked_segments(config.segments)),
+              segment_of_(capacity, 0),
+              upper_share_(std::max<std::size_t>(1, capacity / config.segments)) {}
 
     void on_insert(item_id id, const access_context&) noexcept {
         tracking_.mark_inserted(id);
@@ -125,9 +125,7 @@ private:
         return std::vector<index_list>(n);
     }
 
-    [[nodiscard]] std::size_t promoted(std::size_t s) const noexcept {
-        return std::min(s + 1, segments_.size() - 1);
-    }
+    [[nodiscard]] std::size_t promoted(std::size_t s) const noexcept { return std::min(s + 1, segments_.size() - 1); }
 
     // Only segment `s` can be over its share (by one item), so demotion
     // cascades one item at a time toward segment 0, which has no share.

@@ -56,8 +56,13 @@ public:
     static constexpr eviction_order order = eviction_order::static_between_accesses;
 
     explicit superseded_lru(std::size_t capacity, const config_type& = {})
-        : tracked_policy(capacity), links_(capacity), session_links_(capacity), owner_(capacity, 0),
-          shared_(capacity, 0), list_(capacity, in_none), placed_(capacity, 0) {}
+            : tracked_policy(capacity),
+              links_(capacity),
+              session_links_(capacity),
+              owner_(capacity, 0),
+              shared_(capacity, 0),
+              list_(capacity, in_none),
+              placed_(capacity, 0) {}
 
     void on_insert(item_id id, const access_context& ctx) {
         tracking_.mark_inserted(id);
@@ -88,9 +93,12 @@ public:
     }
     std::optional<item_id> pop_victim(timestamp) {
         std::uint32_t v;
-        if (!superseded_.empty()) v = superseded_.front;
-        else if (!recency_.empty()) v = recency_.front;
-        else return std::nullopt;
+        if (!superseded_.empty())
+            v = superseded_.front;
+        else if (!recency_.empty())
+            v = recency_.front;
+        else
+            return std::nullopt;
         unlink(v);
         tracking_.mark_evicted(item_id{v});
         return item_id{v};
@@ -139,10 +147,10 @@ private:
         list_[x] = in_none;
     }
 
-    index_links links_;          // [capacity] recency and superseded lists (an item is in one)
-    index_links session_links_;  // [capacity] each session's live list
-    index_list recency_;         // evictable, not superseded: least recent first
-    index_list superseded_;      // superseded: first superseded first
+    index_links links_;                 // [capacity] recency and superseded lists (an item is in one)
+    index_links session_links_;         // [capacity] each session's live list
+    index_list recency_;                // evictable, not superseded: least recent first
+    index_list superseded_;             // superseded: first superseded first
     std::vector<std::uint64_t> owner_;  // [capacity] session that used it last
     std::vector<std::uint8_t> shared_;  // [capacity] 1 once two sessions used it
     std::vector<std::uint8_t> list_;    // [capacity] in_none (held or untracked), in_recency, in_superseded

@@ -64,8 +64,10 @@ public:
     /// `demote_ratio` is negative or not finite, or `window` is below
     /// 2 x `min_samples` or 2.
     tail_aware_lru(std::size_t capacity, const config_type& config)
-        : tracked_policy(capacity), learner_(capacity, config, "tail_aware_lru"), links_(capacity),
-          demoted_bit_(capacity, 0) {}
+            : tracked_policy(capacity),
+              learner_(capacity, config, "tail_aware_lru"),
+              links_(capacity),
+              demoted_bit_(capacity, 0) {}
 
     void on_insert(item_id id, const access_context& ctx) {
         tracking_.mark_inserted(id);

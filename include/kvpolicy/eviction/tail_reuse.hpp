@@ -43,8 +43,10 @@ public:
     /// Throws: config_error naming `policy` if `demote_ratio` is negative or
     /// not finite, or `window` is below 2 x `min_samples` or 2.
     tail_reuse_learner(std::size_t capacity, const config_type& config, const char* policy)
-        : config_(validated(config, policy)), key_(capacity, 0), fresh_(capacity, none),
-          ghosts_{ghost_list(capacity), ghost_list(capacity)} {}
+            : config_(validated(config, policy)),
+              key_(capacity, 0),
+              fresh_(capacity, none),
+              ghosts_{ghost_list(capacity), ghost_list(capacity)} {}
 
     /// A new item `x`: its class is recorded until its first reuse.
     void inserted(std::uint32_t x, const access_context& ctx) {

@@ -34,8 +34,8 @@ public:
 
     /// Victims one at a time from Derived::pop_victim, until `out` is full
     /// or nothing is evictable. Returns: how many were written.
-    std::size_t pop_victims(std::span<item_id> out, timestamp now) noexcept(
-        noexcept(std::declval<Derived&>().pop_victim(now))) {
+    std::size_t pop_victims(std::span<item_id> out,
+                            timestamp now) noexcept(noexcept(std::declval<Derived&>().pop_victim(now))) {
         return pop_victims_one_by_one(static_cast<Derived&>(*this), out, now);
     }
 

@@ -67,12 +67,12 @@ public:
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids, if
     /// `kin` is outside 0..1 or if `kout` is negative or not finite.
     explicit two_q(std::size_t capacity, const config_type& config = {})
-        : tracked_policy(capacity),
-          links_(capacity),
-          in_am_(capacity, 0),
-          key_(capacity, 0),
-          kin_(checked_kin(capacity, config.kin)),
-          a1out_(checked_kout(capacity, config.kout)) {}
+            : tracked_policy(capacity),
+              links_(capacity),
+              in_am_(capacity, 0),
+              key_(capacity, 0),
+              kin_(checked_kin(capacity, config.kin)),
+              a1out_(checked_kout(capacity, config.kout)) {}
 
     void on_insert(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_inserted(id);
@@ -92,19 +92,25 @@ public:
     }
     void on_hold(item_id id) noexcept {
         tracking_.mark_held(id);
-        if (in_am_[id.value] != 0) links_.remove(am_, id.value);
-        else links_.hold(a1in_, id.value);  // keeps its place
+        if (in_am_[id.value] != 0)
+            links_.remove(am_, id.value);
+        else
+            links_.hold(a1in_, id.value);  // keeps its place
     }
     /// Not a new reference: A1in, back to its place; Am, its most-recent end.
     void on_release(item_id id, const access_context&) noexcept {
         tracking_.mark_released(id);
-        if (in_am_[id.value] != 0) links_.push_back(am_, id.value);
-        else links_.release(a1in_, id.value);
+        if (in_am_[id.value] != 0)
+            links_.push_back(am_, id.value);
+        else
+            links_.release(a1in_, id.value);
     }
     void on_erase(item_id id) noexcept {
         const bool evictable = tracking_.mark_erased(id);
-        if (in_am_[id.value] == 0) links_.remove(a1in_, id.value);  // held or not, A1in keeps it
-        else if (evictable) links_.remove(am_, id.value);
+        if (in_am_[id.value] == 0)
+            links_.remove(a1in_, id.value);  // held or not, A1in keeps it
+        else if (evictable)
+            links_.remove(am_, id.value);
     }
 
     /// Complexity: O(1) (from A1in, plus the walk past held items at its front).
@@ -136,22 +142,24 @@ public:
 private:
     static std::size_t checked_kin(std::size_t capacity, double kin) {
         if (!(kin >= 0.0 && kin <= 1.0))
-            throw config_error("two_q: kin = " + std::to_string(kin) + " is not a share of the capacity; give 0..1 (0.25 is the paper's)");
+            throw config_error("two_q: kin = " + std::to_string(kin) +
+                               " is not a share of the capacity; give 0..1 (0.25 is the paper's)");
         return static_cast<std::size_t>(static_cast<double>(capacity) * kin);
     }
     static std::size_t checked_kout(std::size_t capacity, double kout) {
         if (!(kout >= 0.0 && std::isfinite(kout)))
-            throw config_error("two_q: kout = " + std::to_string(kout) + " must be a finite share >= 0 (0.5 is the paper's)");
+            throw config_error("two_q: kout = " + std::to_string(kout) +
+                               " must be a finite share >= 0 (0.5 is the paper's)");
         return static_cast<std::size_t>(static_cast<double>(capacity) * kout);
     }
 
-    place_links links_;                 // [capacity] A1in's and Am's links and places
-    place_queue a1in_;                  // A1in's items, held ones too, by arrival, oldest first
-    place_queue am_;                    // evictable Am items, least recent first (held: unlinked)
-    std::vector<std::uint8_t> in_am_;   // [capacity] 1: Am, 0: A1in
-    std::vector<std::uint64_t> key_;    // [capacity] what A1out remembers of an item
+    place_links links_;                // [capacity] A1in's and Am's links and places
+    place_queue a1in_;                 // A1in's items, held ones too, by arrival, oldest first
+    place_queue am_;                   // evictable Am items, least recent first (held: unlinked)
+    std::vector<std::uint8_t> in_am_;  // [capacity] 1: Am, 0: A1in
+    std::vector<std::uint64_t> key_;   // [capacity] what A1out remembers of an item
     std::size_t kin_;
-    ghost_list a1out_;                  // [Kout] keys evicted from A1in, oldest first
+    ghost_list a1out_;  // [Kout] keys evicted from A1in, oldest first
 };
 
 static_assert(eviction_policy<two_q>);

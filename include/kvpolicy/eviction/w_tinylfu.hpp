@@ -68,11 +68,11 @@ public:
     /// and the doorkeeper (8 bits per item); `sample_size` is W, the recorded
     /// uses between resets.
     tinylfu_sketch(std::size_t capacity, std::uint64_t sample_size)
-        : width_(std::bit_ceil(std::max<std::size_t>(capacity, 16))),
-          door_bits_(std::bit_ceil(std::max<std::size_t>(8 * capacity, 64))),
-          sample_size_(std::max<std::uint64_t>(sample_size, 1)),
-          counters_(rows * width_ / 16, 0),
-          door_(door_bits_ / 64, 0) {}
+            : width_(std::bit_ceil(std::max<std::size_t>(capacity, 16))),
+              door_bits_(std::bit_ceil(std::max<std::size_t>(8 * capacity, 64))),
+              sample_size_(std::max<std::uint64_t>(sample_size, 1)),
+              counters_(rows * width_ / 16, 0),
+              door_(door_bits_ / 64, 0) {}
 
     [[nodiscard]] std::size_t width() const noexcept { return width_; }
     [[nodiscard]] std::size_t doorkeeper_bits() const noexcept { return door_bits_; }
@@ -156,8 +156,11 @@ public:
         std::uint32_t sample_factor = 10;
     };
     static constexpr auto options = std::tuple{
-        option{"window_fraction", &config_type::window_fraction, {0.0, 1.0}, "share of the capacity for the window LRU"},
-        option{"protected_fraction", &config_type::protected_fraction, {0.0, 1.0},
+        option{
+            "window_fraction", &config_type::window_fraction, {0.0, 1.0}, "share of the capacity for the window LRU"},
+        option{"protected_fraction",
+               &config_type::protected_fraction,
+               {0.0, 1.0},
                "share of the main cache for the protected segment"},
         option{"sample_factor", &config_type::sample_factor, at_least(1),
                "recorded uses between sketch resets, in capacities"}};
@@ -170,14 +173,14 @@ public:
     /// Throws: config_error if `capacity` is 0, a fraction is outside [0, 1]
     /// or NaN, or `sample_factor` is 0.
     w_tinylfu(std::size_t capacity, const config_type& config)
-        : tracked_policy(capacity),
-          window_target_(window_target_for(capacity, validated(config).window_fraction)),
-          protected_target_(static_cast<std::size_t>(static_cast<double>(capacity - window_target_) *
-                                                     config.protected_fraction)),
-          links_(capacity),
-          segment_(capacity, segment::window),
-          keys_(capacity, 0),
-          sketch_(capacity, std::uint64_t{config.sample_factor} * capacity) {}
+            : tracked_policy(capacity),
+              window_target_(window_target_for(capacity, validated(config).window_fraction)),
+              protected_target_(
+                  static_cast<std::size_t>(static_cast<double>(capacity - window_target_) * config.protected_fraction)),
+              links_(capacity),
+              segment_(capacity, segment::window),
+              keys_(capacity, 0),
+              sketch_(capacity, std::uint64_t{config.sample_factor} * capacity) {}
 
     void on_insert(item_id id, const access_context& ctx) noexcept {
         tracking_.mark_inserted(id);
@@ -293,10 +296,10 @@ private:
 
     std::size_t window_target_;
     std::size_t protected_target_;
-    index_links links_;              // [capacity] links of evictable items in their segment
-    index_list lists_[3];            // window, probation, protected: evictable items, LRU first
-    std::size_t counts_[3] = {};     // resident per segment, held included
-    std::vector<segment> segment_;   // [capacity] (kept while held)
+    index_links links_;                // [capacity] links of evictable items in their segment
+    index_list lists_[3];              // window, probation, protected: evictable items, LRU first
+    std::size_t counts_[3] = {};       // resident per segment, held included
+    std::vector<segment> segment_;     // [capacity] (kept while held)
     std::vector<std::uint64_t> keys_;  // [capacity] ctx.key at insert: what the sketch is asked about
     tinylfu_sketch sketch_;
 };

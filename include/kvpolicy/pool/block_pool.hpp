@@ -47,16 +47,16 @@ public:
 
     /// Throws: config_error if `capacity` is 0 or 2^30 or more.
     block_pool(tier which, std::size_t capacity, const typename Policy::config_type& policy_config = {})
-        : tier_(which),
-          policy_(checked_capacity(which, capacity), policy_config),
-          index_(capacity),
-          state_(capacity, slot_state::free),
-          refs_(capacity, 0),
-          pinned_(capacity, 0),
-          key_(capacity, 0),
-          meta_(capacity),
-          last_ctx_(capacity),
-          victims_(capacity) {
+            : tier_(which),
+              policy_(checked_capacity(which, capacity), policy_config),
+              index_(capacity),
+              state_(capacity, slot_state::free),
+              refs_(capacity, 0),
+              pinned_(capacity, 0),
+              key_(capacity, 0),
+              meta_(capacity),
+              last_ctx_(capacity),
+              victims_(capacity) {
         free_.reserve(capacity);
         for (std::size_t i = capacity; i-- > 0;) free_.push_back(static_cast<std::uint32_t>(i));
     }
@@ -256,17 +256,17 @@ private:
     }
 
     tier tier_;
-    Policy policy_;                    // candidates: cached, ref 0, unpinned
-    key_index index_;                  // key -> slot, cached slots only
-    std::vector<slot_state> state_;    // [capacity]
-    std::vector<std::uint32_t> refs_;  // [capacity] holders
-    std::vector<std::uint8_t> pinned_; // [capacity]
+    Policy policy_;                         // candidates: cached, ref 0, unpinned
+    key_index index_;                       // key -> slot, cached slots only
+    std::vector<slot_state> state_;         // [capacity]
+    std::vector<std::uint32_t> refs_;       // [capacity] holders
+    std::vector<std::uint8_t> pinned_;      // [capacity]
     const waiting_queue* queue_ = nullptr;  // the cache's, when its policy hears it
-    std::vector<std::uint64_t> key_;   // [capacity] item key (block hash, or layer-chunk key)
-    std::vector<block_meta> meta_;     // [capacity]
+    std::vector<std::uint64_t> key_;        // [capacity] item key (block hash, or layer-chunk key)
+    std::vector<block_meta> meta_;          // [capacity]
     std::vector<access_context> last_ctx_;  // [capacity] context of the last insert or hit
-    std::vector<std::uint32_t> free_;  // free slots, a stack
-    std::vector<item_id> victims_;     // [capacity] scratch for pop_victims
+    std::vector<std::uint32_t> free_;       // free slots, a stack
+    std::vector<item_id> victims_;          // [capacity] scratch for pop_victims
 };
 
 }  // namespace kvpolicy

@@ -45,7 +45,9 @@ public:
         const auto by_score_then_id = [](const entry& a, const entry& b) {
             return a.score < b.score || (a.score == b.score && a.id < b.id);
         };
-        if (k < scratch_.size()) std::nth_element(scratch_.begin(), scratch_.begin() + static_cast<std::ptrdiff_t>(k - 1), scratch_.end(), by_score_then_id);
+        if (k < scratch_.size())
+            std::nth_element(scratch_.begin(), scratch_.begin() + static_cast<std::ptrdiff_t>(k - 1), scratch_.end(),
+                             by_score_then_id);
         std::sort(scratch_.begin(), scratch_.begin() + static_cast<std::ptrdiff_t>(k), by_score_then_id);
         for (std::size_t i = 0; i < k; ++i) out[i] = item_id{scratch_[i].id};
         return k;

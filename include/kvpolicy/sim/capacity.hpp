@@ -50,12 +50,14 @@ struct capacity_spec {
 /// number, a zero block count, or a percentage outside (0%, 100%].
 inline std::vector<capacity_spec> parse_capacity_list(std::string_view list) {
     std::vector<capacity_spec> out;
-    const std::string fix = "; give positive block counts or percentages of the trace's distinct blocks "
-                            "in (0%, 100%], comma-separated (e.g. --capacity 1%,5%,10% or --capacity 1000,20000)";
+    const std::string fix =
+        "; give positive block counts or percentages of the trace's distinct blocks "
+        "in (0%, 100%], comma-separated (e.g. --capacity 1%,5%,10% or --capacity 1000,20000)";
     std::size_t start = 0;
     while (true) {
         const std::size_t comma = list.find(',', start);
-        const std::string_view item = list.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+        const std::string_view item =
+            list.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
         capacity_spec c;
         c.text = std::string(item);
         if (item.empty()) throw config_error("--capacity: empty entry in '" + std::string(list) + "'" + fix);
@@ -65,8 +67,7 @@ inline std::vector<capacity_spec> parse_capacity_list(std::string_view list) {
             const auto [ptr, ec] = std::from_chars(num.data(), num.data() + num.size(), pct);
             if (num.empty() || ec != std::errc{} || ptr != num.data() + num.size() || !std::isfinite(pct))
                 throw config_error("--capacity: '" + c.text + "' is not a percentage" + fix);
-            if (!(pct > 0) || pct > 100)
-                throw config_error("--capacity: '" + c.text + "' is outside (0%, 100%]" + fix);
+            if (!(pct > 0) || pct > 100) throw config_error("--capacity: '" + c.text + "' is outside (0%, 100%]" + fix);
             c.fraction = pct / 100;
         } else {
             std::size_t v = 0;
@@ -121,15 +122,19 @@ inline capacity_search smallest_capacity_reaching(double target, std::size_t gue
         for (std::size_t c = guess; up == 0;) {  // double up to hi
             if (c >= hi) return s;
             c = std::min(hi, 2 * c);
-            if (reaches(c)) up = c;
-            else lo = c;
+            if (reaches(c))
+                up = c;
+            else
+                lo = c;
         }
     }
     while (up - lo > precision) {
         const std::size_t mid = lo + (up - lo) / 2;
         if (mid == 0) break;
-        if (reaches(mid)) up = mid;
-        else lo = mid;
+        if (reaches(mid))
+            up = mid;
+        else
+            lo = mid;
     }
     s.capacity = up;
     return s;

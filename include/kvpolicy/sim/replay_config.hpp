@@ -20,11 +20,11 @@ struct request_replay_config {
     std::size_t capacity = 0;      ///< GPU tier, blocks
     std::size_t cpu_capacity = 0;  ///< CPU tier, blocks (tiered mode)
     std::uint32_t block_size = 16;
-    std::uint32_t num_layers = 1;  ///< > 1: layer-chunk items (needs a per-layer cache type)
-    pensieve_linear cost{};        ///< recompute seconds of one block from its context
-    double bandwidth_bytes_per_s = 25e9;     ///< CPU -> GPU
+    std::uint32_t num_layers = 1;                  ///< > 1: layer-chunk items (needs a per-layer cache type)
+    pensieve_linear cost{};                        ///< recompute seconds of one block from its context
+    double bandwidth_bytes_per_s = 25e9;           ///< CPU -> GPU
     double remote_bandwidth_bytes_per_s = 12.5e9;  ///< remote store -> CPU (100 Gb/s; replay_instances)
-    double kv_bytes_per_token = 131072;      ///< Llama-3-8B, fp16: 2 x 32 layers x 8 heads x 128 x 2 B
+    double kv_bytes_per_token = 131072;            ///< Llama-3-8B, fp16: 2 x 32 layers x 8 heads x 128 x 2 B
     /// The ready time's pipeline stages when items are whole blocks (the
     /// model's layers: Llama-3-8B has 32); with layer-chunk items, one stage
     /// per item layer (`num_layers`).

@@ -39,15 +39,22 @@ public:
     void insert(std::uint64_t key, std::uint32_t slot) {
         if (!hashed_ && key >= direct_.size()) {
             const std::uint64_t limit = std::max<std::uint64_t>(std::uint64_t{1} << 20, 16 * std::uint64_t{capacity_});
-            if (key < limit) direct_.resize(std::min<std::uint64_t>(limit, std::max<std::uint64_t>(key + 1, 2 * direct_.size())), no_index);
-            else switch_to_hashing();
+            if (key < limit)
+                direct_.resize(std::min<std::uint64_t>(limit, std::max<std::uint64_t>(key + 1, 2 * direct_.size())),
+                               no_index);
+            else
+                switch_to_hashing();
         }
-        if (hashed_) index_.insert(key, slot);
-        else direct_[key] = slot;
+        if (hashed_)
+            index_.insert(key, slot);
+        else
+            direct_[key] = slot;
     }
     void erase(std::uint64_t key) noexcept {
-        if (hashed_) index_.erase(key);
-        else direct_[key] = no_index;
+        if (hashed_)
+            index_.erase(key);
+        else
+            direct_[key] = no_index;
     }
 
 private:
@@ -83,7 +90,7 @@ replay_result replay_flat(Source& source, std::size_t capacity, NextUse next_use
     r.capacity = capacity;
     r.mode = replay_mode::flat;
     Policy policy(capacity, config);
-    flat_slot_map where(capacity);                 // key -> slot
+    flat_slot_map where(capacity);                // key -> slot
     std::vector<std::uint64_t> key_of(capacity);  // [capacity] slot -> key
     std::uint32_t used = 0;
     std::uint64_t accesses = 0, hits = 0, misses = 0, evictions = 0;

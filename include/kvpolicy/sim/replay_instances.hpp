@@ -79,8 +79,9 @@ replay_result replay_instances(RequestSource& source, const request_replay_confi
                                std::size_t remote_capacity, bool shared) {
     if (instances == 0) throw config_error("--instances 0: give at least one serving instance");
     if (cfg.lookahead > 0 || cfg.serve_rate > 0)
-        throw config_error("the waiting queue (--lookahead, --serve-rate) is modelled for one instance without a "
-                           "remote store; drop it, or --instances and --remote-capacity");
+        throw config_error(
+            "the waiting queue (--lookahead, --serve-rate) is modelled for one instance without a "
+            "remote store; drop it, or --instances and --remote-capacity");
     if (cfg.cpu_capacity == 0)
         throw config_error("the remote tier stages its hits through the CPU tier: give --cpu-capacity N (blocks)");
     const std::uint32_t items = cfg.num_layers;
@@ -88,15 +89,17 @@ replay_result replay_instances(RequestSource& source, const request_replay_confi
     std::vector<std::unique_ptr<cache_type>> caches;
     std::vector<store_model> stores;
     for (std::size_t i = 0; i < instances; ++i) {
-        caches.push_back(std::make_unique<cache_type>(cache_config{
-            .gpu_capacity = cfg.capacity * items,
-            .cpu_capacity = cfg.cpu_capacity * items,
-            .block_size = cfg.block_size,
-            .num_layers = cfg.num_layers,
-            .items = items > 1 ? granularity::per_layer : granularity::whole_block,
-            .item_bytes = static_cast<std::size_t>(cfg.kv_bytes_per_token) * cfg.block_size / items,
-            .remote = true}, replay_policy_config<Gpu>(cfg), replay_cpu_policy_config<Cpu>(cfg)));
-        if (shared ? i == 0 : true) stores.emplace_back((shared ? remote_capacity : remote_capacity / instances) * items);
+        caches.push_back(std::make_unique<cache_type>(
+            cache_config{.gpu_capacity = cfg.capacity * items,
+                         .cpu_capacity = cfg.cpu_capacity * items,
+                         .block_size = cfg.block_size,
+                         .num_layers = cfg.num_layers,
+                         .items = items > 1 ? granularity::per_layer : granularity::whole_block,
+                         .item_bytes = static_cast<std::size_t>(cfg.kv_bytes_per_token) * cfg.block_size / items,
+                         .remote = true},
+            replay_policy_config<Gpu>(cfg), replay_cpu_policy_config<Cpu>(cfg)));
+        if (shared ? i == 0 : true)
+            stores.emplace_back((shared ? remote_capacity : remote_capacity / instances) * items);
     }
     replay_result r;
     r.policy = std::string(Gpu::name);
@@ -143,7 +146,8 @@ replay_result replay_instances(RequestSource& source, const request_replay_confi
         std::size_t failed_fetches = 0;
         for (std::size_t i = 0; i < plan.transfers.size(); ++i) {
             const block_transfer& t = plan.transfers[i];
-            if (t.to == tier::remote && !store.put(plan.remote_keys[t.dst.index()])) status[i] = transfer_status::failed;
+            if (t.to == tier::remote && !store.put(plan.remote_keys[t.dst.index()]))
+                status[i] = transfer_status::failed;
             if (t.from == tier::remote && !store.get(plan.remote_keys[t.src.index()])) {
                 status[i] = transfer_status::failed;
                 ++failed_fetches;
@@ -172,8 +176,8 @@ replay_result replay_instances(RequestSource& source, const request_replay_confi
                                     static_cast<std::uint32_t>(i)))
                 r.prefill_seconds_saved += cfg.cost.cost(i * cfg.block_size);
         const std::size_t cpu_served = a.local.match.cpu_blocks - std::min(a.local.match.cpu_blocks, recomputed_blocks);
-        r.prefill_seconds_saved -= static_cast<double>(cpu_served) * transfer_s +
-                                   static_cast<double>(remote_arrived) * remote_transfer_s;
+        r.prefill_seconds_saved -=
+            static_cast<double>(cpu_served) * transfer_s + static_cast<double>(remote_arrived) * remote_transfer_s;
     }
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (const auto& c : caches) {

@@ -132,7 +132,7 @@ struct offload_access {
         next_use[i] = it == seen.end() ? n : it->second;
         seen[accesses[i].key] = accesses[i].lookup ? i : n;
     }
-    std::unordered_map<std::uint64_t, std::size_t> held;  // key -> its next use
+    std::unordered_map<std::uint64_t, std::size_t> held;                  // key -> its next use
     std::priority_queue<std::pair<std::size_t, std::uint64_t>> farthest;  // stale entries skipped
     std::uint64_t hits = 0;
     for (std::size_t i = 0; i < n; ++i) {
@@ -215,7 +215,7 @@ public:
             access_context c = ctx;
             c.key = key;
             core_.insert(id, c, /*evictable=*/false);  // storing
-            core_.mark_evictable(id, c);              // the store completed
+            core_.mark_evictable(id, c);               // the store completed
             slot_.emplace(key, id);
             key_of_.emplace(id, key);
             touched_.emplace_back(key, false);
@@ -252,8 +252,7 @@ replay_result replay_offload(RequestSource& source, const request_replay_config&
                              const typename P::config_type& config = {}) {
     if (cfg.capacity == 0 || cfg.cpu_capacity == 0)
         throw config_error("offload mode: GPU capacity " + std::to_string(cfg.capacity) + " and CPU capacity " +
-                           std::to_string(cfg.cpu_capacity) +
-                           " blocks; give both > 0 (--capacity, --cpu-capacity)");
+                           std::to_string(cfg.cpu_capacity) + " blocks; give both > 0 (--capacity, --cpu-capacity)");
     constexpr bool bound = std::is_same_v<P, belady>;
     replay_result r;
     r.policy = std::string(P::name);
@@ -263,7 +262,7 @@ replay_result replay_offload(RequestSource& source, const request_replay_config&
     freed_block_lru gpu(cfg.capacity);
     std::optional<offload_tier<P>> cpu;
     if constexpr (!bound) cpu.emplace(cfg.cpu_capacity, config);
-    std::vector<offload_access> reads;  // belady: the CPU tier's references
+    std::vector<offload_access> reads;           // belady: the CPU tier's references
     std::unordered_set<std::uint64_t> computed;  // every block some request computed (re-prefill)
     served_requests<RequestSource> served(source, cfg, nullptr);
     const auto t0 = std::chrono::steady_clock::now();
@@ -308,9 +307,8 @@ replay_result replay_offload(RequestSource& source, const request_replay_config&
             if (p.queued) cpu->dequeue(p.index, ctx);
             // Each step stores what it computed, the first also what came
             // before from the GPU unless the request loaded from the CPU.
-            const std::size_t step = cfg.prefill_chunk == 0
-                                             ? full
-                                             : std::max<std::size_t>(1, cfg.prefill_chunk / cfg.block_size);
+            const std::size_t step =
+                cfg.prefill_chunk == 0 ? full : std::max<std::size_t>(1, cfg.prefill_chunk / cfg.block_size);
             for (std::size_t from = c > 0 ? g + c : 0, to = g + c; from < full; from = to) {
                 to = std::min(full, to + step);
                 (void)cpu->store(keys.subspan(from, to - from), ctx);

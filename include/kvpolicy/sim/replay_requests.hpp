@@ -50,7 +50,9 @@ template <class P>
     if constexpr (is_runtime_choice<P>) {
         typename P::config_type c;
         c.policy = cfg.cpu_policy;
-        [&]<class... As>(type_list<As...>) { c.configs = {replay_policy_config<As>(cfg)...}; }(typename P::alternatives{});
+        [&]<class... As>(type_list<As...>) {
+            c.configs = {replay_policy_config<As>(cfg)...};
+        }(typename P::alternatives{});
         return c;
     } else {
         return replay_policy_config<P>(cfg);
@@ -73,13 +75,14 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
                           std::to_string(times->longest_request) +
                           " blocks; compute them with compute_request_times(requests, capacity)");
     const std::uint32_t items = cfg.num_layers;
-    tiered_cache<Gpu, Cpu, Traits> cache({.gpu_capacity = cfg.capacity * items,
-                                          .cpu_capacity = mode == replay_mode::tiered ? cfg.cpu_capacity * items : 0,
-                                          .block_size = cfg.block_size,
-                                          .num_layers = cfg.num_layers,
-                                          .items = items > 1 ? granularity::per_layer : granularity::whole_block,
-                                          .item_bytes = static_cast<std::size_t>(cfg.kv_bytes_per_token) * cfg.block_size / items},
-                                         replay_policy_config<Gpu>(cfg), replay_cpu_policy_config<Cpu>(cfg));
+    tiered_cache<Gpu, Cpu, Traits> cache(
+        {.gpu_capacity = cfg.capacity * items,
+         .cpu_capacity = mode == replay_mode::tiered ? cfg.cpu_capacity * items : 0,
+         .block_size = cfg.block_size,
+         .num_layers = cfg.num_layers,
+         .items = items > 1 ? granularity::per_layer : granularity::whole_block,
+         .item_bytes = static_cast<std::size_t>(cfg.kv_bytes_per_token) * cfg.block_size / items},
+        replay_policy_config<Gpu>(cfg), replay_cpu_policy_config<Cpu>(cfg));
     replay_result r;
     r.policy = std::string(Gpu::name);
     r.capacity = cfg.capacity;
@@ -160,7 +163,7 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
         ready.add(ready_time(req.hash_ids, a.match.run));
         if (n > 0) {
             const timestamp back =
-                    cfg.expected_returns && index < cfg.expected_returns->size() ? (*cfg.expected_returns)[index] : 0;
+                cfg.expected_returns && index < cfg.expected_returns->size() ? (*cfg.expected_returns)[index] : 0;
             cache.release(session, req.output_length, back);
             seen_sessions.insert(session.value);
         }

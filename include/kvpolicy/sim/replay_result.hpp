@@ -19,10 +19,14 @@ enum class replay_mode : std::uint8_t { flat, prefix, tiered, offload };
 
 [[nodiscard]] inline std::string_view to_string(replay_mode m) noexcept {
     switch (m) {
-        case replay_mode::flat: return "flat";
-        case replay_mode::prefix: return "prefix";
-        case replay_mode::tiered: return "tiered";
-        case replay_mode::offload: return "offload";
+        case replay_mode::flat:
+            return "flat";
+        case replay_mode::prefix:
+            return "prefix";
+        case replay_mode::tiered:
+            return "tiered";
+        case replay_mode::offload:
+            return "offload";
     }
     return "?";
 }
@@ -74,11 +78,11 @@ struct replay_result {
     std::size_t queue_depth_p50 = 0;
     std::size_t queue_depth_p99 = 0;
     // prefix and tiered: seed 002's figures
-    std::uint64_t sessions = 0;        ///< sessions with a lookup (named by the trace, else derived)
+    std::uint64_t sessions = 0;  ///< sessions with a lookup (named by the trace, else derived)
     double fairness = std::numeric_limits<double>::quiet_NaN();  ///< Jain's index over sessions' hit ratios
     std::uint64_t reprefill_blocks = 0;  ///< missed blocks an earlier request had computed (KV computed again)
     // filled by the simulator from the other runs at the same capacity
-    double gap_closed = std::numeric_limits<double>::quiet_NaN();  ///< of the LRU -> Belady gap
+    double gap_closed = std::numeric_limits<double>::quiet_NaN();        ///< of the LRU -> Belady gap
     double ready_gap_closed = std::numeric_limits<double>::quiet_NaN();  ///< of LRU's -> Belady's total ready time
     std::size_t lru_match_capacity = 0;  ///< least capacity reaching LRU's hit ratio here; 0 = not computed
     bool lru_match_unreachable = false;  ///< computed, and not reached below the distinct blocks

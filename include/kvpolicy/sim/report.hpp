@@ -76,8 +76,8 @@ inline void fill_gap_closed(std::vector<replay_result>& results) {
         const auto [lru, opt] = refs[r.capacity];
         r.gap_closed = lru && opt ? gap_closed(r.hit_ratio(), lru->hit_ratio(), opt->hit_ratio()) : none;
         r.ready_gap_closed = lru && opt && r.mode == replay_mode::tiered
-                                     ? gap_closed(-r.ready_s_total, -lru->ready_s_total, -opt->ready_s_total)
-                                     : none;
+                                 ? gap_closed(-r.ready_s_total, -lru->ready_s_total, -opt->ready_s_total)
+                                 : none;
     }
 }
 
@@ -95,7 +95,8 @@ inline void write_json_lines(std::ostream& out, const std::vector<replay_result>
           << ", \"accesses_per_second\": " << r.accesses_per_second()
           << ", \"gap_closed\": " << detail::json_number(r.gap_closed);
         if (r.lru_match_capacity > 0 || r.lru_match_unreachable)
-            o << ", \"lru_match_capacity\": " << (r.lru_match_unreachable ? "null" : std::to_string(r.lru_match_capacity))
+            o << ", \"lru_match_capacity\": "
+              << (r.lru_match_unreachable ? "null" : std::to_string(r.lru_match_capacity))
               << ", \"capacity_saved\": " << detail::json_number(detail::capacity_saved(r));
         if (r.mode != replay_mode::flat)
             o << ", \"token_hit_ratio\": " << r.token_hit_ratio() << ", \"bypassed_requests\": " << r.bypassed_requests
@@ -108,8 +109,9 @@ inline void write_json_lines(std::ostream& out, const std::vector<replay_result>
             o << ", \"cpu_capacity\": " << r.cpu_capacity << ", \"gpu_hits\": " << r.gpu_hits
               << ", \"cpu_hits\": " << r.cpu_hits << ", \"recomputed_blocks\": " << r.recomputed_blocks
               << ", \"swap_out_blocks\": " << r.swap_out_blocks
-              << ", \"prefill_seconds_saved\": " << r.prefill_seconds_saved << ", \"ready_s_total\": " << r.ready_s_total
-              << ", \"ready_s_mean\": " << r.ready_s_mean << ", \"ready_s_p99\": " << r.ready_s_p99
+              << ", \"prefill_seconds_saved\": " << r.prefill_seconds_saved
+              << ", \"ready_s_total\": " << r.ready_s_total << ", \"ready_s_mean\": " << r.ready_s_mean
+              << ", \"ready_s_p99\": " << r.ready_s_p99
               << ", \"ready_gap_closed\": " << detail::json_number(r.ready_gap_closed);
         if (r.instances > 1 || r.remote_capacity > 0)
             o << ", \"instances\": " << r.instances << ", \"remote_capacity\": " << r.remote_capacity
@@ -129,7 +131,8 @@ inline void write_csv(std::ostream& out, const std::vector<replay_result>& resul
            "accesses_per_second,token_hit_ratio,gpu_hits,cpu_hits,recomputed_blocks,swap_out_blocks,"
            "prefill_seconds_saved,gap_closed,lru_match_capacity,capacity_saved,sessions,fairness,re_prefill_share";
     const bool queue = std::ranges::any_of(results, [](const replay_result& r) { return r.queue_modelled; });
-    const bool tiered = std::ranges::any_of(results, [](const replay_result& r) { return r.mode == replay_mode::tiered; });
+    const bool tiered =
+        std::ranges::any_of(results, [](const replay_result& r) { return r.mode == replay_mode::tiered; });
     if (tiered) out << ",ready_s_total,ready_s_mean,ready_s_p99,ready_gap_closed";
     out << (queue ? ",queue_depth_mean,queue_depth_p50,queue_depth_p99\n" : "\n");
     for (const replay_result& r : results) {
@@ -142,7 +145,8 @@ inline void write_csv(std::ostream& out, const std::vector<replay_result>& resul
             << (r.lru_match_capacity > 0 ? std::to_string(r.lru_match_capacity) : "") << ','
             << detail::fixed_or(detail::capacity_saved(r), 6, "") << ',';
         if (r.mode != replay_mode::flat)
-            out << r.sessions << ',' << detail::fixed_or(r.fairness, 6, "") << ',' << detail::fixed(r.re_prefill_share(), 6);
+            out << r.sessions << ',' << detail::fixed_or(r.fairness, 6, "") << ','
+                << detail::fixed(r.re_prefill_share(), 6);
         else
             out << ",,";
         if (tiered)
@@ -163,7 +167,9 @@ inline void write_table(std::ostream& out, const std::vector<replay_result>& res
         return a->capacity != b->capacity ? a->capacity < b->capacity : a->hit_ratio() > b->hit_ratio();
     });
     out << title << "\n";
-    const auto same_capacity = [](const replay_result* a, const replay_result* b) { return a->capacity == b->capacity; };
+    const auto same_capacity = [](const replay_result* a, const replay_result* b) {
+        return a->capacity == b->capacity;
+    };
     for (auto rows : sorted | ranges::views::chunk_by(same_capacity)) {
         const std::size_t capacity = rows.front()->capacity;
         const replay_result* opt = nullptr;
@@ -181,8 +187,8 @@ inline void write_table(std::ostream& out, const std::vector<replay_result>& res
         // is 23), never narrower than the 18 every table had before.
         int name_width = 18;
         for (const replay_result* r : rows) name_width = std::max(name_width, static_cast<int>(r->policy.size()));
-        std::snprintf(line, sizeof line, "  %-4s %-*s %9s %10s %7s", "rank", name_width, "policy", "hit ratio", "vs belady",
-                      "gap %");
+        std::snprintf(line, sizeof line, "  %-4s %-*s %9s %10s %7s", "rank", name_width, "policy", "hit ratio",
+                      "vs belady", "gap %");
         out << line;
         if (matched) out << "  cap for lru  saved";
         if (mode != replay_mode::flat) out << "  token hit  fairness  re-prefill";
@@ -196,8 +202,8 @@ inline void write_table(std::ostream& out, const std::vector<replay_result>& res
         for (const replay_result* r : rows) {
             const std::string gap = opt == nullptr ? "-" : detail::fixed(r->hit_ratio() - opt->hit_ratio(), 4);
             const std::string closed = detail::fixed_or(100 * r->gap_closed, 1, "-");
-            std::snprintf(line, sizeof line, "  %-4d %-*s %9.4f %10s %7s", ++rank, name_width, r->policy.c_str(), r->hit_ratio(),
-                          gap.c_str(), closed.c_str());
+            std::snprintf(line, sizeof line, "  %-4d %-*s %9.4f %10s %7s", ++rank, name_width, r->policy.c_str(),
+                          r->hit_ratio(), gap.c_str(), closed.c_str());
             out << line;
             if (matched) {
                 const std::string saved = detail::fixed_or(100 * detail::capacity_saved(*r), 1, "-");
@@ -211,11 +217,13 @@ inline void write_table(std::ostream& out, const std::vector<replay_result>& res
             }
             if (mode == replay_mode::tiered) {
                 std::snprintf(line, sizeof line, " %10llu %10llu %10llu %16.1f",
-                              static_cast<unsigned long long>(r->gpu_hits), static_cast<unsigned long long>(r->cpu_hits),
+                              static_cast<unsigned long long>(r->gpu_hits),
+                              static_cast<unsigned long long>(r->cpu_hits),
                               static_cast<unsigned long long>(r->swap_out_blocks), r->prefill_seconds_saved);
                 out << line;
-                std::snprintf(line, sizeof line, "  %13.3f %7.2f %9.2f %12s", 1e3 * r->ready_s_mean, 1e3 * r->ready_s_p99,
-                              r->ready_s_total, detail::fixed_or(100 * r->ready_gap_closed, 1, "-").c_str());
+                std::snprintf(line, sizeof line, "  %13.3f %7.2f %9.2f %12s", 1e3 * r->ready_s_mean,
+                              1e3 * r->ready_s_p99, r->ready_s_total,
+                              detail::fixed_or(100 * r->ready_gap_closed, 1, "-").c_str());
                 out << line;
             }
             if (mode == replay_mode::offload) {
@@ -249,14 +257,16 @@ inline void write_table(std::ostream& out, const std::vector<replay_result>& res
     out << "\ngap %: share of the LRU -> Belady gap closed (- without both at this capacity"
         << (gap_missing ? "; --bounds runs them)" : ")");
     if (any_match)
-        out << "\ncap for lru: least capacity (blocks, bisection to 1% of this capacity) reaching LRU's hit ratio at this "
+        out << "\ncap for lru: least capacity (blocks, bisection to 1% of this capacity) reaching LRU's hit ratio at "
+               "this "
                "capacity; saved: 1 - that / this capacity";
     if (std::ranges::any_of(results, [](const replay_result& r) { return r.mode == replay_mode::tiered; }))
         out << "\nready: seconds until a request's KV is ready at every layer, CPU copies overlapping the compute of "
                "the layers before theirs (mean and p99 per request, total); ready gap %: share of LRU's -> Belady's "
                "total closed";
     if (any_requests)
-        out << "\nfairness: Jain's index over sessions' hit ratios; re-prefill: share of block accesses that compute KV "
+        out << "\nfairness: Jain's index over sessions' hit ratios; re-prefill: share of block accesses that compute "
+               "KV "
                "an earlier request had computed";
     out << "\n";
     std::size_t bad = 0;
@@ -283,8 +293,10 @@ inline void write_plot(const std::string& png, const std::vector<replay_result>&
     std::ostringstream script;
     script << "set terminal pngcairo size " << (tiered ? "1600,640" : "1000,640") << " enhanced font 'sans,11'\n"
            << "set output '" << png << "'\n";
-    if (tiered) script << "set multiplot layout 1,2 title '" << title << "' noenhanced\n";
-    else script << "set title '" << title << "' noenhanced\n";
+    if (tiered)
+        script << "set multiplot layout 1,2 title '" << title << "' noenhanced\n";
+    else
+        script << "set title '" << title << "' noenhanced\n";
     script << "set xlabel 'capacity (blocks)'\nset ylabel 'hit ratio'\n"
            << "set key outside right top noenhanced\nset grid\nset yrange [0:*]\n";
     std::set<std::size_t> capacities;
@@ -315,9 +327,12 @@ inline void write_plot(const std::string& png, const std::vector<replay_result>&
         std::size_t index = 0, others = 0;
         for (const std::string& policy : order) {
             script << (index == 0 ? "" : ", ") << "'-' using 1:2 with linespoints ";
-            if (policy == optimal_policy) script << "lw 4 lc rgb '#000000' pt 7 ps 1.2";
-            else if (policy == baseline_policy) script << "lw 4 lc rgb '#d62728' pt 5 ps 1.2";
-            else if (policy == recommended) script << "lw 3 lc rgb '#1f77b4' pt 9 ps 1.1";
+            if (policy == optimal_policy)
+                script << "lw 4 lc rgb '#000000' pt 7 ps 1.2";
+            else if (policy == baseline_policy)
+                script << "lw 4 lc rgb '#d62728' pt 5 ps 1.2";
+            else if (policy == recommended)
+                script << "lw 3 lc rgb '#1f77b4' pt 9 ps 1.1";
             else {
                 script << "lw 1.5 lc rgb '" << light[others % 10] << "' pt " << 1 + others % 12 << " ps 0.8";
                 ++others;

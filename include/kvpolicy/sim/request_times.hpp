@@ -36,7 +36,8 @@ public:
                 break;
             }
         if (session == next_) ++next_;
-        const std::size_t full = std::min<std::size_t>(r.hash_ids.size(), r.input_length / std::max<std::uint32_t>(block_size, 1));
+        const std::size_t full =
+            std::min<std::size_t>(r.hash_ids.size(), r.input_length / std::max<std::uint32_t>(block_size, 1));
         bool fresh_last = false;
         for (std::size_t i = 0; i < r.hash_ids.size(); ++i) {
             const bool fresh = seen_.insert(r.hash_ids[i]).second;
@@ -48,17 +49,17 @@ public:
 
 private:
     std::unordered_map<std::uint64_t, std::uint64_t> owner_;  // last full block -> its request's session
-    std::unordered_set<std::uint64_t> seen_;                   // every block computed so far
+    std::unordered_set<std::uint64_t> seen_;                  // every block computed so far
     std::uint64_t next_ = 0;
 };
 
 /// The "now" of each request, and each block's next use in those units
 /// (for Belady): requests in memory.
 struct request_times {
-    std::vector<timestamp> now;                   // [request]
-    std::vector<std::vector<timestamp>> next_use; // [request][block]
-    std::size_t uncached_above = 0;  ///< requests longer than this were not counted as uses (0: none skipped)
-    std::size_t longest_request = 0; ///< blocks
+    std::vector<timestamp> now;                    // [request]
+    std::vector<std::vector<timestamp>> next_use;  // [request][block]
+    std::size_t uncached_above = 0;   ///< requests longer than this were not counted as uses (0: none skipped)
+    std::size_t longest_request = 0;  ///< blocks
 };
 
 /// Monotonic request times: the trace's milliseconds in microseconds, with

@@ -114,8 +114,10 @@ inline std::vector<timestamp> parse_expected_returns(std::istream& in, const std
         char* end = nullptr;
         const double ms = std::strtod(v.c_str(), &end);
         if (end != v.c_str() + v.size() || !(ms >= 0.0) || !std::isfinite(ms))
-            throw parse_error(name, n, "'" + v + "' is not a hint: give milliseconds until the session's next "
-                                       "request (a number >= 0), never, or 0 / an empty line for none");
+            throw parse_error(name, n,
+                              "'" + v +
+                                  "' is not a hint: give milliseconds until the session's next "
+                                  "request (a number >= 0), never, or 0 / an empty line for none");
         back.push_back(now + static_cast<timestamp>(std::clamp(std::round(ms * 1000.0), 1.0, 1e18)));
     }
     if (back.size() != requests.size())

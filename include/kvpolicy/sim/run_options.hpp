@@ -60,8 +60,8 @@ struct run_options {
     // What to compare.
     std::vector<std::string> policies;      ///< eviction policies by name, or `all`
     std::vector<capacity_spec> capacities;  ///< blocks, or shares of the distinct blocks (the GPU tier's)
-    bool bounds = false;     ///< also lru and belady where not asked for: the gap column
-    bool match_lru = false;  ///< also each result's least capacity reaching LRU's hit ratio
+    bool bounds = false;                    ///< also lru and belady where not asked for: the gap column
+    bool match_lru = false;                 ///< also each result's least capacity reaching LRU's hit ratio
 
     // The cache.
     std::size_t cpu_capacity = 0;     ///< CPU tier, blocks (tiered mode)

@@ -42,7 +42,7 @@ public:
     /// Throws: config_error for both a lookahead and a serve rate, or a
     /// serve rate that is negative or not finite.
     served_requests(RequestSource& source, const request_replay_config& cfg, const request_times* times)
-        : source_(source), cfg_(cfg), times_(times) {
+            : source_(source), cfg_(cfg), times_(times) {
         if (cfg.lookahead > 0 && cfg.serve_rate > 0)
             throw config_error("the waiting queue: give a lookahead or a serve rate, not both");
         if (cfg.serve_rate < 0 || !std::isfinite(cfg.serve_rate))

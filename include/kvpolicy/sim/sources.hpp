@@ -78,8 +78,7 @@ public:
                 continue;
             }
             const std::size_t take = std::min(out.size() - n, request_.hash_ids.size() - i_);
-            for (std::size_t k = 0; k < take; ++k)
-                out[n + k] = {request_.timestamp_ms, request_.hash_ids[i_ + k], 1};
+            for (std::size_t k = 0; k < take; ++k) out[n + k] = {request_.timestamp_ms, request_.hash_ids[i_ + k], 1};
             n += take;
             i_ += take;
         }

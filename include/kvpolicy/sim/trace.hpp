@@ -37,7 +37,7 @@ class mooncake_reader {
 public:
     /// `buffer_bytes`: the read buffer's starting size (it grows to fit a line).
     mooncake_reader(const std::string& path, bool skip_bad_lines, std::size_t buffer_bytes = std::size_t{1} << 20)
-        : lines_(path, buffer_bytes), skip_(skip_bad_lines) {}
+            : lines_(path, buffer_bytes), skip_(skip_bad_lines) {}
 
     /// Throws: parse_error (file:line: reason) unless skipping bad lines;
     /// `out` is unchanged then.
@@ -74,7 +74,7 @@ public:
     /// Throws: parse_error if the header is missing or different.
     /// `buffer_bytes`: the read buffer's starting size (it grows to fit a line).
     csv_reader(const std::string& path, bool skip_bad_lines, std::size_t buffer_bytes = std::size_t{1} << 20)
-        : lines_(path, buffer_bytes), skip_(skip_bad_lines) {
+            : lines_(path, buffer_bytes), skip_(skip_bad_lines) {
         std::string_view header;
         if (!lines_.next(header) || header != "time,obj_id,obj_size")
             throw parse_error(lines_.path(), 1, "expected the header 'time,obj_id,obj_size'");
@@ -135,7 +135,7 @@ private:
     line_source lines_;
     bool skip_;
     bad_line_report bad_;
-    detail::repeated_field<','> time_;  // the rows of one request share a timestamp
+    detail::repeated_field<','> time_;   // the rows of one request share a timestamp
     detail::repeated_field<'\n'> size_;  // and nearly every row has size 1
 };
 

@@ -164,8 +164,10 @@ bool parse_id_array(cursor& c, std::vector<std::uint64_t>& ids) {
         std::uint64_t v = 0;
         c.skip_ws();
         bool digits = false;
-        if constexpr (Terminated) digits = sentinel_uint(c.p, v);
-        else digits = bounded_uint(c.p, c.end, v);
+        if constexpr (Terminated)
+            digits = sentinel_uint(c.p, v);
+        else
+            digits = bounded_uint(c.p, c.end, v);
         if (!digits) break;
         if (n == ids.size()) ids.resize(2 * n);
         ids[n++] = v;
@@ -226,10 +228,14 @@ std::string parse_mooncake_line(std::string_view line, request_record& out) {
                 return {};
             };
             std::string err;
-            if (key == "timestamp") err = number(out.timestamp_ms, seen_ts);
-            else if (key == "input_length") err = number(out.input_length, seen_in);
-            else if (key == "output_length") err = number(out.output_length, seen_out);
-            else if (key == "session") err = number(out.session, out.has_session);
+            if (key == "timestamp")
+                err = number(out.timestamp_ms, seen_ts);
+            else if (key == "input_length")
+                err = number(out.input_length, seen_in);
+            else if (key == "output_length")
+                err = number(out.output_length, seen_out);
+            else if (key == "session")
+                err = number(out.session, out.has_session);
             else if (key == "hash_ids") {
                 out.hash_ids.clear();  // a repeated key: the last one counts, as for the numbers
                 if (!c.eat('[')) return "hash_ids must be an array of integers";
@@ -259,7 +265,6 @@ std::string parse_mooncake_line(std::string_view line, request_record& out) {
 inline std::string parse_mooncake_line(std::string_view line, request_record& out) {
     return detail::parse_mooncake_line<false>(line, out);
 }
-
 
 /// Parses one CSV row `time,obj_id,obj_size`. Returns nullptr on success,
 /// else the reason (a static string: rows are the hot path).

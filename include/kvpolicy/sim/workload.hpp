@@ -34,15 +34,15 @@ namespace kvpolicy::sim {
 
 struct chat_workload_config {
     std::uint32_t sessions = 200;
-    double session_rate_per_s = 0.5;        ///< Poisson arrivals
-    double mean_turns = 4;                  ///< geometric, at least 1
-    double mean_prompt_tokens = 161.31;     ///< per turn (vLLM paper, ShareGPT)
-    double mean_answer_tokens = 337.99;     ///< per turn (vLLM paper, ShareGPT)
-    double length_sigma = 1.0;              ///< lognormal shape of both lengths
-    double mean_think_time_s = 30;          ///< exponential, between a session's turns
+    double session_rate_per_s = 0.5;     ///< Poisson arrivals
+    double mean_turns = 4;               ///< geometric, at least 1
+    double mean_prompt_tokens = 161.31;  ///< per turn (vLLM paper, ShareGPT)
+    double mean_answer_tokens = 337.99;  ///< per turn (vLLM paper, ShareGPT)
+    double length_sigma = 1.0;           ///< lognormal shape of both lengths
+    double mean_think_time_s = 30;       ///< exponential, between a session's turns
     std::uint32_t system_prompt_tokens = 1024;
-    std::uint32_t system_prompts = 4;       ///< distinct system prompts, chosen uniformly
-    std::uint32_t block_size = 16;          ///< tokens per block
+    std::uint32_t system_prompts = 4;  ///< distinct system prompts, chosen uniformly
+    std::uint32_t block_size = 16;     ///< tokens per block
     std::uint64_t seed = 1;
 
     /// Throws: config_error naming the bad field.

@@ -179,9 +179,9 @@ inline constexpr unsigned grouped_decode_depth = [] {
 /// One lane's online-softmax state for GMax query heads over its E channels.
 template <unsigned E, unsigned GMax>
 struct grouped_decode_lane {
-    float m[GMax];        ///< running max of the scaled logits (-inf: no token yet)
-    float l[GMax];        ///< sum of exp(s - m)
-    float acc[GMax][E];   ///< sum of exp(s - m) v over the lane's channels
+    float m[GMax];       ///< running max of the scaled logits (-inf: no token yet)
+    float l[GMax];       ///< sum of exp(s - m)
+    float acc[GMax][E];  ///< sum of exp(s - m) v over the lane's channels
 
     KVPOLICY_HOST_DEVICE grouped_decode_lane() noexcept {
         KVPOLICY_UNROLL
@@ -232,10 +232,9 @@ struct grouped_decode_lane {
 /// l of the head at m[w * ml_stride], l[w * ml_stride], its acc of the
 /// channel at acc[w * acc_stride]. Writes the channel's output (0 if no warp
 /// saw a token) and returns the head's lse (-inf if none did).
-[[nodiscard]] KVPOLICY_HOST_DEVICE inline float merge_warp_states(const float* m, const float* l,
-                                                                  std::size_t ml_stride, const float* acc,
-                                                                  std::size_t acc_stride, unsigned warps,
-                                                                  float& out) noexcept {
+[[nodiscard]] KVPOLICY_HOST_DEVICE inline float merge_warp_states(const float* m, const float* l, std::size_t ml_stride,
+                                                                  const float* acc, std::size_t acc_stride,
+                                                                  unsigned warps, float& out) noexcept {
     constexpr float neg_inf = -__builtin_huge_valf();
     float big = neg_inf;
     for (unsigned w = 0; w < warps; ++w) big = m[w * ml_stride] > big ? m[w * ml_stride] : big;

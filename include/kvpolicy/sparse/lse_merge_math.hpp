@@ -70,9 +70,9 @@ struct lse_parts_merge {
 
 /// Row r's weights over parts lse_parts[p * rows + r], p < num_parts.
 [[nodiscard]] KVPOLICY_HOST_DEVICE inline lse_parts_merge lse_merge_parts_row(const float* lse_parts,
-                                                                             std::uint32_t num_parts,
-                                                                             std::uint32_t rows,
-                                                                             std::uint32_t r) noexcept {
+                                                                              std::uint32_t num_parts,
+                                                                              std::uint32_t rows,
+                                                                              std::uint32_t r) noexcept {
     lse_parts_merge w;
     for (std::uint32_t p = 0; p < num_parts; ++p) {
         const float l = lse_parts[std::size_t{p} * rows + r];

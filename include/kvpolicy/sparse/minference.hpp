@@ -82,8 +82,9 @@ inline const minference_config& validate_minference_config(const minference_conf
     if (c.last_q == 0)
         throw config_error("minference: last_q is 0; estimate the index from at least one query (the paper uses 64)");
     if (c.num_recent_diags == 0)
-        throw config_error("minference: num_recent_diags is 0, so no query would attend to itself; keep at least "
-                           "the main diagonal (seed 004 keeps 100)");
+        throw config_error(
+            "minference: num_recent_diags is 0, so no query would attend to itself; keep at least "
+            "the main diagonal (seed 004 keeps 100)");
     return c;
 }
 
@@ -180,8 +181,7 @@ void minference_top_indices(std::span<const T> mass, std::uint32_t keep, std::ve
     const auto higher_then_lower = [&](std::uint32_t a, std::uint32_t b) {
         return mass[a] > mass[b] || (mass[a] == mass[b] && a < b);
     };
-    if (keep < mass.size())
-        std::nth_element(scratch.begin(), scratch.begin() + keep, scratch.end(), higher_then_lower);
+    if (keep < mass.size()) std::nth_element(scratch.begin(), scratch.begin() + keep, scratch.end(), higher_then_lower);
     std::sort(scratch.begin(), scratch.begin() + keep);
     std::copy_n(scratch.begin(), keep, out.begin());
 }
@@ -189,10 +189,13 @@ void minference_top_indices(std::span<const T> mass, std::uint32_t keep, std::ve
 /// Reference index: the top columns and diagonals of the reference masses.
 /// Preconditions: views checked, last_q <= num_tokens.
 [[nodiscard]] inline vertical_slash_index estimate_vertical_slash_reference(const prefill_qkv_view& in,
-                                                                           const minference_config& c) {
+                                                                            const minference_config& c) {
     const minference_masses m = minference_masses_reference(in, c);
     const minference_sizes sizes = minference_kept_sizes(c, in.num_tokens);
-    vertical_slash_index index{in.num_q_heads, in.num_tokens, sizes.vertical_count, sizes.slash_count,
+    vertical_slash_index index{in.num_q_heads,
+                               in.num_tokens,
+                               sizes.vertical_count,
+                               sizes.slash_count,
                                std::vector<std::uint32_t>(std::size_t{in.num_q_heads} * sizes.vertical_count),
                                std::vector<std::uint32_t>(std::size_t{in.num_q_heads} * sizes.slash_count)};
     std::vector<std::uint32_t> scratch;
@@ -251,9 +254,10 @@ inline void vertical_slash_attention_reference(const prefill_qkv_view& in, const
                 for (std::size_t x = 0; x < d; ++x) acc[x] += p * double{v[x]};
             }
             const std::size_t row = i * in.num_q_heads + h;
-            for (std::size_t x = 0; x < d; ++x) out.o[row * d + x] = keys.empty() ? 0.0f : static_cast<float>(acc[x] / sum);
-            out.lse[row] = keys.empty() ? -std::numeric_limits<float>::infinity()
-                                        : static_cast<float>(big + std::log(sum));
+            for (std::size_t x = 0; x < d; ++x)
+                out.o[row * d + x] = keys.empty() ? 0.0f : static_cast<float>(acc[x] / sum);
+            out.lse[row] =
+                keys.empty() ? -std::numeric_limits<float>::infinity() : static_cast<float>(big + std::log(sum));
         }
     }
 }

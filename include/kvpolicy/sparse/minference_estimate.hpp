@@ -49,7 +49,7 @@ struct minference_estimate_args {
 
 /// Step 1 for one thread: S[h][r][j].
 [[nodiscard]] KVPOLICY_HOST_DEVICE inline float estimation_logit(const minference_estimate_args& a, std::uint32_t h,
-                                                                std::uint32_t r, std::uint32_t j) noexcept {
+                                                                 std::uint32_t r, std::uint32_t j) noexcept {
     const std::uint32_t i = a.num_tokens - a.last_q + r;
     if (j > i) return -INFINITY;
     const std::uint32_t kvh = h / (a.num_q_heads / a.num_kv_heads);
@@ -61,9 +61,9 @@ struct minference_estimate_args {
 /// Step 2 for one thread: the softmax state of row (h, r) over the columns
 /// j = begin, begin + step, ... (< num_tokens), one at a time in that order.
 [[nodiscard]] KVPOLICY_HOST_DEVICE inline softmax_state estimation_row_partial(const minference_estimate_args& a,
-                                                                              std::uint32_t h, std::uint32_t r,
-                                                                              std::uint32_t begin,
-                                                                              std::uint32_t step) noexcept {
+                                                                               std::uint32_t h, std::uint32_t r,
+                                                                               std::uint32_t begin,
+                                                                               std::uint32_t step) noexcept {
     const float* row = a.logits + (std::size_t{h} * a.last_q + r) * a.num_tokens;
     softmax_state s{};
     for (std::uint32_t j = begin; j < a.num_tokens; j += step) {
@@ -82,7 +82,7 @@ struct minference_estimate_args {
 /// Step 3 for one thread: the attention mass of column j of head h over the
 /// last_q rows (summed in row order); +inf for a sink column.
 [[nodiscard]] KVPOLICY_HOST_DEVICE inline float estimation_column_mass(const minference_estimate_args& a,
-                                                                      std::uint32_t h, std::uint32_t j) noexcept {
+                                                                       std::uint32_t h, std::uint32_t j) noexcept {
     if (j < a.num_sink_tokens) return INFINITY;
     const std::uint32_t first = a.num_tokens - a.last_q;
     float mass = 0.0f;
@@ -96,7 +96,7 @@ struct minference_estimate_args {
 /// Step 3 for one thread: the attention mass of diagonal offset o (keys
 /// j = i_r - o) of head h over the last_q rows; +inf for a recent diagonal.
 [[nodiscard]] KVPOLICY_HOST_DEVICE inline float estimation_diagonal_mass(const minference_estimate_args& a,
-                                                                        std::uint32_t h, std::uint32_t o) noexcept {
+                                                                         std::uint32_t h, std::uint32_t o) noexcept {
     if (o < a.num_recent_diags) return INFINITY;
     const std::uint32_t first = a.num_tokens - a.last_q;
     float mass = 0.0f;

@@ -103,7 +103,8 @@ inline void paged_attention_reference(std::span<const float> q, std::uint32_t nu
             const std::int32_t tokens = e + 1 == list.size() ? pages.last_page_len[r] : std::int32_t(pages.page_size);
             for (std::uint32_t h = 0; h < kv.num_kv_heads; ++h)
                 if (list[e] < 0 || tokens < 1 || tokens > std::int32_t(pages.page_size) ||
-                    kv.offset(list[e], static_cast<std::uint32_t>(tokens - 1), h) + d > std::min(kv.k.size(), kv.v.size()))
+                    kv.offset(list[e], static_cast<std::uint32_t>(tokens - 1), h) + d >
+                        std::min(kv.k.size(), kv.v.size()))
                     throw usage_error(who + "request " + std::to_string(r) + ": page " + std::to_string(list[e]) +
                                       " (" + std::to_string(tokens) + " tokens) lies outside the " +
                                       std::to_string(kv.k.size()) + " keys");
@@ -114,13 +115,15 @@ inline void paged_attention_reference(std::span<const float> q, std::uint32_t nu
     std::vector<std::pair<const float*, const float*>> seen_kv;
     for (std::size_t r = 0; r < batch; ++r) {
         const std::uint64_t kv_len = pages.kv_len(r);
-        const auto q0 = static_cast<std::size_t>(qo_indptr[r]), qo_len = static_cast<std::size_t>(qo_indptr[r + 1]) - q0;
+        const auto q0 = static_cast<std::size_t>(qo_indptr[r]),
+                   qo_len = static_cast<std::size_t>(qo_indptr[r + 1]) - q0;
         const std::span<const std::int32_t> list = pages.pages(r);
         for (std::size_t t = 0; t < qo_len; ++t) {
             // Entries visible to row t: all, or e <= t + kv_len - qo_len.
             const std::int64_t last = causal ? static_cast<std::int64_t>(t + kv_len) - static_cast<std::int64_t>(qo_len)
                                              : static_cast<std::int64_t>(kv_len) - 1;
-            const std::uint64_t seen = last < 0 ? 0 : std::min<std::uint64_t>(kv_len, static_cast<std::uint64_t>(last) + 1);
+            const std::uint64_t seen =
+                last < 0 ? 0 : std::min<std::uint64_t>(kv_len, static_cast<std::uint64_t>(last) + 1);
             for (std::uint32_t j = 0; j < num_q_heads; ++j) {
                 seen_kv.clear();
                 for (std::uint64_t e = 0; e < seen; ++e) {

@@ -54,9 +54,10 @@ namespace kvpolicy {
 /// A batch's KV pages in compressed-row form (FlashInfer's paged_kv_t, 32-bit ids).
 struct paged_kv_indices {
     std::uint32_t page_size = 0;
-    std::vector<std::int32_t> indptr{0};      ///< [batch + 1]: request b's pages are indices[indptr[b], indptr[b + 1])
-    std::vector<std::int32_t> indices;        ///< [indptr.back()] page ids, in the order attended
-    std::vector<std::int32_t> last_page_len;  ///< [batch] tokens of request b's last listed page, 1..page_size (0: no page)
+    std::vector<std::int32_t> indptr{0};  ///< [batch + 1]: request b's pages are indices[indptr[b], indptr[b + 1])
+    std::vector<std::int32_t> indices;    ///< [indptr.back()] page ids, in the order attended
+    std::vector<std::int32_t>
+        last_page_len;  ///< [batch] tokens of request b's last listed page, 1..page_size (0: no page)
 
     [[nodiscard]] std::size_t batch_size() const noexcept { return last_page_len.size(); }
     [[nodiscard]] std::span<const std::int32_t> pages(std::size_t b) const noexcept {
@@ -83,7 +84,8 @@ namespace detail {
 }
 inline void check_int32_total(const char* who, std::size_t total, const char* what) {
     if (total > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
-        throw_paged_kv(who, std::to_string(total) + " " + what + " do not fit the kernels' 32-bit ids; split the batch");
+        throw_paged_kv(who,
+                       std::to_string(total) + " " + what + " do not fit the kernels' 32-bit ids; split the batch");
 }
 }  // namespace detail
 
@@ -105,8 +107,8 @@ inline void check_int32_total(const char* who, std::size_t total, const char* wh
         const std::uint64_t blocks = (r.kv_len + page_size - 1) / page_size;
         if (r.kv_len == 0 || blocks != r.page_table.size())
             detail::throw_paged_kv(who, at + "kv_len " + std::to_string(r.kv_len) + " needs " + std::to_string(blocks) +
-                                            " pages of " + std::to_string(page_size) + " tokens but its page table has " +
-                                            std::to_string(r.page_table.size()));
+                                            " pages of " + std::to_string(page_size) +
+                                            " tokens but its page table has " + std::to_string(r.page_table.size()));
         if (r.chosen.empty())
             detail::throw_paged_kv(who, at + "no block chosen; keep at least one (attention over no key has no value)");
         for (std::int32_t p : r.page_table)
@@ -177,9 +179,9 @@ struct vertical_slash_page_strides {
 /// are not a multiple of num_kv_heads, an index whose arrays disagree with its
 /// counts, a column or offset beyond the prompt, or ids beyond 32 bits.
 [[nodiscard]] inline sparse_prefill_indices minference_sparse_prefill_indices(const vertical_slash_index& index,
-                                                                             std::uint32_t num_kv_heads,
-                                                                             std::uint32_t query_block,
-                                                                             std::uint32_t page_size) {
+                                                                              std::uint32_t num_kv_heads,
+                                                                              std::uint32_t query_block,
+                                                                              std::uint32_t page_size) {
     const char* who = "minference_sparse_prefill_indices";
     const std::uint32_t n = index.num_tokens;
     if (query_block == 0 || page_size == 0 || query_block % page_size != 0)
@@ -197,9 +199,13 @@ struct vertical_slash_page_strides {
                                         std::to_string(index.vertical_count) + ", " +
                                         std::to_string(index.slash_count) + ")");
     for (std::uint32_t j : index.verticals)
-        if (j >= n) detail::throw_paged_kv(who, "column " + std::to_string(j) + " is beyond the prompt's " + std::to_string(n) + " tokens");
+        if (j >= n)
+            detail::throw_paged_kv(
+                who, "column " + std::to_string(j) + " is beyond the prompt's " + std::to_string(n) + " tokens");
     for (std::uint32_t o : index.slashes)
-        if (o >= n) detail::throw_paged_kv(who, "offset " + std::to_string(o) + " is beyond the prompt's " + std::to_string(n) + " tokens");
+        if (o >= n)
+            detail::throw_paged_kv(
+                who, "offset " + std::to_string(o) + " is beyond the prompt's " + std::to_string(n) + " tokens");
     detail::check_int32_total(who, std::size_t{n} * num_kv_heads, "key rows (tokens x KV heads)");
 
     sparse_prefill_indices out;
@@ -210,7 +216,8 @@ struct vertical_slash_page_strides {
     out.verticals.page_size = 1;
     const std::uint32_t group = index.num_heads / num_kv_heads;
     const std::uint32_t key_blocks = (n + page_size - 1) / page_size;
-    const std::uint64_t page_stride = std::uint64_t{page_size} * num_kv_heads;  // page id of (h, c): c * page_stride + h
+    const std::uint64_t page_stride =
+        std::uint64_t{page_size} * num_kv_heads;  // page id of (h, c): c * page_stride + h
     std::vector<std::uint64_t> block_mark(key_blocks, 0), column_mark(n, 0);
     std::vector<std::uint32_t> blocks, columns;
     std::uint64_t request = 0;
@@ -242,7 +249,8 @@ struct vertical_slash_page_strides {
                     }
             std::ranges::sort(blocks);
             std::ranges::sort(columns);
-            for (std::uint32_t c : blocks) out.slashes.indices.push_back(static_cast<std::int32_t>(c * page_stride + h));
+            for (std::uint32_t c : blocks)
+                out.slashes.indices.push_back(static_cast<std::int32_t>(c * page_stride + h));
             for (std::uint32_t c = r0 / page_size; c * page_size < r1; ++c)
                 out.slashes.indices.push_back(static_cast<std::int32_t>(c * page_stride + h));
             const std::uint32_t diagonal_pages = (r1 - r0 + page_size - 1) / page_size;

@@ -45,10 +45,10 @@ namespace kvpolicy {
 
 /// One request's layout, planned on the host (`plan_quest_paged_rows`).
 struct quest_paged_row {
-    std::uint32_t table_begin = 0;      ///< its page table: pages[table_begin + logical block]
-    std::uint32_t num_blocks = 0;       ///< ceil(kv_len / page_size), >= 1
-    std::uint32_t last_len = 0;         ///< tokens in its last block, 1 .. page_size
-    std::uint32_t middle_begin = 0;     ///< quest_plan's middle; load_all: 0, 0, 0
+    std::uint32_t table_begin = 0;   ///< its page table: pages[table_begin + logical block]
+    std::uint32_t num_blocks = 0;    ///< ceil(kv_len / page_size), >= 1
+    std::uint32_t last_len = 0;      ///< tokens in its last block, 1 .. page_size
+    std::uint32_t middle_begin = 0;  ///< quest_plan's middle; load_all: 0, 0, 0
     std::uint32_t middle_end = 0;
     std::uint32_t keep = 0;             ///< chosen middle blocks
     std::uint32_t positions_begin = 0;  ///< its keep positions in the top-K output
@@ -70,8 +70,8 @@ struct quest_paged_entry_value {
 /// Thread t's entry of `row`; `positions` is the whole top-K output (the
 /// row reads [positions_begin, positions_begin + keep)).
 [[nodiscard]] KVPOLICY_HOST_DEVICE inline quest_paged_entry_value quest_paged_entry(const quest_paged_row& row,
-                                                                                   const std::uint32_t* positions,
-                                                                                   std::uint32_t t) noexcept {
+                                                                                    const std::uint32_t* positions,
+                                                                                    std::uint32_t t) noexcept {
     if (t < row.middle_begin) return {t, t};
     const std::uint32_t chosen_end = row.middle_begin + row.keep;
     if (t >= chosen_end) return {t, row.middle_end + (t - chosen_end)};
@@ -106,11 +106,11 @@ struct quest_paged_request {
 /// request's page table flattened (what the kernel reads).
 struct quest_paged_layout {
     std::uint32_t page_size = 0;
-    std::vector<quest_paged_row> rows;      ///< [batch]
-    std::vector<std::int32_t> indptr;       ///< [batch + 1] FlashInfer's page indptr
-    std::vector<std::int32_t> pages;        ///< [sum of num_blocks] page tables, row r at rows[r].table_begin
-    std::uint32_t positions = 0;            ///< top-K positions the batch reads (sum of keep)
-    std::uint32_t max_row = 0;              ///< the longest row's count (the kernel's block width)
+    std::vector<quest_paged_row> rows;  ///< [batch]
+    std::vector<std::int32_t> indptr;   ///< [batch + 1] FlashInfer's page indptr
+    std::vector<std::int32_t> pages;    ///< [sum of num_blocks] page tables, row r at rows[r].table_begin
+    std::uint32_t positions = 0;        ///< top-K positions the batch reads (sum of keep)
+    std::uint32_t max_row = 0;          ///< the longest row's count (the kernel's block width)
 };
 
 /// Plans the rows of a batch under Quest's budget: request r's plan is

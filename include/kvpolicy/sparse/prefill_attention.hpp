@@ -42,8 +42,8 @@ void check_prefill_input(const char* who, const basic_prefill_qkv_view<Space>& i
     const std::size_t q_size = n * in.num_q_heads * d, kv_size = n * in.num_kv_heads * d;
     if (in.q.size() != q_size || in.k.size() != kv_size || in.v.size() != kv_size)
         fail("q, k, v hold " + std::to_string(in.q.size()) + ", " + std::to_string(in.k.size()) + ", " +
-             std::to_string(in.v.size()) + " values; give [tokens][heads][head_dim]: " + std::to_string(q_size) +
-             ", " + std::to_string(kv_size) + ", " + std::to_string(kv_size));
+             std::to_string(in.v.size()) + " values; give [tokens][heads][head_dim]: " + std::to_string(q_size) + ", " +
+             std::to_string(kv_size) + ", " + std::to_string(kv_size));
 }
 
 /// check_prefill_input, and the output's shapes too.
@@ -59,8 +59,14 @@ void check_prefill_views(const char* who, const basic_prefill_qkv_view<Space>& i
 }
 
 [[nodiscard]] inline prefill_head_args head_args(const prefill_qkv_view& in, const prefill_output_view& out) noexcept {
-    return {.q = in.q.data(), .k = in.k.data(), .v = in.v.data(), .o = out.o.data(), .lse = out.lse.data(),
-            .num_q_heads = in.num_q_heads, .num_kv_heads = in.num_kv_heads, .head_dim = in.head_dim,
+    return {.q = in.q.data(),
+            .k = in.k.data(),
+            .v = in.v.data(),
+            .o = out.o.data(),
+            .lse = out.lse.data(),
+            .num_q_heads = in.num_q_heads,
+            .num_kv_heads = in.num_kv_heads,
+            .head_dim = in.head_dim,
             .scale = in.scale};
 }
 
@@ -74,7 +80,8 @@ inline void dense_prefill_attention(const prefill_qkv_view& in, const prefill_ou
     const prefill_head_args a = detail::head_args(in, out);
     std::vector<float> acc(in.head_dim);
     for (std::uint32_t i = 0; i < in.num_tokens; ++i)
-        for (std::uint32_t h = 0; h < in.num_q_heads; ++h) prefill_attention_row(a, dense_causal_keys{i}, i, h, acc.data());
+        for (std::uint32_t h = 0; h < in.num_q_heads; ++h)
+            prefill_attention_row(a, dense_causal_keys{i}, i, h, acc.data());
 }
 
 /// One head's kept columns and diagonal offsets, both ascending.
@@ -89,8 +96,7 @@ struct vertical_slash_head_view {
 /// below num_tokens. Used by minference on request and by the CPU tests of
 /// the tile math.
 template <class IndexOfHead>
-void vertical_slash_prefill_attention(const prefill_qkv_view& in, const prefill_output_view& out,
-                                      IndexOfHead&& index) {
+void vertical_slash_prefill_attention(const prefill_qkv_view& in, const prefill_output_view& out, IndexOfHead&& index) {
     const prefill_head_args a = detail::head_args(in, out);
     std::vector<float> acc(in.head_dim);
     for (std::uint32_t h = 0; h < in.num_q_heads; ++h) {

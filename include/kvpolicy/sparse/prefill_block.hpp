@@ -70,8 +70,8 @@ KVPOLICY_HOST_DEVICE inline void prefill_store4(float* p, const prefill_f4& x) n
 /// (prefill_no_key past the tile); a column list entry is read as is
 /// (below n by the index's precondition, clamped for safety).
 [[nodiscard]] KVPOLICY_HOST_DEVICE inline std::uint32_t prefill_row_key(const prefill_block_ctx& c,
-                                                                       const prefill_key_tile& tile,
-                                                                       std::uint32_t slot) noexcept {
+                                                                        const prefill_key_tile& tile,
+                                                                        std::uint32_t slot) noexcept {
     if (slot >= tile.count) return prefill_no_key;
     if (tile.kind != prefill_tile_kind::column) return tile.first + slot;
     const std::uint32_t j = c.verticals[tile.first + slot];
@@ -111,9 +111,8 @@ KVPOLICY_HOST_DEVICE inline void prefill_block_start(const prefill_block_ctx& c,
     }
     const std::size_t d = c.a.head_dim;
     detail::prefill_load_rows<D>(c.a.q, std::size_t{c.a.num_q_heads} * d, std::size_t{c.h} * d, c.a.head_dim, c.vec,
-                                 sh.q, prefill_block_rows, t, [&](std::uint32_t r) {
-                                     return c.i0 + r < c.i1 ? c.i0 + r : prefill_no_key;
-                                 });
+                                 sh.q, prefill_block_rows, t,
+                                 [&](std::uint32_t r) { return c.i0 + r < c.i1 ? c.i0 + r : prefill_no_key; });
 }
 
 /// Phase 1, thread t: threads 0 .. 63 write slot t's key (void past the
@@ -129,8 +128,7 @@ KVPOLICY_HOST_DEVICE inline void prefill_block_load_keys(const prefill_block_ctx
         if (tile.kind == prefill_tile_kind::column && key != prefill_no_key) {
             // In the union of the slash intervals of the block iff a kept
             // offset lies in [max(0, i0 - j), i1 - 1 - j].
-            if (key >= c.i1 ||
-                sorted_holds_in(c.slashes, c.slash_count, key >= c.i0 ? 0u : c.i0 - key, c.i1 - 1 - key))
+            if (key >= c.i1 || sorted_holds_in(c.slashes, c.slash_count, key >= c.i0 ? 0u : c.i0 - key, c.i1 - 1 - key))
                 key = prefill_no_key;
         }
         sh.keys[t] = key;
@@ -142,17 +140,17 @@ KVPOLICY_HOST_DEVICE inline void prefill_block_load_keys(const prefill_block_ctx
         sh.off_kept[x] = o >= 0 && sorted_contains(c.slashes, c.slash_count, static_cast<std::uint32_t>(o));
     }
     const std::size_t d = c.a.head_dim;
-    detail::prefill_load_rows<D>(c.a.k, std::size_t{c.a.num_kv_heads} * d, std::size_t{c.kvh} * d, c.a.head_dim,
-                                 c.vec, sh.kv, prefill_block_keys, t,
+    detail::prefill_load_rows<D>(c.a.k, std::size_t{c.a.num_kv_heads} * d, std::size_t{c.kvh} * d, c.a.head_dim, c.vec,
+                                 sh.kv, prefill_block_keys, t,
                                  [&](std::uint32_t r) { return detail::prefill_row_key(c, tile, r); });
 }
 
 /// Whether row `row` of the block reads slot `slot` of the tile (after the
 /// load phase).
 [[nodiscard]] KVPOLICY_HOST_DEVICE inline bool prefill_block_admits(const prefill_block_ctx& c,
-                                                                   const prefill_key_tile& tile,
-                                                                   const prefill_block_shared& sh, std::uint32_t row,
-                                                                   std::uint32_t slot) noexcept {
+                                                                    const prefill_key_tile& tile,
+                                                                    const prefill_block_shared& sh, std::uint32_t row,
+                                                                    std::uint32_t slot) noexcept {
     const std::uint32_t j = sh.keys[slot], i = c.i0 + row;
     if (j == prefill_no_key || j > i) return false;
     if (tile.kind != prefill_tile_kind::slash) return true;
@@ -249,8 +247,8 @@ template <std::uint32_t D>
 KVPOLICY_HOST_DEVICE inline void prefill_block_load_values(const prefill_block_ctx& c, const prefill_key_tile& tile,
                                                            const prefill_block_shared& sh, std::uint32_t t) noexcept {
     const std::size_t d = c.a.head_dim;
-    detail::prefill_load_rows<D>(c.a.v, std::size_t{c.a.num_kv_heads} * d, std::size_t{c.kvh} * d, c.a.head_dim,
-                                 c.vec, sh.kv, prefill_block_keys, t,
+    detail::prefill_load_rows<D>(c.a.v, std::size_t{c.a.num_kv_heads} * d, std::size_t{c.kvh} * d, c.a.head_dim, c.vec,
+                                 sh.kv, prefill_block_keys, t,
                                  [&](std::uint32_t r) { return detail::prefill_row_key(c, tile, r); });
 }
 

@@ -59,13 +59,13 @@ struct prefill_block_layout {
 
 /// Pointers into one CTA's shared memory.
 struct prefill_block_shared {
-    float* q = nullptr;                  ///< [rows][row_stride] the block's queries
-    float* kv = nullptr;                 ///< [keys][row_stride] the tile's K rows, then its V rows
-    float* p = nullptr;                  ///< [rows][p_stride] probabilities of the tile
-    float* red = nullptr;                ///< [rows][16] per-thread row maxima, then denominators
-    std::uint32_t* keys = nullptr;       ///< [keys] token of each slot, prefill_no_key if void
-    std::uint32_t* col_kept = nullptr;   ///< [keys] slash tiles: slot's key is a kept column
-    std::uint32_t* off_kept = nullptr;   ///< [window] slash tiles: offset base + x is kept
+    float* q = nullptr;                 ///< [rows][row_stride] the block's queries
+    float* kv = nullptr;                ///< [keys][row_stride] the tile's K rows, then its V rows
+    float* p = nullptr;                 ///< [rows][p_stride] probabilities of the tile
+    float* red = nullptr;               ///< [rows][16] per-thread row maxima, then denominators
+    std::uint32_t* keys = nullptr;      ///< [keys] token of each slot, prefill_no_key if void
+    std::uint32_t* col_kept = nullptr;  ///< [keys] slash tiles: slot's key is a kept column
+    std::uint32_t* off_kept = nullptr;  ///< [window] slash tiles: offset base + x is kept
 };
 
 /// Carves `base` (16-byte aligned, prefill_block_layout<D>::bytes) into the parts.
@@ -94,17 +94,16 @@ struct prefill_block_thread {
     float l[prefill_block_tm];  ///< over this thread's columns only; summed at the end
 };
 
-
 /// Where one CTA reads and writes: the head's arguments, its block, and for
 /// vertical-slash attention the head's kept lists (ascending).
 struct prefill_block_ctx {
     prefill_head_args a{};
-    std::uint32_t n = 0;   ///< tokens
-    std::uint32_t h = 0;   ///< query head
-    std::uint32_t kvh = 0; ///< its KV head
-    std::uint32_t i0 = 0;  ///< first query of the block
-    std::uint32_t i1 = 0;  ///< one past its last (<= n)
-    bool vec = false;      ///< q, k, v 16-byte aligned: float4 loads from global memory
+    std::uint32_t n = 0;    ///< tokens
+    std::uint32_t h = 0;    ///< query head
+    std::uint32_t kvh = 0;  ///< its KV head
+    std::uint32_t i0 = 0;   ///< first query of the block
+    std::uint32_t i1 = 0;   ///< one past its last (<= n)
+    bool vec = false;       ///< q, k, v 16-byte aligned: float4 loads from global memory
     const std::uint32_t* verticals = nullptr;
     std::uint32_t vertical_count = 0;
     const std::uint32_t* slashes = nullptr;
@@ -113,8 +112,8 @@ struct prefill_block_ctx {
 
 [[nodiscard]] KVPOLICY_HOST_DEVICE inline prefill_block_ctx prefill_block_context(
     const prefill_head_args& a, std::uint32_t n, std::uint32_t h, std::uint32_t block, bool vec,
-    const std::uint32_t* verticals = nullptr, std::uint32_t vertical_count = 0,
-    const std::uint32_t* slashes = nullptr, std::uint32_t slash_count = 0) noexcept {
+    const std::uint32_t* verticals = nullptr, std::uint32_t vertical_count = 0, const std::uint32_t* slashes = nullptr,
+    std::uint32_t slash_count = 0) noexcept {
     prefill_block_ctx c;
     c.a = a;
     c.n = n;

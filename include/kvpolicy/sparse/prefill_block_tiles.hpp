@@ -41,14 +41,14 @@ struct prefill_key_tile {
 
 /// Whether the sorted list holds x.
 [[nodiscard]] KVPOLICY_HOST_DEVICE inline bool sorted_contains(const std::uint32_t* sorted, std::uint32_t n,
-                                                              std::uint32_t x) noexcept {
+                                                               std::uint32_t x) noexcept {
     const std::uint32_t at = upper_bound_index(sorted, n, x);
     return at > 0 && sorted[at - 1] == x;
 }
 
 /// Whether the sorted list holds a value in [lo, hi].
 [[nodiscard]] KVPOLICY_HOST_DEVICE inline bool sorted_holds_in(const std::uint32_t* sorted, std::uint32_t n,
-                                                              std::uint32_t lo, std::uint32_t hi) noexcept {
+                                                               std::uint32_t lo, std::uint32_t hi) noexcept {
     const std::uint32_t at = lo == 0 ? 0 : upper_bound_index(sorted, n, lo - 1);  // first >= lo
     return at < n && sorted[at] <= hi;
 }
@@ -93,8 +93,8 @@ struct dense_block_tiles {
 struct vertical_slash_block_tiles {
     const std::uint32_t* slashes = nullptr;
     std::uint32_t i0 = 0, i1 = 0;
-    std::uint32_t next_slash = 0;      ///< offsets [0, next_slash) not merged yet
-    std::uint32_t pos = 0, stop = 0;   ///< keys [pos, stop) of the current range not tiled yet
+    std::uint32_t next_slash = 0;     ///< offsets [0, next_slash) not merged yet
+    std::uint32_t pos = 0, stop = 0;  ///< keys [pos, stop) of the current range not tiled yet
     std::uint32_t next_col = 0, col_end = 0;
 
     [[nodiscard]] KVPOLICY_HOST_DEVICE static vertical_slash_block_tiles make(const prefill_block_ctx& c) noexcept {

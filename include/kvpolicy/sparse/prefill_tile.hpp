@@ -37,7 +37,7 @@ struct softmax_state {
 
 /// scale * (q . k) over `head_dim` channels, summed in channel order.
 [[nodiscard]] KVPOLICY_HOST_DEVICE inline float prefill_logit(const float* q, const float* k, std::uint32_t head_dim,
-                                                             float scale) noexcept {
+                                                              float scale) noexcept {
     float dot = 0.0f;
     for (std::uint32_t c = 0; c < head_dim; ++c) dot += q[c] * k[c];
     return dot * scale;
@@ -45,7 +45,7 @@ struct softmax_state {
 
 /// The state of two disjoint sets of logits merged (either may be empty).
 [[nodiscard]] KVPOLICY_HOST_DEVICE inline softmax_state combine_softmax_states(softmax_state a,
-                                                                              softmax_state b) noexcept {
+                                                                               softmax_state b) noexcept {
     if (a.m == -INFINITY) return b;
     if (b.m == -INFINITY) return a;
     const float m = a.m > b.m ? a.m : b.m;
@@ -93,8 +93,8 @@ KVPOLICY_HOST_DEVICE inline float finish_online_softmax(softmax_state state, flo
 }
 
 /// Index of the first element of sorted[0, n) greater than x.
-[[nodiscard]] KVPOLICY_HOST_DEVICE inline std::uint32_t upper_bound_index(const std::uint32_t* sorted,
-                                                                         std::uint32_t n, std::uint32_t x) noexcept {
+[[nodiscard]] KVPOLICY_HOST_DEVICE inline std::uint32_t upper_bound_index(const std::uint32_t* sorted, std::uint32_t n,
+                                                                          std::uint32_t x) noexcept {
     std::uint32_t lo = 0, hi = n;
     while (lo < hi) {
         const std::uint32_t mid = lo + (hi - lo) / 2;
@@ -131,11 +131,15 @@ struct vertical_slash_keys {
     std::uint32_t ns = 0;  ///< kept offsets <= query
 
     [[nodiscard]] KVPOLICY_HOST_DEVICE static vertical_slash_keys make(const std::uint32_t* verticals,
-                                                                      std::uint32_t vertical_count,
-                                                                      const std::uint32_t* slashes,
-                                                                      std::uint32_t slash_count,
-                                                                      std::uint32_t query) noexcept {
-        return {verticals, slashes, slash_count, query, upper_bound_index(verticals, vertical_count, query),
+                                                                       std::uint32_t vertical_count,
+                                                                       const std::uint32_t* slashes,
+                                                                       std::uint32_t slash_count,
+                                                                       std::uint32_t query) noexcept {
+        return {verticals,
+                slashes,
+                slash_count,
+                query,
+                upper_bound_index(verticals, vertical_count, query),
                 upper_bound_index(slashes, slash_count, query)};
     }
     [[nodiscard]] KVPOLICY_HOST_DEVICE std::uint32_t count() const noexcept { return nv + ns; }
@@ -159,11 +163,11 @@ struct vertical_slash_keys {
 /// Where one head's prefill attention reads and writes, as raw pointers
 /// into prefill_qkv_view / prefill_output_view arrays.
 struct prefill_head_args {
-    const float* q = nullptr;   ///< [num_tokens][num_q_heads][head_dim]
-    const float* k = nullptr;   ///< [num_tokens][num_kv_heads][head_dim]
-    const float* v = nullptr;   ///< [num_tokens][num_kv_heads][head_dim]
-    float* o = nullptr;         ///< [num_tokens][num_q_heads][head_dim]
-    float* lse = nullptr;       ///< [num_tokens][num_q_heads]
+    const float* q = nullptr;  ///< [num_tokens][num_q_heads][head_dim]
+    const float* k = nullptr;  ///< [num_tokens][num_kv_heads][head_dim]
+    const float* v = nullptr;  ///< [num_tokens][num_kv_heads][head_dim]
+    float* o = nullptr;        ///< [num_tokens][num_q_heads][head_dim]
+    float* lse = nullptr;      ///< [num_tokens][num_q_heads]
     std::uint32_t num_q_heads = 1;
     std::uint32_t num_kv_heads = 1;
     std::uint32_t head_dim = 0;
@@ -195,8 +199,8 @@ KVPOLICY_HOST_DEVICE inline void prefill_attention_row(const prefill_head_args& 
             std::uint32_t key = 0;
             const bool live = keys.key(begin + t, key);
             tile[t] = key;
-            scores[t] = live ? prefill_logit(q, a.k + std::size_t{key} * kv_row + std::size_t{kvh} * d, d, a.scale)
-                             : -INFINITY;
+            scores[t] =
+                live ? prefill_logit(q, a.k + std::size_t{key} * kv_row + std::size_t{kvh} * d, d, a.scale) : -INFINITY;
         }
         online_softmax_tile(state, acc, scores, tile, count, a.v + std::size_t{kvh} * d, kv_row, 0, 1, d);
     }

@@ -51,7 +51,7 @@ namespace kvpolicy {
 
 struct quest_config {
     std::uint32_t num_layers = 1;
-    std::uint32_t num_blocks = 0;        ///< CPU-tier block ids 0 .. num_blocks-1 carry metadata
+    std::uint32_t num_blocks = 0;  ///< CPU-tier block ids 0 .. num_blocks-1 carry metadata
     std::uint32_t num_kv_heads = 1;
     std::uint32_t head_dim = 0;
     std::uint32_t token_budget = 1024;   ///< tokens loaded per layer per decode step
@@ -139,8 +139,9 @@ void check_quest_selection(const quest_config& config, std::span<const block_id>
                            std::span<block_id> out, const char* who) {
     const std::string at = std::string(who) + "::select: ";
     if (ctx.is_prefill)
-        throw usage_error(at + "called in prefill; Quest is decode-only (supports_prefill = false), "
-                               "use full_attention for prefill");
+        throw usage_error(at +
+                          "called in prefill; Quest is decode-only (supports_prefill = false), "
+                          "use full_attention for prefill");
     if (out.size() < available.size())
         throw usage_error(at + "output holds " + std::to_string(out.size()) + " ids for " +
                           std::to_string(available.size()) + " available blocks; size it to available.size()");
@@ -152,9 +153,9 @@ void check_quest_selection(const quest_config& config, std::span<const block_id>
                           "; the config says " + std::to_string(config.num_kv_heads) + " KV heads, head_dim " +
                           std::to_string(config.head_dim) + ", and query heads must be a multiple of KV heads");
     if (ctx.query.size() != std::size_t{ctx.num_q_heads} * ctx.head_dim)
-        throw usage_error(at + "query has " + std::to_string(ctx.query.size()) +
-                          " values; give num_q_heads x head_dim = " +
-                          std::to_string(std::size_t{ctx.num_q_heads} * ctx.head_dim));
+        throw usage_error(
+            at + "query has " + std::to_string(ctx.query.size()) +
+            " values; give num_q_heads x head_dim = " + std::to_string(std::size_t{ctx.num_q_heads} * ctx.head_dim));
     for (block_id b : available) check_quest_block(config, b, ctx.layer, who, "select");
 }
 
@@ -176,10 +177,10 @@ public:
     /// 0. Complexity: 2 * num_layers * num_blocks * num_kv_heads * head_dim
     /// floats of metadata, allocated here and never again.
     explicit quest(const config_type& config)
-        : config_(validate(config)),
-          key_min_(metadata_size(config_)),
-          key_max_(metadata_size(config_)),
-          has_metadata_(std::size_t{config_.num_layers} * config_.num_blocks, 0) {}
+            : config_(validate(config)),
+              key_min_(metadata_size(config_)),
+              key_max_(metadata_size(config_)),
+              has_metadata_(std::size_t{config_.num_layers} * config_.num_blocks, 0) {}
 
     /// Effects: records the per-channel min and max of `keys` over its valid
     /// tokens as the metadata of (`block`, `layer`), replacing any earlier.
@@ -213,8 +214,8 @@ public:
     [[nodiscard]] float block_score(block_id block, layer_index layer, std::span<const float> query,
                                     std::uint32_t num_q_heads) const noexcept {
         if (!has_metadata(block, layer)) return std::numeric_limits<float>::infinity();
-        return quest_block_score(query.data(), key_min(block, layer).data(), key_max(block, layer).data(),
-                                 num_q_heads, config_.num_kv_heads, config_.head_dim);
+        return quest_block_score(query.data(), key_min(block, layer).data(), key_max(block, layer).data(), num_q_heads,
+                                 config_.num_kv_heads, config_.head_dim);
     }
 
     /// Effects: writes to `out` the blocks of `available` (taken in sequence
@@ -290,12 +291,12 @@ private:
     }
 
     config_type config_;
-    std::vector<float> key_min_;             // [num_layers][num_blocks][num_kv_heads][head_dim]
-    std::vector<float> key_max_;             // [num_layers][num_blocks][num_kv_heads][head_dim]
+    std::vector<float> key_min_;              // [num_layers][num_blocks][num_kv_heads][head_dim]
+    std::vector<float> key_max_;              // [num_layers][num_blocks][num_kv_heads][head_dim]
     std::vector<std::uint8_t> has_metadata_;  // [num_layers][num_blocks]
-    std::vector<float> scores_;              // scratch: [middle blocks]
-    std::vector<std::uint32_t> order_;       // scratch: [middle blocks]
-    std::vector<std::uint32_t> chosen_;      // scratch: [middle blocks]
+    std::vector<float> scores_;               // scratch: [middle blocks]
+    std::vector<std::uint32_t> order_;        // scratch: [middle blocks]
+    std::vector<std::uint32_t> chosen_;       // scratch: [middle blocks]
 };
 
 static_assert(sparse_selector<quest>);

@@ -39,8 +39,8 @@ namespace kvpolicy {
 /// non-finite value" (tests/sparse_selectors.cpp checks that on the CPU for
 /// every thread index). Precondition: stride >= 1.
 [[nodiscard]] KVPOLICY_HOST_DEVICE constexpr bool quest_query_thread_nonfinite(const float* query, std::size_t n,
-                                                                              std::size_t first,
-                                                                              std::size_t stride) noexcept {
+                                                                               std::size_t first,
+                                                                               std::size_t stride) noexcept {
     bool bad = false;
     for (std::size_t i = first; i < n; i += stride) bad = bad || is_nonfinite(query[i]);
     return bad;
@@ -49,8 +49,8 @@ namespace kvpolicy {
 /// One (KV head, channel) element's metadata over a block's valid tokens.
 template <kv_element T>
 struct quest_channel_bounds {
-    T min{};               ///< the smallest key, as stored
-    T max{};               ///< the largest key, as stored
+    T min{};                ///< the smallest key, as stored
+    T max{};                ///< the largest key, as stored
     bool nonfinite = true;  ///< a key is NaN or infinite, or there are no tokens: no bound
 };
 
@@ -61,8 +61,8 @@ struct quest_channel_bounds {
 /// kernel runs this for its elements e = threadIdx.x, + blockDim.x, ...
 template <kv_element T>
 [[nodiscard]] KVPOLICY_HOST_DEVICE inline quest_channel_bounds<T> quest_channel_minmax(const T* keys, std::size_t row,
-                                                                                      std::uint32_t valid,
-                                                                                      std::size_t e) noexcept {
+                                                                                       std::uint32_t valid,
+                                                                                       std::size_t e) noexcept {
     quest_channel_bounds<T> b;
     if (valid == 0) return b;
     b.min = b.max = keys[e];
@@ -103,10 +103,10 @@ template <kv_element T>
 /// Preconditions: stride >= 1, group >= 1.
 template <kv_element T>
 [[nodiscard]] KVPOLICY_HOST_DEVICE inline float quest_score_thread_partial(const float* query, const T* key_min,
-                                                                          const T* key_max, std::uint32_t num_q_heads,
-                                                                          std::uint32_t group, std::uint32_t head_dim,
-                                                                          std::uint32_t first,
-                                                                          std::uint32_t stride) noexcept {
+                                                                           const T* key_max, std::uint32_t num_q_heads,
+                                                                           std::uint32_t group, std::uint32_t head_dim,
+                                                                           std::uint32_t first,
+                                                                           std::uint32_t stride) noexcept {
     float partial = 0.0f;
     const std::uint32_t n = num_q_heads * head_dim;
     if (first >= n) return partial;

@@ -54,14 +54,11 @@ struct paged_kv_view {
 /// or a block lies outside k or v (nothing written).
 inline void reference_decode_attention(std::span<const float> q, const paged_kv_view& kv,
                                        std::span<const block_id> block_table, std::uint64_t num_tokens,
-                                       const decode_attention_shape& shape, std::span<float> o,
-                                       std::span<float> lse) {
+                                       const decode_attention_shape& shape, std::span<float> o, std::span<float> lse) {
     const std::size_t d = shape.head_dim;
     const std::size_t row = std::size_t{shape.num_kv_heads} * d;
     const std::size_t stride = kv.block_stride != 0 ? kv.block_stride : shape.block_size * row;
-    const auto fail = [](const std::string& why) {
-        throw usage_error("reference_decode_attention: " + why);
-    };
+    const auto fail = [](const std::string& why) { throw usage_error("reference_decode_attention: " + why); };
     if (d == 0 || shape.num_kv_heads == 0 || shape.block_size == 0 || shape.num_q_heads % shape.num_kv_heads != 0 ||
         shape.num_q_heads == 0)
         fail("shape needs head_dim, block_size and KV heads >= 1 and query heads a multiple of KV heads");

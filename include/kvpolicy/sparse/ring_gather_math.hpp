@@ -29,8 +29,8 @@ struct gather_word_range {
 };
 
 [[nodiscard]] KVPOLICY_HOST_DEVICE constexpr gather_word_range gather_slice_words(std::size_t slice,
-                                                                                 std::size_t slice_words,
-                                                                                 std::size_t block_words) noexcept {
+                                                                                  std::size_t slice_words,
+                                                                                  std::size_t block_words) noexcept {
     const std::size_t begin = slice * slice_words;
     const std::size_t end = begin + slice_words < block_words ? begin + slice_words : block_words;
     return {begin < end ? begin : end, end};

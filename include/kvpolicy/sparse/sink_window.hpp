@@ -76,8 +76,9 @@ public:
 private:
     static config_type validated(const config_type& c) {
         if (c.sink_blocks == 0 && c.window_blocks == 0)
-            throw config_error("sink_window: sink_blocks and window_blocks are both 0, so no block would be loaded; "
-                               "keep at least one (StreamingLLM uses 4 sink tokens plus a window)");
+            throw config_error(
+                "sink_window: sink_blocks and window_blocks are both 0, so no block would be loaded; "
+                "keep at least one (StreamingLLM uses 4 sink tokens plus a window)");
         return c;
     }
 

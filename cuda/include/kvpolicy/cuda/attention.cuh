@@ -48,15 +48,15 @@ namespace kvpolicy::cuda {
 /// bf16 or fp16: sparse/kv_element.hpp); q, o, lse and the arithmetic are fp32.
 template <kv_element T>
 struct basic_paged_decode_args {
-    device_span<const float> q;                ///< [num_q_heads][head_dim]
-    device_span<const T> k_cache;              ///< block b at b * block_stride: [block_size][num_kv_heads][head_dim]
-    device_span<const T> v_cache;              ///< same layout as k_cache
-    std::size_t block_stride = 0;              ///< floats between blocks; 0 = packed
+    device_span<const float> q;    ///< [num_q_heads][head_dim]
+    device_span<const T> k_cache;  ///< block b at b * block_stride: [block_size][num_kv_heads][head_dim]
+    device_span<const T> v_cache;  ///< same layout as k_cache
+    std::size_t block_stride = 0;  ///< floats between blocks; 0 = packed
     device_span<const std::uint32_t> block_table;  ///< [ceil(num_tokens / block_size)] blocks in sequence order
     std::uint64_t num_tokens = 0;
     decode_attention_shape shape{};
-    device_span<float> o;                      ///< [num_q_heads][head_dim]
-    device_span<float> lse;                    ///< [num_q_heads]
+    device_span<float> o;    ///< [num_q_heads][head_dim]
+    device_span<float> lse;  ///< [num_q_heads]
 };
 
 using paged_decode_args = basic_paged_decode_args<float>;
@@ -155,8 +155,8 @@ __device__ __forceinline__ void warp_reduce_scatter(float (&vals)[N], unsigned l
 
 template <kv_element T, unsigned E, unsigned GMax>
 __global__ void __launch_bounds__(grouped_warps * 32)
-    grouped_decode_kernel(basic_paged_decode_args<T> a, std::size_t stride, std::uint32_t groups_per_kv,
-                          float* o_out, float* lse_out) {
+    grouped_decode_kernel(basic_paged_decode_args<T> a, std::size_t stride, std::uint32_t groups_per_kv, float* o_out,
+                          float* lse_out) {
     constexpr unsigned U = grouped_decode_depth<T, E, GMax>, N = U * GMax, D = 32 * E;
     static_assert(N >= 4 && N <= 32 && (N & (N - 1)) == 0, "the reduce-scatter takes 4 to 32 values");
     __shared__ float warp_m[grouped_warps][GMax];
@@ -254,8 +254,8 @@ __global__ void __launch_bounds__(grouped_warps * 32)
     for (unsigned i = threadIdx.x; i < heads * D; i += blockDim.x) {
         const unsigned h = i / D, c = i % D;
         float out = 0.0f;
-        const float lse = merge_warp_states(&warp_m[0][h], &warp_l[0][h], GMax, &warp_acc[0][h][c], GMax * D,
-                                            grouped_warps, out);
+        const float lse =
+            merge_warp_states(&warp_m[0][h], &warp_l[0][h], GMax, &warp_acc[0][h][c], GMax * D, grouped_warps, out);
         const std::size_t r = std::size_t{split} * a.shape.num_q_heads + h0 + h;
         o_out[r * D + c] = out;
         if (c == 0) lse_out[r] = lse;
@@ -318,17 +318,18 @@ void check_decode_args(const basic_paged_decode_args<T>& a) {
         throw usage_error("paged_decode_attention: head_dim " + std::to_string(s.head_dim) +
                           " is not a multiple of 32 in [32, 256]");
     if (s.num_kv_heads == 0 || s.num_q_heads == 0 || s.num_q_heads % s.num_kv_heads != 0 || s.block_size == 0)
-        throw usage_error("paged_decode_attention: query heads must be a positive multiple of KV heads, and "
-                          "block_size at least 1");
+        throw usage_error(
+            "paged_decode_attention: query heads must be a positive multiple of KV heads, and "
+            "block_size at least 1");
     const std::size_t qd = std::size_t{s.num_q_heads} * s.head_dim;
     const std::uint64_t table = (a.num_tokens + s.block_size - 1) / s.block_size;
     if (a.q.size() != qd || a.o.size() != qd || a.lse.size() != s.num_q_heads || a.block_table.size() < table ||
         (a.num_tokens > 0 && (a.k_cache.empty() || a.v_cache.empty())))
         throw usage_error("paged_decode_attention: q has " + std::to_string(a.q.size()) + " values, o " +
-                          std::to_string(a.o.size()) + ", lse " + std::to_string(a.lse.size()) +
-                          ", the block table " + std::to_string(a.block_table.size()) + " entries; give q and o " +
-                          std::to_string(qd) + " values, lse " + std::to_string(s.num_q_heads) + ", a table of " +
-                          std::to_string(table) + " blocks, and the caches when there are tokens");
+                          std::to_string(a.o.size()) + ", lse " + std::to_string(a.lse.size()) + ", the block table " +
+                          std::to_string(a.block_table.size()) + " entries; give q and o " + std::to_string(qd) +
+                          " values, lse " + std::to_string(s.num_q_heads) + ", a table of " + std::to_string(table) +
+                          " blocks, and the caches when there are tokens");
 }
 
 }  // namespace detail
@@ -339,8 +340,9 @@ void check_decode_args(const basic_paged_decode_args<T>& a) {
 template <kv_element T>
 void paged_decode_attention(const basic_paged_decode_args<T>& a, cudaStream_t stream) {
     detail::check_decode_args(a);
-    const std::size_t stride =
-        a.block_stride != 0 ? a.block_stride : std::size_t{a.shape.block_size} * a.shape.num_kv_heads * a.shape.head_dim;
+    const std::size_t stride = a.block_stride != 0
+                                   ? a.block_stride
+                                   : std::size_t{a.shape.block_size} * a.shape.num_kv_heads * a.shape.head_dim;
     detail::launch_decode(a, stride, 1, a.o.data(), a.lse.data(), stream);
     KVPOLICY_CUDA_CHECK(cudaGetLastError());
 }
@@ -358,7 +360,8 @@ void paged_decode_attention_split(device_span<std::byte> temp_storage, std::size
     detail::check_decode_args(a);
     if (num_splits == 0) throw usage_error("paged_decode_attention_split: num_splits is 0; give at least 1");
     const std::size_t heads = a.shape.num_q_heads;
-    const std::size_t lse_at = (std::size_t{num_splits} * heads * a.shape.head_dim * sizeof(float) + 255) & ~std::size_t{255};
+    const std::size_t lse_at =
+        (std::size_t{num_splits} * heads * a.shape.head_dim * sizeof(float) + 255) & ~std::size_t{255};
     const std::size_t total = lse_at + std::size_t{num_splits} * heads * sizeof(float);
     if (d_temp_storage == nullptr) {
         temp_storage_bytes = total;
@@ -369,13 +372,14 @@ void paged_decode_attention_split(device_span<std::byte> temp_storage, std::size
                           " bytes, needs " + std::to_string(total) + "; ask with an empty temp_storage first");
     auto* o_parts = static_cast<float*>(d_temp_storage);
     auto* lse_parts = reinterpret_cast<float*>(static_cast<unsigned char*>(d_temp_storage) + lse_at);
-    const std::size_t stride =
-        a.block_stride != 0 ? a.block_stride : std::size_t{a.shape.block_size} * a.shape.num_kv_heads * a.shape.head_dim;
+    const std::size_t stride = a.block_stride != 0
+                                   ? a.block_stride
+                                   : std::size_t{a.shape.block_size} * a.shape.num_kv_heads * a.shape.head_dim;
     detail::launch_decode(a, stride, num_splits, o_parts, lse_parts, stream);
     KVPOLICY_CUDA_CHECK(cudaGetLastError());
     merge_attention_states(device_span<const float>{o_parts, num_splits * heads * a.shape.head_dim},
-                           device_span<const float>{lse_parts, num_splits * heads}, num_splits, a.shape.head_dim,
-                           a.o, a.lse, stream);
+                           device_span<const float>{lse_parts, num_splits * heads}, num_splits, a.shape.head_dim, a.o,
+                           a.lse, stream);
 }
 
 /// The fp32 forms, for a braced argument list (`paged_decode_attention({.q =

@@ -18,9 +18,9 @@ namespace kvpolicy::cuda {
 class cuda_error : public kvpolicy::error {
 public:
     cuda_error(cudaError_t status, const char* call, const char* file, int line)
-        : kvpolicy::error(std::string(file) + ":" + std::to_string(line) + ": " + call + " failed: " +
-                          cudaGetErrorName(status) + ": " + cudaGetErrorString(status)),
-          status_(status) {}
+            : kvpolicy::error(std::string(file) + ":" + std::to_string(line) + ": " + call +
+                              " failed: " + cudaGetErrorName(status) + ": " + cudaGetErrorString(status)),
+              status_(status) {}
 
     [[nodiscard]] cudaError_t status() const noexcept { return status_; }
 

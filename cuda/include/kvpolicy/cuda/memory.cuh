@@ -28,7 +28,7 @@ public:
     device_buffer(const device_buffer&) = delete;
     device_buffer& operator=(const device_buffer&) = delete;
     device_buffer(device_buffer&& o) noexcept
-        : ptr_(std::exchange(o.ptr_, nullptr)), capacity_(std::exchange(o.capacity_, 0)) {}
+            : ptr_(std::exchange(o.ptr_, nullptr)), capacity_(std::exchange(o.capacity_, 0)) {}
     device_buffer& operator=(device_buffer&& o) noexcept {
         if (this != &o) {
             release();
@@ -82,7 +82,7 @@ public:
     pinned_buffer(const pinned_buffer&) = delete;
     pinned_buffer& operator=(const pinned_buffer&) = delete;
     pinned_buffer(pinned_buffer&& o) noexcept
-        : ptr_(std::exchange(o.ptr_, nullptr)), capacity_(std::exchange(o.capacity_, 0)) {}
+            : ptr_(std::exchange(o.ptr_, nullptr)), capacity_(std::exchange(o.capacity_, 0)) {}
     pinned_buffer& operator=(pinned_buffer&& o) noexcept {
         if (this != &o) {
             release();

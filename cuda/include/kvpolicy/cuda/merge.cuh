@@ -77,10 +77,10 @@ void merge_attention_state(device_span<T> o_a, device_span<float> lse_a, std::ty
                            device_span<const float> lse_b, std::uint32_t head_dim, cudaStream_t stream) {
     const std::size_t rows = lse_a.size();
     if (lse_b.size() != rows || o_a.size() != rows * head_dim || o_b.size() != rows * head_dim)
-        throw usage_error("merge_attention_state: lse of " + std::to_string(rows) + " and " +
-                          std::to_string(lse_b.size()) + " rows, o of " + std::to_string(o_a.size()) + " and " +
-                          std::to_string(o_b.size()) + " values; give rows x head_dim = " +
-                          std::to_string(rows * head_dim) + " values of o per lse row");
+        throw usage_error(
+            "merge_attention_state: lse of " + std::to_string(rows) + " and " + std::to_string(lse_b.size()) +
+            " rows, o of " + std::to_string(o_a.size()) + " and " + std::to_string(o_b.size()) +
+            " values; give rows x head_dim = " + std::to_string(rows * head_dim) + " values of o per lse row");
     if (rows == 0) return;
     detail::merge_state_inplace_kernel<T><<<static_cast<unsigned>(rows), detail::merge_threads, 0, stream>>>(
         o_a.data(), lse_a.data(), o_b.data(), lse_b.data(), head_dim);
@@ -105,8 +105,7 @@ void merge_attention_states(std::type_identity_t<device_span<const T>> o_parts, 
                           " o values; give parts x rows lse, parts x rows x head_dim o, rows x head_dim out");
     if (rows == 0) return;
     detail::merge_states_kernel<T><<<static_cast<unsigned>(rows), detail::merge_threads, 0, stream>>>(
-        o_parts.data(), lse_parts.data(), num_parts, static_cast<std::uint32_t>(rows), head_dim, o.data(),
-        lse.data());
+        o_parts.data(), lse_parts.data(), num_parts, static_cast<std::uint32_t>(rows), head_dim, o.data(), lse.data());
     KVPOLICY_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -91,7 +91,8 @@ __global__ void __launch_bounds__(minference_row_threads)
     __syncthreads();
     for (std::uint32_t stride = minference_row_threads / 2; stride > 0; stride /= 2) {
         if (t < stride) {
-            const softmax_state s = combine_softmax_states({part_m[t], part_l[t]}, {part_m[t + stride], part_l[t + stride]});
+            const softmax_state s =
+                combine_softmax_states({part_m[t], part_l[t]}, {part_m[t + stride], part_l[t + stride]});
             part_m[t] = s.m;
             part_l[t] = s.l;
         }
@@ -162,9 +163,9 @@ __global__ void __launch_bounds__(prefill_warps * 32)
     dense_causal_keys dense{i};
     vertical_slash_keys sparse{};
     if constexpr (!Dense)
-        sparse = vertical_slash_keys::make(index.verticals + std::size_t{h} * index.vertical_count,
-                                           index.vertical_count, index.slashes + std::size_t{h} * index.slash_count,
-                                           index.slash_count, i);
+        sparse =
+            vertical_slash_keys::make(index.verticals + std::size_t{h} * index.vertical_count, index.vertical_count,
+                                      index.slashes + std::size_t{h} * index.slash_count, index.slash_count, i);
     const std::uint32_t count = Dense ? dense.count() : sparse.count();
 
     float acc[prefill_max_per_lane];
@@ -177,7 +178,8 @@ __global__ void __launch_bounds__(prefill_warps * 32)
         float score = -INFINITY;
         if (c < count) {
             const bool live = Dense ? dense.key(c, key) : sparse.key(c, key);
-            if (live) score = prefill_logit(s_q[warp], a.k + std::size_t{key} * kv_row + std::size_t{kvh} * d, d, a.scale);
+            if (live)
+                score = prefill_logit(s_q[warp], a.k + std::size_t{key} * kv_row + std::size_t{kvh} * d, d, a.scale);
         }
         s_scores[warp][lane] = score;
         s_keys[warp][lane] = key;
@@ -243,13 +245,18 @@ bool launch_prefill_block(const prefill_head_args& a, std::uint32_t n, const pre
 // The tiled kernel for a.head_dim, or the warp-per-query one where the
 // device lacks the shared memory.
 template <bool Dense>
-void launch_prefill(const prefill_head_args& a, std::uint32_t n, const prefill_index_args& index,
-                    cudaStream_t stream) {
+void launch_prefill(const prefill_head_args& a, std::uint32_t n, const prefill_index_args& index, cudaStream_t stream) {
     bool done = false;
     switch (prefill_block_dim(a.head_dim)) {
-    case 64: done = launch_prefill_block<Dense, 64>(a, n, index, stream); break;
-    case 128: done = launch_prefill_block<Dense, 128>(a, n, index, stream); break;
-    default: done = launch_prefill_block<Dense, 256>(a, n, index, stream); break;
+        case 64:
+            done = launch_prefill_block<Dense, 64>(a, n, index, stream);
+            break;
+        case 128:
+            done = launch_prefill_block<Dense, 128>(a, n, index, stream);
+            break;
+        default:
+            done = launch_prefill_block<Dense, 256>(a, n, index, stream);
+            break;
     }
     if (done) return;
     prefill_attention_kernel<Dense>
@@ -266,8 +273,14 @@ inline void check_device_prefill(const char* who, const device_prefill_qkv_view&
 
 [[nodiscard]] inline prefill_head_args device_head_args(const device_prefill_qkv_view& in,
                                                         const device_prefill_output_view& out) noexcept {
-    return {.q = in.q.data(), .k = in.k.data(), .v = in.v.data(), .o = out.o.data(), .lse = out.lse.data(),
-            .num_q_heads = in.num_q_heads, .num_kv_heads = in.num_kv_heads, .head_dim = in.head_dim,
+    return {.q = in.q.data(),
+            .k = in.k.data(),
+            .v = in.v.data(),
+            .o = out.o.data(),
+            .lse = out.lse.data(),
+            .num_q_heads = in.num_q_heads,
+            .num_kv_heads = in.num_kv_heads,
+            .head_dim = in.head_dim,
             .scale = in.scale};
 }
 
@@ -307,13 +320,13 @@ inline void prefill_attention_vertical_slash(const device_prefill_qkv_view& in,
         index.slashes.size() != std::size_t{in.num_q_heads} * index.slash_count)
         throw usage_error("prefill_attention_vertical_slash: the index holds " +
                           std::to_string(index.verticals.size()) + " columns and " +
-                          std::to_string(index.slashes.size()) + " offsets; give [num_q_heads][vertical_count] and "
+                          std::to_string(index.slashes.size()) +
+                          " offsets; give [num_q_heads][vertical_count] and "
                           "[num_q_heads][slash_count]");
     if (in.num_tokens == 0) return;
-    detail::launch_prefill<false>(detail::device_head_args(in, out), in.num_tokens,
-                                  {index.verticals.data(), index.slashes.data(), index.vertical_count,
-                                   index.slash_count},
-                                  stream);
+    detail::launch_prefill<false>(
+        detail::device_head_args(in, out), in.num_tokens,
+        {index.verticals.data(), index.slashes.data(), index.vertical_count, index.slash_count}, stream);
 }
 
 /// MInference as a device sparse selector: the host `minference`'s contract
@@ -331,16 +344,15 @@ public:
     /// Throws: config_error as the host minference does. Allocates nothing
     /// until the first prompt; buffers grow to the largest prompt seen.
     explicit device_minference(const config_type& config, cudaStream_t stream = cudaStreamPerThread)
-        : config_(validate_minference_config(config)), stream_(stream) {}
+            : config_(validate_minference_config(config)), stream_(stream) {}
 
     /// Every available block (host ids), as the host selector.
     /// Throws: usage_error if `out` is shorter than `available` (nothing written).
     std::size_t select(std::span<const block_id> available, const device_selection_context&,
                        std::span<block_id> out) const {
         if (out.size() < available.size())
-            throw usage_error("device_minference::select: output holds " + std::to_string(out.size()) +
-                              " ids for " + std::to_string(available.size()) +
-                              " available blocks; size it to available.size()");
+            throw usage_error("device_minference::select: output holds " + std::to_string(out.size()) + " ids for " +
+                              std::to_string(available.size()) + " available blocks; size it to available.size()");
         std::ranges::copy(available, out.begin());
         return available.size();
     }
@@ -387,10 +399,17 @@ public:
                                                           static_cast<int>(2 * hn), stream_));
         temp_.reserve(std::max(select_bytes, scan_bytes));
 
-        const minference_estimate_args a{.q = in.q.data(), .k = in.k.data(), .logits = logits_.get(),
-                                         .row_lse = row_lse_.get(), .num_tokens = n, .num_q_heads = heads,
-                                         .num_kv_heads = in.num_kv_heads, .head_dim = in.head_dim, .scale = in.scale,
-                                         .last_q = last_q, .num_sink_tokens = config_.num_sink_tokens,
+        const minference_estimate_args a{.q = in.q.data(),
+                                         .k = in.k.data(),
+                                         .logits = logits_.get(),
+                                         .row_lse = row_lse_.get(),
+                                         .num_tokens = n,
+                                         .num_q_heads = heads,
+                                         .num_kv_heads = in.num_kv_heads,
+                                         .head_dim = in.head_dim,
+                                         .scale = in.scale,
+                                         .last_q = last_q,
+                                         .num_sink_tokens = config_.num_sink_tokens,
                                          .num_recent_diags = config_.num_recent_diags};
         const int t = detail::minference_threads;
         detail::minference_logits_kernel<<<dim3(detail::blocks_for(n, t), last_q, heads), t, 0, stream_>>>(
@@ -412,16 +431,15 @@ public:
         std::uint32_t* chosen_s = chosen_v + std::size_t{heads} * sizes_.vertical_count;
         for (std::uint32_t h = 0; h < heads; ++h) {
             std::size_t bytes = temp_.capacity();
-            select_lowest<float>(temp_.view(), bytes, scores_of(h), {},
-                                 device_span<std::uint32_t>{chosen_v + std::size_t{h} * sizes_.vertical_count,
-                                                            sizes_.vertical_count},
-                                 sizes_.vertical_count, device_span<select_status>{status_.get() + h, 1}, stream_);
+            select_lowest<float>(
+                temp_.view(), bytes, scores_of(h), {},
+                device_span<std::uint32_t>{chosen_v + std::size_t{h} * sizes_.vertical_count, sizes_.vertical_count},
+                sizes_.vertical_count, device_span<select_status>{status_.get() + h, 1}, stream_);
             bytes = temp_.capacity();
-            select_lowest<float>(temp_.view(), bytes, scores_of(std::size_t{heads} + h), {},
-                                 device_span<std::uint32_t>{chosen_s + std::size_t{h} * sizes_.slash_count,
-                                                            sizes_.slash_count},
-                                 sizes_.slash_count, device_span<select_status>{status_.get() + heads + h, 1},
-                                 stream_);
+            select_lowest<float>(
+                temp_.view(), bytes, scores_of(std::size_t{heads} + h), {},
+                device_span<std::uint32_t>{chosen_s + std::size_t{h} * sizes_.slash_count, sizes_.slash_count},
+                sizes_.slash_count, device_span<select_status>{status_.get() + heads + h, 1}, stream_);
         }
         // Ascending order: mark, scan, scatter. The scan over [2][heads][n]
         // ranks column marks before diagonal marks, head by head, so the
@@ -467,21 +485,24 @@ public:
         for (std::size_t x = 0; x < s.size(); ++x)
             if (s[x].nan_count != 0)
                 throw usage_error("device_minference: the " + std::string(x < heads_ ? "column" : "diagonal") +
-                                  " mass " + std::to_string(s[x].nan_id) + " of head " +
-                                  std::to_string(x % heads_) + " is NaN; q or k holds a NaN or infinite value");
+                                  " mass " + std::to_string(s[x].nan_id) + " of head " + std::to_string(x % heads_) +
+                                  " is NaN; q or k holds a NaN or infinite value");
     }
 
     /// Copies the last index to the host (synchronous), as the host
     /// reference lays it out.
     [[nodiscard]] vertical_slash_index copy_index(std::uint32_t num_tokens) {
         wait();
-        vertical_slash_index x{heads_, num_tokens, sizes_.vertical_count, sizes_.slash_count,
+        vertical_slash_index x{heads_,
+                               num_tokens,
+                               sizes_.vertical_count,
+                               sizes_.slash_count,
                                std::vector<std::uint32_t>(std::size_t{heads_} * sizes_.vertical_count),
                                std::vector<std::uint32_t>(std::size_t{heads_} * sizes_.slash_count)};
         const device_vertical_slash_index d = index();
         if (!x.verticals.empty())
-            KVPOLICY_CUDA_CHECK(cudaMemcpy(x.verticals.data(), d.verticals.data(), d.verticals.size_bytes(),
-                                           cudaMemcpyDeviceToHost));
+            KVPOLICY_CUDA_CHECK(
+                cudaMemcpy(x.verticals.data(), d.verticals.data(), d.verticals.size_bytes(), cudaMemcpyDeviceToHost));
         if (!x.slashes.empty())
             KVPOLICY_CUDA_CHECK(
                 cudaMemcpy(x.slashes.data(), d.slashes.data(), d.slashes.size_bytes(), cudaMemcpyDeviceToHost));
@@ -497,15 +518,15 @@ private:
     cudaStream_t stream_;
     minference_sizes sizes_{};
     std::uint32_t heads_ = 0;
-    device_buffer<float> logits_;            // [heads][last_q][n]
-    device_buffer<float> row_lse_;           // [heads][last_q]
-    device_buffer<float> scores_;            // [2][heads][n] negated masses
-    device_buffer<std::uint32_t> chosen_;    // [heads][vertical_count] then [heads][slash_count], by mass
-    device_buffer<std::uint32_t> mask_;      // [2][heads][n]
-    device_buffer<std::uint32_t> rank_;      // [2][heads][n] exclusive scan of mask_
-    device_buffer<std::uint32_t> sorted_;    // [heads][vertical_count] then [heads][slash_count], ascending
-    device_buffer<select_status> status_;    // [2][heads]
-    device_buffer<std::byte> temp_;          // select_lowest / DeviceScan temporary storage
+    device_buffer<float> logits_;          // [heads][last_q][n]
+    device_buffer<float> row_lse_;         // [heads][last_q]
+    device_buffer<float> scores_;          // [2][heads][n] negated masses
+    device_buffer<std::uint32_t> chosen_;  // [heads][vertical_count] then [heads][slash_count], by mass
+    device_buffer<std::uint32_t> mask_;    // [2][heads][n]
+    device_buffer<std::uint32_t> rank_;    // [2][heads][n] exclusive scan of mask_
+    device_buffer<std::uint32_t> sorted_;  // [heads][vertical_count] then [heads][slash_count], ascending
+    device_buffer<select_status> status_;  // [2][heads]
+    device_buffer<std::byte> temp_;        // select_lowest / DeviceScan temporary storage
 };
 
 static_assert(device_sparse_selector<device_minference>);

@@ -127,10 +127,9 @@ __global__ void __launch_bounds__(quest_threads)
         return;
     }
     const std::size_t at = flag * dims.num_kv_heads * dims.head_dim;
-    const float partial = quest_score_thread_partial(query_span.data(), key_min_span.data() + at,
-                                                     key_max_span.data() + at, num_q_heads,
-                                                     num_q_heads / dims.num_kv_heads, dims.head_dim, threadIdx.x,
-                                                     blockDim.x);
+    const float partial =
+        quest_score_thread_partial(query_span.data(), key_min_span.data() + at, key_max_span.data() + at, num_q_heads,
+                                   num_q_heads / dims.num_kv_heads, dims.head_dim, threadIdx.x, blockDim.x);
     const float total = reduce_t(storage).Sum(partial);
     if (threadIdx.x == 0) out[blockIdx.x] = negate ? -total : total;
 }
@@ -166,7 +165,7 @@ public:
     /// num_kv_heads * head_dim values of T), all blocks without metadata.
     /// Throws: config_error as the host quest does; cuda_error.
     explicit basic_device_quest(const config_type& config, cudaStream_t stream = cudaStreamPerThread)
-        : config_(quest::validate(config)), stream_(stream), selector_(stream) {
+            : config_(quest::validate(config)), stream_(stream), selector_(stream) {
         const std::size_t values = std::size_t{config_.num_layers} * config_.num_blocks * row();
         key_min_.reserve(values);
         key_max_.reserve(values);
@@ -186,9 +185,9 @@ public:
             throw usage_error("device_quest::on_offload: keys of block " + std::to_string(block.value) +
                               " are not [tokens >= 1][" + std::to_string(config_.num_kv_heads) + "][" +
                               std::to_string(config_.head_dim) + "] as the config says");
-        detail::quest_metadata_kernel<T><<<1, detail::quest_threads, 0, stream_>>>(
-            keys.keys, 0, {}, {}, block.value, keys.tokens, layer.value, dims(), key_min_.view(), key_max_.view(),
-            has_metadata_.view());
+        detail::quest_metadata_kernel<T>
+            <<<1, detail::quest_threads, 0, stream_>>>(keys.keys, 0, {}, {}, block.value, keys.tokens, layer.value,
+                                                       dims(), key_min_.view(), key_max_.view(), has_metadata_.view());
         KVPOLICY_CUDA_CHECK(cudaGetLastError());
     }
 
@@ -205,10 +204,11 @@ public:
         check_range(0, layer, "on_offload_blocks");
         if (tokens.size() != blocks.size() || block_stride < row() || keys.size() < blocks.size() * block_stride)
             throw usage_error("device_quest::on_offload_blocks: " + std::to_string(blocks.size()) + " blocks, " +
-                              std::to_string(tokens.size()) + " token counts, stride " +
-                              std::to_string(block_stride) + " and " + std::to_string(keys.size()) +
+                              std::to_string(tokens.size()) + " token counts, stride " + std::to_string(block_stride) +
+                              " and " + std::to_string(keys.size()) +
                               " key values; give one count per block, a stride of at least num_kv_heads x "
-                              "head_dim = " + std::to_string(row()) + " and blocks x stride values");
+                              "head_dim = " +
+                              std::to_string(row()) + " and blocks x stride values");
         if (blocks.empty()) return;
         detail::quest_metadata_kernel<T><<<static_cast<unsigned>(blocks.size()), detail::quest_threads, 0, stream_>>>(
             keys, block_stride, blocks, tokens, 0, 0, layer.value, dims(), key_min_.view(), key_max_.view(),
@@ -305,8 +305,8 @@ public:
             KVPOLICY_CUDA_CHECK(cudaMemcpyAsync(staging_.get(), selector_.device_output().data(),
                                                 keep * sizeof(std::uint32_t), cudaMemcpyDeviceToHost, stream_));
         }
-        KVPOLICY_CUDA_CHECK(cudaMemcpyAsync(flag_back, query_flag_.get(), sizeof(std::uint32_t),
-                                            cudaMemcpyDeviceToHost, stream_));
+        KVPOLICY_CUDA_CHECK(
+            cudaMemcpyAsync(flag_back, query_flag_.get(), sizeof(std::uint32_t), cudaMemcpyDeviceToHost, stream_));
         const select_status status = scored ? selector_.wait_status() : select_status{};
         if (!scored) KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream_));
         if (*flag_back != 0) ::kvpolicy::detail::throw_quest_nonfinite_query("device_quest");
@@ -328,8 +328,8 @@ public:
 
     /// Enqueues: every block without metadata again.
     void reset() {
-        KVPOLICY_CUDA_CHECK(cudaMemsetAsync(has_metadata_.get(), 0,
-                                            std::size_t{config_.num_layers} * config_.num_blocks, stream_));
+        KVPOLICY_CUDA_CHECK(
+            cudaMemsetAsync(has_metadata_.get(), 0, std::size_t{config_.num_layers} * config_.num_blocks, stream_));
     }
 
     /// Copies (synchronously) the metadata of (`block`, `layer`) to the host:
@@ -388,13 +388,13 @@ private:
 
     config_type config_;
     cudaStream_t stream_;
-    device_buffer<T> key_min_;                 // [num_layers][num_blocks][num_kv_heads][head_dim]
-    device_buffer<T> key_max_;                 // [num_layers][num_blocks][num_kv_heads][head_dim]
+    device_buffer<T> key_min_;                  // [num_layers][num_blocks][num_kv_heads][head_dim]
+    device_buffer<T> key_max_;                  // [num_layers][num_blocks][num_kv_heads][head_dim]
     device_buffer<std::uint8_t> has_metadata_;  // [num_layers][num_blocks]
-    device_buffer<std::uint32_t> blocks_;      // [middle] candidate ids
-    device_buffer<float> scores_;              // [middle] negated scores
-    device_buffer<std::uint32_t> query_flag_;  // [1] the query check's verdict
-    pinned_buffer<std::uint32_t> staging_;     // [middle] ids out, chosen positions back; [1] query flag
+    device_buffer<std::uint32_t> blocks_;       // [middle] candidate ids
+    device_buffer<float> scores_;               // [middle] negated scores
+    device_buffer<std::uint32_t> query_flag_;   // [1] the query check's verdict
+    pinned_buffer<std::uint32_t> staging_;      // [middle] ids out, chosen positions back; [1] query flag
     cub_selector selector_;
 };
 

@@ -60,8 +60,7 @@ public:
     void upload(const quest_paged_layout& layout, cudaStream_t stream) {
         if (layout.rows.empty() || layout.indptr.size() != layout.rows.size() + 1)
             throw usage_error("device_quest_paged_layout::upload: the layout has " +
-                              std::to_string(layout.rows.size()) + " rows and " +
-                              std::to_string(layout.indptr.size()) +
+                              std::to_string(layout.rows.size()) + " rows and " + std::to_string(layout.indptr.size()) +
                               " indptr entries; plan it with plan_quest_paged_rows");
         rows_.reserve(layout.rows.size());
         pages_.reserve(std::max<std::size_t>(layout.pages.size(), 1));

@@ -60,8 +60,7 @@ namespace kvpolicy::cuda {
 class pinned_block_arena {
 public:
     /// Throws: config_error if either size is 0; cuda_error if pinning fails.
-    pinned_block_arena(std::size_t capacity, std::size_t block_bytes)
-        : block_bytes_(block_bytes), capacity_(capacity) {
+    pinned_block_arena(std::size_t capacity, std::size_t block_bytes) : block_bytes_(block_bytes), capacity_(capacity) {
         if (capacity == 0 || block_bytes == 0)
             throw config_error("pinned_block_arena: capacity " + std::to_string(capacity) + " x block_bytes " +
                                std::to_string(block_bytes) + " holds nothing; both must be at least 1");
@@ -96,8 +95,7 @@ private:
 class device_block_arena {
 public:
     /// Throws: config_error if either size is 0; cuda_error.
-    device_block_arena(std::size_t capacity, std::size_t block_bytes)
-        : block_bytes_(block_bytes), capacity_(capacity) {
+    device_block_arena(std::size_t capacity, std::size_t block_bytes) : block_bytes_(block_bytes), capacity_(capacity) {
         if (capacity == 0 || block_bytes == 0)
             throw config_error("device_block_arena: capacity " + std::to_string(capacity) + " x block_bytes " +
                                std::to_string(block_bytes) + " holds nothing; both must be at least 1");
@@ -169,8 +167,7 @@ public:
     /// Throws: config_error if a count is 0, the arena is too small for
     /// num_layers x blocks_per_layer, or the gather kernel is chosen with
     /// blocks that are not a multiple of 16 bytes; cuda_error.
-    ring_loader(pinned_block_arena& host, const ring_config& config)
-        : host_(&host), config_(validated(config, host)) {
+    ring_loader(pinned_block_arena& host, const ring_config& config) : host_(&host), config_(validated(config, host)) {
         slots_.reserve(std::size_t{config_.num_slots} * config_.slot_blocks * host.block_bytes());
         ready_.reserve(config_.num_slots);
         compute_done_.reserve(config_.num_slots);
@@ -276,8 +273,9 @@ public:
 private:
     static ring_config validated(const ring_config& c, const pinned_block_arena& host) {
         if (c.num_layers == 0 || c.blocks_per_layer == 0 || c.num_slots == 0 || c.slot_blocks == 0)
-            throw config_error("ring_loader: num_layers, blocks_per_layer, num_slots and slot_blocks must all be "
-                               "at least 1");
+            throw config_error(
+                "ring_loader: num_layers, blocks_per_layer, num_slots and slot_blocks must all be "
+                "at least 1");
         if (host.capacity() < std::size_t{c.num_layers} * c.blocks_per_layer)
             throw config_error("ring_loader: the pinned arena holds " + std::to_string(host.capacity()) +
                                " blocks, fewer than num_layers x blocks_per_layer = " +
@@ -323,15 +321,14 @@ private:
         const std::size_t slice = detail::gather_slice_bytes / 16;
         const auto slices = static_cast<unsigned>((vecs + slice - 1) / slice);
         for (std::size_t first = 0; first < blocks.size(); first += detail::gather_batch_max) {
-            const auto count = static_cast<std::uint32_t>(
-                std::min<std::size_t>(detail::gather_batch_max, blocks.size() - first));
+            const auto count =
+                static_cast<std::uint32_t>(std::min<std::size_t>(detail::gather_batch_max, blocks.size() - first));
             detail::gather_batch batch{};
             for (std::uint32_t j = 0; j < count; ++j)
                 batch.src[j] = static_cast<std::uint32_t>(base + blocks[first + j].value);
             detail::gather_blocks_kernel<<<dim3(count, slices), detail::gather_threads, 0, copy_stream_.get()>>>(
                 batch, detail::as_words<const uint4>(host_->device_view()), detail::as_words<uint4>(slot_data(slot)),
-                vecs, slice,
-                static_cast<std::uint32_t>(first));
+                vecs, slice, static_cast<std::uint32_t>(first));
             KVPOLICY_CUDA_CHECK(cudaGetLastError());
         }
     }
@@ -381,7 +378,7 @@ class device_transfer_engine {
 public:
     /// Throws: config_error if the arenas' block sizes differ; cuda_error.
     device_transfer_engine(device_block_arena& gpu, pinned_block_arena& cpu)
-        : gpu_(&gpu), cpu_(&cpu), bounce_(gpu.block_bytes()) {
+            : gpu_(&gpu), cpu_(&cpu), bounce_(gpu.block_bytes()) {
         if (gpu.block_bytes() != cpu.block_bytes())
             throw config_error("device_transfer_engine: gpu blocks have " + std::to_string(gpu.block_bytes()) +
                                " bytes, cpu blocks " + std::to_string(cpu.block_bytes()) + "; make them equal");

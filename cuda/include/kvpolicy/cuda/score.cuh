@@ -73,23 +73,21 @@ struct retention_params {
 /// One item's retention value, the host formula's operations in its order.
 [[nodiscard]] KVPOLICY_HOST_DEVICE inline double retention_score(std::uint32_t layer, std::uint32_t chunk,
                                                                  std::uint32_t total_chunks,
-                                                                 std::uint64_t context_length,
-                                                                 timestamp last_use, const retention_params& p) {
+                                                                 std::uint64_t context_length, timestamp last_use,
+                                                                 const retention_params& p) {
     if (layer >= p.num_layers || chunk >= total_chunks) return ::cuda::std::numeric_limits<double>::quiet_NaN();
 #if defined(__CUDA_ARCH__)
     const double lw = __ddiv_rn(__uint2double_rn(p.num_layers - layer), __uint2double_rn(p.num_layers));
     const double pw = __ddiv_rn(__uint2double_rn(chunk + 1), __uint2double_rn(total_chunks));
-    const double base =
-        __dadd_rn(__dadd_rn(__dmul_rn(p.cost.alpha, __ull2double_rn(context_length)), p.cost.beta),
-                  p.cost.const_non_attention);
+    const double base = __dadd_rn(__dadd_rn(__dmul_rn(p.cost.alpha, __ull2double_rn(context_length)), p.cost.beta),
+                                  p.cost.const_non_attention);
     const double cost = __dmul_rn(__dmul_rn(lw, pw), base);
     return last_use < p.now ? __ddiv_rn(cost, __ull2double_rn(p.now - last_use))
                             : ::cuda::std::numeric_limits<double>::infinity();
 #else
     const double lw = static_cast<double>(p.num_layers - layer) / static_cast<double>(p.num_layers);
     const double pw = static_cast<double>(chunk + 1) / static_cast<double>(total_chunks);
-    const double base =
-        (p.cost.alpha * static_cast<double>(context_length) + p.cost.beta) + p.cost.const_non_attention;
+    const double base = (p.cost.alpha * static_cast<double>(context_length) + p.cost.beta) + p.cost.const_non_attention;
     const double cost = lw * pw * base;
     return last_use < p.now ? cost / static_cast<double>(p.now - last_use)
                             : ::cuda::std::numeric_limits<double>::infinity();
@@ -128,8 +126,7 @@ inline void check_retention_inputs(const retention_items_view& items, const rete
                           std::to_string(items.chunk.size()) + " chunks, " +
                           std::to_string(items.session_total_chunks.size()) + " chunk totals, " +
                           std::to_string(items.context_length.size()) + " context lengths, " +
-                          std::to_string(items.last_use.size()) + " last uses and " +
-                          std::to_string(items.ids.size()) +
+                          std::to_string(items.last_use.size()) + " last uses and " + std::to_string(items.ids.size()) +
                           " ids; give one of each per item (ids may be empty), fewer than 2^32 items");
 }
 
@@ -149,9 +146,9 @@ void compute_retention(const retention_items_view& items, const retention_params
         throw usage_error("compute_retention: room for " + std::to_string(out.size()) + " scores of " +
                           std::to_string(items.size()) + " items; give one per item");
     if (items.size() == 0) return;
-    detail::retention_score_kernel<Score><<<detail::grid_for(items.size(), detail::select_threads),
-                                            detail::select_threads, 0, stream>>>(
-        detail::retention_source<Score>{items, params}, items.size(), out.data());
+    detail::retention_score_kernel<Score>
+        <<<detail::grid_for(items.size(), detail::select_threads), detail::select_threads, 0, stream>>>(
+            detail::retention_source<Score>{items, params}, items.size(), out.data());
     KVPOLICY_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -170,13 +167,13 @@ void select_lowest_retention(device_span<std::byte> temp_storage, std::size_t& t
     const std::uint32_t n = items.size();
     if (temp_storage.data() != nullptr && (out.size() < std::min(k, n) || status.empty()))
         throw usage_error("select_lowest_retention: room for " + std::to_string(out.size()) + " ids and " +
-                          std::to_string(status.size()) + " statuses; give min(k, n) = " +
-                          std::to_string(std::min(k, n)) + " ids and one status");
+                          std::to_string(status.size()) +
+                          " statuses; give min(k, n) = " + std::to_string(std::min(k, n)) + " ids and one status");
     std::size_t bytes = temp_storage.data() != nullptr ? temp_storage.size() : temp_storage_bytes;
     detail::select_lowest_from<Score>(temp_storage.data(), bytes, detail::retention_source<Score>{items, params},
                                       nullptr, true, items.ids.empty() ? nullptr : items.ids.data(), n,
-                                      out.empty() ? nullptr : out.data(), k,
-                                      status.empty() ? nullptr : status.data(), stream, algorithm);
+                                      out.empty() ? nullptr : out.data(), k, status.empty() ? nullptr : status.data(),
+                                      stream, algorithm);
     if (temp_storage.data() == nullptr) temp_storage_bytes = bytes;
 }
 

@@ -83,9 +83,9 @@ struct radix_state {
     std::uint32_t decided;     // digits decided
     std::uint32_t done;        // the prefix pins down the k lowest
     std::uint32_t nan_count;
-    std::uint32_t nan_index;   // smallest position of a NaN
-    std::uint32_t below;       // compaction: keys below the prefix written
-    std::uint32_t tied;        // compaction: keys equal to the prefix written
+    std::uint32_t nan_index;  // smallest position of a NaN
+    std::uint32_t below;      // compaction: keys below the prefix written
+    std::uint32_t tied;       // compaction: keys equal to the prefix written
 };
 
 template <class Score>
@@ -199,8 +199,8 @@ __global__ void __launch_bounds__(select_threads)
 // key, extend the prefix with it, and stop when that key is the bucket's last
 // (or every digit is decided). Clears the histogram for the next digit.
 template <class Score>
-__global__ void __launch_bounds__(radix_bins) radix_choose_kernel(radix_state<Score>* state, std::uint32_t* hist,
-                                                                  int digit) {
+__global__ void __launch_bounds__(radix_bins)
+    radix_choose_kernel(radix_state<Score>* state, std::uint32_t* hist, int digit) {
     using scan_t = cub::BlockScan<std::uint32_t, radix_bins>;
     __shared__ typename scan_t::TempStorage scan_storage;
     const unsigned b = threadIdx.x;
@@ -416,8 +416,8 @@ void select_lowest_from(void* d_temp_storage, std::size_t& temp_storage_bytes, S
             if (!select_storage_ready(d_temp_storage, temp_storage_bytes, 1, d_status, k > 0 && d_out == nullptr,
                                       num_items > 0 && !materialize && d_scores == nullptr))
                 return;
-            small_select_kernel<Source><<<1, small_select_threads, 0, stream>>>(first, d_ids, num_items, k, d_out,
-                                                                                d_status);
+            small_select_kernel<Source>
+                <<<1, small_select_threads, 0, stream>>>(first, d_ids, num_items, k, d_out, d_status);
             KVPOLICY_CUDA_CHECK(cudaGetLastError());
             return;
         }
@@ -467,8 +467,8 @@ void select_lowest_from(void* d_temp_storage, std::size_t& temp_storage_bytes, S
         radix_compact_kernel<Score><<<grid, select_threads, 0, stream>>>(scores, d_ids, num_items, state, keys, k);
         KVPOLICY_CUDA_CHECK(cudaGetLastError());
     } else {
-        build_keys_kernel<Score, Source><<<grid, select_threads, 0, stream>>>(first, d_ids, num_items, state,
-                                                                             k > 0 ? keys : nullptr, stored);
+        build_keys_kernel<Score, Source>
+            <<<grid, select_threads, 0, stream>>>(first, d_ids, num_items, state, k > 0 ? keys : nullptr, stored);
         KVPOLICY_CUDA_CHECK(cudaGetLastError());
     }
     if (sorted > 0) {
@@ -476,8 +476,8 @@ void select_lowest_from(void* d_temp_storage, std::size_t& temp_storage_bytes, S
         KVPOLICY_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(base + cub_at, bytes, keys, keys_sorted, sorted,
                                                            select_key_decomposer{}, 0, key_bits<Score>, stream));
     }
-    finish_kernel<Score><<<grid_for(k, select_threads), select_threads, 0, stream>>>(keys_sorted, k, d_ids, state,
-                                                                                    d_out, d_status);
+    finish_kernel<Score>
+        <<<grid_for(k, select_threads), select_threads, 0, stream>>>(keys_sorted, k, d_ids, state, d_out, d_status);
     KVPOLICY_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -502,12 +502,13 @@ void select_lowest(device_span<std::byte> temp_storage, std::size_t& temp_storag
                    cudaStream_t stream, select_algorithm algorithm = select_algorithm::automatic) {
     if (scores.size() >= std::numeric_limits<std::uint32_t>::max() || (!ids.empty() && ids.size() != scores.size()))
         throw usage_error("select_lowest: " + std::to_string(scores.size()) + " scores and " +
-                          std::to_string(ids.size()) + " ids; give fewer than 2^32 scores and one id per score or none");
+                          std::to_string(ids.size()) +
+                          " ids; give fewer than 2^32 scores and one id per score or none");
     const auto n = static_cast<std::uint32_t>(scores.size());
     if (temp_storage.data() != nullptr && (out.size() < std::min(k, n) || status.empty()))
         throw usage_error("select_lowest: room for " + std::to_string(out.size()) + " ids and " +
-                          std::to_string(status.size()) + " statuses; give min(k, n) = " +
-                          std::to_string(std::min(k, n)) + " ids and one status");
+                          std::to_string(status.size()) +
+                          " statuses; give min(k, n) = " + std::to_string(std::min(k, n)) + " ids and one status");
     std::size_t bytes = temp_storage.data() != nullptr ? temp_storage.size() : temp_storage_bytes;
     detail::select_lowest_from<Score>(temp_storage.data(), bytes, detail::array_source<Score>{scores.data()},
                                       scores.data(), false, ids.empty() ? nullptr : ids.data(), n,
@@ -529,7 +530,7 @@ public:
     /// calling thread's per-thread stream.
     cub_selector() = default;
     explicit cub_selector(cudaStream_t stream, select_algorithm algorithm = select_algorithm::automatic) noexcept
-        : stream_(stream), algorithm_(algorithm) {}
+            : stream_(stream), algorithm_(algorithm) {}
 
     /// Effects: writes the min(out.size(), ids.size()) lowest ids, ascending
     /// by (score, id), and returns their count.
@@ -550,10 +551,10 @@ public:
         ids_.reserve(std::max<std::uint32_t>(n, 1));
         static_assert(sizeof(item_id) == sizeof(std::uint32_t), "item ids are copied as their 32-bit values");
         if (n > 0) {
-            KVPOLICY_CUDA_CHECK(cudaMemcpyAsync(scores_.get(), scores.data(), n * sizeof(Score),
-                                                cudaMemcpyHostToDevice, stream_));
-            KVPOLICY_CUDA_CHECK(cudaMemcpyAsync(ids_.get(), ids.data(), n * sizeof(std::uint32_t),
-                                                cudaMemcpyHostToDevice, stream_));
+            KVPOLICY_CUDA_CHECK(
+                cudaMemcpyAsync(scores_.get(), scores.data(), n * sizeof(Score), cudaMemcpyHostToDevice, stream_));
+            KVPOLICY_CUDA_CHECK(
+                cudaMemcpyAsync(ids_.get(), ids.data(), n * sizeof(std::uint32_t), cudaMemcpyHostToDevice, stream_));
         }
         select_lowest_device(device_span<const Score>{reinterpret_cast<const Score*>(scores_.get()), n},
                              device_span<const std::uint32_t>{ids_.get(), n}, k);
@@ -576,11 +577,10 @@ public:
     /// Throws: usage_error if ids is neither empty nor scores' length, or
     /// there are 2^32 or more scores (nothing enqueued); cuda_error.
     template <class Score>
-    void select_lowest_device(device_span<const Score> scores, device_span<const std::uint32_t> ids,
-                              std::uint32_t k) {
+    void select_lowest_device(device_span<const Score> scores, device_span<const std::uint32_t> ids, std::uint32_t k) {
         if (!ids.empty() && ids.size() != scores.size())
-            throw usage_error("cub_selector::select_lowest_device: " + std::to_string(scores.size()) +
-                              " scores for " + std::to_string(ids.size()) + " ids; pass one id per score or none");
+            throw usage_error("cub_selector::select_lowest_device: " + std::to_string(scores.size()) + " scores for " +
+                              std::to_string(ids.size()) + " ids; pass one id per score or none");
         if (scores.size() >= std::numeric_limits<std::uint32_t>::max())
             throw usage_error("cub_selector::select_lowest_device: " + std::to_string(scores.size()) +
                               " items; the CUDA selector takes fewer than 2^32");
@@ -595,9 +595,8 @@ public:
                                           false, d_ids, n, out_.get(), k, status_.get(), stream_, algorithm_);
         temp_.reserve(bytes);
         bytes = temp_.capacity();
-        detail::select_lowest_from<Score>(temp_.get(), bytes, detail::array_source<Score>{scores.data()},
-                                          scores.data(), false, d_ids, n, out_.get(), k, status_.get(), stream_,
-                                          algorithm_);
+        detail::select_lowest_from<Score>(temp_.get(), bytes, detail::array_source<Score>{scores.data()}, scores.data(),
+                                          false, d_ids, n, out_.get(), k, status_.get(), stream_, algorithm_);
     }
 
     /// Waits for the stream and returns the last selection's status.

@@ -71,7 +71,7 @@ public:
     system_buffer(const system_buffer&) = delete;
     system_buffer& operator=(const system_buffer&) = delete;
     system_buffer(system_buffer&& o) noexcept
-        : ptr_(std::exchange(o.ptr_, thrust::pointer<T, System>{})), capacity_(std::exchange(o.capacity_, 0)) {}
+            : ptr_(std::exchange(o.ptr_, thrust::pointer<T, System>{})), capacity_(std::exchange(o.capacity_, 0)) {}
     system_buffer& operator=(system_buffer&& o) noexcept {
         if (this != &o) {
             release();
@@ -173,8 +173,9 @@ public:
         if (nan_at != scores + n) {
             const auto i = static_cast<std::size_t>(nan_at - scores);
             std::uint32_t id = static_cast<std::uint32_t>(i);
-            if (ids != nullptr) thrust::copy(thrust::pointer<const std::uint32_t, System>(ids + i),
-                                             thrust::pointer<const std::uint32_t, System>(ids + i + 1), &id);
+            if (ids != nullptr)
+                thrust::copy(thrust::pointer<const std::uint32_t, System>(ids + i),
+                             thrust::pointer<const std::uint32_t, System>(ids + i + 1), &id);
             throw nan_error(id);
         }
         k = std::min(k, n);
@@ -210,8 +211,8 @@ private:
 
     detail::system_buffer<std::uint64_t, System> keys_;  // [n] widened ordered score bits
     detail::system_buffer<std::uint32_t, System> ids_;   // [n] ids, permuted with the keys
-    std::vector<std::uint64_t> host_keys_;                // host staging: [n]
-    std::vector<std::uint32_t> host_ids_;                 // host staging: [n], then [k] results
+    std::vector<std::uint64_t> host_keys_;               // host staging: [n]
+    std::vector<std::uint32_t> host_ids_;                // host staging: [n], then [k] results
 };
 
 static_assert(victim_selector<thrust_selector<thrust::cpp::tag>>);

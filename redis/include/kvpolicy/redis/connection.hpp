@@ -102,16 +102,16 @@ struct tls_config {
 
 /// How the remote tier reaches its store.
 struct store_config {
-    std::vector<endpoint> nodes = {endpoint{}};  ///< a single server, or a cluster's seed nodes
-    bool cluster = false;                        ///< shard over a Redis Cluster (hash slots, MOVED/ASK)
-    std::string user;                            ///< a Redis 6 ACL user (AUTH user password); empty: AUTH password
-    std::string password;                        ///< AUTH, when the server has requirepass or an ACL user
-    tls_config tls;                              ///< TLS, when the server listens with --tls-port
+    std::vector<endpoint> nodes = {endpoint{}};      ///< a single server, or a cluster's seed nodes
+    bool cluster = false;                            ///< shard over a Redis Cluster (hash slots, MOVED/ASK)
+    std::string user;                                ///< a Redis 6 ACL user (AUTH user password); empty: AUTH password
+    std::string password;                            ///< AUTH, when the server has requirepass or an ACL user
+    tls_config tls;                                  ///< TLS, when the server listens with --tls-port
     std::chrono::milliseconds connect_timeout{500};  ///< one connect (and its TLS handshake) at most
     std::chrono::milliseconds io_timeout{1000};      ///< a batch's deadline: all its I/O, from its start
     std::size_t max_in_flight_bytes = std::size_t{64} << 20;  ///< a batch is sent when its values reach this
-    std::size_t required_memory_bytes = 0;  ///< refuse a node whose maxmemory is set and below this
-    remote_namespace ns;                    ///< model, layout, block size, item bytes: the keys' prefix
+    std::size_t required_memory_bytes = 0;                    ///< refuse a node whose maxmemory is set and below this
+    remote_namespace ns;  ///< model, layout, block size, item bytes: the keys' prefix
 };
 
 /// Throws config_error naming the first bad field of `c` and the fix: no
@@ -132,23 +132,26 @@ inline void validate(const store_config& c) {
                                "; a TCP port is 1-65535 (Redis listens on 6379 by default)");
     }
     if (c.connect_timeout.count() <= 0)
-        throw config_error("redis store: store_config::connect_timeout is " + std::to_string(c.connect_timeout.count()) +
-                           " ms; give a positive time (default 500 ms)");
+        throw config_error("redis store: store_config::connect_timeout is " +
+                           std::to_string(c.connect_timeout.count()) + " ms; give a positive time (default 500 ms)");
     if (c.io_timeout.count() <= 0)
-        throw config_error("redis store: store_config::io_timeout is " + std::to_string(c.io_timeout.count()) +
-                           " ms; give a positive time, each batch's deadline (default 1000 ms; 0 does not switch it off)");
+        throw config_error(
+            "redis store: store_config::io_timeout is " + std::to_string(c.io_timeout.count()) +
+            " ms; give a positive time, each batch's deadline (default 1000 ms; 0 does not switch it off)");
     if (!c.user.empty() && c.password.empty())
         throw config_error("redis store: store_config::user is \"" + c.user +
                            "\" but store_config::password is empty; give the ACL user's password");
     if (c.tls.cert_file.empty() != c.tls.key_file.empty())
-        throw config_error("redis store: store_config::tls.cert_file and tls.key_file go together (the client's "
-                           "certificate and its private key); give both or neither");
+        throw config_error(
+            "redis store: store_config::tls.cert_file and tls.key_file go together (the client's "
+            "certificate and its private key); give both or neither");
     const std::string prefix = c.ns.prefix();
     if (prefix.find_first_of("{}") != std::string::npos)
-        throw config_error("redis store: the key prefix \"" + prefix +
-                           "\" has '{' or '}' (from store_config::ns, e.g. a model name like llama{70b}): Redis Cluster "
-                           "would hash every key by the text between them and put all of them on one master; "
-                           "use a name without braces (llama-70b)");
+        throw config_error(
+            "redis store: the key prefix \"" + prefix +
+            "\" has '{' or '}' (from store_config::ns, e.g. a model name like llama{70b}): Redis Cluster "
+            "would hash every key by the text between them and put all of them on one master; "
+            "use a name without braces (llama-70b)");
 }
 
 struct reply_deleter {
@@ -446,9 +449,12 @@ public:
                 line_end = in_pos_ + static_cast<std::size_t>(static_cast<const char*>(nl) - start) + 1;
                 break;
             }
-            if (avail > 0 && start[0] != '$') ours = false;  // not a bulk string: the reader's
-            else if (avail > 24) ours = false;               // longer than any "$<length>\r\n"
-            else if (!read_more()) return bulk_read::failed;
+            if (avail > 0 && start[0] != '$')
+                ours = false;  // not a bulk string: the reader's
+            else if (avail > 24)
+                ours = false;  // longer than any "$<length>\r\n"
+            else if (!read_more())
+                return bulk_read::failed;
         }
         if (ours) {
             const char* line = in_.data() + in_pos_;
@@ -457,7 +463,8 @@ public:
             if (ours) {
                 const char* cr = in_.data() + line_end - 2;
                 const auto parsed = std::from_chars(line + 1, cr, length);
-                ours = parsed.ec == std::errc{} && parsed.ptr == cr && length == expected && (line[1] != '0' || cr == line + 2);
+                ours = parsed.ec == std::errc{} && parsed.ptr == cr && length == expected &&
+                       (line[1] != '0' || cr == line + 2);
             }
         }
         if (!ours) {
@@ -599,7 +606,8 @@ private:
                 stage_.clear();
                 for (const iovec& v : iov) {
                     const std::size_t take = std::min(v.iov_len, tls_record - stage_.size());
-                    stage_.insert(stage_.end(), static_cast<const char*>(v.iov_base), static_cast<const char*>(v.iov_base) + take);
+                    stage_.insert(stage_.end(), static_cast<const char*>(v.iov_base),
+                                  static_cast<const char*>(v.iov_base) + take);
                     if (stage_.size() == tls_record || take < v.iov_len) break;
                 }
                 staged_.iov_base = stage_.data();
@@ -631,7 +639,8 @@ private:
             std::size_t k = 0;
             while (k + 1 < iov.size() && iov[k].iov_len == 0) ++k;
             for (;;) {
-                const int n = SSL_read(ssl_, iov[k].iov_base, static_cast<int>(std::min<std::size_t>(iov[k].iov_len, INT_MAX)));
+                const int n =
+                    SSL_read(ssl_, iov[k].iov_base, static_cast<int>(std::min<std::size_t>(iov[k].iov_len, INT_MAX)));
                 if (n > 0) return static_cast<std::size_t>(n);
                 if (!ssl_wait(n)) return 0;
             }
@@ -684,8 +693,10 @@ private:
 
     void copy_out(std::string_view text) {
         if (text.empty()) return;
-        if (!out_.empty() && out_.back().external == nullptr) out_.back().len += text.size();
-        else out_.push_back({nullptr, out_text_.size(), text.size()});
+        if (!out_.empty() && out_.back().external == nullptr)
+            out_.back().len += text.size();
+        else
+            out_.push_back({nullptr, out_text_.size(), text.size()});
         out_text_.append(text);
     }
     void refer_out(std::span<const std::byte> bytes) {
@@ -725,7 +736,8 @@ private:
             }
         }
         if (addresses_.empty()) {
-            why = "the host name \"" + at_.host + "\" did not resolve by the deadline (DNS slow or unreachable; the "
+            why = "the host name \"" + at_.host +
+                  "\" did not resolve by the deadline (DNS slow or unreachable; the "
                   "lookup goes on in the background)";
             return false;
         }
@@ -792,16 +804,18 @@ private:
         const bool cas = t.ca_file.empty() ? SSL_CTX_set_default_verify_paths(ctx.get()) == 1
                                            : SSL_CTX_load_verify_locations(ctx.get(), t.ca_file.c_str(), nullptr) == 1;
         if (!cas)
-            throw config_error("redis at " + at_.str() + ": cannot load the CA certificates from store_config::tls.ca_file \"" +
-                               t.ca_file + "\" (" + openssl_error() + "); give a readable PEM file");
+            throw config_error("redis at " + at_.str() +
+                               ": cannot load the CA certificates from store_config::tls.ca_file \"" + t.ca_file +
+                               "\" (" + openssl_error() + "); give a readable PEM file");
         if (!t.cert_file.empty()) {
             if (SSL_CTX_use_certificate_chain_file(ctx.get(), t.cert_file.c_str()) != 1)
-                throw config_error("redis at " + at_.str() + ": cannot load store_config::tls.cert_file \"" + t.cert_file +
-                                   "\" (" + openssl_error() + "); give the client's certificate as PEM");
+                throw config_error("redis at " + at_.str() + ": cannot load store_config::tls.cert_file \"" +
+                                   t.cert_file + "\" (" + openssl_error() + "); give the client's certificate as PEM");
             if (SSL_CTX_use_PrivateKey_file(ctx.get(), t.key_file.c_str(), SSL_FILETYPE_PEM) != 1 ||
                 SSL_CTX_check_private_key(ctx.get()) != 1)
-                throw config_error("redis at " + at_.str() + ": cannot load store_config::tls.key_file \"" + t.key_file +
-                                   "\" (" + openssl_error() + "); give the PEM private key of tls.cert_file");
+                throw config_error("redis at " + at_.str() + ": cannot load store_config::tls.key_file \"" +
+                                   t.key_file + "\" (" + openssl_error() +
+                                   "); give the PEM private key of tls.cert_file");
         }
         ssl_ctx_ = std::move(ctx);
         return ssl_ctx_.get();
@@ -834,8 +848,9 @@ private:
             if ((e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) && ssl_wait(r, until)) continue;
             const long verify = SSL_get_verify_result(ssl_);
             if (verify == X509_V_ERR_HOSTNAME_MISMATCH || verify == X509_V_ERR_IP_ADDRESS_MISMATCH) {
-                why = "the server's TLS certificate is not for \"" + name +
-                      "\"; set store_config::tls.server_name to a name the certificate carries, or connect by that name";
+                why =
+                    "the server's TLS certificate is not for \"" + name +
+                    "\"; set store_config::tls.server_name to a name the certificate carries, or connect by that name";
             } else if (verify != X509_V_OK) {
                 why = std::string("the server's TLS certificate does not verify (") +
                       X509_verify_cert_error_string(verify) +
@@ -877,24 +892,26 @@ private:
                                                 : command({"AUTH", config_->user, config_->password});
             if (!r) return fail_io(why, "AUTH");
             if (r->type == REDIS_REPLY_ERROR) {
-                return failed_open(why, "redis at " + at_.str() + ": authentication failed (" + std::string(r->str, r->len) +
-                                            (config_->user.empty()
-                                                 ? "); set store_config::password to the server's requirepass, or "
-                                                   "store_config::user and password to an ACL user's"
-                                                 : "); set store_config::user and store_config::password to an ACL "
-                                                   "user the server has (ACL SETUSER ... on >password)"));
+                return failed_open(
+                    why, "redis at " + at_.str() + ": authentication failed (" + std::string(r->str, r->len) +
+                             (config_->user.empty() ? "); set store_config::password to the server's requirepass, or "
+                                                      "store_config::user and password to an ACL user's"
+                                                    : "); set store_config::user and store_config::password to an ACL "
+                                                      "user the server has (ACL SETUSER ... on >password)"));
             }
         }
         reply_ptr r = command({"PING"});
         if (!r) return fail_io(why, "PING");
         if (is_error(r.get(), "NOAUTH")) {
-            return failed_open(why, "redis at " + at_.str() + ": the server needs a password (" + std::string(r->str, r->len) +
+            return failed_open(why, "redis at " + at_.str() + ": the server needs a password (" +
+                                        std::string(r->str, r->len) +
                                         "); set store_config::password to its requirepass (and store_config::user "
                                         "for an ACL user)");
         }
         if (r->type != REDIS_REPLY_STATUS) {
-            return failed_open(why, "redis at " + at_.str() + ": PING answered " +
-                                        (r->type == REDIS_REPLY_ERROR ? std::string(r->str, r->len) : std::string("not PONG")));
+            return failed_open(
+                why, "redis at " + at_.str() + ": PING answered " +
+                         (r->type == REDIS_REPLY_ERROR ? std::string(r->str, r->len) : std::string("not PONG")));
         }
         backoff_ = first_backoff;
         down_until_ = {};
@@ -911,13 +928,14 @@ private:
     }
 
     bool fail_io(std::string& why, const char* what) {
-        return failed_open(why, "redis at " + at_.str() + ": no answer to " + what + " (" + last_error_ +
-                                    "); check that the server there is running and not paused (a batch waits "
-                                    "store_config::io_timeout, " + std::to_string(config_->io_timeout.count()) +
-                                    " ms, at most)" +
-                                    (config_->tls.enabled ? "; over TLS, a server with tls-auth-clients needs the "
-                                                            "client's certificate: store_config::tls.cert_file and key_file"
-                                                          : ""));
+        return failed_open(why,
+                           "redis at " + at_.str() + ": no answer to " + what + " (" + last_error_ +
+                               "); check that the server there is running and not paused (a batch waits "
+                               "store_config::io_timeout, " +
+                               std::to_string(config_->io_timeout.count()) + " ms, at most)" +
+                               (config_->tls.enabled ? "; over TLS, a server with tls-auth-clients needs the "
+                                                       "client's certificate: store_config::tls.cert_file and key_file"
+                                                     : ""));
     }
 
     // A node whose maxmemory is below what the tier needs would evict (or
@@ -926,12 +944,14 @@ private:
         if (config_->required_memory_bytes == 0) return;
         reply_ptr r = command({"INFO", "memory"});
         if (!r || r->type != REDIS_REPLY_STRING)
-            throw config_error("redis at " + at_.str() + ": INFO memory failed; cannot check maxmemory against "
+            throw config_error("redis at " + at_.str() +
+                               ": INFO memory failed; cannot check maxmemory against "
                                "store_config::required_memory_bytes (set it to 0 to skip the check)");
         const info_field f = parse_info_field(std::string_view(r->str, r->len), "maxmemory");
         if (!f.present) return;
         if (!f.valid)
-            throw config_error("redis at " + at_.str() + ": INFO memory's maxmemory is not a number; cannot check it "
+            throw config_error("redis at " + at_.str() +
+                               ": INFO memory's maxmemory is not a number; cannot check it "
                                "against store_config::required_memory_bytes (set it to 0 to skip the check)");
         const std::uint64_t maxmemory = f.value;
         if (maxmemory != 0 && maxmemory < config_->required_memory_bytes)
@@ -959,13 +979,13 @@ private:
     deadline_clock::time_point down_until_{};
     std::chrono::milliseconds backoff_ = first_backoff;
     std::string last_error_;
-    std::string tls_error_;  // OpenSSL's last error, for the next close's message
+    std::string tls_error_;         // OpenSSL's last error, for the next close's message
     std::vector<out_segment> out_;  // queued output, in order
     std::string out_text_;          // its copied part
     std::vector<iovec> iov_;        // scratch for sendmsg
     std::vector<char> stage_;       // TLS: small pieces gathered into one record
     iovec staged_{};
-    std::vector<char> in_;          // read here, not yet used: [in_pos_, size)
+    std::vector<char> in_;  // read here, not yet used: [in_pos_, size)
     std::size_t in_pos_ = 0;
     std::array<char, 4096> ahead_;  // a value's last read reads ahead into it
 };

@@ -40,14 +40,14 @@ public:
     /// Throws: config_error if the arenas' block sizes differ from each other
     /// or from the namespace's item bytes.
     engine(block_arena& gpu, block_arena& cpu, store& remote)
-        : local_(gpu, cpu),
-          gpu_(&gpu),
-          cpu_(&cpu),
-          store_(&remote),
-          ns_hash_(remote.config().ns.hash()),
-          key_prefix_(remote.config().ns.prefix()),
-          fetch_mark_(cpu.capacity(), 0),
-          set_mark_{std::vector<std::uint32_t>(gpu.capacity(), 0), std::vector<std::uint32_t>(cpu.capacity(), 0)} {
+            : local_(gpu, cpu),
+              gpu_(&gpu),
+              cpu_(&cpu),
+              store_(&remote),
+              ns_hash_(remote.config().ns.hash()),
+              key_prefix_(remote.config().ns.prefix()),
+              fetch_mark_(cpu.capacity(), 0),
+              set_mark_{std::vector<std::uint32_t>(gpu.capacity(), 0), std::vector<std::uint32_t>(cpu.capacity(), 0)} {
         if (remote.config().ns.item_bytes != gpu.block_bytes())
             throw config_error("redis engine: the store's namespace has item_bytes " +
                                std::to_string(remote.config().ns.item_bytes) + " but the arenas' blocks have " +
@@ -90,8 +90,10 @@ public:
                 continue;
             }
             status[i] = transfer_status::failed;  // until its reply says otherwise
-            if (op.to == tier::remote) queue_set(i, remote_keys[k], op.from, op.src);
-            else queue_get(i, remote_keys[k], op.dst);
+            if (op.to == tier::remote)
+                queue_set(i, remote_keys[k], op.from, op.src);
+            else
+                queue_get(i, remote_keys[k], op.dst);
             if (queued_bytes_ >= store_->config().max_in_flight_bytes) done += send();
         }
         done += send();
@@ -152,7 +154,8 @@ private:
     // Per-slot marks (the batch's epoch) make these checks O(1) per op; a
     // scan of the queue made a batch of n ops cost O(n^2).
     [[nodiscard]] bool touches_pending_fetch(const block_transfer& op) const noexcept {
-        return (op.from == tier::cpu && marked(fetch_mark_, op.src)) || (op.to == tier::cpu && marked(fetch_mark_, op.dst));
+        return (op.from == tier::cpu && marked(fetch_mark_, op.src)) ||
+               (op.to == tier::cpu && marked(fetch_mark_, op.dst));
     }
 
     // The slots `op` writes: its destination, and its source too when it is an exchange.
@@ -198,8 +201,9 @@ private:
                 const auto head = std::as_bytes(std::span<const remote_value_header, 1>(&headers_[set_at++], 1));
                 cmds_.push_back({"SET", key, head, std::span<const std::byte>(q.payload, item_bytes)});
             } else {
-                sinks_.push_back({std::as_writable_bytes(std::span<remote_value_header, 1>(&heads_in_[sinks_.size()], 1)),
-                                  cpu_->block(q.slot)});
+                sinks_.push_back(
+                    {std::as_writable_bytes(std::span<remote_value_header, 1>(&heads_in_[sinks_.size()], 1)),
+                     cpu_->block(q.slot)});
                 cmds_.push_back({"GET", key, {}, {}, &sinks_.back()});
             }
         }
@@ -253,10 +257,10 @@ private:
     block_arena* cpu_;
     store* store_;
     std::uint64_t ns_hash_;
-    std::string key_prefix_;  // the namespace's key prefix, made once
-    std::uint32_t epoch_ = 1;  // the current batch, for the marks below
-    std::vector<std::uint32_t> fetch_mark_;                // [cpu slot]: epoch_ when a queued GET fills it
-    std::array<std::vector<std::uint32_t>, 2> set_mark_;   // [gpu, cpu][slot]: epoch_ when a queued SET reads it
+    std::string key_prefix_;                              // the namespace's key prefix, made once
+    std::uint32_t epoch_ = 1;                             // the current batch, for the marks below
+    std::vector<std::uint32_t> fetch_mark_;               // [cpu slot]: epoch_ when a queued GET fills it
+    std::array<std::vector<std::uint32_t>, 2> set_mark_;  // [gpu, cpu][slot]: epoch_ when a queued SET reads it
     std::span<transfer_status> status_;
     std::vector<queued> queue_;
     std::vector<remote_value_header> headers_;   // the queued SETs' headers, in order

@@ -63,13 +63,15 @@ public:
     /// The digest of a block of `tokens` after `parent`, with `extra`.
     [[nodiscard]] block_digest operator()(const block_digest& parent, std::span<const std::int32_t> tokens,
                                           std::span<const std::byte> extra = {}) {
-        static_assert(std::endian::native == std::endian::little, "token ids are hashed little-endian; add a byte swap");
+        static_assert(std::endian::native == std::endian::little,
+                      "token ids are hashed little-endian; add a byte swap");
         const std::uint64_t lens[2] = {extra.size(), tokens.size()};
         block_digest out{};
         unsigned int n = 0;
         if (EVP_DigestInit_ex2(ctx_, md_, nullptr) != 1 || EVP_DigestUpdate(ctx_, parent.data(), parent.size()) != 1 ||
             EVP_DigestUpdate(ctx_, &lens[0], 8) != 1 || EVP_DigestUpdate(ctx_, extra.data(), extra.size()) != 1 ||
-            EVP_DigestUpdate(ctx_, &lens[1], 8) != 1 || EVP_DigestUpdate(ctx_, tokens.data(), tokens.size_bytes()) != 1 ||
+            EVP_DigestUpdate(ctx_, &lens[1], 8) != 1 ||
+            EVP_DigestUpdate(ctx_, tokens.data(), tokens.size_bytes()) != 1 ||
             EVP_DigestFinal_ex(ctx_, out.data(), &n) != 1 || n != out.size())
             throw error("sha256_block_hasher: OpenSSL's SHA-256 failed");
         return out;
@@ -104,8 +106,9 @@ public:
     /// Throws: config_error for a secret under 16 bytes (nothing kept).
     explicit hmac_sha256(std::span<const std::byte> secret) {
         if (secret.size() < min_secret_bytes)
-            throw config_error("hmac_sha256: the secret has " + std::to_string(secret.size()) + " bytes; give at least " +
-                               std::to_string(min_secret_bytes) + " random bytes (32 recommended), the same on every "
+            throw config_error("hmac_sha256: the secret has " + std::to_string(secret.size()) +
+                               " bytes; give at least " + std::to_string(min_secret_bytes) +
+                               " random bytes (32 recommended), the same on every "
                                "instance that shares the store");
         mac_ = EVP_MAC_fetch(nullptr, OSSL_MAC_NAME_HMAC, nullptr);
         ctx_ = mac_ != nullptr ? EVP_MAC_CTX_new(mac_) : nullptr;
@@ -118,7 +121,8 @@ public:
             throw error("hmac_sha256: OpenSSL could not set up HMAC-SHA-256");
         }
     }
-    explicit hmac_sha256(std::string_view secret) : hmac_sha256(std::as_bytes(std::span<const char>(secret.data(), secret.size()))) {}
+    explicit hmac_sha256(std::string_view secret)
+            : hmac_sha256(std::as_bytes(std::span<const char>(secret.data(), secret.size()))) {}
     ~hmac_sha256() override { release(); }
     hmac_sha256(const hmac_sha256&) = delete;
     hmac_sha256& operator=(const hmac_sha256&) = delete;
@@ -127,10 +131,10 @@ public:
               std::span<std::byte, size> out) const override {
         EVP_MAC_CTX* c = EVP_MAC_CTX_dup(ctx_);  // the keyed state, so that sign is thread-safe
         std::size_t n = 0;
-        const bool ok = c != nullptr &&
-                        EVP_MAC_update(c, reinterpret_cast<const unsigned char*>(head.data()), head.size()) == 1 &&
-                        EVP_MAC_update(c, reinterpret_cast<const unsigned char*>(payload.data()), payload.size()) == 1 &&
-                        EVP_MAC_final(c, reinterpret_cast<unsigned char*>(out.data()), &n, out.size()) == 1 && n == size;
+        const bool ok =
+            c != nullptr && EVP_MAC_update(c, reinterpret_cast<const unsigned char*>(head.data()), head.size()) == 1 &&
+            EVP_MAC_update(c, reinterpret_cast<const unsigned char*>(payload.data()), payload.size()) == 1 &&
+            EVP_MAC_final(c, reinterpret_cast<unsigned char*>(out.data()), &n, out.size()) == 1 && n == size;
         EVP_MAC_CTX_free(c);
         if (!ok) throw error("hmac_sha256: OpenSSL's HMAC failed");
     }
@@ -158,11 +162,12 @@ public:
     static constexpr std::size_t tag_bytes = 16, nonce_bytes = 16;
 
     /// Throws: config_error for a secret under 16 bytes (hmac_sha256's rule).
-    explicit poly1305_mac(std::span<const std::byte> secret) : kdf_(secret), poly_(EVP_MAC_fetch(nullptr, "POLY1305", nullptr)) {
+    explicit poly1305_mac(std::span<const std::byte> secret)
+            : kdf_(secret), poly_(EVP_MAC_fetch(nullptr, "POLY1305", nullptr)) {
         if (poly_ == nullptr) throw error("poly1305_mac: OpenSSL has no Poly1305 here");
     }
     explicit poly1305_mac(std::string_view secret)
-        : poly1305_mac(std::as_bytes(std::span<const char>(secret.data(), secret.size()))) {}
+            : poly1305_mac(std::as_bytes(std::span<const char>(secret.data(), secret.size()))) {}
     ~poly1305_mac() override { EVP_MAC_free(poly_); }
     poly1305_mac(const poly1305_mac&) = delete;
     poly1305_mac& operator=(const poly1305_mac&) = delete;
@@ -193,12 +198,12 @@ private:
         kdf_.sign(input, {}, key);
         EVP_MAC_CTX* c = EVP_MAC_CTX_new(poly_);
         std::size_t n = 0;
-        const bool ok = c != nullptr &&
-                        EVP_MAC_init(c, reinterpret_cast<const unsigned char*>(key.data()), key.size(), nullptr) == 1 &&
-                        EVP_MAC_update(c, reinterpret_cast<const unsigned char*>(head.data()), head.size()) == 1 &&
-                        EVP_MAC_update(c, reinterpret_cast<const unsigned char*>(payload.data()), payload.size()) == 1 &&
-                        EVP_MAC_final(c, reinterpret_cast<unsigned char*>(out.data()), &n, out.size()) == 1 &&
-                        n == tag_bytes;
+        const bool ok =
+            c != nullptr &&
+            EVP_MAC_init(c, reinterpret_cast<const unsigned char*>(key.data()), key.size(), nullptr) == 1 &&
+            EVP_MAC_update(c, reinterpret_cast<const unsigned char*>(head.data()), head.size()) == 1 &&
+            EVP_MAC_update(c, reinterpret_cast<const unsigned char*>(payload.data()), payload.size()) == 1 &&
+            EVP_MAC_final(c, reinterpret_cast<unsigned char*>(out.data()), &n, out.size()) == 1 && n == tag_bytes;
         EVP_MAC_CTX_free(c);
         OPENSSL_cleanse(key.data(), key.size());
         if (!ok) throw error("poly1305_mac: OpenSSL's Poly1305 failed");

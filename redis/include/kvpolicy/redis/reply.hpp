@@ -83,21 +83,26 @@ namespace detail {
             return {result::incomplete, 0, ""};
         }
         if (nl - pos > limits.max_line) return {result::malformed, 0, "a line over 1 MiB"};
-        if (nl == pos || in[nl - 1] != '\r' || nl - 1 == pos) return {result::malformed, 0, "a line without a type or \\r\\n"};
+        if (nl == pos || in[nl - 1] != '\r' || nl - 1 == pos)
+            return {result::malformed, 0, "a line without a type or \\r\\n"};
         const char type = in[pos];
         const std::string_view body = in.substr(pos + 1, nl - 1 - pos - 1);
         std::size_t next = nl + 1;
         long long n = 0;
         switch (type) {
             case '+':
-            case '-': break;
+            case '-':
+                break;
             case ':':
-                if (!detail::whole_integer(body, n)) return {result::malformed, 0, "an integer reply that is not a number"};
+                if (!detail::whole_integer(body, n))
+                    return {result::malformed, 0, "an integer reply that is not a number"};
                 break;
             case '$':
-                if (!detail::whole_integer(body, n) || n < -1) return {result::malformed, 0, "a bulk length that is not a length"};
+                if (!detail::whole_integer(body, n) || n < -1)
+                    return {result::malformed, 0, "a bulk length that is not a length"};
                 if (n >= 0) {
-                    if (static_cast<unsigned long long>(n) > limits.max_bulk) return {result::malformed, 0, "a bulk string over 512 MiB"};
+                    if (static_cast<unsigned long long>(n) > limits.max_bulk)
+                        return {result::malformed, 0, "a bulk string over 512 MiB"};
                     const std::size_t len = static_cast<std::size_t>(n);
                     if (in.size() - next < len + 2) return {result::incomplete, 0, ""};
                     if (in[next + len] != '\r' || in[next + len + 1] != '\n')
@@ -106,17 +111,20 @@ namespace detail {
                 }
                 break;
             case '*':
-                if (!detail::whole_integer(body, n) || n < -1) return {result::malformed, 0, "an array count that is not a count"};
+                if (!detail::whole_integer(body, n) || n < -1)
+                    return {result::malformed, 0, "an array count that is not a count"};
                 if (static_cast<unsigned long long>(n > 0 ? n : 0) > limits.max_elements)
                     return {result::malformed, 0, "an array of more than 2^20 elements"};
                 if (n > 0) {
-                    if (depth >= limits.max_depth || depth >= left.size()) return {result::malformed, 0, "arrays nested deeper than 7"};
+                    if (depth >= limits.max_depth || depth >= left.size())
+                        return {result::malformed, 0, "arrays nested deeper than 7"};
                     left[depth++] = n;
                     pos = next;
                     continue;  // its elements follow
                 }
                 break;
-            default: return {result::malformed, 0, "an unknown reply type"};
+            default:
+                return {result::malformed, 0, "an unknown reply type"};
         }
         pos = next;
         // One element done: close the arrays it completes.
@@ -141,9 +149,12 @@ struct redirect {
 /// a host over 255 bytes or with spaces or control characters.
 [[nodiscard]] inline std::optional<redirect> parse_redirect(std::string_view text) {
     redirect r;
-    if (text.substr(0, 6) == "MOVED ") text.remove_prefix(6);
-    else if (text.substr(0, 4) == "ASK ") r.ask = true, text.remove_prefix(4);
-    else return std::nullopt;
+    if (text.substr(0, 6) == "MOVED ")
+        text.remove_prefix(6);
+    else if (text.substr(0, 4) == "ASK ")
+        r.ask = true, text.remove_prefix(4);
+    else
+        return std::nullopt;
     const auto space = text.find(' ');
     if (space == std::string_view::npos) return std::nullopt;
     std::uint64_t slot = 0;
@@ -181,9 +192,9 @@ struct slot_range {
     std::vector<slot_range> out;
     for (std::size_t i = 0; i < r->elements; ++i) {
         const redisReply* e = r->element[i];
-        if (e == nullptr || e->type != REDIS_REPLY_ARRAY || e->elements < 3 || e->element[0]->type != REDIS_REPLY_INTEGER ||
-            e->element[1]->type != REDIS_REPLY_INTEGER || e->element[2]->type != REDIS_REPLY_ARRAY ||
-            e->element[2]->elements < 2) {
+        if (e == nullptr || e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+            e->element[0]->type != REDIS_REPLY_INTEGER || e->element[1]->type != REDIS_REPLY_INTEGER ||
+            e->element[2]->type != REDIS_REPLY_ARRAY || e->element[2]->elements < 2) {
             why = "entry " + std::to_string(i) + " is not [start, end, [host, port, ...], ...]";
             return std::nullopt;
         }

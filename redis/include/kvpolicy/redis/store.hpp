@@ -44,7 +44,9 @@ namespace kvpolicy::redis {
     std::uint16_t crc = 0;
     for (const char ch : key) {
         crc ^= static_cast<std::uint16_t>(static_cast<unsigned char>(ch) << 8);
-        for (int i = 0; i < 8; ++i) crc = (crc & 0x8000) ? static_cast<std::uint16_t>((crc << 1) ^ 0x1021) : static_cast<std::uint16_t>(crc << 1);
+        for (int i = 0; i < 8; ++i)
+            crc =
+                (crc & 0x8000) ? static_cast<std::uint16_t>((crc << 1) ^ 0x1021) : static_cast<std::uint16_t>(crc << 1);
     }
     return crc & 16383;
 }
@@ -333,8 +335,9 @@ private:
     std::uint32_t node_index(const endpoint& e) {
         for (std::uint32_t n = 0; n < nodes_.size(); ++n)
             if (nodes_[n]->address() == e) return n;
-        const bool known_host = is_ip_address(e.host) || std::any_of(config_.nodes.begin(), config_.nodes.end(),
-                                                                      [&](const endpoint& c) { return c.host == e.host; });
+        const bool known_host =
+            is_ip_address(e.host) || std::any_of(config_.nodes.begin(), config_.nodes.end(),
+                                                 [&](const endpoint& c) { return c.host == e.host; });
         if (!known_host || nodes_.size() >= max_nodes || (accept_node && !accept_node(e))) return no_node;
         nodes_.push_back(std::make_unique<connection>(e, config_, connection::deferred));
         nodes_.back()->begin_batch(deadline_, batch_id_);
@@ -388,10 +391,10 @@ private:
     std::array<std::uint32_t, slots> slot_node_{};
     bool stale_map_ = false;
     std::size_t redirects_ = 0;
-    std::vector<std::uint32_t> target_;      // scratch: node per command
-    std::vector<std::uint8_t> asking_;       // scratch: send ASKING first
-    std::vector<std::size_t> pending_;       // scratch: commands still to send
-    std::vector<std::string> key_text_;      // scratch for present_prefix
+    std::vector<std::uint32_t> target_;  // scratch: node per command
+    std::vector<std::uint8_t> asking_;   // scratch: send ASKING first
+    std::vector<std::size_t> pending_;   // scratch: commands still to send
+    std::vector<std::string> key_text_;  // scratch for present_prefix
     std::vector<command> exists_;
     std::vector<reply_ptr> exists_replies_;
 };

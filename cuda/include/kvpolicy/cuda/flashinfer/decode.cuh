@@ -52,11 +52,11 @@ struct device_paged_kv_indices {
 /// A paged KV cache in device memory (NHD pages; see the header paragraph).
 template <flashinfer_element T>
 struct paged_kv_cache {
-    device_span<const T> k;           ///< page p at p * page_stride: [page_size][num_kv_heads][head_dim]
-    device_span<const T> v;           ///< same layout and stride as k
-    std::size_t page_stride = 0;      ///< elements between pages; 0 = packed (page_size x token_stride)
-    std::size_t token_stride = 0;     ///< elements between a page's tokens; 0 = num_kv_heads x head_dim
-    std::uint32_t num_pages = 0;      ///< page ids 0 .. num_pages - 1 are valid
+    device_span<const T> k;        ///< page p at p * page_stride: [page_size][num_kv_heads][head_dim]
+    device_span<const T> v;        ///< same layout and stride as k
+    std::size_t page_stride = 0;   ///< elements between pages; 0 = packed (page_size x token_stride)
+    std::size_t token_stride = 0;  ///< elements between a page's tokens; 0 = num_kv_heads x head_dim
+    std::uint32_t num_pages = 0;   ///< page ids 0 .. num_pages - 1 are valid
     std::uint32_t page_size = 0;
     std::uint32_t num_kv_heads = 0;
     std::uint32_t head_dim = instantiated_head_dim;
@@ -124,18 +124,19 @@ inline void check_indptr(host_span<const std::int32_t> indptr, const std::string
 template <flashinfer_element T>
 void check_cache(const paged_kv_cache<T>& kv, const attention_heads& h, std::uint32_t page_size,
                  const std::string& who) {
-    if (kv.head_dim != h.head_dim || kv.num_kv_heads != h.num_kv_heads || kv.page_size != page_size ||
-        page_size == 0)
+    if (kv.head_dim != h.head_dim || kv.num_kv_heads != h.num_kv_heads || kv.page_size != page_size || page_size == 0)
         throw usage_error(who + ": the cache holds pages of " + std::to_string(kv.page_size) + " tokens x " +
                           std::to_string(kv.num_kv_heads) + " KV heads x " + std::to_string(kv.head_dim) +
                           "; the plan was made for " + std::to_string(page_size) + " x " +
                           std::to_string(h.num_kv_heads) + " x " + std::to_string(h.head_dim));
     // Strides may alias (MInference's pages overlap an NHD key tensor); only
     // the extent the page ids reach must lie inside k and v.
-    if (kv.stride() > std::numeric_limits<std::uint32_t>::max() || kv.token() > std::numeric_limits<std::uint32_t>::max() ||
+    if (kv.stride() > std::numeric_limits<std::uint32_t>::max() ||
+        kv.token() > std::numeric_limits<std::uint32_t>::max() ||
         kv.token() < std::size_t{kv.num_kv_heads} * kv.head_dim)
         throw usage_error(who + ": page_stride " + std::to_string(kv.stride()) + " and token_stride " +
-                          std::to_string(kv.token()) + ": a token holds num_kv_heads x head_dim elements and "
+                          std::to_string(kv.token()) +
+                          ": a token holds num_kv_heads x head_dim elements and "
                           "FlashInfer keeps strides in 32 bits");
     const std::size_t need = kv.extent();
     if (kv.k.size() < need || kv.v.size() < need)
@@ -163,8 +164,8 @@ public:
         const std::size_t batch = indptr.size() - 1;
         if (indices.size() != static_cast<std::size_t>(indptr[batch]) || last_page_len.size() != batch)
             throw usage_error(who + ": " + std::to_string(indices.size()) + " indices and " +
-                              std::to_string(last_page_len.size()) + " last-page lengths for " +
-                              std::to_string(batch) + " requests of " + std::to_string(indptr[batch]) +
+                              std::to_string(last_page_len.size()) + " last-page lengths for " + std::to_string(batch) +
+                              " requests of " + std::to_string(indptr[batch]) +
                               " pages; give indptr.back() indices and one length per request");
         for (std::size_t i = 0; i < indices.size(); ++i)
             if (indices[i] < 0 || static_cast<std::uint32_t>(indices[i]) >= num_pages)
@@ -178,10 +179,10 @@ public:
         indptr_.reserve(indptr.size());
         indices_.reserve(indices.size());
         last_.reserve(batch);
-        KVPOLICY_CUDA_CHECK(cudaMemcpyAsync(indptr_.get(), indptr.data(), indptr.size_bytes(), cudaMemcpyHostToDevice,
-                                            stream));
-        KVPOLICY_CUDA_CHECK(cudaMemcpyAsync(indices_.get(), indices.data(), indices.size_bytes(),
-                                            cudaMemcpyHostToDevice, stream));
+        KVPOLICY_CUDA_CHECK(
+            cudaMemcpyAsync(indptr_.get(), indptr.data(), indptr.size_bytes(), cudaMemcpyHostToDevice, stream));
+        KVPOLICY_CUDA_CHECK(
+            cudaMemcpyAsync(indices_.get(), indices.data(), indices.size_bytes(), cudaMemcpyHostToDevice, stream));
         KVPOLICY_CUDA_CHECK(cudaMemcpyAsync(last_.get(), last_page_len.data(), last_page_len.size_bytes(),
                                             cudaMemcpyHostToDevice, stream));
         KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -225,14 +226,17 @@ public:
         detail::check_heads(heads, who);
         if (page_size == 0) throw config_error(who + ": page_size is 0; give the tokens per page");
         detail::check_indptr(indptr, who);
-        const detail::plan_shape shape{.kv_indptr = indptr, .qo_indptr = {}, .num_q_heads = heads.num_q_heads,
-                                       .num_kv_heads = heads.num_kv_heads, .page_size = page_size};
+        const detail::plan_shape shape{.kv_indptr = indptr,
+                                       .qo_indptr = {},
+                                       .num_q_heads = heads.num_q_heads,
+                                       .num_kv_heads = heads.num_kv_heads,
+                                       .page_size = page_size};
         const workspace_sizes need = detail::batch_decode_workspace<T>(shape, stream_);
         float_ws_.reserve(std::max<std::size_t>(need.float_bytes, 1));
         int_ws_.reserve(std::max<std::size_t>(need.int_bytes, 1));
         pinned_.reserve(std::max<std::size_t>(need.int_bytes, 1));
-        const detail::plan_workspace ws{.float_ws = float_ws_.view(), .int_ws = int_ws_.view(),
-                                        .pinned_int = pinned_.host_view()};
+        const detail::plan_workspace ws{
+            .float_ws = float_ws_.view(), .int_ws = int_ws_.view(), .pinned_int = pinned_.host_view()};
         plan_ = detail::batch_decode_plan<T>(ws, shape, stream_);
         KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the pinned schedule is copied before it is reused
         heads_ = heads;
@@ -264,13 +268,24 @@ public:
                               std::to_string(indices.indices.size()) + " pages of " +
                               std::to_string(indices.page_size) + " tokens; the plan has " + std::to_string(batch_) +
                               " requests, " + std::to_string(entries_) + " pages of " + std::to_string(page_size_));
-        detail::batch_decode_launch<T> a{
-            .q = q, .o = o, .lse = lse,
-            .kv = {.k = kv.k, .v = kv.v, .page_stride = static_cast<std::uint32_t>(kv.stride()),
-                   .token_stride = static_cast<std::uint32_t>(kv.token()), .page_size = page_size_, .num_kv_heads = heads_.num_kv_heads, .indptr = indices.indptr,
-                   .indices = indices.indices, .last_page_len = indices.last_page_len},
-            .batch_size = batch_, .num_q_heads = heads_.num_q_heads, .sm_scale = heads_.scale(), .plan = plan_,
-            .float_ws = float_ws_.view(), .int_ws = int_ws_.view()};
+        detail::batch_decode_launch<T> a{.q = q,
+                                         .o = o,
+                                         .lse = lse,
+                                         .kv = {.k = kv.k,
+                                                .v = kv.v,
+                                                .page_stride = static_cast<std::uint32_t>(kv.stride()),
+                                                .token_stride = static_cast<std::uint32_t>(kv.token()),
+                                                .page_size = page_size_,
+                                                .num_kv_heads = heads_.num_kv_heads,
+                                                .indptr = indices.indptr,
+                                                .indices = indices.indices,
+                                                .last_page_len = indices.last_page_len},
+                                         .batch_size = batch_,
+                                         .num_q_heads = heads_.num_q_heads,
+                                         .sm_scale = heads_.scale(),
+                                         .plan = plan_,
+                                         .float_ws = float_ws_.view(),
+                                         .int_ws = int_ws_.view()};
         detail::batch_decode_run<T>(a, stream_);
     }
 
@@ -318,8 +333,14 @@ void single_decode(device_span<const T> q, device_span<const T> k, device_span<c
                           std::to_string(k.size()) + ", v " + std::to_string(v.size()) + " and tmp " +
                           std::to_string(tmp.size()) + " elements; give q and o " + std::to_string(qv) + ", k and v " +
                           std::to_string(kvv) + ", tmp empty or single_decode_tmp_elements()");
-    detail::single_decode_run<T>({.q = q, .k = k, .v = v, .o = o, .tmp = tmp, .kv_len = kv_len,
-                                  .num_q_heads = heads.num_q_heads, .num_kv_heads = heads.num_kv_heads,
+    detail::single_decode_run<T>({.q = q,
+                                  .k = k,
+                                  .v = v,
+                                  .o = o,
+                                  .tmp = tmp,
+                                  .kv_len = kv_len,
+                                  .num_q_heads = heads.num_q_heads,
+                                  .num_kv_heads = heads.num_kv_heads,
                                   .sm_scale = heads.scale()},
                                  stream);
 }

@@ -25,7 +25,7 @@
 namespace kvpolicy::cuda::flashinfer::detail {
 
 using decode_variant = ::flashinfer::DefaultAttention</*custom_mask=*/false, /*sliding_window=*/false,
-                                                     /*logits_soft_cap=*/false, /*alibi=*/false>;
+                                                      /*logits_soft_cap=*/false, /*alibi=*/false>;
 template <flashinfer_element T>
 using batch_decode_params = ::flashinfer::BatchDecodeParams<native_t<T>, native_t<T>, native_t<T>, std::int32_t>;
 template <flashinfer_element T>
@@ -40,9 +40,9 @@ cudaError_t with_work_estimation(std::uint32_t group, F&& f) {
     cudaError_t status = cudaErrorInvalidValue;
     const auto one = [&]<std::uint32_t G>() {
         if (group == G)
-            status = f(::flashinfer::BatchDecodeWithPagedKVCacheWorkEstimationDispatched<G, instantiated_head_dim,
-                                                                                        no_pos_encoding,
-                                                                                        decode_variant, P>);
+            status = f(
+                ::flashinfer::BatchDecodeWithPagedKVCacheWorkEstimationDispatched<G, instantiated_head_dim,
+                                                                                  no_pos_encoding, decode_variant, P>);
     };
     one.template operator()<1>();
     one.template operator()<2>();
@@ -77,8 +77,8 @@ decode_plan_info batch_decode_plan(const plan_workspace& ws, const plan_shape& s
     call_flashinfer("DecodePlan", [&] {
         return with_work_estimation<T>(s.num_q_heads / s.num_kv_heads, [&](auto estimate) {
             return ::flashinfer::DecodePlan<instantiated_head_dim, no_pos_encoding, decode_variant, P>(
-                ws.float_ws.data(), ws.float_ws.size(), ws.int_ws.data(), ws.pinned_int.data(), ws.int_ws.size(),
-                info, indptr.data(), static_cast<std::uint32_t>(indptr.size() - 1), s.num_q_heads, s.page_size,
+                ws.float_ws.data(), ws.float_ws.size(), ws.int_ws.data(), ws.pinned_int.data(), ws.int_ws.size(), info,
+                indptr.data(), static_cast<std::uint32_t>(indptr.size() - 1), s.num_q_heads, s.page_size,
                 /*enable_cuda_graph=*/false, stream, estimate);
         });
     });
@@ -113,8 +113,7 @@ void batch_decode_run(const batch_decode_launch<T>& a, cudaStream_t stream) {
     params.request_indices = ::flashinfer::GetPtrFromBaseOffset<std::int32_t>(int_ws, info.request_indices_offset);
     params.kv_tile_indices = ::flashinfer::GetPtrFromBaseOffset<std::int32_t>(int_ws, info.kv_tile_indices_offset);
     params.o_indptr = ::flashinfer::GetPtrFromBaseOffset<std::int32_t>(int_ws, info.o_indptr_offset);
-    params.kv_chunk_size_ptr =
-        ::flashinfer::GetPtrFromBaseOffset<std::int32_t>(int_ws, info.kv_chunk_size_ptr_offset);
+    params.kv_chunk_size_ptr = ::flashinfer::GetPtrFromBaseOffset<std::int32_t>(int_ws, info.kv_chunk_size_ptr_offset);
     N* tmp_v = nullptr;
     float* tmp_s = nullptr;
     if (info.split_kv) {
@@ -124,8 +123,8 @@ void batch_decode_run(const batch_decode_launch<T>& a, cudaStream_t stream) {
     params.padded_batch_size = static_cast<std::uint32_t>(info.padded_batch_size);
     call_flashinfer("BatchDecodeWithPagedKVCacheDispatched", [&] {
         return ::flashinfer::BatchDecodeWithPagedKVCacheDispatched<instantiated_head_dim, no_pos_encoding,
-                                                                    decode_variant, P>(params, tmp_v, tmp_s,
-                                                                                       /*enable_pdl=*/false, stream);
+                                                                   decode_variant, P>(params, tmp_v, tmp_s,
+                                                                                      /*enable_pdl=*/false, stream);
     });
 }
 
@@ -137,17 +136,17 @@ void single_decode_run(const single_decode_launch<T>& a, cudaStream_t stream) {
              instantiated_head_dim, /*window_left=*/-1, /*logits_soft_cap=*/0.0f, a.sm_scale, /*rope_scale=*/1.0f,
              /*rope_theta=*/1e4f);
     call_flashinfer("SingleDecodeWithKVCacheDispatched", [&] {
-        return ::flashinfer::SingleDecodeWithKVCacheDispatched<instantiated_head_dim, no_pos_encoding,
-                                                                decode_variant, P>(
+        return ::flashinfer::SingleDecodeWithKVCacheDispatched<instantiated_head_dim, no_pos_encoding, decode_variant,
+                                                               P>(
             params, a.tmp.empty() ? nullptr : native(a.tmp.data()), stream);
     });
 }
 
 // ---- the instantiations (this header's one translation unit) ----
-#define KVPOLICY_FLASHINFER_DECODE(T)                                                                          \
-    template workspace_sizes batch_decode_workspace<T>(const plan_shape&, cudaStream_t);                       \
-    template decode_plan_info batch_decode_plan<T>(const plan_workspace&, const plan_shape&, cudaStream_t);    \
-    template void batch_decode_run<T>(const batch_decode_launch<T>&, cudaStream_t);                           \
+#define KVPOLICY_FLASHINFER_DECODE(T)                                                                       \
+    template workspace_sizes batch_decode_workspace<T>(const plan_shape&, cudaStream_t);                    \
+    template decode_plan_info batch_decode_plan<T>(const plan_workspace&, const plan_shape&, cudaStream_t); \
+    template void batch_decode_run<T>(const batch_decode_launch<T>&, cudaStream_t);                         \
     template void single_decode_run<T>(const single_decode_launch<T>&, cudaStream_t);
 KVPOLICY_FLASHINFER_DECODE(bf16)
 KVPOLICY_FLASHINFER_DECODE(fp16)

@@ -121,11 +121,11 @@ struct single_decode_launch {
 
 template <flashinfer_element T>
 struct batch_prefill_paged_launch {
-    device_span<const T> q;  ///< [qo_indptr[batch]][num_q_heads][head_dim]
-    device_span<T> o;        ///< same shape as q
-    device_span<float> lse;  ///< [rows][num_q_heads] (base 2) or empty
+    device_span<const T> q;                     ///< [qo_indptr[batch]][num_q_heads][head_dim]
+    device_span<T> o;                           ///< same shape as q
+    device_span<float> lse;                     ///< [rows][num_q_heads] (base 2) or empty
     device_span<const std::int32_t> qo_indptr;  ///< [batch + 1]
-    bool causal = true;      ///< causal (diagonal aligned to the end) or no mask
+    bool causal = true;                         ///< causal (diagonal aligned to the end) or no mask
     paged_kv_launch<T> kv;
     std::uint32_t batch_size = 0;
     std::uint32_t num_q_heads = 0;

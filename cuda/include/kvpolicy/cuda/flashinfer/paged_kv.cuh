@@ -18,9 +18,9 @@ template <flashinfer_element T>
                                                                     std::uint32_t batch_size) {
     const std::int64_t strides[3] = {kv.page_stride, kv.token_stride, instantiated_head_dim};  // NHD; copied
     return ::flashinfer::paged_kv_t<native_t<T>, std::int32_t>(
-            kv.num_kv_heads, kv.page_size, instantiated_head_dim, batch_size, ::flashinfer::QKVLayout::kNHD,
-            native(kv.k.data()), native(kv.v.data()), strides, strides, mutable_ids(kv.indices.data()),
-            mutable_ids(kv.indptr.data()), mutable_ids(kv.last_page_len.data()));
+        kv.num_kv_heads, kv.page_size, instantiated_head_dim, batch_size, ::flashinfer::QKVLayout::kNHD,
+        native(kv.k.data()), native(kv.v.data()), strides, strides, mutable_ids(kv.indices.data()),
+        mutable_ids(kv.indptr.data()), mutable_ids(kv.last_page_len.data()));
 }
 
 }  // namespace kvpolicy::cuda::flashinfer::detail

@@ -78,15 +78,17 @@ public:
                               std::to_string(kv_indptr.size()) + "; give batch + 1 of each");
         const std::size_t batch = qo_indptr.size() - 1;
         const auto rows = static_cast<std::uint32_t>(qo_indptr[batch]);
-        const detail::plan_shape shape{.kv_indptr = kv_indptr, .qo_indptr = qo_indptr,
-                                       .num_q_heads = heads.num_q_heads, .num_kv_heads = heads.num_kv_heads,
+        const detail::plan_shape shape{.kv_indptr = kv_indptr,
+                                       .qo_indptr = qo_indptr,
+                                       .num_q_heads = heads.num_q_heads,
+                                       .num_kv_heads = heads.num_kv_heads,
                                        .page_size = page_size};
         const workspace_sizes need = detail::batch_prefill_workspace<T>(shape, rows, stream_);
         float_ws_.reserve(std::max<std::size_t>(need.float_bytes, 1));
         int_ws_.reserve(std::max<std::size_t>(need.int_bytes, 1));
         pinned_.reserve(std::max<std::size_t>(need.int_bytes, 1));
-        const detail::plan_workspace ws{.float_ws = float_ws_.view(), .int_ws = int_ws_.view(),
-                                        .pinned_int = pinned_.host_view()};
+        const detail::plan_workspace ws{
+            .float_ws = float_ws_.view(), .int_ws = int_ws_.view(), .pinned_int = pinned_.host_view()};
         plan_ = detail::batch_prefill_plan<T>(ws, shape, rows, stream_);
         KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream_));
         heads_ = heads;
@@ -119,13 +121,26 @@ public:
             indices.last_page_len.size() != batch_ || indices.indices.size() < entries_)
             throw usage_error(who + ": the indices do not match the plan (" + std::to_string(batch_) + " requests, " +
                               std::to_string(entries_) + " pages of " + std::to_string(page_size_) + " tokens)");
-        detail::batch_prefill_paged_launch<T> a{
-            .q = q, .o = o, .lse = lse, .qo_indptr = qo_indptr, .causal = mask_ == prefill_mask::causal,
-            .kv = {.k = kv.k, .v = kv.v, .page_stride = static_cast<std::uint32_t>(kv.stride()),
-                   .token_stride = static_cast<std::uint32_t>(kv.token()), .page_size = page_size_, .num_kv_heads = heads_.num_kv_heads, .indptr = indices.indptr,
-                   .indices = indices.indices, .last_page_len = indices.last_page_len},
-            .batch_size = batch_, .num_q_heads = heads_.num_q_heads, .sm_scale = heads_.scale(), .plan = plan_,
-            .float_ws = float_ws_.view(), .int_ws = int_ws_.view()};
+        detail::batch_prefill_paged_launch<T> a{.q = q,
+                                                .o = o,
+                                                .lse = lse,
+                                                .qo_indptr = qo_indptr,
+                                                .causal = mask_ == prefill_mask::causal,
+                                                .kv = {.k = kv.k,
+                                                       .v = kv.v,
+                                                       .page_stride = static_cast<std::uint32_t>(kv.stride()),
+                                                       .token_stride = static_cast<std::uint32_t>(kv.token()),
+                                                       .page_size = page_size_,
+                                                       .num_kv_heads = heads_.num_kv_heads,
+                                                       .indptr = indices.indptr,
+                                                       .indices = indices.indices,
+                                                       .last_page_len = indices.last_page_len},
+                                                .batch_size = batch_,
+                                                .num_q_heads = heads_.num_q_heads,
+                                                .sm_scale = heads_.scale(),
+                                                .plan = plan_,
+                                                .float_ws = float_ws_.view(),
+                                                .int_ws = int_ws_.view()};
         detail::batch_prefill_paged_run<T>(a, stream_);
     }
 
@@ -167,8 +182,8 @@ template <flashinfer_element T>
 void swap_outer(const T* src, T* dst, std::uint32_t a_dim, std::uint32_t b_dim, std::uint32_t row,
                 cudaStream_t stream) {
     const std::size_t total = std::size_t{a_dim} * b_dim * (row / 8);
-    const auto grid = static_cast<unsigned>(std::min<std::size_t>((total + head_major_threads - 1) / head_major_threads,
-                                                                  65536));
+    const auto grid =
+        static_cast<unsigned>(std::min<std::size_t>((total + head_major_threads - 1) / head_major_threads, 65536));
     swap_outer_kernel<T><<<std::max(grid, 1u), head_major_threads, 0, stream>>>(src, dst, a_dim, b_dim, row);
     KVPOLICY_CUDA_CHECK(cudaGetLastError());
 }
@@ -222,8 +237,10 @@ public:
             throw usage_error(who + ": a prompt of " + std::to_string(n) + " tokens x " + std::to_string(hkv) +
                               " KV heads does not fit FlashInfer's int32 page ids");
         // Upload (each checks its page ids) and plan both launches.
-        const attention_heads per_request{.num_q_heads = heads.num_q_heads / hkv, .num_kv_heads = 1,
-                                          .head_dim = heads.head_dim, .sm_scale = heads.scale()};
+        const attention_heads per_request{.num_q_heads = heads.num_q_heads / hkv,
+                                          .num_kv_heads = 1,
+                                          .head_dim = heads.head_dim,
+                                          .sm_scale = heads.scale()};
         const cudaStream_t s = slashes_.stream();
         slash_kv_.upload(page, index.slashes.indptr, index.slashes.indices, index.slashes.last_page_len,
                          static_cast<std::uint32_t>(slash_pages), s);
@@ -275,9 +292,14 @@ public:
         // One KV head per request over the NHD key tensor: page id c * page * hkv + h
         // starts at element (c * page * hkv + h) * head_dim, its tokens hkv * head_dim apart.
         const auto pool = [&](std::uint32_t page, std::uint32_t pages) {
-            return paged_kv_cache<T>{.k = k, .v = v, .page_stride = heads_.head_dim,
-                                     .token_stride = std::size_t{hkv} * heads_.head_dim, .num_pages = pages,
-                                     .page_size = page, .num_kv_heads = 1, .head_dim = heads_.head_dim};
+            return paged_kv_cache<T>{.k = k,
+                                     .v = v,
+                                     .page_stride = heads_.head_dim,
+                                     .token_stride = std::size_t{hkv} * heads_.head_dim,
+                                     .num_pages = pages,
+                                     .page_size = page,
+                                     .num_kv_heads = 1,
+                                     .head_dim = heads_.head_dim};
         };
         const device_span<T> o_slash{o_major_.get(), qv};
         slashes_.run(q_major, qo, pool(page_size_, slash_pages_), slash_kv_.view(), o_slash, lse_slash);
@@ -294,11 +316,11 @@ private:
     batch_prefill_paged<T> verticals_;
     device_paged_kv_buffer slash_kv_;
     device_paged_kv_buffer vertical_kv_;
-    device_buffer<std::int32_t> qo_;   // [batch + 1]
-    device_buffer<T> q_major_;         // [num_kv_heads][num_tokens][group][head_dim]
-    device_buffer<T> o_major_;         // same: the slash launch's output, then the merged one
-    device_buffer<T> o_vertical_;      // same: the vertical launch's
-    device_buffer<float> lse_;         // [2][num_kv_heads][num_tokens][group] base 2
+    device_buffer<std::int32_t> qo_;  // [batch + 1]
+    device_buffer<T> q_major_;        // [num_kv_heads][num_tokens][group][head_dim]
+    device_buffer<T> o_major_;        // same: the slash launch's output, then the merged one
+    device_buffer<T> o_vertical_;     // same: the vertical launch's
+    device_buffer<float> lse_;        // [2][num_kv_heads][num_tokens][group] base 2
     attention_heads heads_{};
     std::uint32_t num_tokens_ = 0;
     std::uint32_t page_size_ = 0;
@@ -327,8 +349,14 @@ void dense_causal_prefill(device_span<const T> q, device_span<const T> k, device
                           std::to_string(k.size()) + ", v " + std::to_string(v.size()) + " elements; " +
                           std::to_string(num_tokens) + " tokens need " + std::to_string(qv) + " for q and o, " +
                           std::to_string(kvv) + " for k and v");
-    detail::single_prefill_causal_run<T>({.q = q, .k = k, .v = v, .o = o, .qo_len = num_tokens, .kv_len = num_tokens,
-                                          .num_q_heads = heads.num_q_heads, .num_kv_heads = heads.num_kv_heads,
+    detail::single_prefill_causal_run<T>({.q = q,
+                                          .k = k,
+                                          .v = v,
+                                          .o = o,
+                                          .qo_len = num_tokens,
+                                          .kv_len = num_tokens,
+                                          .num_q_heads = heads.num_q_heads,
+                                          .num_kv_heads = heads.num_kv_heads,
                                           .sm_scale = heads.scale()},
                                          stream);
 }

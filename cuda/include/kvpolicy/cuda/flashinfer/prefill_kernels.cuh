@@ -27,27 +27,25 @@
 namespace kvpolicy::cuda::flashinfer::detail {
 
 using prefill_variant = ::flashinfer::DefaultAttention</*custom_mask=*/false, /*sliding_window=*/false,
-                                                      /*logits_soft_cap=*/false, /*alibi=*/false>;
+                                                       /*logits_soft_cap=*/false, /*alibi=*/false>;
 template <flashinfer_element T>
-using paged_prefill_params =
-    ::flashinfer::BatchPrefillPagedParams<native_t<T>, native_t<T>, native_t<T>, std::int32_t>;
+using paged_prefill_params = ::flashinfer::BatchPrefillPagedParams<native_t<T>, native_t<T>, native_t<T>, std::int32_t>;
 template <flashinfer_element T>
 using single_prefill_params = ::flashinfer::SinglePrefillParams<native_t<T>, native_t<T>, native_t<T>>;
 
 template <flashinfer_element T>
-cudaError_t prefill_plan_impl(bool materialize, const plan_workspace* ws, const plan_shape& s,
-                              std::uint32_t total_rows, cudaStream_t stream, workspace_sizes& sizes,
-                              ::flashinfer::PrefillPlanInfo& info) {
+cudaError_t prefill_plan_impl(bool materialize, const plan_workspace* ws, const plan_shape& s, std::uint32_t total_rows,
+                              cudaStream_t stream, workspace_sizes& sizes, ::flashinfer::PrefillPlanInfo& info) {
     auto qo = std::vector<std::int32_t>(s.qo_indptr.begin(), s.qo_indptr.end());
     auto kv = std::vector<std::int32_t>(s.kv_indptr.begin(), s.kv_indptr.end());
     const auto batch = static_cast<std::uint32_t>(qo.size() - 1);
     constexpr std::uint32_t d = instantiated_head_dim;
     if (!materialize)
         return ::flashinfer::PrefillPlanWorkspaceSize<std::int32_t>(
-            sizes.float_bytes, sizes.int_bytes, qo.data(), kv.data(), total_rows, batch, s.num_q_heads,
-            s.num_kv_heads, d, d, s.page_size, /*enable_cuda_graph=*/false, sizeof(T), /*window_left=*/-1,
-            /*fixed_split_size=*/-1, /*disable_split_kv=*/false, /*num_colocated_ctas=*/0, /*uniform_q_len=*/0,
-            stream, sizeof(T));
+            sizes.float_bytes, sizes.int_bytes, qo.data(), kv.data(), total_rows, batch, s.num_q_heads, s.num_kv_heads,
+            d, d, s.page_size, /*enable_cuda_graph=*/false, sizeof(T), /*window_left=*/-1,
+            /*fixed_split_size=*/-1, /*disable_split_kv=*/false, /*num_colocated_ctas=*/0, /*uniform_q_len=*/0, stream,
+            sizeof(T));
     return ::flashinfer::PrefillPlan<std::int32_t>(
         ws->float_ws.data(), ws->float_ws.size(), ws->int_ws.data(), ws->pinned_int.data(), ws->int_ws.size(), info,
         qo.data(), kv.data(), total_rows, batch, s.num_q_heads, s.num_kv_heads, d, d, s.page_size,
@@ -69,7 +67,8 @@ prefill_plan_info batch_prefill_plan(const plan_workspace& ws, const plan_shape&
                                      cudaStream_t stream) {
     workspace_sizes unused;
     ::flashinfer::PrefillPlanInfo info;
-    call_flashinfer("PrefillPlan", [&] { return prefill_plan_impl<T>(true, &ws, s, total_rows, stream, unused, info); });
+    call_flashinfer("PrefillPlan",
+                    [&] { return prefill_plan_impl<T>(true, &ws, s, total_rows, stream, unused, info); });
     prefill_plan_info out{};
     const std::vector<std::int64_t> v = info.ToVector();
     for (std::size_t i = 0; i < out.size(); ++i) out[i] = v[i];
@@ -84,19 +83,21 @@ cudaError_t batch_prefill_paged_dispatch(typename paged_prefill_params<T>::DType
     constexpr std::uint32_t d = instantiated_head_dim;
     constexpr auto none = ::flashinfer::PosEncodingMode::kNone;
     switch (cta_tile_q) {
-    case 16:
-        return ::flashinfer::BatchPrefillWithPagedKVCacheDispatched<false, 16, d, d, none, false, Mask, prefill_variant,
-                                                                     P>(params, tmp_v, tmp_s, false, stream);
-    case 64:
-        return ::flashinfer::BatchPrefillWithPagedKVCacheDispatched<false, 64, d, d, none, false, Mask, prefill_variant,
-                                                                     P>(params, tmp_v, tmp_s, false, stream);
-    case 128:
-        return ::flashinfer::BatchPrefillWithPagedKVCacheDispatched<false, 128, d, d, none, false, Mask,
-                                                                     prefill_variant, P>(params, tmp_v, tmp_s, false,
-                                                                                         stream);
-    default:
-        throw config_error("flashinfer batch prefill: the plan chose CTA tile " + std::to_string(cta_tile_q) +
-                           ", which kvpolicy does not instantiate (16, 64, 128 at head_dim 128)");
+        case 16:
+            return ::flashinfer::BatchPrefillWithPagedKVCacheDispatched<false, 16, d, d, none, false, Mask,
+                                                                        prefill_variant, P>(params, tmp_v, tmp_s, false,
+                                                                                            stream);
+        case 64:
+            return ::flashinfer::BatchPrefillWithPagedKVCacheDispatched<false, 64, d, d, none, false, Mask,
+                                                                        prefill_variant, P>(params, tmp_v, tmp_s, false,
+                                                                                            stream);
+        case 128:
+            return ::flashinfer::BatchPrefillWithPagedKVCacheDispatched<false, 128, d, d, none, false, Mask,
+                                                                        prefill_variant, P>(params, tmp_v, tmp_s, false,
+                                                                                            stream);
+        default:
+            throw config_error("flashinfer batch prefill: the plan chose CTA tile " + std::to_string(cta_tile_q) +
+                               ", which kvpolicy does not instantiate (16, 64, 128 at head_dim 128)");
     }
 }
 
@@ -112,16 +113,15 @@ void batch_prefill_paged_run(const batch_prefill_paged_launch<T>& a, cudaStream_
              a.lse.empty() ? nullptr : a.lse.data(),
              /*maybe_alibi_slopes=*/nullptr, a.num_q_heads,
              static_cast<std::int32_t>(a.num_q_heads * instantiated_head_dim),
-             static_cast<std::int32_t>(instantiated_head_dim), /*window_left=*/-1, /*logits_soft_cap=*/0.0f,
-             a.sm_scale, /*rope_scale=*/1.0f, /*rope_theta=*/1e4f);
+             static_cast<std::int32_t>(instantiated_head_dim), /*window_left=*/-1, /*logits_soft_cap=*/0.0f, a.sm_scale,
+             /*rope_scale=*/1.0f, /*rope_theta=*/1e4f);
     void* const float_ws = a.float_ws.data();
     void* const int_ws = a.int_ws.data();
     params.request_indices = ::flashinfer::GetPtrFromBaseOffset<std::int32_t>(int_ws, info.request_indices_offset);
     params.qo_tile_indices = ::flashinfer::GetPtrFromBaseOffset<std::int32_t>(int_ws, info.qo_tile_indices_offset);
     params.kv_tile_indices = ::flashinfer::GetPtrFromBaseOffset<std::int32_t>(int_ws, info.kv_tile_indices_offset);
     params.o_indptr = ::flashinfer::GetPtrFromBaseOffset<std::int32_t>(int_ws, info.o_indptr_offset);
-    params.kv_chunk_size_ptr =
-        ::flashinfer::GetPtrFromBaseOffset<std::int32_t>(int_ws, info.kv_chunk_size_ptr_offset);
+    params.kv_chunk_size_ptr = ::flashinfer::GetPtrFromBaseOffset<std::int32_t>(int_ws, info.kv_chunk_size_ptr_offset);
     N* tmp_v = nullptr;
     float* tmp_s = nullptr;
     if (info.split_kv) {
@@ -160,18 +160,18 @@ void single_prefill_causal_run(const single_prefill_launch<T>& a, cudaStream_t s
              /*logits_soft_cap=*/0.0f, a.sm_scale, /*rope_scale=*/1.0f, /*rope_theta=*/1e4f);
     call_flashinfer("SinglePrefillWithKVCacheDispatched", [&] {
         return ::flashinfer::SinglePrefillWithKVCacheDispatched<d, d, ::flashinfer::PosEncodingMode::kNone, false,
-                                                                 ::flashinfer::MaskMode::kCausal, prefill_variant, P>(
+                                                                ::flashinfer::MaskMode::kCausal, prefill_variant, P>(
             params, /*tmp=*/nullptr, stream);
     });
 }
 
-#define KVPOLICY_FLASHINFER_PREFILL(T)                                                                           \
-    template workspace_sizes batch_prefill_workspace<T>(const plan_shape&, std::uint32_t, cudaStream_t);         \
+#define KVPOLICY_FLASHINFER_PREFILL(T)                                                                            \
+    template workspace_sizes batch_prefill_workspace<T>(const plan_shape&, std::uint32_t, cudaStream_t);          \
     template prefill_plan_info batch_prefill_plan<T>(const plan_workspace&, const plan_shape&, std::uint32_t,     \
-                                                     cudaStream_t);                                             \
-    template void batch_prefill_paged_run<T>(const batch_prefill_paged_launch<T>&, cudaStream_t);                \
-    template void merge_state_in_place<T>(device_span<T>, device_span<float>, device_span<T>, device_span<float>,  \
-                                          std::uint32_t, std::uint32_t, cudaStream_t);                          \
+                                                     cudaStream_t);                                               \
+    template void batch_prefill_paged_run<T>(const batch_prefill_paged_launch<T>&, cudaStream_t);                 \
+    template void merge_state_in_place<T>(device_span<T>, device_span<float>, device_span<T>, device_span<float>, \
+                                          std::uint32_t, std::uint32_t, cudaStream_t);                            \
     template void single_prefill_causal_run<T>(const single_prefill_launch<T>&, cudaStream_t);
 KVPOLICY_FLASHINFER_PREFILL(bf16)
 KVPOLICY_FLASHINFER_PREFILL(fp16)

@@ -42,7 +42,8 @@ inline void device_top_k_lowest(device_span<std::byte> temp_storage, std::size_t
                                 cudaStream_t stream) {
     if (scores.size() >= std::numeric_limits<std::uint32_t>::max() || (!ids.empty() && ids.size() != scores.size()))
         throw usage_error("device_top_k_lowest: " + std::to_string(scores.size()) + " scores and " +
-                          std::to_string(ids.size()) + " ids; give fewer than 2^32 scores and one id per score or none");
+                          std::to_string(ids.size()) +
+                          " ids; give fewer than 2^32 scores and one id per score or none");
     const auto n = static_cast<std::uint32_t>(scores.size());
     if (temp_storage.data() != nullptr) {
         std::size_t need = 0;

@@ -58,31 +58,31 @@ __global__ void __launch_bounds__(top_k_threads)
         for (std::size_t i = std::size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < k; i += stride)
             out[i] = static_cast<std::uint32_t>(sorted[i]);
     if (blockIdx.x == 0 && threadIdx.x == 0)
-        *status = nan ? select_status{1, nan_at, ids != nullptr ? ids[nan_at] : nan_at, 0}
-                      : select_status{0, 0, 0, k};
+        *status = nan ? select_status{1, nan_at, ids != nullptr ? ids[nan_at] : nan_at, 0} : select_status{0, 0, 0, k};
 }
 
 inline std::size_t top_k_align(std::size_t x) noexcept { return (x + 255) & ~std::size_t{255}; }
 
 // Not inline: the definition instantiated.cuh declares, in this header's one translation unit.
 void device_top_k_lowest(device_span<std::byte> temp_storage, std::size_t& temp_storage_bytes,
-                                device_span<const float> scores, device_span<const std::uint32_t> ids,
-                                device_span<std::uint32_t> out, std::uint32_t k, device_span<select_status> status,
-                                cudaStream_t stream) {
+                         device_span<const float> scores, device_span<const std::uint32_t> ids,
+                         device_span<std::uint32_t> out, std::uint32_t k, device_span<select_status> status,
+                         cudaStream_t stream) {
     const auto n = static_cast<std::uint32_t>(scores.size());
     k = std::min(k, n);
-    std::uint32_t* const nan_index = temp_storage.empty() ? nullptr : reinterpret_cast<std::uint32_t*>(temp_storage.data());
-    const auto keys_in = ::cuda::transform_iterator(
-        ::cuda::counting_iterator<std::uint32_t>(0),
-        top_k_key_op{scores.data(), ids.empty() ? nullptr : ids.data(), nan_index});
-    const auto env = ::cuda::std::execution::env{
-        ::cuda::execution::require(::cuda::execution::determinism::not_guaranteed,
-                                   ::cuda::execution::output_ordering::unsorted),
-        ::cuda::stream_ref{stream}};
+    std::uint32_t* const nan_index =
+        temp_storage.empty() ? nullptr : reinterpret_cast<std::uint32_t*>(temp_storage.data());
+    const auto keys_in =
+        ::cuda::transform_iterator(::cuda::counting_iterator<std::uint32_t>(0),
+                                   top_k_key_op{scores.data(), ids.empty() ? nullptr : ids.data(), nan_index});
+    const auto env =
+        ::cuda::std::execution::env{::cuda::execution::require(::cuda::execution::determinism::not_guaranteed,
+                                                               ::cuda::execution::output_ordering::unsorted),
+                                    ::cuda::stream_ref{stream}};
     std::size_t top_bytes = 0, sort_bytes = 0;
     if (k > 0) {
-        KVPOLICY_CUDA_CHECK(cub::DeviceTopK::MinKeys(nullptr, top_bytes, keys_in, static_cast<std::uint64_t*>(nullptr),
-                                                     n, k, env));
+        KVPOLICY_CUDA_CHECK(
+            cub::DeviceTopK::MinKeys(nullptr, top_bytes, keys_in, static_cast<std::uint64_t*>(nullptr), n, k, env));
         KVPOLICY_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, sort_bytes, static_cast<std::uint64_t*>(nullptr),
                                                            static_cast<std::uint64_t*>(nullptr), k, 0, 64, stream));
     }
