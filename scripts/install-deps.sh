@@ -3,7 +3,8 @@
 # everything is already there. Run as root (or with sudo available).
 set -euo pipefail
 
-# clang-14 and libclang-rt-14-dev: the libFuzzer harnesses (scripts/fuzz.sh).
+# clang-14 and libclang-rt-14-dev: the libFuzzer harnesses (scripts/fuzz.sh);
+# clang-format-14: the tree's style (.clang-format, scripts/format.sh).
 # python3-dev and python3-venv: the Python package's build and tests (python/).
 # libhiredis-dev: the Redis remote tier (kvpolicy::redis); redis-server and
 # redis-tools: the servers its tests start on loopback ports (ctest -L redis).
@@ -11,7 +12,7 @@ set -euo pipefail
 # doxygen: the docs site's C++ API pages (scripts/docs.sh; MkDocs itself comes
 # from PyPI into build/docs-venv).
 packages=(cmake g++ make catch2 librange-v3-dev zlib1g-dev libcli11-dev gnuplot-nox pkg-config python3-dev python3-venv
-          clang-14 libclang-rt-14-dev libhiredis-dev libssl-dev redis-server redis-tools doxygen)
+          clang-14 libclang-rt-14-dev clang-format-14 libhiredis-dev libssl-dev redis-server redis-tools doxygen)
 
 missing=()
 for p in "${packages[@]}"; do

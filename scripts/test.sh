@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# README command 2: install what is missing, build everything with warnings
-# as errors under ASan + UBSan (precondition checks on), and run the whole
-# suite through CTest: unit and differential tests, header self-containment,
-# must-not-compile cases; then the thread tests under TSan, each fuzz harness
-# for a minute (scripts/fuzz.sh), the plain Release build of the whole tree
+# README command 2: install what is missing, check that every C++ and CUDA
+# file is in .clang-format's style (scripts/format.sh --check), build
+# everything with warnings as errors under ASan + UBSan (precondition checks
+# on), and run the whole suite through CTest: unit and differential tests,
+# header self-containment, must-not-compile cases; then the thread tests
+# under TSan, each fuzz harness for a minute (scripts/fuzz.sh), the plain Release build of the whole tree
 # with its tests run optimised, which is where the CUDA programs and nvcc's
 # must-not-compile cases build and run where nvcc is (reported as skipped
 # where no GPU is; the sanitizers never reach device programs, so the ASan
@@ -42,6 +43,9 @@ prefetched() {
 # Each stage's end, in seconds from the start, so a slow CI run says where
 # its time went (the whole suite should stay under 30 minutes).
 stage() { echo "test.sh: [$(( $(date +%s) - start )) s] $1 done"; }
+# The tree's style first: a file out of it fails in seconds, not after the builds.
+scripts/format.sh --check
+stage "format check"
 # KVPOLICY_REDIS=ON: the Redis tier and its tests (ctest -L redis, real
 # redis-server processes on loopback ports, about 10 s) must build and run
 # here; install-deps.sh above installed hiredis and redis-server.
