@@ -14,6 +14,7 @@
 #include "kvpolicy/eviction/lirs.hpp"
 #include "kvpolicy/eviction/lrfu.hpp"
 #include "kvpolicy/eviction/lru.hpp"
+#include "kvpolicy/eviction/predicted_return.hpp"
 #include "kvpolicy/eviction/predictive.hpp"
 #include "kvpolicy/eviction/qos_aware.hpp"
 #include "kvpolicy/eviction/queue_aware.hpp"
@@ -35,6 +36,6 @@ using eviction_policies =
     type_list<fifo, lru, round_robin, lfu, clock, sieve, slru, two_q, qos_aware, predictive, retention_value<>,
               lexicographic_checkerboard, arc, s3fifo, lirs, w_tinylfu, gdsf<>, tail_aware_lru, session_aware_lru, lrfu,
               superseded_lru, adaptive_kv, adaptive_kv_fast, queue_aware<lru>, queue_aware<adaptive_kv>,
-              reuse_oracle_lru, belady>;
+              predicted_return, queue_aware<predicted_return>, reuse_oracle_lru, belady>;
 
 }  // namespace kvpolicy

@@ -1,0 +1,337 @@
+// predicted_return: evict the block of the session predicted back last.
+//
+// What it decides. Each item belongs to the session its latest insert, access
+// or release named. A session is expected back at its latest request (an
+// insert or access naming it at a later time than the one before) + its
+// predicted gap: an exponential average (weight `gap_weight` on the newest)
+// of its own gaps between requests, or, before it has shown one, the mean of
+// every gap seen so far in any session. A release's `expected_return` (> 0)
+// replaces that prediction until the session's next request; `never`, or
+// on_session_end (cache_policy_core::end_session), says it will not return.
+// The victim is an evictable item of the session expected back last (ended
+// sessions first), and within a session the item inserted last (a request
+// stores its blocks head first, so its deepest block goes first and what is
+// kept stays a prefix). Items of no session (session 0) are LRU among
+// themselves and stand against the sessions by their least recent one,
+// expected back at its last touch + the mean gap. Ties: the item inserted
+// last.
+//
+// When to use it: a CPU tier behind a GPU prefix cache that stores every
+// computed block (vLLM's offloading connector, kvpolicy-sim --mode offload),
+// where what pays is keeping the sessions that come back soonest; best with
+// session ends known (docs/which-policy.md, "A CPU tier behind vLLM's prefix
+// cache"). It is Belady's rule with next uses predicted per session, as
+// session_aware_lru's rule 2, but without LRU underneath: in front of a GPU
+// prefix cache the recency the CPU tier sees is mostly the GPU's misses.
+//
+// Departures: the gap is the session's own average, not return_gap_model's
+// fit from output tokens (what was measured); sessions are remembered for the
+// policy's lifetime (one entry per session seen). A session that is late (its
+// expected time has passed) is kept as if due now, until it ends or comes back.
+//
+// Cost: O(log n) per operation: per session a max-heap of its evictable items
+// by insertion order; two indexed heaps over the sessions filed under their
+// top item (those with a prediction of their own by expected time, those that
+// fall back to the mean gap, with the no-session LRU list's front, by latest
+// request, so a new mean moves none of them); a hash map of sessions.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "kvpolicy/core/concepts.hpp"
+#include "kvpolicy/core/error.hpp"
+#include "kvpolicy/core/index_list.hpp"
+#include "kvpolicy/core/indexed_heap.hpp"
+#include "kvpolicy/core/policy_options.hpp"
+#include "kvpolicy/eviction/tracked_policy.hpp"
+
+namespace kvpolicy {
+
+class predicted_return : public tracked_policy<predicted_return> {
+public:
+    struct config_type {
+        /// Weight of the newest gap in a session's predicted gap, in (0, 1].
+        double gap_weight = 0.5;
+    };
+    static constexpr auto options = std::tuple{option{"gap_weight", &config_type::gap_weight, {0.0, 1.0},
+                                                      "weight of the newest gap in a session's predicted gap"}};
+
+    static constexpr std::string_view name = "predicted_return";
+    static constexpr eviction_order order = eviction_order::static_between_accesses;
+
+    explicit predicted_return(std::size_t capacity) : predicted_return(capacity, config_type{}) {}
+
+    /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids,
+    /// or `gap_weight` is outside (0, 1].
+    predicted_return(std::size_t capacity, const config_type& config)
+            : tracked_policy(capacity),
+              config_(validated(config)),
+              session_(capacity, no_session),
+              seq_(capacity, 0),
+              touch_(capacity, 0),
+              pos_(capacity, no_index),
+              links_(capacity),
+              known_(capacity),
+              fallback_(capacity) {}
+
+    void on_insert(item_id id, const access_context& ctx) {
+        tracking_.mark_inserted(id);
+        seq_[id.index()] = ++inserted_;
+        touch(id.value, ctx, true);
+        place(id.value);
+    }
+    void on_access(item_id id, const access_context& ctx) {
+        tracking_.mark_accessed(id);
+        const bool evictable = tracking_.is_evictable(id);
+        if (evictable) unplace(id.value);
+        touch(id.value, ctx, true);
+        if (evictable) place(id.value);
+    }
+    void on_hold(item_id id) {
+        tracking_.mark_held(id);
+        unplace(id.value);
+    }
+    void on_release(item_id id, const access_context& ctx) {
+        tracking_.mark_released(id);
+        touch(id.value, ctx, false);
+        if (ctx.expected_return != 0 && session_[id.index()] != no_session)
+            take_hint(session_[id.index()], ctx.expected_return);
+        place(id.value);
+    }
+    /// The engine closed `session`: its items go first, until it makes
+    /// another request.
+    void on_session_end(session_id session, timestamp) {
+        if (const auto it = index_.find(session.value); it != index_.end()) take_hint(it->second, never);
+    }
+    void on_erase(item_id id) {
+        if (tracking_.mark_erased(id)) unplace(id.value);
+    }
+    std::optional<item_id> pop_victim(timestamp) {
+        std::uint32_t v;
+        if (known_.empty() && fallback_.empty()) return std::nullopt;
+        if (fallback_.empty()) {
+            v = known_.top();
+        } else if (known_.empty()) {
+            v = fallback_.top();
+        } else {
+            const std::uint32_t k = known_.top(), f = fallback_.top();
+            const double fb = static_cast<double>(fallback_.key(f).base) + mean_gap();
+            const double kb = known_.key(k).back;
+            v = kb > fb || (kb == fb && seq_[k] > seq_[f]) ? k : f;
+        }
+        unplace(v);
+        tracking_.mark_evicted(item_id{v});
+        return item_id{v};
+    }
+
+    /// When `session` is expected back (`+inf`: ended, or hinted `never`);
+    /// empty if it is not known.
+    [[nodiscard]] std::optional<double> expected_back(session_id session) const noexcept {
+        const auto it = index_.find(session.value);
+        if (it == index_.end()) return std::nullopt;
+        return back_of(sessions_[it->second]);
+    }
+    /// The mean of every gap between requests seen, in any session; 0 before
+    /// the first.
+    [[nodiscard]] double mean_gap() const noexcept {
+        return gaps_ == 0 ? 0.0 : gap_sum_ / static_cast<double>(gaps_);
+    }
+    /// Sessions remembered.
+    [[nodiscard]] std::size_t sessions() const noexcept { return sessions_.size(); }
+
+private:
+    static constexpr std::uint32_t no_session = no_index;  // session 0: no session
+
+    struct session_state {
+        timestamp last = 0;                // latest request
+        double gap = 0.0;                  // the average of its gaps
+        bool has_gap = false;              // it has shown a gap
+        timestamp hint = 0;                // the engine's expected return; 0: none; never: ended
+        std::vector<std::uint32_t> heap;   // its evictable items, max-heap by insertion order
+        std::uint32_t filed = no_index;    // the item it is filed under in known_ or fallback_
+        bool filed_known = false;          // in known_ (else fallback_)
+    };
+    // known_: sessions with a prediction of their own, by expected time.
+    struct known_rank {
+        double back = 0.0;
+        std::uint64_t seq = 0;
+    };
+    // fallback_: sessions expected back at base + mean_gap() (no gap of their
+    // own yet), and the no-session LRU front (base: its last touch).
+    struct fallback_rank {
+        timestamp base = 0;
+        std::uint64_t seq = 0;
+    };
+    // A min-heap's top is the victim, so "less" is "evict sooner".
+    template <class Rank, auto Field>
+    struct later_first {
+        bool operator()(const Rank& a, std::uint32_t, const Rank& b, std::uint32_t) const noexcept {
+            return a.*Field > b.*Field || (a.*Field == b.*Field && a.seq > b.seq);
+        }
+    };
+
+    static config_type validated(const config_type& c) {
+        if (!(c.gap_weight > 0.0 && c.gap_weight <= 1.0))
+            throw config_error("predicted_return: gap_weight " + std::to_string(c.gap_weight) +
+                               " must be in (0, 1] (the weight of the newest gap in a session's predicted gap; "
+                               "0.5 is the default)");
+        return c;
+    }
+
+    [[nodiscard]] static bool has_own(const session_state& s) noexcept { return s.hint != 0 || s.has_gap; }
+    [[nodiscard]] double back_of(const session_state& s) const noexcept {
+        if (s.hint == never) return std::numeric_limits<double>::infinity();
+        if (s.hint != 0) return static_cast<double>(s.hint);
+        return static_cast<double>(s.last) + (s.has_gap ? s.gap : mean_gap());
+    }
+
+    // Item x is touched by ctx: it belongs to ctx.session from now; an insert
+    // or access (`request`) later than the session's latest request is a new
+    // request: a gap.
+    void touch(std::uint32_t x, const access_context& ctx, bool request) {
+        touch_[x] = ctx.now;
+        if (ctx.session.value == 0) {
+            session_[x] = no_session;
+            return;
+        }
+        const auto [it, fresh] = index_.try_emplace(ctx.session.value, static_cast<std::uint32_t>(sessions_.size()));
+        session_[x] = it->second;
+        if (fresh) {
+            sessions_.emplace_back().last = ctx.now;
+            return;
+        }
+        session_state& s = sessions_[it->second];
+        if (!request || ctx.now <= s.last) return;
+        const double gap = static_cast<double>(ctx.now - s.last);
+        s.gap = s.has_gap ? s.gap + config_.gap_weight * (gap - s.gap) : gap;
+        s.has_gap = true;
+        s.last = ctx.now;
+        s.hint = 0;
+        gap_sum_ += gap;
+        ++gaps_;
+        refile(it->second);
+    }
+    void take_hint(std::uint32_t session, timestamp hint) {
+        session_state& s = sessions_[session];
+        if (s.hint == hint) return;
+        s.hint = hint;
+        refile(session);
+    }
+
+    // Files the session under its top item, in the heap its prediction
+    // belongs to (after the top, the prediction or the class changed).
+    void refile(std::uint32_t session) {
+        session_state& s = sessions_[session];
+        if (s.filed != no_index) {
+            if (s.filed_known)
+                known_.erase(s.filed);
+            else
+                fallback_.erase(s.filed);
+        }
+        s.filed = no_index;
+        if (s.heap.empty()) return;
+        s.filed = s.heap.front();
+        s.filed_known = has_own(s);
+        if (s.filed_known)
+            known_.push(s.filed, {back_of(s), seq_[s.filed]});
+        else
+            fallback_.push(s.filed, {s.last, seq_[s.filed]});
+    }
+    void refile_unfiled() {
+        if (unfiled_filed_ != no_index) fallback_.erase(unfiled_filed_);
+        unfiled_filed_ = unfiled_.front;
+        if (unfiled_filed_ != no_index) fallback_.push(unfiled_filed_, {touch_[unfiled_filed_], seq_[unfiled_filed_]});
+    }
+
+    // x becomes evictable.
+    void place(std::uint32_t x) {
+        if (session_[x] == no_session) {
+            links_.push_back(unfiled_, x);
+            if (unfiled_.front == x) refile_unfiled();
+            return;
+        }
+        session_state& s = sessions_[session_[x]];
+        pos_[x] = static_cast<std::uint32_t>(s.heap.size());
+        s.heap.push_back(x);
+        sift_up(s.heap, pos_[x]);
+        if (s.heap.front() == x) refile(session_[x]);
+    }
+    // x stops being evictable (held, erased or evicted). Pre: placed.
+    void unplace(std::uint32_t x) {
+        if (session_[x] == no_session) {
+            const bool front = unfiled_.front == x;
+            links_.remove(unfiled_, x);
+            if (front) refile_unfiled();
+            return;
+        }
+        session_state& s = sessions_[session_[x]];
+        const bool top = s.heap.front() == x;
+        const std::uint32_t p = pos_[x];
+        const std::uint32_t last = s.heap.back();
+        s.heap.pop_back();
+        pos_[x] = no_index;
+        if (last != x) {
+            s.heap[p] = last;
+            pos_[last] = p;
+            sift_up(s.heap, p);
+            sift_down(s.heap, pos_[last]);
+        }
+        if (top) refile(session_[x]);
+    }
+    // The per-session heaps: the item inserted last on top.
+    void sift_up(std::vector<std::uint32_t>& h, std::uint32_t p) noexcept {
+        const std::uint32_t x = h[p];
+        while (p > 0) {
+            const std::uint32_t parent = (p - 1) / 2;
+            if (seq_[h[parent]] >= seq_[x]) break;
+            h[p] = h[parent];
+            pos_[h[p]] = p;
+            p = parent;
+        }
+        h[p] = x;
+        pos_[x] = p;
+    }
+    void sift_down(std::vector<std::uint32_t>& h, std::uint32_t p) noexcept {
+        const std::uint32_t x = h[p];
+        const auto n = static_cast<std::uint32_t>(h.size());
+        for (;;) {
+            std::uint32_t c = 2 * p + 1;
+            if (c >= n) break;
+            if (c + 1 < n && seq_[h[c + 1]] > seq_[h[c]]) ++c;
+            if (seq_[h[c]] <= seq_[x]) break;
+            h[p] = h[c];
+            pos_[h[p]] = p;
+            p = c;
+        }
+        h[p] = x;
+        pos_[x] = p;
+    }
+
+    config_type config_;
+    std::vector<std::uint32_t> session_;  // [capacity] index into sessions_ of its session; no_session: none
+    std::vector<std::uint64_t> seq_;      // [capacity] insertion order (1, 2, ...)
+    std::vector<timestamp> touch_;        // [capacity] time of its latest insert, access or release
+    std::vector<std::uint32_t> pos_;      // [capacity] place in its session's heap
+    index_links links_;                   // [capacity] the no-session LRU list's links
+    index_list unfiled_;                  // evictable items of no session, least recently touched first
+    std::uint32_t unfiled_filed_ = no_index;  // unfiled_'s front as filed in fallback_
+    std::vector<session_state> sessions_;
+    std::unordered_map<std::uint64_t, std::uint32_t> index_;  // session id -> sessions_ index
+    indexed_heap<known_rank, later_first<known_rank, &known_rank::back>> known_;
+    indexed_heap<fallback_rank, later_first<fallback_rank, &fallback_rank::base>> fallback_;
+    std::uint64_t inserted_ = 0;
+    double gap_sum_ = 0.0;
+    std::uint64_t gaps_ = 0;
+};
+
+static_assert(eviction_policy<predicted_return>);
+static_assert(hears_session_ends<predicted_return>);
+
+}  // namespace kvpolicy

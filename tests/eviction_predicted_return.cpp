@@ -1,0 +1,305 @@
+// predicted_return: victim for victim against a naive model that keeps every
+// item in a vector and, for each victim, scans them all and computes each
+// session's expected return from scratch; on long random sequences of
+// inserts, hits, holds, releases (with and without hints), session ends,
+// erasures and pops, at several capacities and gap weights. Also: with no
+// sessions it is LRU; queue_aware<predicted_return> with no queue decides as
+// predicted_return; a worked example where it keeps the session that comes
+// back sooner and LRU does not; bad configuration.
+#include <catch2/catch.hpp>
+
+#include <kvpolicy/eviction/lru.hpp>
+#include <kvpolicy/eviction/predicted_return.hpp>
+#include <kvpolicy/eviction/queue_aware.hpp>
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <optional>
+#include <random>
+#include <vector>
+
+using namespace kvpolicy;
+
+namespace {
+
+// The rule of predicted_return.hpp, written out the slow way.
+struct naive_predicted_return {
+    struct item {
+        bool tracked = false, held = false;
+        std::uint64_t session = 0;  // 0: none
+        std::uint64_t seq = 0;      // insertion order
+        timestamp touch = 0;        // latest insert, access or release
+        std::uint64_t touched = 0;  // order of that touch
+    };
+    struct session {
+        timestamp last = 0;
+        double gap = 0.0;
+        bool has_gap = false;
+        timestamp hint = 0;
+    };
+
+    double weight;
+    std::vector<item> items;
+    std::map<std::uint64_t, session> sessions;
+    double gap_sum = 0.0;
+    std::uint64_t gaps = 0, inserted = 0, touches = 0;
+
+    naive_predicted_return(std::size_t capacity, double w) : weight(w), items(capacity) {}
+
+    [[nodiscard]] double mean_gap() const { return gaps == 0 ? 0.0 : gap_sum / static_cast<double>(gaps); }
+    [[nodiscard]] double back(const session& s) const {
+        if (s.hint == never) return std::numeric_limits<double>::infinity();
+        if (s.hint != 0) return static_cast<double>(s.hint);
+        return static_cast<double>(s.last) + (s.has_gap ? s.gap : mean_gap());
+    }
+    void touch(std::uint32_t x, const access_context& ctx, bool request) {
+        item& it = items[x];
+        it.touch = ctx.now;
+        it.touched = ++touches;
+        it.session = ctx.session.value;
+        if (it.session == 0) return;
+        const auto found = sessions.find(it.session);
+        if (found == sessions.end()) {
+            sessions[it.session].last = ctx.now;
+            return;
+        }
+        session& s = found->second;
+        if (!request || ctx.now <= s.last) return;
+        const double gap = static_cast<double>(ctx.now - s.last);
+        s.gap = s.has_gap ? s.gap + weight * (gap - s.gap) : gap;
+        s.has_gap = true;
+        s.last = ctx.now;
+        s.hint = 0;
+        gap_sum += gap;
+        ++gaps;
+    }
+    void on_insert(std::uint32_t x, const access_context& ctx) {
+        items[x] = item{.tracked = true, .seq = ++inserted};
+        touch(x, ctx, true);
+    }
+    void on_access(std::uint32_t x, const access_context& ctx) { touch(x, ctx, true); }
+    void on_hold(std::uint32_t x) { items[x].held = true; }
+    void on_release(std::uint32_t x, const access_context& ctx) {
+        items[x].held = false;
+        touch(x, ctx, false);
+        if (ctx.expected_return != 0 && items[x].session != 0) sessions[items[x].session].hint = ctx.expected_return;
+    }
+    void on_session_end(std::uint64_t s) {
+        if (const auto it = sessions.find(s); it != sessions.end()) it->second.hint = never;
+    }
+    void on_erase(std::uint32_t x) { items[x].tracked = false; }
+    std::optional<std::uint32_t> pop_victim() {
+        // The no-session item touched least recently stands for them all.
+        std::optional<std::uint32_t> lru;
+        for (std::uint32_t x = 0; x < items.size(); ++x) {
+            const item& it = items[x];
+            if (it.tracked && !it.held && it.session == 0 && (!lru || it.touched < items[*lru].touched)) lru = x;
+        }
+        std::optional<std::uint32_t> best;
+        double best_back = 0.0;
+        for (std::uint32_t x = 0; x < items.size(); ++x) {
+            const item& it = items[x];
+            if (!it.tracked || it.held) continue;
+            double b;
+            if (it.session == 0) {
+                if (x != *lru) continue;
+                b = static_cast<double>(it.touch) + mean_gap();
+            } else {
+                b = back(sessions.at(it.session));
+            }
+            if (!best || b > best_back || (b == best_back && it.seq > items[*best].seq)) {
+                best = x;
+                best_back = b;
+            }
+        }
+        if (best) items[*best].tracked = false;
+        return best;
+    }
+};
+
+// Drives the policy, queue_aware<predicted_return> (no queue) and the model
+// with the same random operations; every victim must agree.
+void check_against_model(std::size_t capacity, double weight, std::uint64_t seed, std::uint64_t sessions,
+                         std::size_t operations) {
+    const predicted_return::config_type config{.gap_weight = weight};
+    predicted_return policy(capacity, config);
+    queue_aware<predicted_return> wrapped(capacity, config);
+    naive_predicted_return model(capacity, weight);
+    std::mt19937_64 rng(seed);
+    auto below = [&](std::uint64_t n) { return std::uniform_int_distribution<std::uint64_t>(0, n - 1)(rng); };
+    timestamp now = 1;
+    std::size_t victims = 0;
+    auto context = [&] {
+        access_context ctx;
+        ctx.now = now;
+        ctx.session = session_id{below(sessions + 1)};  // 0: none
+        return ctx;
+    };
+    for (std::size_t op = 0; op < operations; ++op) {
+        if (below(4) == 0) now += 1 + below(below(8) == 0 ? 500 : 20);  // often several calls at one time
+        const auto x = static_cast<std::uint32_t>(below(capacity));
+        const item_id id{x};
+        const auto& it = model.items[x];
+        const std::uint64_t what = below(100);
+        INFO("seed " << seed << " op " << op << " item " << x);
+        if (!it.tracked) {
+            if (what < 70) {
+                const access_context ctx = context();
+                policy.on_insert(id, ctx);
+                wrapped.on_insert(id, ctx);
+                model.on_insert(x, ctx);
+            }
+        } else if (what < 25) {
+            const access_context ctx = context();
+            policy.on_access(id, ctx);
+            wrapped.on_access(id, ctx);
+            model.on_access(x, ctx);
+        } else if (what < 40 && !it.held) {
+            policy.on_hold(id);
+            wrapped.on_hold(id);
+            model.on_hold(x);
+        } else if (what < 60 && it.held) {
+            access_context ctx = context();
+            if (below(2) == 0) ctx.session = session_id{it.session};  // mostly its own session
+            const std::uint64_t h = below(10);
+            ctx.expected_return = h == 0 ? never : h == 1 ? now + below(300) : h == 2 ? 1 + below(now) : 0;
+            policy.on_release(id, ctx);
+            wrapped.on_release(id, ctx);
+            model.on_release(x, ctx);
+        } else if (what < 63) {
+            const session_id s{1 + below(sessions)};
+            policy.on_session_end(s, now);
+            wrapped.on_session_end(s, now);
+            model.on_session_end(s.value);
+        } else if (what < 66) {
+            policy.on_erase(id);
+            wrapped.on_erase(id);
+            model.on_erase(x);
+        }
+        if (what >= 66 || policy.evictable_size() == capacity) {
+            const std::uint64_t n = what >= 96 ? 1 + below(3) : 1;
+            for (std::uint64_t k = 0; k < n; ++k) {
+                const auto want = model.pop_victim();
+                const auto got = policy.pop_victim(now);
+                const auto also = wrapped.pop_victim(now);
+                REQUIRE(got.has_value() == want.has_value());
+                REQUIRE(also == got);
+                if (!want) break;
+                REQUIRE(got->value == *want);
+                ++victims;
+            }
+        }
+        REQUIRE(policy.size() == wrapped.size());
+        REQUIRE(policy.evictable_size() == wrapped.evictable_size());
+    }
+    REQUIRE(victims > operations / 10);
+}
+
+}  // namespace
+
+TEST_CASE("predicted_return: same victims as a naive scan of every item", "[eviction][predicted_return][differential]") {
+    const std::size_t capacity = GENERATE(1u, 7u, 64u, 300u);
+    const double weight = GENERATE(0.5, 0.2, 1.0);
+    const std::uint64_t sessions = GENERATE(1u, 5u, 40u);
+    for (std::uint64_t seed = 1; seed <= 3; ++seed)
+        check_against_model(capacity, weight, seed * 7919 + capacity, sessions, capacity >= 300 ? 20'000 : 40'000);
+}
+
+TEST_CASE("predicted_return: with no sessions it is LRU", "[eviction][predicted_return]") {
+    const std::size_t capacity = 50;
+    predicted_return policy(capacity);
+    lru reference(capacity);
+    std::mt19937_64 rng(5);
+    std::vector<int> state(capacity, 0);  // 0 untracked, 1 evictable, 2 held
+    timestamp now = 1;
+    for (int op = 0; op < 50'000; ++op) {
+        now += rng() % 3;
+        access_context ctx;
+        ctx.now = now;
+        const auto x = static_cast<std::uint32_t>(rng() % capacity);
+        const item_id id{x};
+        const auto what = rng() % 10;
+        if (state[x] == 0) {
+            policy.on_insert(id, ctx);
+            reference.on_insert(id, ctx);
+            state[x] = 1;
+        } else if (what < 3) {
+            policy.on_access(id, ctx);
+            reference.on_access(id, ctx);
+        } else if (what < 5) {
+            if (state[x] == 1) {
+                policy.on_hold(id);
+                reference.on_hold(id);
+                state[x] = 2;
+            } else {
+                policy.on_release(id, ctx);
+                reference.on_release(id, ctx);
+                state[x] = 1;
+            }
+        } else {
+            const auto v = policy.pop_victim(now);
+            REQUIRE(v == reference.pop_victim(now));
+            if (v) state[v->index()] = 0;
+        }
+    }
+}
+
+TEST_CASE("predicted_return keeps the session that comes back sooner, where LRU does not",
+          "[eviction][predicted_return][example]") {
+    // Session 1 sends a request every 10 s, session 2 every 100 s; each has
+    // one block cached. At t = 101 session 2 has just been served (back at
+    // 201), session 1 was served at 100 (back at 110). A third session's block
+    // needs room at 102: LRU evicts session 1's block, the older; session 1
+    // then misses at 110. predicted_return evicts session 2's, needed at 201.
+    auto ctx = [](std::uint64_t session, timestamp now) {
+        access_context c;
+        c.now = now;
+        c.session = session_id{session};
+        return c;
+    };
+    const item_id a{0}, b{1}, fresh{2};
+    predicted_return p(3);
+    lru l(3);
+    p.on_insert(a, ctx(1, 0));
+    l.on_insert(a, ctx(1, 0));
+    p.on_insert(b, ctx(2, 1));
+    l.on_insert(b, ctx(2, 1));
+    for (timestamp t = 10; t <= 100; t += 10) {
+        p.on_access(a, ctx(1, t));
+        l.on_access(a, ctx(1, t));
+    }
+    p.on_access(b, ctx(2, 101));
+    l.on_access(b, ctx(2, 101));
+    REQUIRE(p.expected_back(session_id{1}) == 110.0);
+    REQUIRE(p.expected_back(session_id{2}) == 201.0);
+
+    REQUIRE(l.pop_victim(102) == a);
+    REQUIRE(p.pop_victim(102) == b);
+    p.on_insert(fresh, ctx(3, 102));
+    REQUIRE(p.contains(a));  // session 1 finds its block at 110
+
+    // Once session 1 says it has ended, its block goes before anyone's.
+    p.on_session_end(session_id{1}, 103);
+    REQUIRE(p.expected_back(session_id{1}) == std::numeric_limits<double>::infinity());
+    REQUIRE(p.pop_victim(104) == a);
+}
+
+TEST_CASE("predicted_return: a session's deepest block goes first, a held one never",
+          "[eviction][predicted_return]") {
+    predicted_return p(4);
+    access_context c;
+    c.session = session_id{9};
+    for (std::uint32_t i = 0; i < 4; ++i) p.on_insert(item_id{i}, c);  // a request's blocks, head first
+    p.on_hold(item_id{3});
+    REQUIRE(p.pop_victim(0) == item_id{2});
+    REQUIRE(p.pop_victim(0) == item_id{1});
+    REQUIRE(p.pop_victim(0) == item_id{0});
+    REQUIRE_FALSE(p.pop_victim(0).has_value());
+}
+
+TEST_CASE("predicted_return refuses a gap weight outside (0, 1]", "[eviction][predicted_return][config]") {
+    for (double w : {0.0, -0.5, 1.5, std::numeric_limits<double>::quiet_NaN()})
+        REQUIRE_THROWS_WITH(predicted_return(4, {.gap_weight = w}),
+                            Catch::StartsWith("predicted_return: gap_weight") && Catch::Contains("must be in (0, 1]"));
+}
