@@ -198,7 +198,8 @@ void check_against_model(std::size_t capacity, double weight, std::uint64_t seed
 
 }  // namespace
 
-TEST_CASE("predicted_return: same victims as a naive scan of every item", "[eviction][predicted_return][differential]") {
+TEST_CASE("predicted_return: same victims as a naive scan of every item",
+          "[eviction][predicted_return][differential]") {
     const std::size_t capacity = GENERATE(1u, 7u, 64u, 300u);
     const double weight = GENERATE(0.5, 0.2, 1.0);
     const std::uint64_t sessions = GENERATE(1u, 5u, 40u);
@@ -285,8 +286,7 @@ TEST_CASE("predicted_return keeps the session that comes back sooner, where LRU 
     REQUIRE(p.pop_victim(104) == a);
 }
 
-TEST_CASE("predicted_return: a session's deepest block goes first, a held one never",
-          "[eviction][predicted_return]") {
+TEST_CASE("predicted_return: a session's deepest block goes first, a held one never", "[eviction][predicted_return]") {
     predicted_return p(4);
     access_context c;
     c.session = session_id{9};

@@ -60,8 +60,8 @@ public:
         /// Weight of the newest gap in a session's predicted gap, in (0, 1].
         double gap_weight = 0.5;
     };
-    static constexpr auto options = std::tuple{option{"gap_weight", &config_type::gap_weight, {0.0, 1.0},
-                                                      "weight of the newest gap in a session's predicted gap"}};
+    static constexpr auto options = std::tuple{option{
+        "gap_weight", &config_type::gap_weight, {0.0, 1.0}, "weight of the newest gap in a session's predicted gap"}};
 
     static constexpr std::string_view name = "predicted_return";
     static constexpr eviction_order order = eviction_order::static_between_accesses;
@@ -140,9 +140,7 @@ public:
     }
     /// The mean of every gap between requests seen, in any session; 0 before
     /// the first.
-    [[nodiscard]] double mean_gap() const noexcept {
-        return gaps_ == 0 ? 0.0 : gap_sum_ / static_cast<double>(gaps_);
-    }
+    [[nodiscard]] double mean_gap() const noexcept { return gaps_ == 0 ? 0.0 : gap_sum_ / static_cast<double>(gaps_); }
     /// Sessions remembered.
     [[nodiscard]] std::size_t sessions() const noexcept { return sessions_.size(); }
 
@@ -150,13 +148,13 @@ private:
     static constexpr std::uint32_t no_session = no_index;  // session 0: no session
 
     struct session_state {
-        timestamp last = 0;                // latest request
-        double gap = 0.0;                  // the average of its gaps
-        bool has_gap = false;              // it has shown a gap
-        timestamp hint = 0;                // the engine's expected return; 0: none; never: ended
-        std::vector<std::uint32_t> heap;   // its evictable items, max-heap by insertion order
-        std::uint32_t filed = no_index;    // the item it is filed under in known_ or fallback_
-        bool filed_known = false;          // in known_ (else fallback_)
+        timestamp last = 0;               // latest request
+        double gap = 0.0;                 // the average of its gaps
+        bool has_gap = false;             // it has shown a gap
+        timestamp hint = 0;               // the engine's expected return; 0: none; never: ended
+        std::vector<std::uint32_t> heap;  // its evictable items, max-heap by insertion order
+        std::uint32_t filed = no_index;   // the item it is filed under in known_ or fallback_
+        bool filed_known = false;         // in known_ (else fallback_)
     };
     // known_: sessions with a prediction of their own, by expected time.
     struct known_rank {
@@ -315,12 +313,12 @@ private:
     }
 
     config_type config_;
-    std::vector<std::uint32_t> session_;  // [capacity] index into sessions_ of its session; no_session: none
-    std::vector<std::uint64_t> seq_;      // [capacity] insertion order (1, 2, ...)
-    std::vector<timestamp> touch_;        // [capacity] time of its latest insert, access or release
-    std::vector<std::uint32_t> pos_;      // [capacity] place in its session's heap
-    index_links links_;                   // [capacity] the no-session LRU list's links
-    index_list unfiled_;                  // evictable items of no session, least recently touched first
+    std::vector<std::uint32_t> session_;      // [capacity] index into sessions_ of its session; no_session: none
+    std::vector<std::uint64_t> seq_;          // [capacity] insertion order (1, 2, ...)
+    std::vector<timestamp> touch_;            // [capacity] time of its latest insert, access or release
+    std::vector<std::uint32_t> pos_;          // [capacity] place in its session's heap
+    index_links links_;                       // [capacity] the no-session LRU list's links
+    index_list unfiled_;                      // evictable items of no session, least recently touched first
     std::uint32_t unfiled_filed_ = no_index;  // unfiled_'s front as filed in fallback_
     std::vector<session_state> sessions_;
     std::unordered_map<std::uint64_t, std::uint32_t> index_;  // session id -> sessions_ index
