@@ -298,7 +298,8 @@ TEST_CASE("predicted_return: a session's deepest block goes first, a held one ne
     REQUIRE_FALSE(p.pop_victim(0).has_value());
 }
 
-TEST_CASE("predicted_return refuses a gap weight outside (0, 1]", "[eviction][predicted_return][config]") {
+TEST_CASE("predicted_return refuses a gap weight that is not above 0 and at most 1",
+          "[eviction][predicted_return][config]") {
     for (double w : {0.0, -0.5, 1.5, std::numeric_limits<double>::quiet_NaN()})
         REQUIRE_THROWS_WITH(predicted_return(4, {.gap_weight = w}),
                             Catch::StartsWith("predicted_return: gap_weight") && Catch::Contains("must be in (0, 1]"));
