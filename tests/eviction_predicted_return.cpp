@@ -201,9 +201,9 @@ void check_against_model(std::size_t capacity, double weight, std::uint64_t seed
 TEST_CASE("predicted_return: same victims as a naive scan of every item",
           "[eviction][predicted_return][differential]") {
     const std::size_t capacity = GENERATE(1u, 7u, 64u, 300u);
-    const double weight = GENERATE(0.5, 0.2, 1.0);
+    const double weight = GENERATE(0.5, 0.2);
     const std::uint64_t sessions = GENERATE(1u, 5u, 40u);
-    for (std::uint64_t seed = 1; seed <= 3; ++seed)
+    for (std::uint64_t seed = 1; seed <= 2; ++seed)
         check_against_model(capacity, weight, seed * 7919 + capacity, sessions, capacity >= 300 ? 20'000 : 40'000);
 }
 
