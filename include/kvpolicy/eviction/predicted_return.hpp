@@ -27,7 +27,10 @@
 // Departures: the gap is the session's own average, not return_gap_model's
 // fit from output tokens (what was measured); sessions are remembered for the
 // policy's lifetime (one entry per session seen). A session that is late (its
-// expected time has passed) is kept as if due now, until it ends or comes back.
+// expected time has passed) ranks before every session expected later, so it
+// is kept until it ends or comes back. A request is known by time alone: in an
+// engine whose calls for one request span time (a store completing a step
+// later), each later insert reads as a new request with a short gap.
 //
 // Cost: O(log n) per operation: per session a max-heap of its evictable items
 // by insertion order; two indexed heaps over the sessions filed under their
