@@ -12,10 +12,10 @@ ALL = kvpolicy.policies()
 
 
 def test_policies_lists_the_registry():
-    assert len(ALL) == len(set(ALL)) == 27
+    assert len(ALL) == len(set(ALL)) == 29
     for name in ("lru", "fifo", "arc", "s3fifo", "sieve", "belady", "retention_value", "w_tinylfu",
                  "tail_aware_lru", "session_aware_lru", "reuse_oracle_lru", "lrfu", "superseded_lru", "adaptive_kv",
-                 "queue_aware_lru", "queue_aware_adaptive_kv"):
+                 "queue_aware_lru", "queue_aware_adaptive_kv", "predicted_return", "queue_aware_predicted_return"):
         assert name in ALL
 
     def names(policy):
