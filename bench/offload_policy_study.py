@@ -49,6 +49,9 @@ def head(path: Path, n: int) -> list[str]:
 
 
 def simulate(sim: str, trace: str, block: int, gpu: int, cpu: int, rate: float, policies: list[str]) -> dict:
+    """kvpolicy-sim's offload mode on `trace`, its JSON rows by policy: vLLM's step of 2048 tokens
+    (128 vLLM blocks, one per trace block) as --prefill-chunk, the sessions' ends known.
+    bench/vllm_replay_study.py runs it beside vLLM's own scheduler."""
     cmd = [sim, "--trace", trace, "--mode", "offload", "--policy", ",".join(policies), "--capacity", str(gpu),
            "--cpu-capacity", str(cpu), "--block-size", str(block), "--serve-rate", repr(rate),
            "--prefill-chunk", str(128 * block), "--return-hints", "ends", "--output", "json", "--threads", "1"]
@@ -56,18 +59,19 @@ def simulate(sim: str, trace: str, block: int, gpu: int, cpu: int, rate: float, 
     return {row["policy"]: row for row in map(json.loads, out.splitlines()) if row}
 
 
-def serve_rate(sim: str, trace: str, block: int, gpu: int, cpu: int, iterations: int) -> tuple[float, int]:
-    """The serve rate (tokens/s) whose LRU run has the median queue nearest TARGET_QUEUE
-    (geometric bisection: the queue shrinks as the rate grows)."""
+def serve_rate(sim: str, trace: str, block: int, gpu: int, cpu: int, iterations: int,
+               target: float = TARGET_QUEUE) -> tuple[float, int]:
+    """The serve rate (tokens/s) whose LRU run has the median queue nearest `target`, and that
+    median (geometric bisection: the queue shrinks as the rate grows)."""
     lo, hi = 1e3, 1e10
     best = (float("inf"), hi, -1)
     for _ in range(iterations):
         mid = (lo * hi) ** 0.5
         q = simulate(sim, trace, block, gpu, cpu, mid, ["lru"])["lru"]["queue_depth_p50"]
-        best = min(best, (abs(q - TARGET_QUEUE), mid, q))
-        if q == TARGET_QUEUE:
+        best = min(best, (abs(q - target), mid, q))
+        if q == target:
             break
-        if q > TARGET_QUEUE:
+        if q > target:
             lo = mid
         else:
             hi = mid

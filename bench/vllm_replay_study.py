@@ -34,7 +34,6 @@ import gzip
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,18 +42,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from offload_policy_study import TRACE_SET, serve_rate, simulate  # noqa: E402
 from vllm_replay import Replay, ReplayConfig, belady_hits, read_trace  # noqa: E402
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
-# name: (file, tokens per trace block, requests replayed)
-TRACE_SET = {
-    "conversation": (TRACES / "mooncake" / "conversation_trace.jsonl", 512, 3000),
-    "synthetic": (TRACES / "mooncake" / "synthetic_trace.jsonl", 512, 3000),
-    "agentic": (TRACES / "agentic" / "agentic_mix.jsonl.gz", 64, 400),
-}
-
-
-MAX_BATCHED_TOKENS = 2048
+MAX_BATCHED_TOKENS = 2048  # 128 vLLM blocks of 16: offload_policy_study.simulate's --prefill-chunk
 
 
 def shape(reqs, cpu_chunks: int, speedup: float, **kw) -> dict:
@@ -68,7 +59,7 @@ def shape(reqs, cpu_chunks: int, speedup: float, **kw) -> dict:
 def run(reqs, trace_block: int, kvpolicy: bool, accesses: bool = False, **kw):
     cfg = ReplayConfig(trace_block=trace_block, **kw)
     if kvpolicy:
-        cfg.policy, cfg.policy_module = "kvpolicy_queue_aware_adaptive_kv", "kvpolicy.vllm"
+        cfg.policy, cfg.policy_module = "kvpolicy_" + POLICY, "kvpolicy.vllm"
         cfg.connector, cfg.connector_module = "KvpolicyOffloadingConnector", "kvpolicy.vllm"
     replay = Replay(cfg, record_accesses=accesses)
     replay.run(reqs)
@@ -91,40 +82,11 @@ def calibrate(reqs, trace_block: int, cpu_chunks: int, target: float, iterations
     return best[1]
 
 
-POLICY = "queue_aware_adaptive_kv"
-
-
-def simulate(sim: str, trace: str, trace_block: int, gpu: int, cpu: int, serve_rate: float, sessions: bool,
-             policies: str) -> dict:
-    """kvpolicy-sim's offload mode on ``trace``: its JSON rows by policy. A
-    step prefills what vLLM's does (max_num_batched_tokens, in the trace's
-    tokens: one vLLM block per trace block)."""
-    step = MAX_BATCHED_TOKENS // ReplayConfig.block_size * trace_block
-    cmd = [sim, "--trace", trace, "--mode", "offload", "--policy", policies, "--capacity", str(gpu),
-           "--cpu-capacity", str(cpu), "--block-size", str(trace_block), "--serve-rate", repr(serve_rate),
-           "--prefill-chunk", str(step), "--output", "json", "--threads", "1"]
-    if sessions:  # the sessions and their ends vLLM's run sends (derived where the trace names none)
-        cmd += ["--return-hints", "ends"]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return {row["policy"]: row for row in map(json.loads, out.splitlines()) if row}
-
-
-def sim_serve_rate(sim: str, trace: str, trace_block: int, gpu: int, cpu: int, target: float) -> float:
-    """The serve rate (tokens/s) whose LRU run has the median queue nearest ``target``."""
-    lo, hi = 1e3, 1e10
-    best = (float("inf"), hi)
-    for _ in range(30):
-        mid = (lo * hi) ** 0.5
-        q = simulate(sim, trace, trace_block, gpu, cpu, mid, False, "lru")["lru"]["queue_depth_p50"]
-        best = min(best, (abs(q - target), mid))
-        if q > target:
-            lo = mid
-        else:
-            hi = mid
-    return best[1]
+POLICY = "queue_aware_adaptive_kv"  # --policy
 
 
 def main(argv=None) -> int:
+    global POLICY
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="build/vllm-replay")
     p.add_argument("--traces", default=",".join(TRACE_SET))
@@ -133,7 +95,9 @@ def main(argv=None) -> int:
     p.add_argument("--requests", type=int, default=None, help="requests replayed per trace (default: per trace)")
     p.add_argument("--iterations", type=int, default=10, help="calibration runs per load")
     p.add_argument("--sim", default="build/tools/kvpolicy-sim", help="kvpolicy-sim, for its offload mode beside vLLM")
+    p.add_argument("--policy", default=POLICY, help="the kvpolicy policy behind kvpolicy's connector")
     a = p.parse_args(argv)
+    POLICY = a.policy
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -171,8 +135,8 @@ def main(argv=None) -> int:
                     "seconds": round(time.time() - t0, 1),
                 }
                 gpu = shape(reqs, cpu, speedup)["gpu_blocks"]
-                rate = sim_serve_rate(a.sim, head.name, trace_block, gpu, cpu, row["queue_median_lru"])
-                sim = simulate(a.sim, head.name, trace_block, gpu, cpu, rate, True, f"lru,{POLICY},belady")
+                rate, _ = serve_rate(a.sim, head.name, trace_block, gpu, cpu, 30, row["queue_median_lru"])
+                sim = simulate(a.sim, head.name, trace_block, gpu, cpu, rate, ["lru", POLICY, "belady"])
                 s_lru, s_q, s_opt = sim["lru"], sim[POLICY], sim["belady"]
                 s_gap = s_opt["cpu_hits"] - s_lru["cpu_hits"]
                 row.update({
