@@ -3,20 +3,14 @@
 // later than LRU's victim has been idle; and evicts request tails that are
 // never reused before anything (the tail rule of tail_aware_lru).
 //
-// What it does. Each session's gap between consecutive requests is tracked
-// as a running mean (weight `gap_weight` on the newest gap), and the session
-// is expected back at its latest request + that mean; once its request has
-// finished and its release said how many tokens it generated
-// (access_context::output_tokens), + the gap return_gap_model predicts from
-// that count and the session's gaps, a fit learned online over all sessions
-// (return_gap_model.hpp: on the agentic trace it takes the share of the
-// LRU -> Belady gap closed at 1% of the blocks from 30% to 48%). Where the
-// engine knows better, the release says when the session comes back
-// (access_context::expected_return: an agent's tool-call timeout, a
-// workflow's next step; `never` for a closed conversation) and that is the
-// expectation until the session's next request. Fed the agentic trace's
-// true returns this way, the rule closes 96% / 83% / 44% of the gap at 1% /
-// 5% / 10% (README, "What an engine's hints are worth"). The evictable blocks
+// What it does. A session is expected back at its latest request + the
+// running mean of its gaps (weight `gap_weight` on the newest); once a
+// release said how many tokens its request generated (output_tokens), + the
+// gap return_gap_model's online fit predicts from that count (agentic trace,
+// 1%: 30% -> 48% of the LRU -> Belady gap). A release's expected_return (a
+// tool call's timeout; `never` for a closed conversation) replaces that until
+// the session's next request (true returns: 96 / 83 / 44% of the gap at 1 /
+// 5 / 10%, README "What an engine's hints are worth"). The evictable blocks
 // only one session has used (a shared prefix, a system prompt, comes back
 // with anyone, so it is nobody's) are kept per session in the order they
 // became evictable. A victim is
@@ -33,48 +27,37 @@
 // or ended) is not taken by rule 2 until it comes back; its blocks stay in
 // LRU order.
 //
-// Prefixes: every rule keeps cached sets prefix-closed. The expectation
-// belongs to the session, not to its blocks, so when a later request re-reads
-// an inner block but not an older branch below it, the branch (placed
-// earlier) goes before the inner block; and a block another session has
-// used, whose descendants may be either session's, is left to LRU order
-// (tests/eviction_prefix_closure.cpp checks it on random forests).
+// Prefixes: every rule keeps cached sets prefix-closed. The expectation is
+// the session's, not its blocks', so an older branch below a re-read inner
+// block (placed earlier) goes first, and a block two sessions used is left to
+// LRU order (tests/eviction_prefix_closure.cpp, on random forests).
 //
 // Why. Rule 2 is Belady's rule (evict the farthest next use) with next uses
 // predicted by each session's rhythm, as Continuum keeps an agent's KV for
-// the predicted length of its tool call and KVFlow orders agents by their
-// distance to the next step. Session gaps are heavy-tailed (on the agentic
-// trace: median 20 s, 90th percentile 133 s, 99th 2450 s; consecutive gaps
-// of a session correlate weakly), so a prediction alone is a poor guide:
-// evicting the farthest-predicted item whenever it is farther than LRU's
-// victim's idle time, or keeping every session until its predicted return,
-// lost 0.5-2.4 points to LRU at 5% of the trace's blocks in prototype
-// replays, while gaining up to 4.7 at 1%. No fixed margin serves every
-// capacity (on the agentic trace, 2x closes 29% of the LRU -> Belady gap at
-// 1% and loses 0.95 points at 5%; 16x closes 5% and 1%), so the margin is
-// learned: pairwise_margin_tuner (pairwise_margin_tuner.hpp) scores sampled
-// decisions, taken or not, by which of the two candidates the trace asks for
-// first, Belady's own criterion, and applies the prediction only above the
-// lowest margin whose decisions win. It starts at `far_factor` (16).
+// its tool call's predicted length and KVFlow orders agents by their steps to
+// execution. Session gaps are heavy-tailed (agentic trace: median 20 s, p99
+// 2450 s), so trusting every prediction lost up to 2.4 points to LRU at 5% of
+// the trace's blocks, and no fixed margin serves every capacity (2x: +29% of
+// the gap at 1%, -0.95 points at 5%). The margin is learned instead:
+// pairwise_margin_tuner scores sampled decisions, taken or not, by which of
+// the two candidates the trace asks for first (Belady's own criterion), and
+// applies the prediction above the lowest margin whose decisions win,
+// starting at `far_factor` (16).
 //
-// When to use it: requests that carry a stable session id (agents, chats).
-// Without session ids (every request its own session) no session shows a gap
-// and it is exactly tail_aware_lru.
+// When to use it: requests with a stable session id (agents, chats); without
+// one (each request its own session) it is exactly tail_aware_lru.
 //
-// Departures: no pinning (Continuum pins for a TTL; here a full cache still
-// evicts). The session table keeps `max_sessions` sessions (0:
-// max(capacity, 1024)) plus those that own evictable blocks; when it holds
-// twice that many, the sessions that arrived least recently and own no
-// evictable block are forgotten (they show no gap until they return twice),
-// O(1) amortized. A block placed while its session is not in the table stays
-// in LRU order only.
+// Departures: no pinning (Continuum pins for a TTL; a full cache evicts).
+// The session table keeps `max_sessions` sessions (0: max(capacity, 1024))
+// plus those owning evictable blocks; at twice that, the least recently
+// arrived that own none are forgotten (no gap until they return twice), O(1)
+// amortized; a block placed while its session is not in it is LRU only.
 //
 // Cost: O(log n) per operation (LRU's order by placement time, O(1) while
 // times come in order (time_queue.hpp), an indexed heap over the sessions'
-// expected times keyed by each session's first block, a
-// FIFO, per-session lists, the learner's ghosts, a hash map of sessions, the
-// tuner's fixed table of pairs; a 5x5 solve per request whose output was
-// known).
+// expected times keyed by each session's first block, a FIFO, per-session
+// lists, the learner's ghosts, a hash map of sessions, the tuner's fixed
+// table of pairs; a 5x5 solve per request whose output was known).
 #pragma once
 
 #include <algorithm>
@@ -483,12 +466,10 @@ private:
     std::vector<std::uint64_t> session_;                 // [capacity] session of the last touch
     std::vector<std::uint8_t> shared_;                   // [capacity] 1 once two sessions used it
     std::unordered_map<std::uint64_t, session_state> sessions_;
-    // The session looked up last: a request's blocks come one after another,
-    // each asking for its session on arrival, placement, unlinking and
-    // release, and a hash lookup among thousands of sessions is a cache miss
-    // or two. A pointer into sessions_ stays valid through rehashing;
-    // forget_sessions, the only erase, drops it, and a copy or a move of the
-    // policy starts without it (it would point into the other's map).
+    // The session looked up last (a request's blocks ask for theirs one after
+    // another; a hash lookup among thousands is a cache miss or two). A pointer
+    // into sessions_ survives rehashing; forget_sessions, the only erase, drops
+    // it, and a copy or move starts without it (it would point into the other's).
     struct session_cache {
         std::uint64_t id = 0;
         session_state* state = nullptr;
