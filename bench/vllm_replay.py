@@ -17,7 +17,9 @@ each the smallest stand-in that lets vLLM's scheduler run without a GPU:
 - the model's configuration (``MODEL_CONFIG``): OPT-125m's shape, which
   vLLM's ``ModelConfig`` reads and nothing here depends on; no weights;
 - the clock: a step takes ``step_ms`` plus ``ms_per_token`` per scheduled
-  token, and a request arrives at its trace timestamp divided by ``speedup``.
+  token, and a request arrives at its trace timestamp divided by ``speedup``;
+  kvpolicy's policies read this clock (``kvpolicy.vllm.set_time_ms``), as
+  they read the wall clock beside a real model.
 
 Prompts are made from the trace's block hashes: block ``i`` of a request is
 ``hash_ids[i] + 1`` followed by zeros, so vLLM's chained block hashes are
@@ -482,15 +484,32 @@ class Replay:
         reqs = list(trace)
         t0 = reqs[0].arrival_ms if reqs else 0.0
         now, i = 0.0, 0
-        while i < len(reqs) or self.busy():
-            while i < len(reqs) and (reqs[i].arrival_ms - t0) / self.cfg.speedup <= now:
-                self.add(str(i), reqs[i])
-                i += 1
-            if not self.busy():
-                now = (reqs[i].arrival_ms - t0) / self.cfg.speedup
-                continue
-            now += self.step()
+        # kvpolicy's policies read the fake model's clock, as they would read
+        # the wall clock beside a real model: how fast this replay runs is
+        # no time of theirs.
+        set_time = self._kvpolicy_clock()
+        try:
+            while i < len(reqs) or self.busy():
+                set_time(int(now))
+                while i < len(reqs) and (reqs[i].arrival_ms - t0) / self.cfg.speedup <= now:
+                    self.add(str(i), reqs[i])
+                    i += 1
+                if not self.busy():
+                    now = (reqs[i].arrival_ms - t0) / self.cfg.speedup
+                    continue
+                now += self.step()
+        finally:
+            set_time(None)
         return self.result
+
+    def _kvpolicy_clock(self):
+        """kvpolicy.vllm.set_time_ms where kvpolicy's module is loaded, else
+        a call that does nothing."""
+        if "kvpolicy.vllm" not in (self.cfg.policy_module, self.cfg.connector_module):
+            return lambda ms: None
+        from kvpolicy.vllm import set_time_ms
+
+        return set_time_ms
 
 
 def _step_record(out, meta, tier_log) -> tuple:

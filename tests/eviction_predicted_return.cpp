@@ -37,6 +37,7 @@ struct naive_predicted_return {
         double gap = 0.0;
         bool has_gap = false;
         timestamp hint = 0;
+        bool ended = false;
     };
 
     double weight;
@@ -44,6 +45,7 @@ struct naive_predicted_return {
     std::map<std::uint64_t, session> sessions;
     double gap_sum = 0.0;
     std::uint64_t gaps = 0, inserted = 0, touches = 0;
+    bool ends_heard = false;
 
     naive_predicted_return(std::size_t capacity, double w) : weight(w), items(capacity) {}
 
@@ -57,6 +59,7 @@ struct naive_predicted_return {
         item& it = items[x];
         it.touch = ctx.now;
         it.touched = ++touches;
+        if (ctx.session.value == 0 && !request) return;  // a release naming no session keeps it
         it.session = ctx.session.value;
         if (it.session == 0) return;
         const auto found = sessions.find(it.session);
@@ -65,8 +68,14 @@ struct naive_predicted_return {
             return;
         }
         session& s = found->second;
-        if (!request || ctx.now <= s.last) return;
-        const double gap = static_cast<double>(ctx.now - s.last);
+        if (!request) return;
+        if (ends_heard) {
+            if (!s.ended) return;  // requests are known by their ends
+        } else if (ctx.now <= s.last) {
+            return;  // by time: a new request comes later
+        }
+        s.ended = false;
+        const double gap = ctx.now > s.last ? static_cast<double>(ctx.now - s.last) : 0.0;
         s.gap = s.has_gap ? s.gap + weight * (gap - s.gap) : gap;
         s.has_gap = true;
         s.last = ctx.now;
@@ -87,6 +96,18 @@ struct naive_predicted_return {
     }
     void on_session_end(std::uint64_t s) {
         if (const auto it = sessions.find(s); it != sessions.end()) it->second.hint = never;
+    }
+    void on_request_end(std::uint64_t s) {
+        if (!ends_heard) {  // what was learned by time is forgotten
+            gap_sum = 0.0;
+            gaps = 0;
+            for (auto& [id, state] : sessions) {
+                state.has_gap = false;
+                state.gap = 0.0;
+            }
+        }
+        ends_heard = true;
+        if (const auto it = sessions.find(s); it != sessions.end()) it->second.ended = true;
     }
     void on_erase(std::uint32_t x) { items[x].tracked = false; }
     std::optional<std::uint32_t> pop_victim() {
@@ -120,8 +141,9 @@ struct naive_predicted_return {
 
 // Drives the policy, queue_aware<predicted_return> (no queue) and the model
 // with the same random operations; every victim must agree.
+// `ends`: the engine also reports request ends (on_request_end).
 void check_against_model(std::size_t capacity, double weight, std::uint64_t seed, std::uint64_t sessions,
-                         std::size_t operations) {
+                         std::size_t operations, bool ends) {
     const predicted_return::config_type config{.gap_weight = weight};
     predicted_return policy(capacity, config);
     queue_aware<predicted_return> wrapped(capacity, config);
@@ -138,6 +160,13 @@ void check_against_model(std::size_t capacity, double weight, std::uint64_t seed
     };
     for (std::size_t op = 0; op < operations; ++op) {
         if (below(4) == 0) now += 1 + below(below(8) == 0 ? 500 : 20);  // often several calls at one time
+        if (ends && below(20) == 0) {
+            const session_id s{1 + below(sessions)};
+            policy.on_request_end(s, now);
+            wrapped.on_request_end(s, now);
+            model.on_request_end(s.value);
+            continue;
+        }
         const auto x = static_cast<std::uint32_t>(below(capacity));
         const item_id id{x};
         const auto& it = model.items[x];
@@ -203,8 +232,10 @@ TEST_CASE("predicted_return: same victims as a naive scan of every item",
     const std::size_t capacity = GENERATE(1u, 7u, 64u, 300u);
     const double weight = GENERATE(0.5, 0.2);
     const std::uint64_t sessions = GENERATE(1u, 5u, 40u);
+    const bool ends = GENERATE(false, true);
     for (std::uint64_t seed = 1; seed <= 2; ++seed)
-        check_against_model(capacity, weight, seed * 7919 + capacity, sessions, capacity >= 300 ? 20'000 : 40'000);
+        check_against_model(capacity, weight, seed * 7919 + capacity, sessions, capacity >= 300 ? 20'000 : 40'000,
+                            ends);
 }
 
 TEST_CASE("predicted_return: with no sessions it is LRU", "[eviction][predicted_return]") {
@@ -284,6 +315,51 @@ TEST_CASE("predicted_return keeps the session that comes back sooner, where LRU 
     p.on_session_end(session_id{1}, 103);
     REQUIRE(p.expected_back(session_id{1}) == std::numeric_limits<double>::infinity());
     REQUIRE(p.pop_victim(104) == a);
+}
+
+TEST_CASE("predicted_return: where request ends are heard, a request's stores a step apart are one request",
+          "[eviction][predicted_return][example]") {
+    // Session 1 sends a request every 100 ms; each request's three blocks are
+    // stored 5 ms apart (an engine's steps). By time alone each store would
+    // be a new request and the session's gap would shrink towards 5 ms;
+    // with the ends reported it is about 100 ms. Before the first end the
+    // stores at 5 and 10 read as requests; the end at 10 forgets their gaps,
+    // so the gaps learned are 90 (from 10), 100 and 100: an average of
+    // 90 -> 95 -> 97.5 with weight 0.5.
+    auto ctx = [](timestamp now) {
+        access_context c;
+        c.now = now;
+        c.session = session_id{1};
+        return c;
+    };
+    predicted_return by_ends(16), by_time(16);
+    std::uint32_t next = 0;
+    for (timestamp start = 0; start <= 300; start += 100) {
+        for (timestamp step = 0; step < 3; ++step, ++next) {
+            by_ends.on_insert(item_id{next}, ctx(start + 5 * step));
+            by_time.on_insert(item_id{next}, ctx(start + 5 * step));
+        }
+        by_ends.on_request_end(session_id{1}, start + 10);
+    }
+    // The last request started at 300, after gaps of 100.
+    REQUIRE(by_ends.expected_back(session_id{1}) == 397.5);
+    REQUIRE(by_ends.mean_gap() == Approx(290.0 / 3));
+    // By time: its latest request is the store at 310, its gap under 20 ms.
+    REQUIRE(by_time.expected_back(session_id{1}).value() < 330.0);
+
+    // A store completing with no session named leaves the block its
+    // session's: once the session ends, it goes with the session's blocks,
+    // before a block of no session touched earlier.
+    const item_id loose{15};
+    access_context unnamed;
+    unnamed.now = 305;
+    by_ends.on_insert(loose, unnamed);
+    by_ends.on_hold(item_id{0});
+    unnamed.now = 311;
+    by_ends.on_release(item_id{0}, unnamed);
+    by_ends.on_session_end(session_id{1}, 312);
+    for (int k = 0; k < 12; ++k) REQUIRE(by_ends.pop_victim(313) != loose);  // every block of session 1
+    REQUIRE(by_ends.pop_victim(313) == loose);
 }
 
 TEST_CASE("predicted_return: a session's deepest block goes first, a held one never", "[eviction][predicted_return]") {

@@ -75,6 +75,8 @@ public:
     void on_erase(item_id id) { impl_->on_erase(id); }
     /// Heard by the concrete policies that hear session ends; a no-op for the rest.
     void on_session_end(session_id s, timestamp now) { impl_->on_session_end(s, now); }
+    /// Heard by the concrete policies that hear request ends (predicted_return); a no-op for the rest.
+    void on_request_end(session_id s, timestamp now) { impl_->on_request_end(s, now); }
     /// Heard by the concrete policies that hear the waiting queue (queue_aware_*); a no-op for the rest.
     void on_queued(item_id id, std::uint64_t position) { impl_->on_queued(id, position); }
     void on_unqueued(item_id id, const access_context& c) { impl_->on_unqueued(id, c); }
@@ -111,6 +113,7 @@ private:
         virtual void on_release(item_id, const access_context&) = 0;
         virtual void on_erase(item_id) = 0;
         virtual void on_session_end(session_id, timestamp) = 0;
+        virtual void on_request_end(session_id, timestamp) = 0;
         virtual void on_queued(item_id, std::uint64_t) = 0;
         virtual void on_unqueued(item_id, const access_context&) = 0;
         virtual std::optional<item_id> pop_victim(timestamp) = 0;
@@ -142,6 +145,9 @@ private:
         void on_erase(item_id id) override { p.on_erase(id); }
         void on_session_end(session_id s, timestamp now) override {
             if constexpr (hears_session_ends<P>) p.on_session_end(s, now);
+        }
+        void on_request_end(session_id s, timestamp now) override {
+            if constexpr (hears_request_ends<P>) p.on_request_end(s, now);
         }
         void on_queued(item_id id, std::uint64_t position) override {
             if constexpr (hears_waiting_queue<P>) p.on_queued(id, position);

@@ -13,6 +13,7 @@
 // own decisions, exactly: engine::vllm_cache_policies) and any registered kvpolicy policy
 // (cache_policy_core over dyn_policy).
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -52,6 +53,7 @@ public:
                                 std::int64_t request_rank) = 0;
     virtual void finish(const key_walk& w, const access_context& ctx) = 0;
     virtual void end_session(const access_context&) {}
+    virtual void end_request(const access_context&) {}
     virtual void mark_evictable(std::uint32_t id, const access_context& ctx) = 0;
     virtual void mark_non_evictable(std::uint32_t id) = 0;
     virtual std::optional<std::vector<std::uint32_t>> evict(std::size_t n, std::span<const std::uint32_t> protected_ids,
@@ -185,6 +187,7 @@ public:
         for (std::size_t i = 0; i < w.slots.size(); ++i) p_.finish(w.slots[i], w.flags[i] == 2, ctx);
     }
     void end_session(const access_context& ctx) override { p_.end_session(ctx.session, ctx); }
+    void end_request(const access_context& ctx) override { p_.end_request(ctx.session, ctx); }
     void mark_evictable(std::uint32_t id, const access_context& ctx) override { p_.mark_evictable(id, ctx); }
     void mark_non_evictable(std::uint32_t id) override { p_.mark_non_evictable(id); }
     std::optional<std::vector<std::uint32_t>> evict(std::size_t n, std::span<const std::uint32_t> protected_ids,
@@ -217,9 +220,14 @@ private:
     engine::request_lifecycle<no_queue> unheard_{no_queue_};
 };
 
-/// The adapter's clock: milliseconds since an arbitrary start (steady).
+/// A time set by kvpolicy.vllm.set_time_ms (a replay's clock), or -1: none.
+std::atomic<std::int64_t> set_time{-1};
+
+/// The adapter's clock: milliseconds since an arbitrary start (steady), or
+/// the time a replay set.
 timestamp now_ms() noexcept {
     using namespace std::chrono;
+    if (const std::int64_t t = set_time.load(std::memory_order_relaxed); t >= 0) return static_cast<timestamp>(t);
     return static_cast<timestamp>(duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count());
 }
 
@@ -294,7 +302,11 @@ public:
         forget(id);
     }
 
-    void touch(nb::handle keys) { core_->touch(walk(keys, /*reversed=*/true), clock()); }
+    void touch(nb::handle keys, std::uint64_t session) {
+        access_context c = clock();
+        c.session = session_id{session};
+        core_->touch(walk(keys, /*reversed=*/true), c);
+    }
     void store_miss(nb::handle keys) { core_->store_miss(walk(keys, /*reversed=*/true), clock()); }
 
     /// vllm_lru's on_request_access: `positions` maps keys to end-token positions.
@@ -345,6 +357,7 @@ public:
         else if (expected_return_s)
             c.expected_return = c.now + static_cast<timestamp>(*expected_return_s * 1000.0);
         core_->finish(w, c);
+        if (session != 0) core_->end_request(c);
         if (session_end && session != 0) core_->end_session(c);
     }
 
@@ -502,6 +515,15 @@ private:
 
 void bind_vllm_policy(nb::module_& m) {
     m.def(
+        "_set_time_ms",
+        [](std::optional<std::int64_t> ms) {
+            if (ms && *ms < 0)
+                throw config_error("set_time_ms: " + std::to_string(*ms) +
+                                   " is before the clock's start; give a time >= 0 in milliseconds, or None");
+            set_time.store(ms.value_or(-1), std::memory_order_relaxed);
+        },
+        nb::arg("ms").none(), "The vLLM adapters' clock reads `ms` from now on (None: the steady clock again).");
+    m.def(
         "_uses_future",
         [](const std::string& name) {
             return visit_by_name<eviction_policies>(
@@ -518,7 +540,7 @@ void bind_vllm_policy(nb::module_& m) {
         .def("insert", &cache_policy_binding::insert, nb::arg("key"), nb::arg("chunk"), nb::arg("position").none(),
              nb::arg("request_rank"), nb::arg("ref_cnt"), nb::arg("session") = 0)
         .def("remove", &cache_policy_binding::remove)
-        .def("touch", &cache_policy_binding::touch)
+        .def("touch", &cache_policy_binding::touch, nb::arg("keys"), nb::arg("session") = 0)
         .def("store_miss", &cache_policy_binding::store_miss)
         .def("request_access", &cache_policy_binding::request_access)
         .def("finish", &cache_policy_binding::finish, nb::arg("ordered"), nb::arg("insertion_only"), nb::arg("reused"),

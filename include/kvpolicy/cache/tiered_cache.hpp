@@ -268,7 +268,9 @@ public:
     /// release context. `expected_return`: when the engine expects the
     /// session's next request, on this cache's clock (0 = no hint; `never`:
     /// it will not return, e.g. its conversation closed); session_aware_lru
-    /// ranks the session by it. Returns how many holds were released.
+    /// ranks the session by it. The request has ended: each tier's policy
+    /// that hears request ends (predicted_return) is told. Returns how many
+    /// holds were released.
     /// Throws: usage_error if the session holds nothing (a double release,
     /// or an unknown session) or `expected_return` is not after now (a hint
     /// in the past is a clock mix-up). Nothing changes then.

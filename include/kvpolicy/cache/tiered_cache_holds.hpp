@@ -73,6 +73,8 @@ std::size_t tiered_holds<State>::release(State& state, session_id session, std::
     release_holds(state, session, it->second.held, output_tokens, expected_return);
     const std::size_t n = it->second.held.size();
     it->second.held.clear();
+    state.gpu.request_ended(session, state.clock.now());
+    if (state.cpu) state.cpu->request_ended(session, state.clock.now());
     return n;
 }
 

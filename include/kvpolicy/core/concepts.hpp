@@ -96,6 +96,19 @@ inline constexpr bool hears_session_ends = requires(P& p, session_id s, timestam
     { p.on_session_end(s, now) } -> std::same_as<void>;
 };
 
+/// Whether policy `P` hears where a session's requests end (an optional
+/// hook: predicted_return): `on_request_end(session, now)`, called when a
+/// request of `session` finishes (tiered_cache::release,
+/// engine::cache_policy_core::end_request). A policy that learns each
+/// session's gaps between requests then starts a new request at the
+/// session's first insert or access after it, rather than guessing from
+/// time: inside an engine one request's stores complete a step or more
+/// apart.
+template <class P>
+inline constexpr bool hears_request_ends = requires(P& p, session_id s, timestamp now) {
+    { p.on_request_end(s, now) } -> std::same_as<void>;
+};
+
 /// Whether policy `P` hears the engine's waiting queue (an optional hook:
 /// queue_aware): `on_queued(id, position)` says tracked item `id` will be
 /// read by a queued request, the earliest of which has `position` (arrival

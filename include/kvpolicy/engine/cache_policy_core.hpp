@@ -30,6 +30,12 @@
 //   arrives that the queue already reads; for any other policy both are no
 //   calls at all, so it decides exactly as without a queue.
 //
+// - `end_request`: a request's end, after its keys' `finish`; heard by a
+//   policy that learns each session's gaps (predicted_return), which then
+//   marks the session's next request at its next insert or access, not by
+//   a later time (inside an engine one request's stores complete steps
+//   apart).
+//
 // Time: the caller's clock (`access_context::now`, never decreasing; the
 // Python adapter passes milliseconds), so an expected return is a time.
 //
@@ -188,6 +194,18 @@ public:
     void end_session(session_id session, const access_context& ctx) {
         if constexpr (requires(Policy & p) { p.on_session_end(session, timestamp{}); })
             policy_.on_session_end(session, stamped(ctx).now);
+    }
+
+    /// A request of `session` finished, after its keys' finish calls: a
+    /// policy that hears request ends (predicted_return) starts the
+    /// session's next request at its next insert or access. Session 0 (none)
+    /// is no call.
+    void end_request(session_id session, const access_context& ctx) {
+        if constexpr (hears_request_ends<Policy>) {
+            if (session.value != 0) policy_.on_request_end(session, stamped(ctx).now);
+        } else {
+            (void)session, (void)ctx;
+        }
     }
 
     /// `n` victims in policy order, none of them in `protected_ids`; or

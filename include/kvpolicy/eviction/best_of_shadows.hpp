@@ -266,6 +266,16 @@ public:
         each_real(tell);
         std::apply([&](auto&... s) { (tell(s.policy()), ...); }, shadows_);
     }
+    /// Present when an expert hears request ends (predicted_return), for the
+    /// same reason.
+    void on_request_end(session_id session, timestamp now) requires(hears_request_ends<Experts> || ...) {
+        const auto tell = [&](auto& policy) {
+            if constexpr (hears_request_ends<std::remove_cvref_t<decltype(policy)>>)
+                policy.on_request_end(session, now);
+        };
+        each_real(tell);
+        std::apply([&](auto&... s) { (tell(s.policy()), ...); }, shadows_);
+    }
     std::optional<item_id> pop_victim(timestamp now) {
         const std::optional<item_id> v = pop_followed(now, std::index_sequence_for<Experts...>{});
         if (v) tracking_.mark_evicted(*v);

@@ -1,9 +1,9 @@
 // predicted_return: evict the block of the session predicted back last.
 //
 // What it decides. Each item belongs to the session its latest insert, access
-// or release named. A session is expected back at its latest request (an
-// insert or access naming it at a later time than the one before) + its
-// predicted gap: an exponential average (weight `gap_weight` on the newest)
+// or release named (a release naming none leaves it where it was: an
+// engine's manager completing a store does not know the request). A session
+// is expected back at its latest request + its predicted gap: an exponential average (weight `gap_weight` on the newest)
 // of its own gaps between requests, or, before it has shown one, the mean of
 // every gap seen so far in any session. A release's `expected_return` (> 0)
 // replaces that prediction until the session's next request; `never`, or
@@ -24,13 +24,19 @@
 // session_aware_lru's rule 2, but without LRU underneath: in front of a GPU
 // prefix cache the recency the CPU tier sees is mostly the GPU's misses.
 //
+// Where a request starts: where the engine reports request ends
+// (on_request_end, engine::cache_policy_core::end_request), at the session's
+// first insert or access after its latest request ended; otherwise at an
+// insert or access naming the session at a later time than its latest
+// request (a simulator's clock, where one request's calls share a time). In
+// an engine one request's stores complete a step or more apart, and by time
+// alone each would read as a new request with a gap of a step.
+//
 // Departures: the gap is the session's own average, not return_gap_model's
 // fit from output tokens (what was measured); sessions are remembered for the
 // policy's lifetime (one entry per session seen). A session that is late (its
 // expected time has passed) ranks before every session expected later, so it
-// is kept until it ends or comes back. A request is known by time alone: in an
-// engine whose calls for one request span time (a store completing a step
-// later), each later insert reads as a new request with a short gap.
+// is kept until it ends or comes back.
 //
 // Cost: O(log n) per operation: per session a max-heap of its evictable items
 // by insertion order; two indexed heaps over the sessions filed under their
@@ -113,6 +119,15 @@ public:
     void on_session_end(session_id session, timestamp) {
         if (const auto it = index_.find(session.value); it != index_.end()) take_hint(it->second, never);
     }
+    /// A request of `session` finished: its next insert or access starts
+    /// the next request. From the first such call on, requests are known by
+    /// their ends, no longer by time, and the gaps learned by time before it
+    /// are forgotten (in an engine they were mostly a step long).
+    void on_request_end(session_id session, timestamp) {
+        if (!ends_heard_) forget_gaps();
+        ends_heard_ = true;
+        if (const auto it = index_.find(session.value); it != index_.end()) sessions_[it->second].ended = true;
+    }
     void on_erase(item_id id) {
         if (tracking_.mark_erased(id)) unplace(id.value);
     }
@@ -152,6 +167,7 @@ private:
 
     struct session_state {
         timestamp last = 0;               // latest request
+        bool ended = false;               // its latest request ended (on_request_end)
         double gap = 0.0;                 // the average of its gaps
         bool has_gap = false;             // it has shown a gap
         timestamp hint = 0;               // the engine's expected return; 0: none; never: ended
@@ -193,13 +209,13 @@ private:
         return static_cast<double>(s.last) + (s.has_gap ? s.gap : mean_gap());
     }
 
-    // Item x is touched by ctx: it belongs to ctx.session from now; an insert
-    // or access (`request`) later than the session's latest request is a new
-    // request: a gap.
+    // Item x is touched by ctx: it belongs to ctx.session from now (a release
+    // naming none leaves it); an insert or access (`request`) that starts a
+    // request of the session (see the header) is a gap.
     void touch(std::uint32_t x, const access_context& ctx, bool request) {
         touch_[x] = ctx.now;
         if (ctx.session.value == 0) {
-            session_[x] = no_session;
+            if (request) session_[x] = no_session;
             return;
         }
         const auto [it, fresh] = index_.try_emplace(ctx.session.value, static_cast<std::uint32_t>(sessions_.size()));
@@ -209,8 +225,10 @@ private:
             return;
         }
         session_state& s = sessions_[it->second];
-        if (!request || ctx.now <= s.last) return;
-        const double gap = static_cast<double>(ctx.now - s.last);
+        if (!request) return;
+        if (ends_heard_ ? !s.ended : ctx.now <= s.last) return;
+        s.ended = false;
+        const double gap = ctx.now > s.last ? static_cast<double>(ctx.now - s.last) : 0.0;
         s.gap = s.has_gap ? s.gap + config_.gap_weight * (gap - s.gap) : gap;
         s.has_gap = true;
         s.last = ctx.now;
@@ -218,6 +236,17 @@ private:
         gap_sum_ += gap;
         ++gaps_;
         refile(it->second);
+    }
+    void forget_gaps() {
+        gap_sum_ = 0.0;
+        gaps_ = 0;
+        for (std::uint32_t i = 0; i < sessions_.size(); ++i) {
+            session_state& s = sessions_[i];
+            if (!s.has_gap) continue;
+            s.has_gap = false;
+            s.gap = 0.0;
+            refile(i);
+        }
     }
     void take_hint(std::uint32_t session, timestamp hint) {
         session_state& s = sessions_[session];
@@ -328,11 +357,13 @@ private:
     indexed_heap<known_rank, later_first<known_rank, &known_rank::back>> known_;
     indexed_heap<fallback_rank, later_first<fallback_rank, &fallback_rank::base>> fallback_;
     std::uint64_t inserted_ = 0;
+    bool ends_heard_ = false;  // requests are known by their ends (on_request_end)
     double gap_sum_ = 0.0;
     std::uint64_t gaps_ = 0;
 };
 
 static_assert(eviction_policy<predicted_return>);
 static_assert(hears_session_ends<predicted_return>);
+static_assert(hears_request_ends<predicted_return>);
 
 }  // namespace kvpolicy

@@ -164,6 +164,9 @@ public:
     void on_session_end(session_id session, timestamp now) requires hears_session_ends<Base> {
         base_.on_session_end(session, now);
     }
+    void on_request_end(session_id session, timestamp now) requires hears_request_ends<Base> {
+        base_.on_request_end(session, now);
+    }
 
     [[nodiscard]] std::size_t capacity() const noexcept { return base_.capacity(); }
     [[nodiscard]] std::size_t size() const noexcept { return base_.size(); }

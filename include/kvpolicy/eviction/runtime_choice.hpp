@@ -39,6 +39,8 @@ class runtime_choice {
                   "runtime_choice: either every alternative hears session ends or none does");
     static_assert(((hears_waiting_queue<Rest> == hears_waiting_queue<First>)&&...),
                   "runtime_choice: either every alternative hears the waiting queue or none does");
+    static_assert(((hears_request_ends<Rest> == hears_request_ends<First>)&&...),
+                  "runtime_choice: either every alternative hears request ends or none does");
 
 public:
     using alternatives = type_list<First, Rest...>;
@@ -75,6 +77,9 @@ public:
     }
     void on_session_end(session_id session, timestamp now) requires hears_session_ends<First> {
         std::visit([&](auto& p) { p.on_session_end(session, now); }, p_);
+    }
+    void on_request_end(session_id session, timestamp now) requires hears_request_ends<First> {
+        std::visit([&](auto& p) { p.on_request_end(session, now); }, p_);
     }
     void on_queued(item_id id, std::uint64_t position) requires hears_waiting_queue<First> {
         std::visit([&](auto& p) { p.on_queued(id, position); }, p_);

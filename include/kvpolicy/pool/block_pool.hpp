@@ -225,6 +225,11 @@ public:
     void session_ended(session_id session, timestamp now) {
         if constexpr (hears_session_ends<Policy>) policy_.on_session_end(session, now);
     }
+    /// Tells the policy, if it hears such news (hears_request_ends), that a
+    /// request of `session` has ended.
+    void request_ended(session_id session, timestamp now) {
+        if constexpr (hears_request_ends<Policy>) policy_.on_request_end(session, now);
+    }
     /// Names the session that now computes cached item `b` (its data was
     /// lost and is recomputed by `owner`).
     void set_owner(block_id b, session_id owner) noexcept {

@@ -158,7 +158,8 @@ struct offload_access {
 template <eviction_policy P>
 class offload_tier {
 public:
-    offload_tier(std::size_t capacity, const typename P::config_type& config) : core_(capacity, config) {
+    offload_tier(std::size_t capacity, const typename P::config_type& config)
+            : core_(capacity, config), key_of_(capacity, 0) {
         free_.reserve(capacity);
         for (std::size_t i = capacity; i-- > 0;) free_.push_back(static_cast<std::uint32_t>(i));
     }
@@ -180,7 +181,7 @@ public:
         for (std::size_t i = from; i < from + n; ++i) {
             const std::uint32_t id = slot_.at(keys[i]);
             core_.mark_non_evictable(id);
-            core_.mark_evictable(id, ctx);
+            core_.mark_evictable(id, unnamed(ctx));
             touched_.emplace_back(keys[i], true);
         }
     }
@@ -203,8 +204,7 @@ public:
             const auto victims = core_.evict(fresh.size() - free_.size(), kept, ctx);
             if (!victims) return 0;
             for (std::uint32_t id : *victims) {
-                slot_.erase(key_of_.at(id));
-                key_of_.erase(id);
+                slot_.erase(key_of_[id]);
                 free_.push_back(id);
             }
             evictions_ += victims->size();
@@ -215,9 +215,9 @@ public:
             access_context c = ctx;
             c.key = key;
             core_.insert(id, c, /*evictable=*/false);  // storing
-            core_.mark_evictable(id, c);               // the store completed
+            core_.mark_evictable(id, unnamed(c));      // the store completed
             slot_.emplace(key, id);
-            key_of_.emplace(id, key);
+            key_of_[id] = key;
             touched_.emplace_back(key, false);
         }
         return fresh.size();
@@ -228,17 +228,27 @@ public:
         for (auto it = touched_.rbegin(); it != touched_.rend(); ++it)
             if (const auto s = slot_.find(it->first); s != slot_.end()) core_.finish(s->second, it->second, ctx);
         touched_.clear();
+        core_.end_request(ctx.session, ctx);
         if (ctx.expected_return == never && ctx.session.value != 0) core_.end_session(ctx.session, ctx);
     }
 
     [[nodiscard]] std::uint64_t evictions() const noexcept { return evictions_; }
 
 private:
+    // vLLM's manager completes a load or a store knowing no request: the
+    // adapter's mark_evictable names no session.
+    static access_context unnamed(const access_context& ctx) noexcept {
+        access_context c;
+        c.now = ctx.now;
+        c.key = ctx.key;
+        return c;
+    }
+
     engine::cache_policy_core<P> core_;
-    std::unordered_map<std::uint64_t, std::uint32_t> slot_;    // held key -> slot
-    std::unordered_map<std::uint32_t, std::uint64_t> key_of_;  // slot -> key
-    std::vector<std::uint32_t> free_;                          // slots free, next at the back
-    std::vector<std::pair<std::uint64_t, bool>> touched_;      // this request's chunks, head first; true: reused
+    std::unordered_map<std::uint64_t, std::uint32_t> slot_;  // held key -> slot
+    std::vector<std::uint64_t> key_of_;                      // [capacity] slot -> key (of a held slot)
+    std::vector<std::uint32_t> free_;                        // slots free, next at the back
+    std::vector<std::pair<std::uint64_t, bool>> touched_;    // this request's chunks, head first; true: reused
     std::uint64_t evictions_ = 0;
 };
 

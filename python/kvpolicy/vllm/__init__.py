@@ -30,7 +30,7 @@ if VllmOffloadingManager is not None:
 if KvpolicyOffloadingSpec is not None:
     __all__.append("KvpolicyOffloadingSpec")
 
-__all__ += ["cache_policy", "policy_names"]
+__all__ += ["cache_policy", "policy_names", "set_time_ms"]
 
 
 def __getattr__(name: str):
@@ -65,3 +65,16 @@ def policy_names():
     from ._policies import policy_names as names
 
     return names()
+
+
+def set_time_ms(ms):
+    """The clock kvpolicy's vLLM cache policies read, for a replay whose
+    model steps are made up: from now on every call reads ``ms`` (an int of
+    milliseconds, never decreasing), or, with ``None``, the steady clock
+    again (the default). A time-aware policy (``predicted_return``,
+    ``session_aware_lru``, expected returns) then sees the replay's time, not
+    how fast the replay ran. Raises ``kvpolicy.ConfigError`` for a negative
+    time."""
+    from .._kvpolicy import _set_time_ms
+
+    _set_time_ms(None if ms is None else int(ms))

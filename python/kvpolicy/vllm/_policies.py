@@ -275,7 +275,11 @@ def cache_policy(policy: str, *, class_name: Optional[str] = None, **options: An
             self._core.remove(key)
 
         def touch(self, keys, req_context) -> None:
-            self._core.touch(keys if isinstance(keys, (list, tuple)) else list(keys))
+            keys = keys if isinstance(keys, (list, tuple)) else list(keys)
+            if self._hears_hints and req_context is not None:
+                self._core.touch(keys, self._hints(req_context).session)
+                return
+            self._core.touch(keys)
 
         def on_store_miss(self, keys, req_context) -> None:
             self._core.store_miss(keys if isinstance(keys, (list, tuple)) else list(keys))
