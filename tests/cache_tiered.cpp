@@ -396,3 +396,34 @@ TEST_CASE("block hashes are chained: equal prefixes, equal hashes, any change, a
     for (std::size_t i = 0; i < 6; ++i) REQUIRE(salted[i] != a[i]);
     REQUIRE(hash_blocks(tokens, 0, a) == 0);
 }
+
+namespace {
+
+// lru that records the request ends it hears (hears_request_ends).
+std::vector<std::pair<std::uint64_t, std::string>> heard_ends;
+
+template <const char* Tier>
+class ends_recording_lru : public lru {
+public:
+    using lru::lru;
+    void on_request_end(session_id session, timestamp) { heard_ends.emplace_back(session.value, Tier); }
+};
+constexpr char gpu_tier[] = "gpu", cpu_tier[] = "cpu";
+
+}  // namespace
+
+TEST_CASE("release ends a request: each tier's policy that hears request ends is told", "[cache]") {
+    static_assert(hears_request_ends<ends_recording_lru<gpu_tier>>);
+    heard_ends.clear();
+    tiered_cache<ends_recording_lru<gpu_tier>, ends_recording_lru<cpu_tier>> cache(
+        {.gpu_capacity = 4, .cpu_capacity = 2, .block_size = 16, .item_bytes = 1024});
+    cache.begin_step();
+    (void)cache.admit(session_id{7}, chain({1, 2}));
+    (void)cache.end_step();
+    REQUIRE(heard_ends.empty());
+    cache.release(session_id{7});
+    REQUIRE(heard_ends == std::vector<std::pair<std::uint64_t, std::string>>{{7, "gpu"}, {7, "cpu"}});
+    // A release that fails (nothing held) tells nobody.
+    REQUIRE_THROWS_AS(cache.release(session_id{7}), usage_error);
+    REQUIRE(heard_ends.size() == 2);
+}

@@ -8,6 +8,7 @@
 // back sooner and LRU does not; bad configuration.
 #include <catch2/catch.hpp>
 
+#include <kvpolicy/engine/cache_policy_core.hpp>
 #include <kvpolicy/eviction/lru.hpp>
 #include <kvpolicy/eviction/predicted_return.hpp>
 #include <kvpolicy/eviction/queue_aware.hpp>
@@ -379,4 +380,26 @@ TEST_CASE("predicted_return refuses a gap weight that is not above 0 and at most
     for (double w : {0.0, -0.5, 1.5, std::numeric_limits<double>::quiet_NaN()})
         REQUIRE_THROWS_WITH(predicted_return(4, {.gap_weight = w}),
                             Catch::StartsWith("predicted_return: gap_weight") && Catch::Contains("must be in (0, 1]"));
+}
+
+TEST_CASE("cache_policy_core::end_request reaches predicted_return; session 0 is no call",
+          "[eviction][predicted_return][engine]") {
+    auto ctx = [](std::uint64_t session, timestamp now) {
+        access_context c;
+        c.now = now;
+        c.session = session_id{session};
+        return c;
+    };
+    engine::cache_policy_core<predicted_return> core(8, {});
+    core.insert(0, ctx(1, 0), true);
+    core.insert(1, ctx(1, 5), true);  // by time (no end heard yet): a request with a gap of 5
+    REQUIRE(core.policy().expected_back(session_id{1}) == 10.0);
+    core.end_request(session_id{0}, ctx(0, 8));  // no session: not heard, still by time
+    core.insert(2, ctx(1, 9), true);
+    REQUIRE(core.policy().expected_back(session_id{1}) == Approx(9.0 + 4.5));
+    core.end_request(session_id{1}, ctx(1, 10));  // by ends from now; the gaps by time forgotten
+    REQUIRE(core.policy().mean_gap() == 0.0);
+    core.insert(3, ctx(1, 100), true);  // the next request: a gap of 91 from the latest, at 9
+    core.insert(4, ctx(1, 105), true);  // the same request
+    REQUIRE(core.policy().expected_back(session_id{1}) == 191.0);
 }

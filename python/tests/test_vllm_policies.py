@@ -554,6 +554,46 @@ def test_malformed_kv_transfer_params_are_ignored_with_a_logged_reason(vllm, hin
     assert "unknown keys ['sesion']" in caplog.text
 
 
+@pytest.fixture
+def replay_clock():
+    """kvpolicy.vllm.set_time_ms, the steady clock restored after the test."""
+    import kvpolicy.vllm
+
+    yield kvpolicy.vllm.set_time_ms
+    kvpolicy.vllm.set_time_ms(None)
+
+
+def test_predicted_return_learns_each_sessions_gaps_on_the_replays_clock(vllm, hints, replay_clock):
+    """Session B sent requests at 0 and 50 ms (back at 100), session A at 100
+    and 1100 (back at 2100); at 1120 a third request needs a slot.
+    predicted_return evicts A's deepest block; LRU evicts B's oldest. Each
+    request stores its blocks over two steps, 5 ms apart: with the request
+    ends heard that is one request, not a gap of 5 ms."""
+    def victim(policy):
+        m = make_manager(vllm, policy, 6)
+        for t, session, ids in ((0, "B", [3, 4]), (50, "B", [5, 6]), (100, "A", [1]), (1100, "A", [2])):
+            c = hinted_ctx(vllm, f"{session}{t}", [("kvpolicy.session", "1", {"id": session})])
+            replay_clock(t)
+            m.on_new_request(c)
+            for step, block in enumerate(ids):
+                replay_clock(t + 5 * step)
+                out = m.prepare_store(keys([block]), c)
+                m.complete_store(out.keys_to_store, c)
+            m.on_request_finished(c)
+        replay_clock(1120)
+        c = hinted_ctx(vllm, "c", [("kvpolicy.session", "1", {"id": "C"})])
+        m.on_new_request(c)
+        return m.prepare_store(keys([7]), c).evicted_keys
+
+    assert victim("kvpolicy_predicted_return") == keys([2])
+    assert victim("kvpolicy_lru") == keys([3])
+
+
+def test_set_time_ms_refuses_a_negative_time(replay_clock):
+    with pytest.raises(kvpolicy.ConfigError, match="set_time_ms: -1 is before the clock's start"):
+        replay_clock(-1)
+
+
 def test_session_ids_are_stable_and_never_zero():
     from kvpolicy.vllm._policies import session_key
 

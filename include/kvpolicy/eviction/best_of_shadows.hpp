@@ -259,22 +259,18 @@ public:
     /// expert and its shadow learn the session will not return, whichever
     /// expert is followed now, so a switch finds its order up to date.
     void on_session_end(session_id session, timestamp now) requires(hears_session_ends<Experts> || ...) {
-        const auto tell = [&](auto& policy) {
+        each_expert_and_shadow([&](auto& policy) {
             if constexpr (hears_session_ends<std::remove_cvref_t<decltype(policy)>>)
                 policy.on_session_end(session, now);
-        };
-        each_real(tell);
-        std::apply([&](auto&... s) { (tell(s.policy()), ...); }, shadows_);
+        });
     }
     /// Present when an expert hears request ends (predicted_return), for the
     /// same reason.
     void on_request_end(session_id session, timestamp now) requires(hears_request_ends<Experts> || ...) {
-        const auto tell = [&](auto& policy) {
+        each_expert_and_shadow([&](auto& policy) {
             if constexpr (hears_request_ends<std::remove_cvref_t<decltype(policy)>>)
                 policy.on_request_end(session, now);
-        };
-        each_real(tell);
-        std::apply([&](auto&... s) { (tell(s.policy()), ...); }, shadows_);
+        });
     }
     std::optional<item_id> pop_victim(timestamp now) {
         const std::optional<item_id> v = pop_followed(now, std::index_sequence_for<Experts...>{});
@@ -359,6 +355,12 @@ private:
     static std::tuple<shadow_cache<Experts>...> make_shadows(std::size_t capacity, const config_type& c,
                                                              std::index_sequence<I...>) {
         return std::tuple<shadow_cache<Experts>...>(shadow_cache<Experts>(capacity, std::get<I>(c.experts))...);
+    }
+    // `f` on every expert and every shadow's policy.
+    template <class F>
+    void each_expert_and_shadow(F&& f) {
+        each_real(f);
+        std::apply([&](auto&... s) { (f(s.policy()), ...); }, shadows_);
     }
     // `f` on every expert that keeps state now.
     template <class F>
