@@ -564,14 +564,15 @@ def replay_clock():
 
 
 def test_predicted_return_learns_each_sessions_gaps_on_the_replays_clock(vllm, hints, replay_clock):
-    """Session B sent requests at 0 and 50 ms (back at 100), session A at 100
-    and 1100 (back at 2100); at 1120 a third request needs a slot.
-    predicted_return evicts A's deepest block; LRU evicts B's oldest. Each
-    request stores its blocks over two steps, 5 ms apart: with the request
-    ends heard that is one request, not a gap of 5 ms."""
+    """Session A sent requests at 0 and 1000 ms (back at 2000), session B at
+    1050 and 1100 (back at 1150); at 1120 a third request needs a slot.
+    predicted_return evicts A's deepest block (2), LRU A's oldest (1); on a
+    clock where all of it happened at once it would be the block stored
+    last (6). B stores each request's blocks over two steps, 5 ms apart:
+    with the request ends heard that is one request, not a gap of 5 ms."""
     def victim(policy):
         m = make_manager(vllm, policy, 6)
-        for t, session, ids in ((0, "B", [3, 4]), (50, "B", [5, 6]), (100, "A", [1]), (1100, "A", [2])):
+        for t, session, ids in ((0, "A", [1]), (1000, "A", [2]), (1050, "B", [3, 4]), (1100, "B", [5, 6])):
             c = hinted_ctx(vllm, f"{session}{t}", [("kvpolicy.session", "1", {"id": session})])
             replay_clock(t)
             m.on_new_request(c)
@@ -586,7 +587,7 @@ def test_predicted_return_learns_each_sessions_gaps_on_the_replays_clock(vllm, h
         return m.prepare_store(keys([7]), c).evicted_keys
 
     assert victim("kvpolicy_predicted_return") == keys([2])
-    assert victim("kvpolicy_lru") == keys([3])
+    assert victim("kvpolicy_lru") == keys([1])
 
 
 def test_set_time_ms_refuses_a_negative_time(replay_clock):
