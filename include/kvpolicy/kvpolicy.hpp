@@ -37,6 +37,7 @@
 #include "kvpolicy/eviction/clock.hpp"
 #include "kvpolicy/eviction/gdsf.hpp"
 #include "kvpolicy/eviction/item_tracking.hpp"
+#include "kvpolicy/eviction/dyn_policy.hpp"
 #include "kvpolicy/eviction/lfu.hpp"
 #include "kvpolicy/eviction/lirs.hpp"
 #include "kvpolicy/eviction/lrfu.hpp"
@@ -80,6 +81,7 @@
 
 #include "kvpolicy/cache/host_memcpy_engine.hpp"
 
+#include "kvpolicy/cache/any_tiered_cache.hpp"
 #include "kvpolicy/cache/block_hasher.hpp"
 #include "kvpolicy/cache/metrics.hpp"
 #include "kvpolicy/cache/presets.hpp"
@@ -89,6 +91,9 @@
 #include "kvpolicy/cache/tiered_cache.hpp"
 
 // Engine-facing bookkeeping above the cache (vLLM's offloading manager).
+#include "kvpolicy/engine/any_cache_policy.hpp"
+#include "kvpolicy/engine/any_offload_manager.hpp"
+#include "kvpolicy/engine/byte_hash_keys.hpp"
 #include "kvpolicy/engine/offload_manager.hpp"
 #include "kvpolicy/engine/vllm_legacy_orders.hpp"
 #include "kvpolicy/engine/cache_policy_core.hpp"

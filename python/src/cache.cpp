@@ -1,13 +1,7 @@
 // kvpolicy.TieredCache: the composed GPU + CPU cache with policies chosen by
-// name at run time.
-//
-// Compile time and binary size decide the shape: tiered_cache<Gpu, Cpu> for
-// every pair of the 18 policies would be 324 cache types (648 with the
-// thread-safe traits). Instead both tiers hold a `dyn_policy` (one virtual
-// call per policy hook), so two cache types serve every pair of names:
-// `tiered_cache<dyn_policy, dyn_policy>` and its thread-safe twin. The
-// cache's own work (lookup, allocation, sheltering, the plan) stays
-// statically compiled; bench/python measures the whole path per block.
+// name at run time: a kvpolicy::any_tiered_cache (cache/any_tiered_cache.hpp,
+// whose header says why its tiers hold dyn_policy: two cache types compiled
+// instead of one per pair of policies).
 //
 // The remote tier (remote={...}, where the package was built with Redis
 // support: KVPOLICY_PYTHON_REDIS) composes what a C++ engine composes
@@ -22,14 +16,13 @@
 #include <cstring>
 #include <mutex>
 
+#include <kvpolicy/cache/any_tiered_cache.hpp>
 #include <kvpolicy/cache/block_hasher.hpp>
-#include <kvpolicy/cache/tiered_cache.hpp>
 #ifdef KVPOLICY_PYTHON_REDIS
 #include <kvpolicy/redis.hpp>
 #endif
 
 #include "bindings.hpp"
-#include "dyn_policy.hpp"
 
 namespace kvpolicy::python {
 
@@ -110,78 +103,6 @@ nb::dict metrics_dict(const cache_metrics& m) {
     d["eviction_latency_total_ns"] = m.eviction_latency.total_ns;
     return d;
 }
-
-/// One cache type behind one virtual call per call.
-struct any_cache {
-    virtual ~any_cache() = default;
-    virtual prefix_match lookup(std::span<const block_hash>) const = 0;
-    virtual void begin_step() = 0;
-    virtual admission admit(session_id, std::span<const block_hash>) = 0;
-    virtual const swap_plan& end_step() = 0;
-    virtual std::vector<block_id> held_by(session_id) const = 0;
-    virtual std::size_t release(session_id, std::uint64_t output_tokens, timestamp expected_return) = 0;
-    virtual std::size_t free_session(session_id, bool) = 0;
-    virtual void enqueue(std::uint64_t, session_id, std::span<const block_hash>) = 0;
-    virtual session_id dequeue(std::uint64_t) = 0;
-    virtual std::size_t queued_requests() const = 0;
-    virtual transfer_report complete_transfers(const swap_plan&, std::span<const transfer_status>) = 0;
-    virtual cache_metrics metrics() const = 0;
-    virtual item_state where(block_hash, std::uint32_t) const = 0;
-    virtual void pin(block_hash) = 0;
-    virtual void unpin(block_hash) = 0;
-    virtual std::string check_invariants() const = 0;
-    virtual bool in_step() const = 0;
-    virtual void set_time(timestamp) = 0;
-    virtual timestamp time() = 0;
-    virtual bool gpu_room_for(std::span<const block_hash>) const = 0;
-#ifdef KVPOLICY_PYTHON_REDIS
-    virtual remote_admission admit_through(redis::store&, session_id, std::span<const block_hash>) = 0;
-    virtual remote_admission admit_through(redis::store&, remote_identities&, session_id,
-                                           std::span<const block_digest>) = 0;
-    virtual std::size_t forget_identities(remote_identities&) = 0;
-#endif
-};
-
-template <class Traits>
-struct cache_model final : any_cache {
-    tiered_cache<dyn_policy, dyn_policy, Traits> c;
-    cache_model(const cache_config& cfg, const dyn_policy::config_type& g, const dyn_policy::config_type& p)
-            : c(cfg, g, p) {}
-    prefix_match lookup(std::span<const block_hash> h) const override { return c.lookup(h); }
-    void begin_step() override { c.begin_step(); }
-    admission admit(session_id s, std::span<const block_hash> h) override { return c.admit(s, h); }
-    const swap_plan& end_step() override { return c.end_step(); }
-    std::vector<block_id> held_by(session_id s) const override { return c.held_by(s); }
-    std::size_t release(session_id s, std::uint64_t output_tokens, timestamp expected_return) override {
-        return c.release(s, output_tokens, expected_return);
-    }
-    std::size_t free_session(session_id s, bool f) override { return c.free_session(s, f); }
-    void enqueue(std::uint64_t r, session_id s, std::span<const block_hash> h) override { c.enqueue(r, s, h); }
-    session_id dequeue(std::uint64_t r) override { return c.dequeue(r); }
-    std::size_t queued_requests() const override { return c.queued_requests(); }
-    transfer_report complete_transfers(const swap_plan& p, std::span<const transfer_status> st) override {
-        return c.complete_transfers(p, st);
-    }
-    cache_metrics metrics() const override { return c.metrics(); }
-    item_state where(block_hash h, std::uint32_t l) const override { return c.where(h, l); }
-    void pin(block_hash h) override { c.pin(h); }
-    void unpin(block_hash h) override { c.unpin(h); }
-    std::string check_invariants() const override { return c.check_invariants(); }
-    bool in_step() const override { return c.in_step(); }
-    void set_time(timestamp t) override { c.clock().set(t); }
-    timestamp time() override { return c.clock().now(); }
-    bool gpu_room_for(std::span<const block_hash> h) const override { return c.gpu_room_for(h); }
-#ifdef KVPOLICY_PYTHON_REDIS
-    remote_admission admit_through(redis::store& s, session_id id, std::span<const block_hash> h) override {
-        return kvpolicy::admit_through(c, s, id, h);
-    }
-    remote_admission admit_through(redis::store& s, remote_identities& ids, session_id id,
-                                   std::span<const block_digest> d) override {
-        return kvpolicy::admit_through(c, s, ids, id, d);
-    }
-    std::size_t forget_identities(remote_identities& ids) override { return kvpolicy::forget_identities(c, ids); }
-#endif
-};
 
 // str(h) for messages.
 std::string py_type_name(nb::handle h) { return nb::cast<std::string>(h.type().attr("__name__")); }
@@ -465,10 +386,7 @@ public:
                 "libhiredis-dev and libssl-dev (scripts/install-deps.sh) and reinstall kvpolicy, or "
                 "leave remote=None");
 #endif
-        if (thread_safe)
-            impl_ = std::make_unique<cache_model<thread_safe_traits>>(cfg, g, c);
-        else
-            impl_ = std::make_unique<cache_model<default_cache_traits>>(cfg, g, c);
+        impl_ = any_tiered_cache::make(cfg, g, c, thread_safe);
 #ifdef KVPOLICY_PYTHON_REDIS
         if (parts) {
             parts->gpu = std::make_unique<block_arena>(gpu_blocks, item_bytes);
@@ -774,7 +692,7 @@ private:
         return p;
     }
 
-    std::unique_ptr<any_cache> impl_;
+    std::unique_ptr<any_tiered_cache> impl_;
 #ifdef KVPOLICY_PYTHON_REDIS
     std::unique_ptr<remote_parts> remote_;  // declared after impl_: gone before the cache it serves
 #endif

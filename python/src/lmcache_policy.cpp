@@ -26,8 +26,9 @@
 #include <string>
 #include <vector>
 
+#include <kvpolicy/eviction/dyn_policy.hpp>
+
 #include "bindings.hpp"
-#include "dyn_policy.hpp"
 
 namespace kvpolicy::python {
 

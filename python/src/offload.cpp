@@ -10,171 +10,34 @@
 // (hash_reader). An int is taken modulo 2^64; bytes (vLLM's sha256
 // block hashes) are folded into 64 bits; other objects by Python's hash().
 //
-// Bytes hashes are kept whole: the fold is where a block's key starts, not
-// its identity. The manager's slot of a key keeps the caller's bytes object
-// (objects_), and offload_core::resolve compares a bytes hash with the
-// bytes held under its fold; another block's there (two 32-byte hashes with
-// one fold: by chance, about 3e-6 for 10^7 blocks, or crafted, since the
-// fold is not collision resistant) sends it to the next key of a probe
-// sequence, so two distinct hashes always stay two blocks. A hash stored
-// past its fold is remembered (probed_) so that it is found whatever leaves
-// before it. Ints and other objects are their 64-bit keys, as before; a
-// block stored through a uint64 array has no bytes and is named by its key.
-#include <algorithm>
-#include <array>
+// Bytes hashes are kept whole (engine::byte_hash_keys, which holds the
+// fold and the probe sequence): two distinct hashes always stay two blocks.
+// Ints and other objects are their 64-bit keys; a block stored through a
+// uint64 array has no bytes and is named by its key. The manager is an
+// engine::any_offload_manager chosen by name.
 #include <bit>
 #include <cstring>
-#include <string_view>
-#include <unordered_map>
-#include <utility>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
-#include <kvpolicy/core/item_key.hpp>
-
-#include <kvpolicy/engine/offload_manager.hpp>
-#include <kvpolicy/engine/vllm_orders.hpp>
+#include <kvpolicy/engine/any_offload_manager.hpp>
+#include <kvpolicy/engine/byte_hash_keys.hpp>
 
 #include "bindings.hpp"
-#include "dyn_policy.hpp"
 
 namespace kvpolicy::python {
 
 namespace {
 
+using engine::any_offload_manager;
 using engine::offload_event;
 using engine::slot_state;
 using engine::store_plan;
 
-/// An order's lists for introspection (tests, the vLLM test plugin): keys
-/// oldest first; vllm_lru has one list, vllm_arc four (T1, T2, B1, B2) and
-/// its target; kvpolicy's policies none.
-struct order_state_t {
-    std::vector<std::vector<std::uint64_t>> lists;
-    std::optional<double> target;
-};
-
-/// An offload_manager whose order is chosen by name: one virtual call per
-/// call, the per-block loop inside the concrete manager.
-class any_offload_manager {
-public:
-    virtual ~any_offload_manager() = default;
-    [[nodiscard]] virtual std::size_t capacity() const noexcept = 0;
-    [[nodiscard]] virtual std::size_t num_free() const noexcept = 0;
-    [[nodiscard]] virtual std::size_t size() const noexcept = 0;
-    [[nodiscard]] virtual std::uint32_t find(std::uint64_t hash) const noexcept = 0;
-    virtual void find_all(std::span<const std::uint64_t> hashes, std::span<std::uint32_t> slots) const noexcept = 0;
-    [[nodiscard]] virtual slot_state state(std::uint32_t slot) const noexcept = 0;
-    [[nodiscard]] virtual std::uint32_t loads(std::uint32_t slot) const noexcept = 0;
-    [[nodiscard]] virtual std::string_view policy_name() const noexcept = 0;
-    [[nodiscard]] virtual std::size_t lookup(std::span<const std::uint64_t> hashes) = 0;
-    virtual void prepare_load(std::span<const std::uint64_t> hashes, std::span<std::uint32_t> slots) = 0;
-    virtual void touch(std::span<const std::uint64_t> hashes) = 0;
-    virtual void complete_load(std::span<const std::uint64_t> hashes) = 0;
-    virtual std::optional<store_plan> prepare_store(std::span<const std::uint64_t> hashes) = 0;
-    virtual void complete_store(std::span<const std::uint64_t> hashes, bool success) = 0;
-    virtual std::vector<offload_event> take_events() = 0;
-    [[nodiscard]] virtual order_state_t state_of_order() const = 0;
-    /// vllm_arc only: Throws: usage_error (another policy, or out of range).
-    virtual void set_arc_target(double t) = 0;
-
-    /// `policy`: a name of eviction_policies or engine::vllm_0_11_orders
-    /// (vllm_lru, vllm_arc: vllm_0_11_name). Throws: unknown_name_error
-    /// listing every accepted name; config_error for 0 blocks or a bad option.
-    static std::unique_ptr<any_offload_manager> make(std::size_t num_blocks, const std::string& policy,
-                                                     std::span<const option_value> options, bool events);
-};
-
-template <class Order>
-class offload_manager_model final : public any_offload_manager {
-public:
-    offload_manager_model(std::size_t n, const typename Order::config_type& c, bool events, std::string given)
-            : m_(n, c, events), name_(std::move(given)) {}
-    [[nodiscard]] std::size_t capacity() const noexcept override { return m_.capacity(); }
-    [[nodiscard]] std::size_t num_free() const noexcept override { return m_.num_free(); }
-    [[nodiscard]] std::size_t size() const noexcept override { return m_.size(); }
-    [[nodiscard]] std::uint32_t find(std::uint64_t h) const noexcept override { return m_.find(h); }
-    void find_all(std::span<const std::uint64_t> h, std::span<std::uint32_t> s) const noexcept override {
-        m_.find_all(h, s);
-    }
-    [[nodiscard]] slot_state state(std::uint32_t s) const noexcept override { return m_.state(s); }
-    [[nodiscard]] std::uint32_t loads(std::uint32_t s) const noexcept override { return m_.loads(s); }
-    [[nodiscard]] std::string_view policy_name() const noexcept override { return name_; }
-    [[nodiscard]] std::size_t lookup(std::span<const std::uint64_t> h) override { return m_.lookup(h); }
-    void prepare_load(std::span<const std::uint64_t> h, std::span<std::uint32_t> s) override { m_.prepare_load(h, s); }
-    void touch(std::span<const std::uint64_t> h) override { m_.touch(h); }
-    void complete_load(std::span<const std::uint64_t> h) override { m_.complete_load(h); }
-    std::optional<store_plan> prepare_store(std::span<const std::uint64_t> h) override { return m_.prepare_store(h); }
-    void complete_store(std::span<const std::uint64_t> h, bool ok) override { m_.complete_store(h, ok); }
-    std::vector<offload_event> take_events() override { return m_.take_events(); }
-    [[nodiscard]] order_state_t state_of_order() const override {
-        order_state_t st;
-        const auto keys = [this](const std::vector<std::uint32_t>& slots) {
-            std::vector<std::uint64_t> k;
-            k.reserve(slots.size());
-            for (std::uint32_t s : slots) k.push_back(m_.key(s));
-            return k;
-        };
-        if constexpr (std::same_as<Order, engine::vllm_legacy_lru_order>) {
-            st.lists.push_back(keys(m_.order().slots()));
-        } else if constexpr (std::same_as<Order, engine::vllm_legacy_arc_order>) {
-            st.lists.push_back(keys(m_.order().t1_slots()));
-            st.lists.push_back(keys(m_.order().t2_slots()));
-            st.lists.push_back(m_.order().b1_keys());
-            st.lists.push_back(m_.order().b2_keys());
-            st.target = m_.order().target();
-        }
-        return st;
-    }
-    void set_arc_target(double t) override {
-        if constexpr (std::same_as<Order, engine::vllm_legacy_arc_order>)
-            m_.order().set_target(t);
-        else
-            throw usage_error("_set_arc_target: policy '" + name_ +
-                              "' has no ARC target; only policy 'vllm_arc' has one");
-    }
-
-private:
-    engine::offload_manager<Order> m_;
-    std::string name_;  // as the caller gave it
-};
-
-inline std::unique_ptr<any_offload_manager> any_offload_manager::make(std::size_t num_blocks, const std::string& policy,
-                                                                      std::span<const option_value> options,
-                                                                      bool events) {
-    const std::string_view name = engine::vllm_0_11_name(policy);
-    const auto build = [&]<class Order, class P>() -> std::unique_ptr<any_offload_manager> {
-        return std::make_unique<offload_manager_model<Order>>(num_blocks, make_config<P>(options), events, policy);
-    };
-    if (has_name<engine::vllm_0_11_orders>(name))
-        return visit_by_name<engine::vllm_0_11_orders>(name,
-                                                       [&]<class O>() { return build.template operator()<O, O>(); });
-    if (!has_name<eviction_policies>(name))
-        throw unknown_name_error("unknown eviction policy '" + policy +
-                                 "'; accepted: " + engine::vllm_0_11_accepted_names());
-    return visit_by_name<eviction_policies>(
-        name, [&]<class P>() { return build.template operator()<engine::policy_order<P>, P>(); });
-}
-
-/// A bytes object's 64-bit key: mix64 of its length, then one mix64 per 8
-/// bytes, the last word zero-padded. The whole words are read by fixed-size
-/// copies (a load each): one copy of variable size per word was a call to
-/// memcpy, 9.1 ns for a 32-byte hash in cache where this takes 5.1.
-inline std::uint64_t bytes_key(const char* p, std::size_t n) noexcept {
-    std::uint64_t k = mix64(n);
-    std::size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        std::uint64_t w;
-        std::memcpy(&w, p + i, 8);
-        k = mix64(k ^ w);
-    }
-    if (i < n) {
-        std::uint64_t w = 0;
-        std::memcpy(&w, p + i, n - i);
-        k = mix64(k ^ w);
-    }
-    return k;
+std::string_view bytes_view(PyObject* b) noexcept {
+    return {PyBytes_AS_STRING(b), static_cast<std::size_t>(PyBytes_GET_SIZE(b))};
 }
 
 /// The 64-bit key of an int or bytes object (see the file's header), read
@@ -201,7 +64,7 @@ inline bool plain_key_of(PyObject* h, std::uint64_t& k) noexcept {
         return true;
     }
     if (PyBytes_Check(h)) {
-        k = bytes_key(PyBytes_AS_STRING(h), static_cast<std::size_t>(PyBytes_GET_SIZE(h)));
+        k = engine::fold_bytes(bytes_view(h));
         return true;
     }
     return false;
@@ -419,11 +282,6 @@ private:
     std::uint64_t memo_id_ = 0;
 };
 
-struct string_hash {
-    using is_transparent = void;
-    std::size_t operator()(std::string_view v) const noexcept { return std::hash<std::string_view>{}(v); }
-};
-
 class offload_core {
 public:
     offload_core(std::size_t num_blocks, const std::string& policy, bool enable_events, const nb::kwargs& options)
@@ -434,10 +292,10 @@ public:
     void set_fold_mask_for_testing(std::uint64_t mask) {
         if (m_->size() != 0)
             throw usage_error("_set_fold_mask_for_testing: the manager holds blocks; set it on an empty manager");
-        fold_mask_ = mask;
+        table_.set_fold_mask(mask);
         ++generation_;
     }
-    [[nodiscard]] std::size_t probed_hashes() const noexcept { return probed_.size(); }
+    [[nodiscard]] std::size_t probed_hashes() const noexcept { return table_.probed(); }
 
     std::size_t lookup(nb::handle hashes) {
         std::optional<int64_buffer> buffer;  // outlives h, whose keys may view it
@@ -484,16 +342,14 @@ public:
         if (h.is_array) {
             to_store = nb::cast(to_numpy(std::move(plan->to_store)));
         } else {
-            if (objects_.empty()) {
-                objects_.resize(m_->capacity());
-                held_.assign(m_->capacity(), held_row{});
-            }
+            if (objects_.empty()) objects_.resize(m_->capacity());
             to_store = new_list(plan->positions.size());
             for (std::size_t j = 0; j < plan->positions.size(); ++j) {
                 nb::object o = h.item(plan->positions[j]);
-                hold(plan->slots[j], o.ptr());
-                if (PyBytes_Check(o.ptr()) && keys[plan->positions[j]] != fold_of(h.keys[plan->positions[j]]))
-                    remember_probed(o.ptr(), keys[plan->positions[j]]);
+                if (PyBytes_Check(o.ptr()))
+                    table_.name_bytes(*m_, plan->slots[j], bytes_view(o.ptr()), keys[plan->positions[j]]);
+                else
+                    table_.name_other(m_->capacity(), plan->slots[j]);
                 PyList_SET_ITEM(to_store.ptr(), static_cast<Py_ssize_t>(j), nb::object(o).release().ptr());
                 objects_[plan->slots[j]] = std::move(o);
             }
@@ -501,7 +357,7 @@ public:
         if (h.is_array && !objects_.empty())
             for (std::uint32_t s : plan->slots) {
                 objects_[s] = nb::object();
-                held_[s].tag = tag_key;
+                table_.name_by_key(s);
             }
         if (!plan->slots.empty()) {
             // Keys now name blocks that resolve() saw free. The memo's list
@@ -537,90 +393,31 @@ public:
 
     /// The order's lists (64-bit keys, oldest first) and vllm_arc's target.
     nb::tuple order_state() const {
-        order_state_t st = m_->state_of_order();
+        engine::offload_order_state st = m_->order_state();
         nb::list lists;
         for (auto& l : st.lists) lists.append(nb::cast(to_numpy(std::move(l))));
         return nb::make_tuple(lists, st.target ? nb::cast(*st.target) : nb::none());
     }
-    void set_arc_target(double t) { m_->set_arc_target(t); }
+    void set_arc_target(double t) {
+        try {
+            m_->set_arc_target(t);
+        } catch (const usage_error& e) {  // the Python method is _set_arc_target
+            if (!std::string_view(e.what()).starts_with("set_arc_target")) throw;
+            throw usage_error(std::string("_") + e.what());
+        }
+    }
     static std::uint64_t key(nb::handle hash) { return key_of(hash.ptr(), "block_hash"); }
 
     /// (state, loads in flight) of one block: state 'ready', 'storing' or None.
     nb::tuple block_state(nb::handle hash) const {
         const std::uint64_t k0 = key_of(hash.ptr(), "block_hash");
-        const std::uint64_t k = PyBytes_Check(hash.ptr()) ? resolve_bytes(hash.ptr(), fold_of(k0), nullptr) : k0;
+        const std::uint64_t k = PyBytes_Check(hash.ptr()) ? table_.key_of(*m_, bytes_view(hash.ptr())) : k0;
         const std::uint32_t s = m_->find(k);
         if (s == no_index) return nb::make_tuple(nb::none(), 0);
         return nb::make_tuple(m_->state(s) == slot_state::ready ? "ready" : "storing", m_->loads(s));
     }
 
 private:
-    [[nodiscard]] std::uint64_t fold_of(std::uint64_t k) const noexcept { return k & fold_mask_; }
-
-    // Whether the block in slot `s` is the bytes hash `b`: its object is b,
-    // or bytes equal to b's. A slot stored through an array has no object
-    // (named by its key): taken as b's.
-    [[nodiscard]] bool holds(std::uint32_t s, PyObject* b) const noexcept {
-        if (held_.empty()) return true;
-        const std::uint8_t tag = held_[s].tag;
-        const auto n = static_cast<std::size_t>(PyBytes_GET_SIZE(b));
-        if (tag <= inline_bytes) return n == tag && std::memcmp(held_[s].bytes.data(), PyBytes_AS_STRING(b), n) == 0;
-        if (tag == tag_key) return true;
-        if (tag == tag_other) return false;  // an int or other object with b's key: another block
-        PyObject* o = objects_[s].ptr();     // tag_long: a bytes hash longer than inline_bytes
-        return o == b || (static_cast<std::size_t>(PyBytes_GET_SIZE(o)) == n &&
-                          std::memcmp(PyBytes_AS_STRING(o), PyBytes_AS_STRING(b), n) == 0);
-    }
-
-    // Slot `s` now holds the block of hash object `o`: its bytes kept inline
-    // (vLLM's 32), so that holds() reads one dense row, not the object.
-    void hold(std::uint32_t s, PyObject* o) noexcept {
-        if (!PyBytes_Check(o)) {
-            held_[s].tag = tag_other;
-            return;
-        }
-        const auto n = static_cast<std::size_t>(PyBytes_GET_SIZE(o));
-        if (n > inline_bytes) {
-            held_[s].tag = tag_long;
-            return;
-        }
-        std::memcpy(held_[s].bytes.data(), PyBytes_AS_STRING(o), n);
-        held_[s].tag = static_cast<std::uint8_t>(n);
-    }
-
-    // The k-th key of the probe sequence after `fold` (k >= 1).
-    static std::uint64_t probe(std::uint64_t fold, std::uint64_t k) noexcept {
-        return mix64(fold + 0x9e3779b97f4a7c15ULL * k) | 1;  // never 0: a mask-0 fold's own key
-    }
-
-    // The key of bytes hash `b` whose fold is `fold`: the key it is stored
-    // under, else the first key of its probe sequence that holds no block
-    // (and is not in `taken`, the keys this call gave other hashes).
-    std::uint64_t resolve_bytes(PyObject* b, std::uint64_t fold, const std::vector<std::uint64_t>* taken,
-                                bool* is_free = nullptr) const {
-        if (!probed_.empty()) {
-            const auto it =
-                probed_.find(std::string_view(PyBytes_AS_STRING(b), static_cast<std::size_t>(PyBytes_GET_SIZE(b))));
-            if (it != probed_.end()) {
-                const std::uint32_t s = m_->find(it->second);
-                if (s != no_index && holds(s, b)) {
-                    if (is_free) *is_free = false;
-                    return it->second;
-                }
-            }
-        }
-        std::uint64_t key = fold;
-        for (std::uint64_t k = 1;; ++k) {
-            const std::uint32_t s = m_->find(key);
-            if (s != no_index ? holds(s, b)
-                              : (taken == nullptr || std::find(taken->begin(), taken->end(), key) == taken->end())) {
-                if (is_free) *is_free = s == no_index;
-                return key;
-            }
-            key = probe(fold, k);
-        }
-    }
-
     // The manager's keys for one call's hashes: each bytes hash resolved
     // (above), the others as read. Two distinct bytes hashes of one call
     // that resolve to one free key (one fold, neither stored) are told apart.
@@ -646,81 +443,11 @@ private:
         return out;
     }
     std::span<const std::uint64_t> resolve_now(const hash_list& h) {
-        const std::size_t n = h.keys.size();
-        resolved_.assign(h.keys.begin(), h.keys.end());
-        free_.clear();
-        bool any = false;
-        for (std::size_t i = 0; i < n; ++i)
-            if (PyBytes_Check(PyList_GET_ITEM(h.source.ptr(), static_cast<Py_ssize_t>(i)))) {
-                resolved_[i] = fold_of(resolved_[i]);
-                any = true;
-            }
-        if (!any) return resolved_;
-        // Each fold's slot, probed in a pipeline; then each bytes hash is the
-        // block there (its row compared), a miss, or (another block there,
-        // or some hash stored past its fold) resolved the slow way.
-        found_.resize(n);
-        m_->find_all(resolved_, found_);
-        constexpr std::size_t ahead = 8;
-        for (std::size_t i = 0; i < n; ++i) {
-            if (i + ahead < n && found_[i + ahead] != no_index && !held_.empty())
-                __builtin_prefetch(&held_[found_[i + ahead]]);
+        return table_.resolve(*m_, h.keys, [&](std::size_t i) -> std::optional<std::string_view> {
             PyObject* o = PyList_GET_ITEM(h.source.ptr(), static_cast<Py_ssize_t>(i));
-            if (!PyBytes_Check(o)) continue;
-            const std::uint32_t s = found_[i];
-            bool is_free = s == no_index;
-            if (!probed_.empty() || (!is_free && !holds(s, o)))
-                resolved_[i] = resolve_bytes(o, fold_of(h.keys[i]), nullptr, &is_free);
-            if (is_free) free_.push_back({resolved_[i], static_cast<std::uint32_t>(i)});
-        }
-        if (!any || free_.size() < 2) return resolved_;
-        std::sort(free_.begin(), free_.end());
-        bool clash = false;
-        for (std::size_t j = 1; j < free_.size() && !clash; ++j)
-            clash = free_[j].first == free_[j - 1].first && !same_bytes(h, free_[j].second, free_[j - 1].second);
-        if (!clash) return resolved_;
-        // The slow path (a fold shared within the call): resolve again in
-        // order, each free key given to the first hash that asks for it.
-        std::vector<std::uint64_t> taken;
-        std::vector<std::uint32_t> owner;  // taken[j] went to item owner[j]
-        for (std::size_t i = 0; i < n; ++i) {
-            PyObject* o = PyList_GET_ITEM(h.source.ptr(), static_cast<Py_ssize_t>(i));
-            if (!PyBytes_Check(o)) continue;
-            bool again = false;  // the same bytes earlier in the call: the same key
-            for (std::size_t j = 0; j < taken.size() && !again; ++j)
-                if (same_bytes(h, owner[j], static_cast<std::uint32_t>(i))) {
-                    resolved_[i] = taken[j];
-                    again = true;
-                }
-            if (again) continue;
-            resolved_[i] = resolve_bytes(o, fold_of(h.keys[i]), &taken);
-            if (m_->find(resolved_[i]) == no_index) {
-                taken.push_back(resolved_[i]);
-                owner.push_back(static_cast<std::uint32_t>(i));
-            }
-        }
-        return resolved_;
-    }
-    static bool same_bytes(const hash_list& h, std::uint32_t a, std::uint32_t b) noexcept {
-        PyObject* x = PyList_GET_ITEM(h.source.ptr(), static_cast<Py_ssize_t>(a));
-        PyObject* y = PyList_GET_ITEM(h.source.ptr(), static_cast<Py_ssize_t>(b));
-        return x == y || (PyBytes_GET_SIZE(x) == PyBytes_GET_SIZE(y) &&
-                          std::memcmp(PyBytes_AS_STRING(x), PyBytes_AS_STRING(y),
-                                      static_cast<std::size_t>(PyBytes_GET_SIZE(x))) == 0);
-    }
-
-    // A bytes hash stored under a key past its fold; entries whose block
-    // left are dropped when there are more of them than slots.
-    void remember_probed(PyObject* b, std::uint64_t key) {
-        if (probed_.size() >= m_->capacity())
-            std::erase_if(probed_, [&](const auto& e) {
-                const std::uint32_t s = m_->find(e.second);
-                return s == no_index || objects_.empty() || !objects_[s].is_valid() ||
-                       !PyBytes_Check(objects_[s].ptr()) ||
-                       std::string_view(PyBytes_AS_STRING(objects_[s].ptr()),
-                                        static_cast<std::size_t>(PyBytes_GET_SIZE(objects_[s].ptr()))) != e.first;
-            });
-        probed_.insert_or_assign(std::string(PyBytes_AS_STRING(b), static_cast<std::size_t>(PyBytes_GET_SIZE(b))), key);
+            if (!PyBytes_Check(o)) return std::nullopt;
+            return bytes_view(o);
+        });
     }
 
     // The blocks' hashes as the caller gave them: an array for array callers,
@@ -757,26 +484,11 @@ private:
     // until a list is stored (an array caller never pays for it).
     std::vector<nb::object> objects_;
     nb::list events_;
-    std::uint64_t fold_mask_ = ~std::uint64_t{0};
-    // [slot] how the block there is named: its bytes inline (tag = length),
-    // or tag_key (stored through an array: by its key), tag_other (an int or
-    // other object), tag_long (bytes past inline_bytes: compare objects_).
-    static constexpr std::size_t inline_bytes = 32;
-    static constexpr std::uint8_t tag_long = 253, tag_other = 254, tag_key = 255;
-    struct held_row {
-        std::array<char, inline_bytes> bytes{};
-        std::uint8_t tag = tag_key;
-    };
-    std::vector<held_row> held_;
-    std::vector<std::uint32_t> found_;          // scratch: resolve_now's slots
+    engine::byte_hash_keys table_;              // bytes hashes' keys, their whole bytes kept
     std::uint64_t generation_ = 0;              // prepare_stores that stored something (resolve's memo)
     std::vector<std::uint64_t> resolved_memo_;  // the reader's memo list's keys, resolved
     std::uint64_t resolved_memo_id_ = ~std::uint64_t{0}, resolved_generation_ = 0;
-    bool last_from_memo_ = false;                                // the last resolve() answered with the memo's keys
-    std::vector<std::uint64_t> resolved_;                        // scratch: one call's keys
-    std::vector<std::pair<std::uint64_t, std::uint32_t>> free_;  // scratch: its bytes hashes on free keys
-    std::unordered_map<std::string, std::uint64_t, string_hash, std::equal_to<>>
-        probed_;  // bytes hash -> key past its fold
+    bool last_from_memo_ = false;  // the last resolve() answered with the memo's keys
 };
 
 }  // namespace

@@ -7,9 +7,9 @@
 #include <optional>
 
 #include <kvpolicy/engine/vllm_orders.hpp>
+#include <kvpolicy/eviction/dyn_policy.hpp>
 
 #include "bindings.hpp"
-#include "dyn_policy.hpp"
 
 namespace kvpolicy::python {
 

@@ -4,14 +4,11 @@
 // `CachePolicyCore` keeps vLLM's OffloadKeys (bytes) in two Python dicts it
 // owns: `chunks` (key -> vLLM's ChunkStatus, which the manager reads and
 // writes; the adapter's `get` is that dict's own `get`) and key -> slot.
-// Everything else is the engine room's (include/kvpolicy/engine/): the
-// policy's order and victims over dense slots. A batch call (touch, a
-// request's finish, evict) walks the Python keys here, one dict probe each,
-// with no Python frame per key.
-//
-// Three kinds behind one virtual interface: vllm_lru and vllm_arc (vLLM's
-// own decisions, exactly: engine::vllm_cache_policies) and any registered kvpolicy policy
-// (cache_policy_core over dyn_policy).
+// Everything else is the engine room's: engine::any_cache_policy
+// (include/kvpolicy/engine/any_cache_policy.hpp), the policy chosen by name,
+// its order and victims over dense slots. A batch call (touch, a request's
+// finish, evict) walks the Python keys here, one dict probe each, with no
+// Python frame per key.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -22,203 +19,16 @@
 #include <string_view>
 #include <vector>
 
-#include <kvpolicy/engine/cache_policy_core.hpp>
-#include <kvpolicy/engine/request_lifecycle.hpp>
-#include <kvpolicy/engine/vllm_orders.hpp>
+#include <kvpolicy/engine/any_cache_policy.hpp>
 
 #include "bindings.hpp"
-#include "dyn_policy.hpp"
 
 namespace kvpolicy::python {
 
 namespace {
 
-/// One walk of keys: each key's slot (no_index if absent) and 64-bit key.
-struct key_walk {
-    std::vector<std::uint32_t> slots;
-    std::vector<std::uint64_t> keys;
-    std::vector<std::uint8_t> flags;  // finish: 1 inserted only, 2 reused
-};
-
-class core_base {
-public:
-    virtual ~core_base() = default;
-    virtual void insert(std::uint32_t id, std::string_view key_bytes, std::uint64_t key,
-                        std::optional<std::int64_t> position, std::int64_t request_rank, int ref_cnt,
-                        const access_context& ctx) = 0;
-    virtual void remove(std::uint32_t id) = 0;
-    virtual void touch(const key_walk& w, const access_context& ctx) = 0;
-    virtual void store_miss(const key_walk& w, const access_context& ctx) = 0;
-    virtual void request_access(std::span<const std::uint32_t> ids, std::span<const std::int64_t> positions,
-                                std::int64_t request_rank) = 0;
-    virtual void finish(const key_walk& w, const access_context& ctx) = 0;
-    virtual void end_session(const access_context&) {}
-    virtual void end_request(const access_context&) {}
-    virtual void mark_evictable(std::uint32_t id, const access_context& ctx) = 0;
-    virtual void mark_non_evictable(std::uint32_t id) = 0;
-    virtual std::optional<std::vector<std::uint32_t>> evict(std::size_t n, std::span<const std::uint32_t> protected_ids,
-                                                            const std::vector<std::uint8_t>& is_protected,
-                                                            const access_context& ctx) = 0;
-    virtual void clear() = 0;
-    virtual std::int64_t new_request_rank() { return 0; }
-    /// The engine's requests as a connector sees them (engine/request_lifecycle.hpp).
-    enum class request_event : std::uint8_t { arrive, schedule, preempt, finish };
-    virtual engine::lifecycle_result on_request(request_event e, std::string_view id, session_id s,
-                                                std::span<const std::uint64_t> keys, const access_context& ctx) = 0;
-    [[nodiscard]] virtual std::size_t queued_requests() const { return 0; }
-    [[nodiscard]] virtual bool hears_queue() const { return false; }
-    /// Where request `id` is in its lifecycle: waiting, running, or unknown.
-    [[nodiscard]] virtual std::optional<engine::request_state> request_state(std::string_view id) const = 0;
-    virtual bool orders_by_request() const { return false; }  // vllm_lru: ranks by request and position
-    virtual const engine::vllm_arc* arc() const { return nullptr; }
-    virtual engine::vllm_arc* arc() { return nullptr; }
-};
-
-template <class Life>
-engine::lifecycle_result dispatch(Life& life, core_base::request_event e, std::string_view id, session_id s,
-                                  std::span<const std::uint64_t> keys, const access_context& ctx) {
-    switch (e) {
-        case core_base::request_event::arrive:
-            return life.arrive(id, s, keys);
-        case core_base::request_event::schedule:
-            return life.schedule(id, ctx);
-        case core_base::request_event::preempt:
-            return life.preempt(id, keys);
-        case core_base::request_event::finish:
-            return life.finish(id, ctx);
-    }
-    return {};
-}
-
-/// vLLM's own orders hear no queue: their requests are still checked (the
-/// same reasons for an unknown or repeated id), their decisions untouched.
-struct no_queue {
-    void enqueue(std::uint64_t, session_id, std::span<const std::uint64_t>) noexcept {}
-    void dequeue(std::uint64_t, const access_context&) noexcept {}
-};
-
-/// What vllm_lru and vllm_arc share behind the seam: pins, the protected
-/// scratch as eviction's predicate, clear.
-template <class Order>
-class vllm_order_core : public core_base {
-public:
-    explicit vllm_order_core(std::size_t n) : p_(n) {}
-    void mark_evictable(std::uint32_t id, const access_context&) override { p_.mark_evictable(id); }
-    void mark_non_evictable(std::uint32_t id) override { p_.mark_non_evictable(id); }
-    std::optional<std::vector<std::uint32_t>> evict(std::size_t n, std::span<const std::uint32_t>,
-                                                    const std::vector<std::uint8_t>& is_protected,
-                                                    const access_context&) override {
-        return p_.evict(n, [&](std::uint32_t id) { return is_protected[id] != 0; });
-    }
-    // A cache reset drops chunks; the engine's requests are still there.
-    void clear() override { p_.clear(); }
-    engine::lifecycle_result on_request(request_event e, std::string_view id, session_id s,
-                                        std::span<const std::uint64_t> keys, const access_context& ctx) override {
-        return dispatch(life_, e, id, s, keys, ctx);
-    }
-    [[nodiscard]] std::optional<engine::request_state> request_state(std::string_view id) const override {
-        return life_.state(id);
-    }
-
-protected:
-    Order p_;
-    no_queue queue_;
-    engine::request_lifecycle<no_queue> life_{queue_};
-};
-
-class lru_core final : public vllm_order_core<engine::vllm_lru> {
-public:
-    using vllm_order_core::vllm_order_core;
-    void insert(std::uint32_t id, std::string_view bytes, std::uint64_t, std::optional<std::int64_t> position,
-                std::int64_t request_rank, int ref_cnt, const access_context&) override {
-        p_.insert(id, bytes, position, request_rank, ref_cnt == 0);
-    }
-    void remove(std::uint32_t id) override { p_.remove(id); }
-    void touch(const key_walk& w, const access_context&) override { p_.refresh(w.slots); }
-    void store_miss(const key_walk& w, const access_context& c) override { touch(w, c); }  // vLLM's default: a touch
-    void request_access(std::span<const std::uint32_t> ids, std::span<const std::int64_t> positions,
-                        std::int64_t request_rank) override {
-        for (std::size_t i = 0; i < ids.size(); ++i)
-            if (ids[i] != no_index) p_.raise(ids[i], request_rank, positions[i]);
-    }
-    void finish(const key_walk& w, const access_context&) override { p_.refresh(w.slots); }
-    std::int64_t new_request_rank() override { return p_.new_request_rank(); }
-    bool orders_by_request() const override { return true; }
-};
-
-class arc_core final : public vllm_order_core<engine::vllm_arc> {
-public:
-    using vllm_order_core::vllm_order_core;
-    void insert(std::uint32_t id, std::string_view, std::uint64_t key, std::optional<std::int64_t>, std::int64_t,
-                int ref_cnt, const access_context&) override {
-        p_.insert(id, key, ref_cnt >= 0, ref_cnt == 0);
-    }
-    void remove(std::uint32_t id) override { p_.remove(id); }
-    void touch(const key_walk& w, const access_context&) override {
-        for (std::size_t i = 0; i < w.slots.size(); ++i) p_.touch(w.slots[i], w.keys[i]);
-    }
-    void store_miss(const key_walk& w, const access_context&) override {
-        for (std::uint64_t k : w.keys) (void)p_.adapt_to_ghost(k);
-    }
-    void request_access(std::span<const std::uint32_t>, std::span<const std::int64_t>, std::int64_t) override {}
-    void finish(const key_walk& w, const access_context&) override {
-        for (std::size_t i = 0; i < w.slots.size(); ++i) p_.finish(w.slots[i], w.flags[i] == 1, w.flags[i] == 2);
-    }
-    const engine::vllm_arc* arc() const override { return &p_; }
-    engine::vllm_arc* arc() override { return &p_; }
-};
-
-/// Any registered kvpolicy policy: a store is its insert, a request's reuse
-/// its hit (an insertion alone is not a second use).
-class kvpolicy_core final : public core_base {
-public:
-    kvpolicy_core(std::size_t n, const dyn_policy::config_type& c) : p_(n, c), hears_(p_.policy().hears_queue()) {}
-    void insert(std::uint32_t id, std::string_view, std::uint64_t, std::optional<std::int64_t>, std::int64_t,
-                int ref_cnt, const access_context& ctx) override {
-        p_.insert(id, ctx, ref_cnt == 0);
-    }
-    void remove(std::uint32_t id) override { p_.remove(id); }
-    void touch(const key_walk& w, const access_context& ctx) override {
-        for (std::uint32_t id : w.slots) p_.touch(id, ctx);
-    }
-    void store_miss(const key_walk&, const access_context&) override {}  // on_miss comes with the insert
-    void request_access(std::span<const std::uint32_t>, std::span<const std::int64_t>, std::int64_t) override {}
-    void finish(const key_walk& w, const access_context& ctx) override {
-        for (std::size_t i = 0; i < w.slots.size(); ++i) p_.finish(w.slots[i], w.flags[i] == 2, ctx);
-    }
-    void end_session(const access_context& ctx) override { p_.end_session(ctx.session, ctx); }
-    void end_request(const access_context& ctx) override { p_.end_request(ctx.session, ctx); }
-    void mark_evictable(std::uint32_t id, const access_context& ctx) override { p_.mark_evictable(id, ctx); }
-    void mark_non_evictable(std::uint32_t id) override { p_.mark_non_evictable(id); }
-    std::optional<std::vector<std::uint32_t>> evict(std::size_t n, std::span<const std::uint32_t> protected_ids,
-                                                    const std::vector<std::uint8_t>&,
-                                                    const access_context& ctx) override {
-        return p_.evict(n, protected_ids, ctx);
-    }
-    // A cache reset drops chunks; the engine's requests, queued or
-    // running, are still there (cache_policy_core::reset keeps the queue).
-    void clear() override { p_.reset(config_); }
-    // A policy that does not hear the queue gets no queue at all (the same
-    // checks of the events, no bookkeeping): it decides as without one.
-    engine::lifecycle_result on_request(request_event e, std::string_view id, session_id s,
-                                        std::span<const std::uint64_t> keys, const access_context& ctx) override {
-        return hears_ ? dispatch(life_, e, id, s, keys, ctx) : dispatch(unheard_, e, id, s, keys, ctx);
-    }
-    [[nodiscard]] std::optional<engine::request_state> request_state(std::string_view id) const override {
-        return hears_ ? life_.state(id) : unheard_.state(id);
-    }
-    [[nodiscard]] std::size_t queued_requests() const override { return p_.queued_requests(); }
-    [[nodiscard]] bool hears_queue() const override { return hears_; }
-    void keep_config(const dyn_policy::config_type& c) { config_ = c; }
-
-private:
-    engine::cache_policy_core<dyn_policy> p_;
-    dyn_policy::config_type config_;
-    bool hears_;
-    engine::request_lifecycle<engine::cache_policy_core<dyn_policy>> life_{p_};
-    no_queue no_queue_;
-    engine::request_lifecycle<no_queue> unheard_{no_queue_};
-};
+using engine::any_cache_policy;
+using engine::key_walk;
 
 /// A time set by kvpolicy.vllm.set_time_ms (a replay's clock), or -1: none.
 std::atomic<std::int64_t> set_time{-1};
@@ -250,23 +60,10 @@ public:
         // vLLM builds a manager of 0 chunks (nothing is ever stored): the
         // policy behind it has one slot that is never handed out.
         const std::size_t slots = std::max<std::size_t>(capacity, 1);
-        if (has_name<engine::vllm_cache_policies>(policy)) {
-            if (nb::len(options) != 0)
-                throw config_error(policy + ": takes no options (it is vLLM's own policy, exactly); got " +
-                                   nb::cast<std::string>(nb::str(options)));
-            core_ =
-                visit_by_name<engine::vllm_cache_policies>(policy, [&]<class Order>() -> std::unique_ptr<core_base> {
-                    if constexpr (std::same_as<Order, engine::vllm_lru>)
-                        return std::make_unique<lru_core>(slots);
-                    else
-                        return std::make_unique<arc_core>(slots);
-                });
-        } else {
-            dyn_policy::config_type c{policy, options_from(options, policy.c_str())};
-            auto k = std::make_unique<kvpolicy_core>(slots, c);
-            k->keep_config(c);
-            core_ = std::move(k);
-        }
+        if (has_name<engine::vllm_cache_policies>(policy) && nb::len(options) != 0)
+            throw config_error(policy + ": takes no options (it is vLLM's own policy, exactly); got " +
+                               nb::cast<std::string>(nb::str(options)));
+        core_ = any_cache_policy::make(policy, slots, options_from(options, policy.c_str()));
         free_.reserve(capacity);
         for (std::size_t s = capacity; s-- > 0;) free_.push_back(static_cast<std::uint32_t>(s));
         keys_.resize(slots);
@@ -375,7 +172,7 @@ public:
             for (Py_ssize_t i = 0; i < n; ++i) k.push_back(key_hash(items[i]));
         }
         const engine::lifecycle_result r =
-            core_->on_request(static_cast<core_base::request_event>(event), id, session_id{session}, k, clock());
+            core_->on_request(static_cast<engine::request_event>(event), id, session_id{session}, k, clock());
         if (r) return std::nullopt;
         return r.reason;
     }
@@ -504,7 +301,7 @@ private:
     }
 
     std::size_t capacity_;
-    std::unique_ptr<core_base> core_;
+    std::unique_ptr<any_cache_policy> core_;
     nb::dict slots_;                          // OffloadKey -> slot
     std::vector<nb::object> keys_;            // [capacity] the key in each slot
     std::vector<std::uint32_t> free_;         // free slots, the next at the back

@@ -51,9 +51,11 @@ inline constexpr vllm_name_alias vllm_0_11_aliases[] = {{"vllm_lru", "vllm_0_11_
 }
 
 /// What the 0.11-0.20 OffloadingManager accepts: "fifo, ..., belady,
-/// vllm_0_11_lru, vllm_0_11_arc, vllm_lru, vllm_arc".
-[[nodiscard]] inline std::string vllm_0_11_accepted_names() {
-    std::string out = joined_names<eviction_policies>() + ", " + joined_names<vllm_0_11_orders>();
+/// vllm_0_11_lru, vllm_0_11_arc, vllm_lru, vllm_arc" (kvpolicy's `Policies`
+/// first).
+template <class Policies = eviction_policies>
+[[nodiscard]] std::string vllm_0_11_accepted_names() {
+    std::string out = joined_names<Policies>() + ", " + joined_names<vllm_0_11_orders>();
     for (const vllm_name_alias& a : vllm_0_11_aliases) out += ", " + std::string(a.given);
     return out;
 }

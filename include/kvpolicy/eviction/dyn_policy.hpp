@@ -1,16 +1,23 @@
-// A policy chosen by name at run time, behind one virtual call.
+// dyn_policy: an eviction policy chosen by name at run time, behind one
+// virtual call.
 //
-// The runtime name picks the concrete policy once (visit_by_name over
-// kvpolicy::eviction_policies); then every call crosses one virtual call.
-// Two faces:
-// - `dyn_policy` models `eviction_policy` itself, per item, so a single
+// The name picks the concrete policy once (visit_by_name over
+// eviction_policies, the registry); then every hook crosses one virtual call
+// into it. Where runtime_choice<Ps...> holds one of a few policies of one
+// shape in a variant, dyn_policy holds any registered policy, whatever its
+// order and whatever it hears: a policy that does not hear session ends or
+// the waiting queue ignores those hooks (hears_queue() says which). Two faces:
+// - per item, it models `eviction_policy` itself, so one
 //   `tiered_cache<dyn_policy, dyn_policy>` serves every (gpu, cpu) pair of
-//   names: 2 cache types compiled (plain and thread-safe) instead of 18 x 18
-//   x 2, at the price of one indirect call per policy hook (a few ns beside
-//   the cache's ~80 ns per block: bench/python measures the whole path).
-// - the batch members (`insert_batch`, ...) loop inside the concrete model:
-//   `kvpolicy.EvictionPolicy` crosses the virtual call once per Python call,
-//   not once per item.
+//   names: 2 cache types compiled (plain and thread-safe) instead of
+//   29 x 29 x 2, at the price of one indirect call per policy hook (a few ns
+//   beside the cache's ~80 ns per block: bench/python measures the whole
+//   path). kvpolicy's Python package is built so.
+// - per batch (`insert_batch`, ...), the loop runs inside the concrete
+//   policy: one virtual call per batch, not per item.
+// It decides exactly as the policy it holds (tests/eviction_dyn_policy.cpp).
+// Building one instantiates every policy of its list (29 for the registry's):
+// build dyn_policies in few translation units.
 #pragma once
 
 #include <memory>
@@ -20,18 +27,18 @@
 #include <string_view>
 #include <vector>
 
-#include <kvpolicy/core/policy_options.hpp>
-#include <kvpolicy/eviction/registry.hpp>
+#include "kvpolicy/core/policy_options.hpp"
+#include "kvpolicy/eviction/registry.hpp"
 
-namespace kvpolicy::python {
+namespace kvpolicy {
 
 /// The per-item fields of a batch call; empty spans mean the default for
 /// every item (key = id, default priority, next use unknown).
 struct item_batch {
-    std::span<const item_id> ids;
-    std::span<const std::uint64_t> keys;
-    std::span<const std::int32_t> priorities;
-    std::span<const std::uint64_t> next_use;
+    std::span<const item_id> ids{};
+    std::span<const std::uint64_t> keys{};
+    std::span<const std::int32_t> priorities{};
+    std::span<const std::uint64_t> next_use{};
     timestamp now = 0;
 
     [[nodiscard]] access_context context(std::size_t i) const noexcept {
@@ -44,11 +51,15 @@ struct item_batch {
     }
 };
 
-class dyn_policy {
+/// Any policy of `Policies` (a type_list of eviction policies; an engine
+/// offering fewer compiles fewer), chosen by name. Its members instantiate
+/// the policies only where a basic_dyn_policy is built.
+template <class Policies>
+class basic_dyn_policy {
 public:
     struct config_type {
         std::string policy = "lru";
-        std::vector<option_value> options;
+        std::vector<option_value> options{};
     };
 
     static constexpr std::string_view name = "dynamic";
@@ -58,8 +69,8 @@ public:
 
     /// Throws: unknown_name_error listing every policy; config_error for a
     /// bad capacity or option.
-    dyn_policy(std::size_t capacity, const config_type& config)
-            : impl_(visit_by_name<eviction_policies>(
+    basic_dyn_policy(std::size_t capacity, const config_type& config)
+            : impl_(visit_by_name<Policies>(
                   config.policy,
                   [&]<class P>() -> std::unique_ptr<base> {
                       return std::make_unique<model<P>>(capacity, make_config<P>(config.options));
@@ -187,6 +198,8 @@ private:
     std::unique_ptr<base> impl_;
 };
 
+/// Any registered policy (eviction/registry.hpp), chosen by name.
+using dyn_policy = basic_dyn_policy<eviction_policies>;
 static_assert(eviction_policy<dyn_policy>);
 
-}  // namespace kvpolicy::python
+}  // namespace kvpolicy

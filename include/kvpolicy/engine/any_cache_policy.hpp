@@ -1,0 +1,260 @@
+// any_cache_policy: vLLM's cache-policy seam (0.21 and later's CachePolicy;
+// cache_policy_core.hpp describes the calls) with the policy chosen by name
+// at run time: vLLM's own orders, decided exactly (vllm_lru, vllm_arc:
+// vllm_cache_policies), or any kvpolicy policy (cache_policy_core over
+// basic_dyn_policy). Each call is one virtual call; a batch call (touch, a
+// request's finish) walks its keys inside the concrete order. The engine's
+// requests (arrive, schedule, preempt, finish) are checked by a
+// request_lifecycle either way; only a policy that hears the waiting queue
+// is told of it, so any other decides exactly as without one.
+//
+// Python's kvpolicy.vllm cache policies are this type behind the bindings
+// (python/src/vllm_policy.cpp keeps vLLM's keys in Python dicts and hands
+// over dense slots); tests/engine_any_cache_policy.cpp checks that each
+// kind decides exactly as the concrete order. make() instantiates every
+// policy of its list: call it from one translation unit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvpolicy/core/access_context.hpp"
+#include "kvpolicy/core/error.hpp"
+#include "kvpolicy/core/index_list.hpp"
+#include "kvpolicy/core/policy_options.hpp"
+#include "kvpolicy/engine/cache_policy_core.hpp"
+#include "kvpolicy/engine/request_lifecycle.hpp"
+#include "kvpolicy/engine/vllm_orders.hpp"
+#include "kvpolicy/eviction/dyn_policy.hpp"
+
+namespace kvpolicy::engine {
+
+/// One walk of a call's keys: each key's slot (no_index if absent) and
+/// 64-bit key, and for finish its flags.
+struct key_walk {
+    std::vector<std::uint32_t> slots;
+    std::vector<std::uint64_t> keys;
+    std::vector<std::uint8_t> flags;  ///< finish: 1 inserted only, 2 reused
+};
+
+/// A connector's event for one request (request_lifecycle.hpp).
+enum class request_event : std::uint8_t { arrive, schedule, preempt, finish };
+
+/// The seam's calls over dense slots (0 .. slots-1): as cache_policy_core's,
+/// vllm_lru's and vllm_arc's, each kind taking what it reads (vllm_lru the
+/// key's bytes and the request's rank and positions; vllm_arc the 64-bit
+/// key; kvpolicy's policies the context). `evict`'s `is_protected` is
+/// indexed by slot, 1 for each of `protected_ids`.
+class any_cache_policy {
+public:
+    virtual ~any_cache_policy() = default;
+    virtual void insert(std::uint32_t id, std::string_view key_bytes, std::uint64_t key,
+                        std::optional<std::int64_t> position, std::int64_t request_rank, int ref_cnt,
+                        const access_context& ctx) = 0;
+    virtual void remove(std::uint32_t id) = 0;
+    virtual void touch(const key_walk& w, const access_context& ctx) = 0;
+    virtual void store_miss(const key_walk& w, const access_context& ctx) = 0;
+    virtual void request_access(std::span<const std::uint32_t> ids, std::span<const std::int64_t> positions,
+                                std::int64_t request_rank) = 0;
+    virtual void finish(const key_walk& w, const access_context& ctx) = 0;
+    virtual void end_session(const access_context&) {}
+    virtual void end_request(const access_context&) {}
+    virtual void mark_evictable(std::uint32_t id, const access_context& ctx) = 0;
+    virtual void mark_non_evictable(std::uint32_t id) = 0;
+    virtual std::optional<std::vector<std::uint32_t>> evict(std::size_t n, std::span<const std::uint32_t> protected_ids,
+                                                            const std::vector<std::uint8_t>& is_protected,
+                                                            const access_context& ctx) = 0;
+    virtual void clear() = 0;
+    virtual std::int64_t new_request_rank() { return 0; }
+    /// The engine's requests as a connector sees them (request_lifecycle.hpp).
+    virtual lifecycle_result on_request(request_event e, std::string_view id, session_id s,
+                                        std::span<const std::uint64_t> keys, const access_context& ctx) = 0;
+    [[nodiscard]] virtual std::size_t queued_requests() const { return 0; }
+    [[nodiscard]] virtual bool hears_queue() const { return false; }
+    /// Where request `id` is in its lifecycle: waiting, running, or unknown.
+    [[nodiscard]] virtual std::optional<engine::request_state> request_state(std::string_view id) const = 0;
+    virtual bool orders_by_request() const { return false; }  // vllm_lru: ranks by request and position
+    virtual const vllm_arc* arc() const { return nullptr; }
+    virtual vllm_arc* arc() { return nullptr; }
+
+    /// `policy`: vllm_lru or vllm_arc (vllm_cache_policies: vLLM's own, which
+    /// take no options) or a name of `Policies` (cache_policy_core over
+    /// basic_dyn_policy<Policies>), over `slots` slots. Throws:
+    /// unknown_name_error listing the policies; config_error for a bad
+    /// capacity or option.
+    template <class Policies = eviction_policies>
+    static std::unique_ptr<any_cache_policy> make(const std::string& policy, std::size_t slots,
+                                                  std::span<const option_value> options = {});
+};
+
+namespace detail {
+
+template <class Life>
+lifecycle_result dispatch(Life& life, request_event e, std::string_view id, session_id s,
+                          std::span<const std::uint64_t> keys, const access_context& ctx) {
+    switch (e) {
+        case request_event::arrive:
+            return life.arrive(id, s, keys);
+        case request_event::schedule:
+            return life.schedule(id, ctx);
+        case request_event::preempt:
+            return life.preempt(id, keys);
+        case request_event::finish:
+            return life.finish(id, ctx);
+    }
+    return {};
+}
+
+/// vLLM's own orders hear no queue: their requests are still checked (the
+/// same reasons for an unknown or repeated id), their decisions untouched.
+struct no_queue {
+    void enqueue(std::uint64_t, session_id, std::span<const std::uint64_t>) noexcept {}
+    void dequeue(std::uint64_t, const access_context&) noexcept {}
+};
+
+/// What vllm_lru and vllm_arc share behind the seam: pins, the protected
+/// scratch as eviction's predicate, clear.
+template <class Order>
+class vllm_order_core : public any_cache_policy {
+public:
+    explicit vllm_order_core(std::size_t n) : p_(n) {}
+    void mark_evictable(std::uint32_t id, const access_context&) override { p_.mark_evictable(id); }
+    void mark_non_evictable(std::uint32_t id) override { p_.mark_non_evictable(id); }
+    std::optional<std::vector<std::uint32_t>> evict(std::size_t n, std::span<const std::uint32_t>,
+                                                    const std::vector<std::uint8_t>& is_protected,
+                                                    const access_context&) override {
+        return p_.evict(n, [&](std::uint32_t id) { return is_protected[id] != 0; });
+    }
+    // A cache reset drops chunks; the engine's requests are still there.
+    void clear() override { p_.clear(); }
+    lifecycle_result on_request(request_event e, std::string_view id, session_id s, std::span<const std::uint64_t> keys,
+                                const access_context& ctx) override {
+        return dispatch(life_, e, id, s, keys, ctx);
+    }
+    [[nodiscard]] std::optional<engine::request_state> request_state(std::string_view id) const override {
+        return life_.state(id);
+    }
+
+protected:
+    Order p_;
+    no_queue queue_;
+    request_lifecycle<no_queue> life_{queue_};
+};
+
+class lru_core final : public vllm_order_core<vllm_lru> {
+public:
+    using vllm_order_core::vllm_order_core;
+    void insert(std::uint32_t id, std::string_view bytes, std::uint64_t, std::optional<std::int64_t> position,
+                std::int64_t request_rank, int ref_cnt, const access_context&) override {
+        p_.insert(id, bytes, position, request_rank, ref_cnt == 0);
+    }
+    void remove(std::uint32_t id) override { p_.remove(id); }
+    void touch(const key_walk& w, const access_context&) override { p_.refresh(w.slots); }
+    void store_miss(const key_walk& w, const access_context& c) override { touch(w, c); }  // vLLM's default: a touch
+    void request_access(std::span<const std::uint32_t> ids, std::span<const std::int64_t> positions,
+                        std::int64_t request_rank) override {
+        for (std::size_t i = 0; i < ids.size(); ++i)
+            if (ids[i] != no_index) p_.raise(ids[i], request_rank, positions[i]);
+    }
+    void finish(const key_walk& w, const access_context&) override { p_.refresh(w.slots); }
+    std::int64_t new_request_rank() override { return p_.new_request_rank(); }
+    bool orders_by_request() const override { return true; }
+};
+
+class arc_core final : public vllm_order_core<vllm_arc> {
+public:
+    using vllm_order_core::vllm_order_core;
+    void insert(std::uint32_t id, std::string_view, std::uint64_t key, std::optional<std::int64_t>, std::int64_t,
+                int ref_cnt, const access_context&) override {
+        p_.insert(id, key, ref_cnt >= 0, ref_cnt == 0);
+    }
+    void remove(std::uint32_t id) override { p_.remove(id); }
+    void touch(const key_walk& w, const access_context&) override {
+        for (std::size_t i = 0; i < w.slots.size(); ++i) p_.touch(w.slots[i], w.keys[i]);
+    }
+    void store_miss(const key_walk& w, const access_context&) override {
+        for (std::uint64_t k : w.keys) (void)p_.adapt_to_ghost(k);
+    }
+    void request_access(std::span<const std::uint32_t>, std::span<const std::int64_t>, std::int64_t) override {}
+    void finish(const key_walk& w, const access_context&) override {
+        for (std::size_t i = 0; i < w.slots.size(); ++i) p_.finish(w.slots[i], w.flags[i] == 1, w.flags[i] == 2);
+    }
+    const vllm_arc* arc() const override { return &p_; }
+    vllm_arc* arc() override { return &p_; }
+};
+
+/// Any kvpolicy policy of `Policies`: a store is its insert, a request's
+/// reuse its hit (an insertion alone is not a second use).
+template <class Policies>
+class kvpolicy_core final : public any_cache_policy {
+public:
+    using policy_type = basic_dyn_policy<Policies>;
+    kvpolicy_core(std::size_t n, const typename policy_type::config_type& c)
+            : p_(n, c), config_(c), hears_(p_.policy().hears_queue()) {}
+    void insert(std::uint32_t id, std::string_view, std::uint64_t, std::optional<std::int64_t>, std::int64_t,
+                int ref_cnt, const access_context& ctx) override {
+        p_.insert(id, ctx, ref_cnt == 0);
+    }
+    void remove(std::uint32_t id) override { p_.remove(id); }
+    void touch(const key_walk& w, const access_context& ctx) override {
+        for (std::uint32_t id : w.slots) p_.touch(id, ctx);
+    }
+    void store_miss(const key_walk&, const access_context&) override {}  // on_miss comes with the insert
+    void request_access(std::span<const std::uint32_t>, std::span<const std::int64_t>, std::int64_t) override {}
+    void finish(const key_walk& w, const access_context& ctx) override {
+        for (std::size_t i = 0; i < w.slots.size(); ++i) p_.finish(w.slots[i], w.flags[i] == 2, ctx);
+    }
+    void end_session(const access_context& ctx) override { p_.end_session(ctx.session, ctx); }
+    void end_request(const access_context& ctx) override { p_.end_request(ctx.session, ctx); }
+    void mark_evictable(std::uint32_t id, const access_context& ctx) override { p_.mark_evictable(id, ctx); }
+    void mark_non_evictable(std::uint32_t id) override { p_.mark_non_evictable(id); }
+    std::optional<std::vector<std::uint32_t>> evict(std::size_t n, std::span<const std::uint32_t> protected_ids,
+                                                    const std::vector<std::uint8_t>&,
+                                                    const access_context& ctx) override {
+        return p_.evict(n, protected_ids, ctx);
+    }
+    // A cache reset drops chunks; the engine's requests, queued or
+    // running, are still there (cache_policy_core::reset keeps the queue).
+    void clear() override { p_.reset(config_); }
+    // A policy that does not hear the queue gets no queue at all (the same
+    // checks of the events, no bookkeeping): it decides as without one.
+    lifecycle_result on_request(request_event e, std::string_view id, session_id s, std::span<const std::uint64_t> keys,
+                                const access_context& ctx) override {
+        return hears_ ? dispatch(life_, e, id, s, keys, ctx) : dispatch(unheard_, e, id, s, keys, ctx);
+    }
+    [[nodiscard]] std::optional<engine::request_state> request_state(std::string_view id) const override {
+        return hears_ ? life_.state(id) : unheard_.state(id);
+    }
+    [[nodiscard]] std::size_t queued_requests() const override { return p_.queued_requests(); }
+    [[nodiscard]] bool hears_queue() const override { return hears_; }
+
+private:
+    cache_policy_core<policy_type> p_;
+    typename policy_type::config_type config_;
+    bool hears_;
+    request_lifecycle<cache_policy_core<policy_type>> life_{p_};
+    no_queue no_queue_;
+    request_lifecycle<no_queue> unheard_{no_queue_};
+};
+
+}  // namespace detail
+
+template <class Policies>
+std::unique_ptr<any_cache_policy> any_cache_policy::make(const std::string& policy, std::size_t slots,
+                                                         std::span<const option_value> options) {
+    if (has_name<vllm_cache_policies>(policy)) {
+        if (!options.empty()) throw config_error(policy + ": takes no options (it is vLLM's own policy, exactly)");
+        if (policy == vllm_lru::name) return std::make_unique<detail::lru_core>(slots);
+        return std::make_unique<detail::arc_core>(slots);
+    }
+    return std::make_unique<detail::kvpolicy_core<Policies>>(
+        slots, typename basic_dyn_policy<Policies>::config_type{policy, {options.begin(), options.end()}});
+}
+
+}  // namespace kvpolicy::engine

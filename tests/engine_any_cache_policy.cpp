@@ -1,0 +1,197 @@
+// engine::any_cache_policy (engine/any_cache_policy.hpp) decides exactly as
+// the concrete order its name picks: vllm_lru, vllm_arc, or
+// cache_policy_core over a registered policy. Each is driven beside the
+// concrete type, called directly as the seam's semantics say, over long
+// random runs (inserts, removes, touches, finished requests, pins, evictions
+// with protected chunks), and every eviction must name the same slots.
+#include <catch2/catch.hpp>
+
+#include <kvpolicy/engine/any_cache_policy.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace kvpolicy;
+using namespace kvpolicy::engine;
+
+// The concrete orders, called as the seam says (any_cache_policy's header).
+struct lru_ref {
+    vllm_lru p;
+    explicit lru_ref(std::size_t n) : p(n) {}
+    void insert(std::uint32_t id, const std::string& bytes, std::uint64_t, std::optional<std::int64_t> position,
+                std::int64_t rank, int ref_cnt, const access_context&) {
+        p.insert(id, bytes, position, rank, ref_cnt == 0);
+    }
+    void touch(const key_walk& w, const access_context&) { p.refresh(w.slots); }
+    void finish(const key_walk& w, const access_context&) { p.refresh(w.slots); }
+    void mark_evictable(std::uint32_t id, const access_context&) { p.mark_evictable(id); }
+    auto evict(std::size_t n, const std::vector<std::uint32_t>&, const std::vector<std::uint8_t>& prot,
+               const access_context&) {
+        return p.evict(n, [&](std::uint32_t id) { return prot[id] != 0; });
+    }
+};
+
+struct arc_ref {
+    vllm_arc p;
+    explicit arc_ref(std::size_t n) : p(n) {}
+    void insert(std::uint32_t id, const std::string&, std::uint64_t key, std::optional<std::int64_t>, std::int64_t,
+                int ref_cnt, const access_context&) {
+        p.insert(id, key, ref_cnt >= 0, ref_cnt == 0);
+    }
+    void touch(const key_walk& w, const access_context&) {
+        for (std::size_t i = 0; i < w.slots.size(); ++i) p.touch(w.slots[i], w.keys[i]);
+    }
+    void finish(const key_walk& w, const access_context&) {
+        for (std::size_t i = 0; i < w.slots.size(); ++i) p.finish(w.slots[i], w.flags[i] == 1, w.flags[i] == 2);
+    }
+    void mark_evictable(std::uint32_t id, const access_context&) { p.mark_evictable(id); }
+    auto evict(std::size_t n, const std::vector<std::uint32_t>&, const std::vector<std::uint8_t>& prot,
+               const access_context&) {
+        return p.evict(n, [&](std::uint32_t id) { return prot[id] != 0; });
+    }
+};
+
+template <class P>
+struct core_ref {
+    cache_policy_core<P> p;
+    explicit core_ref(std::size_t n) : p(n, {}) {}
+    void insert(std::uint32_t id, const std::string&, std::uint64_t, std::optional<std::int64_t>, std::int64_t,
+                int ref_cnt, const access_context& ctx) {
+        p.insert(id, ctx, ref_cnt == 0);
+    }
+    void touch(const key_walk& w, const access_context& ctx) {
+        for (std::uint32_t id : w.slots) p.touch(id, ctx);
+    }
+    void finish(const key_walk& w, const access_context& ctx) {
+        for (std::size_t i = 0; i < w.slots.size(); ++i) p.finish(w.slots[i], w.flags[i] == 2, ctx);
+    }
+    void mark_evictable(std::uint32_t id, const access_context& ctx) { p.mark_evictable(id, ctx); }
+    auto evict(std::size_t n, const std::vector<std::uint32_t>& ids, const std::vector<std::uint8_t>&,
+               const access_context& ctx) {
+        return p.evict(n, ids, ctx);
+    }
+};
+
+template <class Ref>
+void same_decisions(const std::string& name, std::uint64_t seed) {
+    constexpr std::size_t n = 24;
+    const auto any = any_cache_policy::make(name, n);
+    Ref ref(n);
+    std::mt19937_64 rng(seed);
+    std::vector<int> state(n, 0);  // 0 absent, 1 evictable, 2 pinned
+    std::vector<std::uint64_t> key(n, 0);
+    std::vector<std::uint8_t> prot(n, 0);
+    timestamp now = 0;
+    const auto walk = [&](bool flags) {
+        key_walk w;
+        for (std::size_t i = rng() % 6; i-- > 0;) {
+            const auto id = static_cast<std::uint32_t>(rng() % n);
+            w.slots.push_back(state[id] == 0 ? no_index : id);
+            w.keys.push_back(state[id] == 0 ? 1000 + rng() % 50 : key[id]);
+            if (flags) w.flags.push_back(static_cast<std::uint8_t>(rng() % 3));
+        }
+        return w;
+    };
+    for (int step = 0; step < 5000; ++step) {
+        INFO("step " << step);
+        access_context c;
+        c.now = ++now;
+        c.session = session_id{rng() % 4};
+        const auto id = static_cast<std::uint32_t>(rng() % n);
+        switch (rng() % 7) {
+            case 0:
+            case 1:
+                if (state[id] == 0) {
+                    key[id] = 1000 + rng() % 50;
+                    c.key = key[id];
+                    const std::string bytes = std::to_string(key[id]);
+                    const auto position = rng() % 2 ? std::optional<std::int64_t>(rng() % 9) : std::nullopt;
+                    const std::int64_t rank = any->new_request_rank();
+                    const int ref_cnt = static_cast<int>(rng() % 2);
+                    any->insert(id, bytes, key[id], position, rank, ref_cnt, c);
+                    ref.insert(id, bytes, key[id], position, rank, ref_cnt, c);
+                    if constexpr (requires { ref.p.new_request_rank(); }) (void)ref.p.new_request_rank();
+                    state[id] = ref_cnt == 0 ? 1 : 2;
+                } else if (rng() % 4 == 0) {
+                    any->remove(id);
+                    ref.p.remove(id);
+                    state[id] = 0;
+                }
+                break;
+            case 2: {
+                const key_walk w = walk(false);
+                any->touch(w, c);
+                ref.touch(w, c);
+                break;
+            }
+            case 3: {
+                key_walk w = walk(true);
+                any->finish(w, c);
+                ref.finish(w, c);
+                break;
+            }
+            case 4:
+                if (state[id] == 1) {
+                    any->mark_non_evictable(id);
+                    ref.p.mark_non_evictable(id);
+                    state[id] = 2;
+                } else if (state[id] == 2) {
+                    any->mark_evictable(id, c);
+                    ref.mark_evictable(id, c);
+                    state[id] = 1;
+                }
+                break;
+            default: {
+                std::vector<std::uint32_t> ids;
+                for (std::size_t i = rng() % 4; i-- > 0;)
+                    if (const auto p = static_cast<std::uint32_t>(rng() % n); state[p] != 0 && !prot[p]) {
+                        ids.push_back(p);
+                        prot[p] = 1;
+                    }
+                const std::size_t want = rng() % 4;
+                const auto a = any->evict(want, ids, prot, c);
+                const auto b = ref.evict(want, ids, prot, c);
+                for (std::uint32_t p : ids) prot[p] = 0;
+                REQUIRE(a == b);
+                if (a)
+                    for (std::uint32_t v : *a) state[v] = 0;
+            }
+        }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("any_cache_policy decides exactly as the order its name picks", "[engine]") {
+    const std::uint64_t seed = GENERATE(1u, 2u, 3u);
+    same_decisions<lru_ref>("vllm_lru", seed);
+    same_decisions<arc_ref>("vllm_arc", seed);
+    same_decisions<core_ref<lru>>("lru", seed);
+    same_decisions<core_ref<arc>>("arc", seed);
+    same_decisions<core_ref<session_aware_lru>>("session_aware_lru", seed);
+    same_decisions<core_ref<queue_aware<lru>>>("queue_aware_lru", seed);
+}
+
+TEST_CASE("any_cache_policy says what each kind offers", "[engine]") {
+    const auto lru_kind = any_cache_policy::make("vllm_lru", 4);
+    REQUIRE(lru_kind->orders_by_request());
+    REQUIRE(lru_kind->arc() == nullptr);
+    const auto arc_kind = any_cache_policy::make("vllm_arc", 4);
+    REQUIRE(arc_kind->arc() != nullptr);
+    REQUIRE(!arc_kind->hears_queue());
+    REQUIRE(any_cache_policy::make("queue_aware_lru", 4)->hears_queue());
+    REQUIRE(!any_cache_policy::make("lru", 4)->hears_queue());
+}
+
+TEST_CASE("any_cache_policy refuses an unknown name, and options for vLLM's own orders", "[engine][errors]") {
+    REQUIRE_THROWS_AS(any_cache_policy::make("nope", 4), unknown_name_error);
+    const option_value one[] = {{"x", 1}};
+    REQUIRE_THROWS_WITH(any_cache_policy::make("vllm_lru", 4, one), Catch::Contains("takes no options"));
+    REQUIRE_THROWS_AS(any_cache_policy::make("lru", 0), config_error);
+}
