@@ -37,6 +37,7 @@
 #include "kvpolicy/eviction/clock.hpp"
 #include "kvpolicy/eviction/gdsf.hpp"
 #include "kvpolicy/eviction/item_tracking.hpp"
+#include "kvpolicy/eviction/checked_policy.hpp"
 #include "kvpolicy/eviction/dyn_policy.hpp"
 #include "kvpolicy/eviction/lfu.hpp"
 #include "kvpolicy/eviction/lirs.hpp"

@@ -4,7 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <iterator>
 #include <memory>
+#include <span>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -35,6 +38,37 @@ out_array<T> to_numpy(std::vector<T>&& v) {
     return out_array<T>(owned->data(), {owned->size()}, owner);
 }
 
+/// A NumPy array of f(x) for each x of `range`, as T.
+template <class T, class Range, class F>
+out_array<T> column(const Range& range, F f) {
+    std::vector<T> v;
+    v.reserve(std::size(range));
+    for (const auto& x : range) v.push_back(static_cast<T>(f(x)));
+    return to_numpy(std::move(v));
+}
+
+/// The items of `obj`: a list's or tuple's in place, another iterable's
+/// copied into a list, which `keep` holds. Throws: TypeError saying `error`.
+inline std::span<PyObject* const> items_of(nb::handle obj, const char* error, nb::object& keep) {
+    keep = nb::steal(PySequence_Fast(obj.ptr(), error));
+    if (!keep.is_valid()) throw nb::python_error();
+    return {PySequence_Fast_ITEMS(keep.ptr()), static_cast<std::size_t>(PySequence_Fast_GET_SIZE(keep.ptr()))};
+}
+
+/// dict_of("a", x, "b", y): a dict of those items, in that order.
+inline void put(nb::dict&) {}
+template <class V, class... Rest>
+void put(nb::dict& d, const char* key, V&& value, Rest&&... rest) {
+    d[key] = std::forward<V>(value);
+    put(d, std::forward<Rest>(rest)...);
+}
+template <class... Items>
+nb::dict dict_of(Items&&... items) {
+    nb::dict d;
+    put(d, std::forward<Items>(items)...);
+    return d;
+}
+
 /// A 1-D contiguous array of T viewing `obj` without a copy when it is one
 /// already (a NumPy array of that dtype); otherwise NumPy converts it (an int,
 /// a list, another integer dtype), refusing values T cannot hold exactly.
@@ -51,5 +85,6 @@ void bind_cache(nb::module_& m);
 void bind_offload(nb::module_& m);
 void bind_simulate(nb::module_& m);
 void bind_vllm_policy(nb::module_& m);
+void bind_lmcache_policy(nb::module_& m);
 
 }  // namespace kvpolicy::python

@@ -11,7 +11,6 @@
 // and run_plan runs a step's copies through the engine and reports them.
 #include <algorithm>
 #include <atomic>
-#include <charconv>
 #include <climits>
 #include <cstring>
 #include <mutex>
@@ -20,6 +19,7 @@
 #include <kvpolicy/cache/block_hasher.hpp>
 #ifdef KVPOLICY_PYTHON_REDIS
 #include <kvpolicy/redis.hpp>
+#include <kvpolicy/redis/store_fields.hpp>
 #endif
 
 #include "bindings.hpp"
@@ -29,79 +29,37 @@ namespace kvpolicy::python {
 namespace {
 
 nb::dict plan_dict(const swap_plan& p) {
-    const std::size_t n = p.transfers.size();
-    std::vector<std::uint8_t> from(n), to(n), exchange(n);
-    std::vector<std::uint32_t> src(n), dst(n);
-    for (std::size_t i = 0; i < n; ++i) {
-        const block_transfer& t = p.transfers[i];
-        from[i] = static_cast<std::uint8_t>(t.from);
-        to[i] = static_cast<std::uint8_t>(t.to);
-        src[i] = t.src.value;
-        dst[i] = t.dst.value;
-        exchange[i] = t.exchange ? 1 : 0;
-    }
-    std::vector<std::uint64_t> drop_keys, drop_sessions;
-    for (const dropped_item& d : p.drops) {
-        drop_keys.push_back(d.key);
-        drop_sessions.push_back(d.owner.value);
-    }
-    std::vector<std::uint64_t> rs, rb, re;
-    for (const recovery_range& r : p.recovery) {
-        rs.push_back(r.session.value);
-        rb.push_back(r.token_begin);
-        re.push_back(r.token_end);
-    }
-    nb::dict d;
-    d["step"] = p.step;
-    d["transfer_from"] = to_numpy(std::move(from));  // tier: 0 gpu, 1 cpu
-    d["transfer_src"] = to_numpy(std::move(src));
-    d["transfer_to"] = to_numpy(std::move(to));
-    d["transfer_dst"] = to_numpy(std::move(dst));
-    d["transfer_exchange"] = to_numpy(std::move(exchange));
-    d["swap_outs"] = p.swap_outs();
-    d["swap_ins"] = p.swap_ins();
-    d["exchanges"] = p.exchanges();
-    d["dropped_keys"] = to_numpy(std::move(drop_keys));
-    d["dropped_sessions"] = to_numpy(std::move(drop_sessions));
-    d["recovery_session"] = to_numpy(std::move(rs));
-    d["recovery_token_begin"] = to_numpy(std::move(rb));
-    d["recovery_token_end"] = to_numpy(std::move(re));
-    return d;
+    const std::vector<block_transfer>& t = p.transfers;
+    using x = const block_transfer&;
+    return dict_of(
+        "step", p.step, "transfer_from", column<std::uint8_t>(t, [](x b) { return b.from; }),  // 0 gpu, 1 cpu
+        "transfer_src", column<std::uint32_t>(t, [](x b) { return b.src.value; }),             //
+        "transfer_to", column<std::uint8_t>(t, [](x b) { return b.to; }),                      //
+        "transfer_dst", column<std::uint32_t>(t, [](x b) { return b.dst.value; }),             //
+        "transfer_exchange", column<std::uint8_t>(t, [](x b) { return b.exchange; }), "swap_outs", p.swap_outs(),
+        "swap_ins", p.swap_ins(), "exchanges", p.exchanges(), "dropped_keys",
+        column<std::uint64_t>(p.drops, [](const dropped_item& d) { return d.key; }), "dropped_sessions",
+        column<std::uint64_t>(p.drops, [](const dropped_item& d) { return d.owner.value; }), "recovery_session",
+        column<std::uint64_t>(p.recovery, [](const recovery_range& r) { return r.session.value; }),
+        "recovery_token_begin",
+        column<std::uint64_t>(p.recovery, [](const recovery_range& r) { return r.token_begin; }), "recovery_token_end",
+        column<std::uint64_t>(p.recovery, [](const recovery_range& r) { return r.token_end; }));
 }
 
 nb::dict tier_dict(const tier_metrics& t) {
-    nb::dict d;
-    d["hit_blocks"] = t.hit_blocks;
-    d["hit_tokens"] = t.hit_tokens;
-    d["evictions"] = t.evictions;
-    d["capacity"] = t.capacity;
-    d["used"] = t.used;
-    return d;
+    return dict_of("hit_blocks", t.hit_blocks, "hit_tokens", t.hit_tokens, "evictions", t.evictions, "capacity",
+                   t.capacity, "used", t.used);
 }
 
 nb::dict metrics_dict(const cache_metrics& m) {
-    nb::dict d;
-    d["gpu"] = tier_dict(m.gpu);
-    d["cpu"] = tier_dict(m.cpu);
-    d["requests"] = m.requests;
-    d["lookup_blocks"] = m.lookup_blocks;
-    d["miss_blocks"] = m.miss_blocks;
-    d["miss_tokens"] = m.miss_tokens;
-    d["swap_in_items"] = m.swap_in_items;
-    d["swap_in_bytes"] = m.swap_in_bytes;
-    d["swap_out_items"] = m.swap_out_items;
-    d["swap_out_bytes"] = m.swap_out_bytes;
-    d["dropped_items"] = m.dropped_items;
-    d["failed_transfers"] = m.failed_transfers;
-    d["recompute_items"] = m.recompute_items;
-    d["dropped_tokens"] = m.dropped_tokens;
-    d["recomputed_blocks"] = m.recomputed_blocks;
-    d["recomputed_tokens"] = m.recomputed_tokens;
-    d["re_prefill_rate"] = m.re_prefill_rate;
-    d["fairness"] = m.fairness;
-    d["eviction_latency_samples"] = m.eviction_latency.samples;
-    d["eviction_latency_total_ns"] = m.eviction_latency.total_ns;
-    return d;
+    return dict_of("gpu", tier_dict(m.gpu), "cpu", tier_dict(m.cpu), "requests", m.requests, "lookup_blocks",
+                   m.lookup_blocks, "miss_blocks", m.miss_blocks, "miss_tokens", m.miss_tokens, "swap_in_items",
+                   m.swap_in_items, "swap_in_bytes", m.swap_in_bytes, "swap_out_items", m.swap_out_items,
+                   "swap_out_bytes", m.swap_out_bytes, "dropped_items", m.dropped_items, "failed_transfers",
+                   m.failed_transfers, "recompute_items", m.recompute_items, "dropped_tokens", m.dropped_tokens,
+                   "recomputed_blocks", m.recomputed_blocks, "recomputed_tokens", m.recomputed_tokens,
+                   "re_prefill_rate", m.re_prefill_rate, "fairness", m.fairness, "eviction_latency_samples",
+                   m.eviction_latency.samples, "eviction_latency_total_ns", m.eviction_latency.total_ns);
 }
 
 // str(h) for messages.
@@ -151,198 +109,45 @@ struct remote_parts {
     std::mutex mutex;  // the store and the engine serve one call at a time
 };
 
-// remote={...}'s fields, each read once; an unknown one is refused.
-class remote_fields {
-public:
-    explicit remote_fields(const nb::dict& d) : d_(d) {
-        for (auto [k, v] : d) {
-            if (!nb::isinstance<nb::str>(k))
-                throw config_error("TieredCache remote: the keys are field names (str), got " + py_type_name(k));
-            const std::string name = nb::cast<std::string>(k);
-            if (std::find(std::begin(known), std::end(known), name) == std::end(known)) {
-                std::string all;
-                for (const char* f : known) all += std::string(all.empty() ? "" : ", ") + f;
-                throw config_error("TieredCache remote: unknown field '" + name + "'; the fields are: " + all);
-            }
-        }
-    }
-    [[nodiscard]] bool has(const char* f) const { return d_.contains(f) && !d_[f].is_none(); }
-    std::string str(const char* f, std::string fallback) const {
-        if (!has(f)) return fallback;
-        nb::handle v = d_[f];
-        if (!nb::isinstance<nb::str>(v))
-            throw config_error(std::string("TieredCache remote['") + f + "']: expected a str, got " + py_type_name(v));
-        return nb::cast<std::string>(v);
-    }
-    bool flag(const char* f, bool fallback) const {
-        if (!has(f)) return fallback;
-        nb::handle v = d_[f];
-        if (!nb::isinstance<nb::bool_>(v))
-            throw config_error(std::string("TieredCache remote['") + f + "']: expected True or False, got " +
-                               py_type_name(v));
-        return nb::cast<bool>(v);
-    }
-    // An integer in [lo, hi]: C++'s own checks (validate) say what is wrong with one in range.
-    long long integer(const char* f, long long fallback, long long lo, long long hi) const {
-        if (!has(f)) return fallback;
-        return integer_of(d_[f], std::string("TieredCache remote['") + f + "']", lo, hi);
-    }
-    static long long integer_of(nb::handle v, const std::string& what, long long lo, long long hi) {
-        if (!nb::isinstance<nb::int_>(v) || nb::isinstance<nb::bool_>(v))
-            throw config_error(what + ": expected an int, got " + py_type_name(v));
-        const nb::int_ lo_(lo), hi_(hi);
-        if (PyObject_RichCompareBool(v.ptr(), lo_.ptr(), Py_LT) == 1 ||
-            PyObject_RichCompareBool(v.ptr(), hi_.ptr(), Py_GT) == 1)
-            throw config_error(what + " is " + nb::cast<std::string>(nb::str(v)) + "; give " + std::to_string(lo) +
-                               " to " + std::to_string(hi));
-        return nb::cast<long long>(v);
-    }
-    std::string bytes(const char* f) const {
-        if (!has(f)) return {};
-        nb::handle v = d_[f];
-        if (nb::isinstance<nb::bytes>(v)) {
-            const nb::bytes b = nb::borrow<nb::bytes>(v);
-            return std::string(b.c_str(), b.size());
-        }
-        if (nb::isinstance<nb::str>(v)) return nb::cast<std::string>(v);
-        throw config_error(std::string("TieredCache remote['") + f + "']: expected bytes (or a str), got " +
-                           py_type_name(v));
-    }
-    [[nodiscard]] nb::handle get(const char* f) const { return d_[f]; }
-
-    static constexpr const char* known[] = {"host",
-                                            "port",
-                                            "nodes",
-                                            "cluster",
-                                            "user",
-                                            "password",
-                                            "tls",
-                                            "tls_ca_file",
-                                            "tls_cert_file",
-                                            "tls_key_file",
-                                            "tls_server_name",
-                                            "connect_timeout_ms",
-                                            "io_timeout_ms",
-                                            "max_in_flight_bytes",
-                                            "required_memory_bytes",
-                                            "model",
-                                            "dtype",
-                                            "layout_version",
-                                            "tp_rank",
-                                            "tp_size",
-                                            "pp_rank",
-                                            "pp_size",
-                                            "tenant",
-                                            "mac_secret",
-                                            "mac",
-                                            "identity"};
-
-private:
-    const nb::dict& d_;
-};
-
-// "host:port", or (host, port).
-redis::endpoint endpoint_of(nb::handle v, std::size_t i) {
-    const std::string what = "TieredCache remote['nodes'][" + std::to_string(i) + "]";
-    if (nb::isinstance<nb::str>(v)) {
-        const std::string text = nb::cast<std::string>(v);
-        const auto colon = text.rfind(':');
-        if (colon == std::string::npos)
-            throw config_error(what + " is \"" + text +
-                               "\"; give \"host:port\" (e.g. \"10.0.0.5:6379\") or (host, port)");
-        std::string host = text.substr(0, colon);
-        if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
-            host = host.substr(1, host.size() - 2);  // [::1]:6379
-        int port = 0;
-        const char* end = text.data() + text.size();
-        const auto r = std::from_chars(text.data() + colon + 1, end, port);
-        if (r.ec != std::errc() || r.ptr != end || colon + 1 == text.size())
-            throw config_error(what + " is \"" + text + "\": the port is not a number; give \"host:port\"");
-        return {host, port};
-    }
-    if (nb::isinstance<nb::tuple>(v) && nb::len(v) == 2 && nb::isinstance<nb::str>(v[0]))
-        return {nb::cast<std::string>(v[0]),
-                static_cast<int>(remote_fields::integer_of(v[1], what + "'s port", INT_MIN, INT_MAX))};
-    throw config_error(what + ": expected \"host:port\" or a (host, port) tuple, got " + py_type_name(v));
-}
-
-// TieredCache's remote={...} as a store_config: the fields the user gives,
-// the cache's block size and item bytes, the checks C++ makes (validate,
-// remote_namespace::validate) when the store is built.
-redis::store_config store_config_from(const remote_fields& f, std::uint32_t block_size, std::size_t item_bytes,
-                                      bool& digests) {
-    redis::store_config c;
-    if (f.has("nodes")) {
-        if (f.has("host") || f.has("port"))
-            throw config_error(
-                "TieredCache remote: 'nodes' and 'host'/'port' both given; give one server as host and "
-                "port, or a cluster's seeds (or one server) as nodes");
-        nb::handle list = f.get("nodes");
-        if (!nb::isinstance<nb::list>(list) && !nb::isinstance<nb::tuple>(list))
-            throw config_error("TieredCache remote['nodes']: expected a list of \"host:port\" or (host, port), got " +
-                               py_type_name(list));
-        c.nodes.clear();
-        std::size_t i = 0;
-        for (nb::handle v : list) c.nodes.push_back(endpoint_of(v, i++));
+// remote={...}'s fields as redis::store_config_from reads them.
+redis::field_value field_of(nb::handle v) {
+    using kind = redis::field_value::kind;
+    redis::field_value f;
+    f.type_name = py_type_name(v);
+    if (v.is_none()) return f;
+    if (nb::isinstance<nb::bool_>(v)) {
+        f.type = kind::boolean;
+        f.boolean = nb::cast<bool>(v);
+    } else if (nb::isinstance<nb::int_>(v)) {
+        f.type = kind::integer;
+        f.text = nb::cast<std::string>(nb::str(v));
+        int overflow = 0;
+        const long long x = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+        if (overflow == 0 && !(x == -1 && PyErr_Occurred())) f.integer = x;
+        PyErr_Clear();
+    } else if (nb::isinstance<nb::str>(v)) {
+        f.type = kind::text;
+        f.text = nb::cast<std::string>(v);
+    } else if (nb::isinstance<nb::bytes>(v)) {
+        f.type = kind::bytes;
+        f.text = std::string(nb::borrow<nb::bytes>(v).c_str(), nb::len(v));
+    } else if (nb::isinstance<nb::list>(v) || nb::isinstance<nb::tuple>(v)) {
+        f.type = kind::sequence;
+        f.tuple = nb::isinstance<nb::tuple>(v);
+        for (nb::handle item : v) f.items.push_back(field_of(item));
     } else {
-        c.nodes = {{f.str("host", "127.0.0.1"), static_cast<int>(f.integer("port", 6379, INT_MIN, INT_MAX))}};
+        f.type = kind::other;
     }
-    c.cluster = f.flag("cluster", false);
-    c.user = f.str("user", "");
-    c.password = f.str("password", "");
-    c.tls.enabled = f.flag("tls", false);
-    c.tls.ca_file = f.str("tls_ca_file", "");
-    c.tls.cert_file = f.str("tls_cert_file", "");
-    c.tls.key_file = f.str("tls_key_file", "");
-    c.tls.server_name = f.str("tls_server_name", "");
-    if (!c.tls.enabled)
-        for (const char* t : {"tls_ca_file", "tls_cert_file", "tls_key_file", "tls_server_name"})
-            if (f.has(t))
-                throw config_error(std::string("TieredCache remote['") + t +
-                                   "'] is set but 'tls' is not True; set 'tls': True to connect over TLS");
-    constexpr long long max_ms = 24LL * 3600 * 1000;
-    c.connect_timeout = std::chrono::milliseconds(f.integer("connect_timeout_ms", 500, LLONG_MIN, max_ms));
-    c.io_timeout = std::chrono::milliseconds(f.integer("io_timeout_ms", 1000, LLONG_MIN, max_ms));
-    c.max_in_flight_bytes = static_cast<std::size_t>(f.integer("max_in_flight_bytes", 64LL << 20, 1, LLONG_MAX));
-    c.required_memory_bytes = static_cast<std::size_t>(f.integer("required_memory_bytes", 0, 0, LLONG_MAX));
-    c.ns.model = f.str("model", "model");
-    c.ns.dtype = f.str("dtype", "default");
-    c.ns.layout_version = static_cast<std::uint32_t>(f.integer("layout_version", 1, 0, UINT32_MAX));
-    c.ns.tp_rank = static_cast<std::uint32_t>(f.integer("tp_rank", 0, 0, UINT32_MAX));
-    c.ns.tp_size = static_cast<std::uint32_t>(f.integer("tp_size", 1, 0, UINT32_MAX));
-    c.ns.pp_rank = static_cast<std::uint32_t>(f.integer("pp_rank", 0, 0, UINT32_MAX));
-    c.ns.pp_size = static_cast<std::uint32_t>(f.integer("pp_size", 1, 0, UINT32_MAX));
-    c.ns.tenant = f.str("tenant", "");
-    c.ns.block_size = block_size;
-    if (item_bytes == 0 || item_bytes > UINT32_MAX)
-        throw config_error(
-            "TieredCache: a remote tier needs item_bytes, the bytes of one item (a block, or one layer "
-            "of it with per_layer=True), from 1 to " +
-            std::to_string(UINT32_MAX) + "; got " + std::to_string(item_bytes));
-    c.ns.item_bytes = static_cast<std::uint32_t>(item_bytes);
-    const std::string identity = f.str("identity", "digest");
-    if (identity != "digest" && identity != "hash64")
-        throw config_error("TieredCache remote['identity'] is '" + identity +
-                           "'; give 'digest' (blocks named by 32-byte digests, collision resistant: the default) or "
-                           "'hash64' (the cache's 64-bit chain hashes)");
-    digests = identity == "digest";
-    if (digests) c.ns.identities = std::make_shared<remote_identities>();
-    const std::string secret = f.bytes("mac_secret");
-    const std::string mac = f.str("mac", "poly1305");
-    if (mac != "poly1305" && mac != "hmac-sha256")
-        throw config_error("TieredCache remote['mac'] is '" + mac +
-                           "'; give 'poly1305' (the fast one) or 'hmac-sha256'");
-    if (f.has("mac") && !f.has("mac_secret"))
-        throw config_error(
-            "TieredCache remote['mac'] is set but remote['mac_secret'] is not; give the deployment's "
-            "secret (at least 16 random bytes, the same on every instance that shares the store)");
-    if (f.has("mac_secret")) {
-        if (mac == "poly1305")
-            c.ns.mac = std::make_shared<redis::poly1305_mac>(std::string_view(secret));
-        else
-            c.ns.mac = std::make_shared<redis::hmac_sha256>(std::string_view(secret));
+    return f;
+}
+redis::store_fields fields_of(const nb::dict& d) {
+    redis::store_fields out;
+    for (auto [k, v] : d) {
+        if (!nb::isinstance<nb::str>(k))
+            throw config_error("TieredCache remote: the keys are field names (str), got " + py_type_name(k));
+        out.emplace_back(nb::cast<std::string>(k), field_of(v));
     }
-    return c;
+    return out;
 }
 
 #endif
@@ -373,7 +178,14 @@ public:
         if (remote) {
             parts = std::make_unique<remote_parts>();
             bool digests = true;
-            store_cfg = store_config_from(remote_fields(*remote), block_size, item_bytes, digests);
+            const redis::store_fields fields = fields_of(*remote);
+            if (item_bytes == 0 || item_bytes > UINT32_MAX)
+                throw config_error(
+                    "TieredCache: a remote tier needs item_bytes, the bytes of one item (a block, or one layer "
+                    "of it with per_layer=True), from 1 to " +
+                    std::to_string(UINT32_MAX) + "; got " + std::to_string(item_bytes));
+            store_cfg = redis::store_config_from(fields, block_size, static_cast<std::uint32_t>(item_bytes), digests,
+                                                 "TieredCache remote");
             store_cfg.ns.validate();
             redis::validate(store_cfg);
             parts->ids = store_cfg.ns.identities;
@@ -407,11 +219,7 @@ public:
         nb::object keep;
         const auto h = as_span<std::uint64_t>(hashes, "lookup: block_hashes", keep);
         const prefix_match m = unlocked([&] { return impl_->lookup(h); });
-        nb::dict d;
-        d["run"] = m.run;
-        d["gpu_blocks"] = m.gpu_blocks;
-        d["cpu_blocks"] = m.cpu_blocks;
-        return d;
+        return dict_of("run", m.run, "gpu_blocks", m.gpu_blocks, "cpu_blocks", m.cpu_blocks);
     }
 
     void begin_step(std::optional<timestamp> now) {
@@ -424,30 +232,9 @@ public:
     nb::dict admit(std::uint64_t session, nb::handle hashes, std::optional<timestamp> now) {
         nb::object keep;
         const auto h = as_span<std::uint64_t>(hashes, "admit: block_hashes", keep);
-        const bool own_step = !impl_->in_step();
-        if (now) impl_->set_time(*now);
-        admission a;
-        std::vector<block_id> held;
-        unlocked([&] {
-            if (own_step) impl_->begin_step();
-            try {
-                a = impl_->admit(session_id{session}, h);
-            } catch (...) {
-                if (own_step) remember(impl_->end_step());  // an empty step: nothing was admitted
-                throw;
-            }
-            held = impl_->held_by(session_id{session});
+        return admitted(session, now, nullptr, [&] {
+            return remote_admission{impl_->admit(session_id{session}, h), 0};
         });
-        nb::dict d = own_step ? end_step() : nb::dict();
-        d["hit_blocks"] = a.match.run;
-        d["gpu_hits"] = a.match.gpu_blocks;
-        d["cpu_hits"] = a.match.cpu_blocks;
-        d["computed_blocks"] = a.computed_blocks;
-        d["gpu_evictions"] = a.gpu_evictions;
-        std::vector<std::uint32_t> blocks(held.size());
-        for (std::size_t i = 0; i < held.size(); ++i) blocks[i] = held[i].value;
-        d["blocks"] = to_numpy(std::move(blocks));
-        return d;
     }
 
     nb::dict end_step() {
@@ -486,18 +273,11 @@ public:
             reported_step_ = plan.step;
             return rep;
         });
-        nb::dict d;
-        d["failed"] = r.failed;
-        std::vector<std::uint64_t> keys, rk, rs;
-        for (const dropped_item& x : r.drops) keys.push_back(x.key);
-        for (const recompute_item& x : r.recompute) {
-            rk.push_back(x.key);
-            rs.push_back(x.session.value);
-        }
-        d["dropped_keys"] = to_numpy(std::move(keys));
-        d["recompute_keys"] = to_numpy(std::move(rk));
-        d["recompute_sessions"] = to_numpy(std::move(rs));
-        return d;
+        using x = const recompute_item&;
+        return dict_of("failed", r.failed, "dropped_keys",
+                       column<std::uint64_t>(r.drops, [](const dropped_item& d) { return d.key; }), "recompute_keys",
+                       column<std::uint64_t>(r.recompute, [](x i) { return i.key; }), "recompute_sessions",
+                       column<std::uint64_t>(r.recompute, [](x i) { return i.session.value; }));
     }
 
     [[nodiscard]] bool has_remote() const {
@@ -531,34 +311,11 @@ public:
         std::vector<std::uint64_t> handles(digests.size());
         for (std::size_t i = 0; i < digests.size(); ++i) handles[i] = digest_handle(digests[i]);
         const std::span<const std::uint64_t> h = r.ids ? std::span<const std::uint64_t>(handles) : hashes;
-        const bool own_step = !impl_->in_step();
-        if (now) impl_->set_time(*now);
-        remote_admission a;
-        std::vector<block_id> held;
-        unlocked([&] {  // the store answers within io_timeout; other threads run meanwhile if thread_safe
-            std::scoped_lock lock(r.mutex);
-            if (own_step) impl_->begin_step();
-            try {
-                if (r.ids)
-                    a = impl_->admit_through(*r.store, *r.ids, session_id{session}, digests);
-                else
-                    a = impl_->admit_through(*r.store, session_id{session}, hashes);
-            } catch (...) {
-                if (own_step) remember(impl_->end_step());
-                throw;
-            }
-            held = impl_->held_by(session_id{session});
+        // The store answers within io_timeout; other threads run meanwhile if thread_safe.
+        nb::dict d = admitted(session, now, &r.mutex, [&] {
+            if (r.ids) return impl_->admit_through(*r.store, *r.ids, session_id{session}, digests);
+            return impl_->admit_through(*r.store, session_id{session}, hashes);
         });
-        nb::dict d = own_step ? end_step() : nb::dict();
-        d["hit_blocks"] = a.local.match.run;
-        d["gpu_hits"] = a.local.match.gpu_blocks;
-        d["cpu_hits"] = a.local.match.cpu_blocks;
-        d["remote_blocks"] = a.remote_blocks;
-        d["computed_blocks"] = a.local.computed_blocks;
-        d["gpu_evictions"] = a.local.gpu_evictions;
-        std::vector<std::uint32_t> b(held.size());
-        for (std::size_t i = 0; i < held.size(); ++i) b[i] = held[i].value;
-        d["blocks"] = to_numpy(std::move(b));
         d["hashes"] = to_numpy(std::vector<std::uint64_t>(h.begin(), h.end()));
         return d;
     }
@@ -600,43 +357,24 @@ public:
             if (t.to == tier::remote) written.push_back(plan.remote_keys[t.dst.index()]);
             if (t.from == tier::remote) fetched.push_back(plan.remote_keys[t.src.index()]);
         }
-        std::vector<std::uint64_t> dk, ds, rk, rs;
-        std::vector<std::uint32_t> rb;
-        for (const dropped_item& x : rep.drops) {
-            dk.push_back(x.key);
-            ds.push_back(x.owner.value);
-        }
-        for (const recompute_item& x : rep.recompute) {
-            rk.push_back(x.key);
-            rs.push_back(x.session.value);
-            rb.push_back(x.block.value);
-        }
-        nb::dict d;
-        d["statuses"] = to_numpy(std::move(st));
-        d["failed"] = rep.failed;
-        d["written_keys"] = to_numpy(std::move(written));
-        d["fetched_keys"] = to_numpy(std::move(fetched));
-        d["dropped_keys"] = to_numpy(std::move(dk));
-        d["dropped_sessions"] = to_numpy(std::move(ds));
-        d["recompute_keys"] = to_numpy(std::move(rk));
-        d["recompute_sessions"] = to_numpy(std::move(rs));
-        d["recompute_blocks"] = to_numpy(std::move(rb));
-        return d;
+        using d = const dropped_item&;
+        using x = const recompute_item&;
+        return dict_of("statuses", to_numpy(std::move(st)), "failed", rep.failed, "written_keys",
+                       to_numpy(std::move(written)), "fetched_keys", to_numpy(std::move(fetched)), "dropped_keys",
+                       column<std::uint64_t>(rep.drops, [](d i) { return i.key; }), "dropped_sessions",
+                       column<std::uint64_t>(rep.drops, [](d i) { return i.owner.value; }), "recompute_keys",
+                       column<std::uint64_t>(rep.recompute, [](x i) { return i.key; }), "recompute_sessions",
+                       column<std::uint64_t>(rep.recompute, [](x i) { return i.session.value; }), "recompute_blocks",
+                       column<std::uint32_t>(rep.recompute, [](x i) { return i.block.value; }));
     }
 
     nb::dict remote_stats() const {
         remote_parts& r = remote_or_throw("remote_stats");
         std::scoped_lock lock(r.mutex);
-        nb::dict d;
-        d["round_trips"] = r.engine->round_trips();
-        d["bytes_sent"] = r.engine->bytes_sent();
-        d["bytes_received"] = r.engine->bytes_received();
-        d["rejected_values"] = r.engine->rejected_values();
-        d["redirects"] = r.store->redirects();
-        d["nodes"] = r.store->node_count();
-        d["identities"] = r.ids ? r.ids->size() : 0;
-        d["key_prefix"] = r.store->config().ns.prefix();
-        return d;
+        return dict_of("round_trips", r.engine->round_trips(), "bytes_sent", r.engine->bytes_sent(), "bytes_received",
+                       r.engine->bytes_received(), "rejected_values", r.engine->rejected_values(), "redirects",
+                       r.store->redirects(), "nodes", r.store->node_count(), "identities", r.ids ? r.ids->size() : 0,
+                       "key_prefix", r.store->config().ns.prefix());
     }
 
     using arena_array = nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<2>>;
@@ -655,19 +393,9 @@ public:
         return unlocked([&] { return impl_->metrics(); }).to_prometheus(prefix);
     }
     std::string where(std::uint64_t h, std::uint32_t layer) const {
-        switch (impl_->where(h, layer)) {
-            case item_state::in_gpu:
-                return "gpu";
-            case item_state::in_cpu:
-                return "cpu";
-            case item_state::in_remote:
-                return "remote";
-            case item_state::dropped:
-                return "dropped";
-            case item_state::free:
-                return "free";
-        }
-        return "?";
+        constexpr const char* names[] = {"free", "gpu", "cpu", "remote", "dropped"};  // item_state's order
+        static_assert(static_cast<int>(item_state::dropped) == 4);
+        return names[static_cast<int>(impl_->where(h, layer))];
     }
     void pin(std::uint64_t h) { impl_->pin(h); }
     void unpin(std::uint64_t h) { impl_->unpin(h); }
@@ -679,6 +407,36 @@ public:
     [[nodiscard]] const std::string& cpu_policy() const { return cpu_policy_; }
 
 private:
+    // One admission (`admit_one`, under `lock` if any) as admit's answer:
+    // inside an open step as it is; outside one, a whole step (begin, admit,
+    // end) whose plan is merged in.
+    template <class Admit>
+    nb::dict admitted(std::uint64_t session, std::optional<timestamp> now, std::mutex* lock, Admit admit_one) {
+        const bool own_step = !impl_->in_step();
+        if (now) impl_->set_time(*now);
+        remote_admission a;
+        std::vector<block_id> held;
+        unlocked([&] {
+            std::unique_lock<std::mutex> locked;
+            if (lock) locked = std::unique_lock(*lock);
+            if (own_step) impl_->begin_step();
+            try {
+                a = admit_one();
+            } catch (...) {
+                if (own_step) remember(impl_->end_step());  // an empty step: nothing was admitted
+                throw;
+            }
+            held = impl_->held_by(session_id{session});
+        });
+        nb::dict d = own_step ? end_step() : nb::dict();
+        put(d, "hit_blocks", a.local.match.run, "gpu_hits", a.local.match.gpu_blocks, "cpu_hits",
+            a.local.match.cpu_blocks);
+        if (lock) d["remote_blocks"] = a.remote_blocks;
+        put(d, "computed_blocks", a.local.computed_blocks, "gpu_evictions", a.local.gpu_evictions, "blocks",
+            column<std::uint32_t>(held, [](block_id b) { return b.value; }));
+        return d;
+    }
+
     // The thread-safe cache locks itself: other Python threads run while it works.
     template <class F>
     auto unlocked(F f) const -> decltype(f()) {

@@ -69,13 +69,11 @@ public:
     /// a new (or front) key an insert (skipped when `touch_only`, unless it
     /// waits at the front). `reversed`: walk the sequence from its end.
     void put(nb::handle keys, bool reversed, bool touch_only) {
-        nb::object seq = nb::steal(PySequence_Fast(keys.ptr(), "keys must be a sequence"));
-        if (!seq.is_valid()) throw nb::python_error();
-        const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
-        PyObject** items = PySequence_Fast_ITEMS(seq.ptr());
+        nb::object keep;
+        const std::span<PyObject* const> items = items_of(keys, "keys must be a sequence", keep);
         begin_run(false);
-        for (Py_ssize_t j = 0; j < n; ++j) {
-            PyObject* key = items[reversed ? n - 1 - j : j];
+        for (std::size_t j = 0; j < items.size(); ++j) {
+            PyObject* key = items[reversed ? items.size() - 1 - j : j];
             const Py_hash_t h = PyObject_Hash(key);
             if (h == -1 && PyErr_Occurred()) throw nb::python_error();  // an unhashable key
             PyObject* found = dict_get(ids_.ptr(), key, h);
@@ -109,13 +107,9 @@ public:
 
     /// The keys are gone: forgotten (no ghost), wherever they wait.
     void remove(nb::handle keys) {
-        nb::object seq = nb::steal(PySequence_Fast(keys.ptr(), "keys must be a sequence"));
-        if (!seq.is_valid()) throw nb::python_error();
-        const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
-        PyObject** items = PySequence_Fast_ITEMS(seq.ptr());
+        nb::object keep;
         std::vector<item_id> gone;
-        for (Py_ssize_t j = 0; j < n; ++j) {
-            PyObject* key = items[j];
+        for (PyObject* key : items_of(keys, "keys must be a sequence", keep)) {
             const Py_hash_t h = PyObject_Hash(key);
             if (h == -1 && PyErr_Occurred()) throw nb::python_error();
             PyObject* found = dict_get(ids_.ptr(), key, h);

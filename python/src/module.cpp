@@ -8,9 +8,11 @@
 
 #include "bindings.hpp"
 
+#include <array>
 #include <cmath>
 #include <limits>
 #include <tuple>
+#include <utility>
 #include <type_traits>
 
 namespace kvpolicy::python {
@@ -91,21 +93,11 @@ std::vector<option_value> options_from(const nb::dict& kwargs, const char* what)
     return out;
 }
 
-void bind_lmcache_policy(nb::module_& m);  // lmcache_policy.cpp (declared here: bindings.hpp is in every unit)
-
 }  // namespace kvpolicy::python
 
 using namespace kvpolicy::python;
 
 namespace {
-// The exception classes, created once at import.
-PyObject* error_type = nullptr;
-PyObject* config_error_type = nullptr;
-PyObject* unknown_name_error_type = nullptr;
-PyObject* usage_error_type = nullptr;
-PyObject* capacity_error_type = nullptr;
-PyObject* parse_error_type = nullptr;
-
 PyObject* new_exception(nb::module_& m, const char* name, PyObject* bases, const char* doc) {
     // Shown as kvpolicy.Name: the package re-exports the classes.
     const std::string qualified = std::string("kvpolicy.") + name;
@@ -123,43 +115,50 @@ PyObject* bases(std::initializer_list<PyObject*> types) {
     }
     return t;
 }
+
+// Each kvpolicy::error class and its Python class, most derived first.
+template <class E>
+bool is(const kvpolicy::error& e) {
+    if constexpr (std::is_same_v<E, kvpolicy::error>)
+        return true;
+    else
+        return dynamic_cast<const E*>(&e) != nullptr;
+}
+using error_kinds = std::array<std::pair<PyObject*, bool (*)(const kvpolicy::error&)>, 6>;
+void translate(const std::exception_ptr& p, void* kinds) {
+    try {
+        std::rethrow_exception(p);
+    } catch (const kvpolicy::error& e) {
+        for (const auto& [type, matches] : *static_cast<const error_kinds*>(kinds))
+            if (matches(e)) return PyErr_SetString(type, e.what());
+    }
+}
 }  // namespace
 
 NB_MODULE(_kvpolicy, m) {
     m.doc() = "kvpolicy's C++ core: eviction policies, the tiered cache, victim selection and the simulator";
 
-    error_type = new_exception(m, "Error", PyExc_Exception, "Base of every error kvpolicy raises.");
-    config_error_type = new_exception(m, "ConfigError", bases({error_type, PyExc_ValueError}),
-                                      "A configuration that cannot work (capacity 0, a NaN cost, a bad option).");
-    unknown_name_error_type = new_exception(m, "UnknownNameError", bases({config_error_type, PyExc_LookupError}),
-                                            "A policy name no registered policy has; the message lists them all.");
-    usage_error_type =
-        new_exception(m, "UsageError", bases({error_type, PyExc_ValueError}),
+    PyObject* error = new_exception(m, "Error", PyExc_Exception, "Base of every error kvpolicy raises.");
+    PyObject* config = new_exception(m, "ConfigError", bases({error, PyExc_ValueError}),
+                                     "A configuration that cannot work (capacity 0, a NaN cost, a bad option).");
+    PyObject* unknown_name = new_exception(m, "UnknownNameError", bases({config, PyExc_LookupError}),
+                                           "A policy name no registered policy has; the message lists them all.");
+    PyObject* usage =
+        new_exception(m, "UsageError", bases({error, PyExc_ValueError}),
                       "A call that breaks the protocol: a NaN score, a double release, a malformed hash chain.");
-    capacity_error_type = new_exception(m, "CapacityError", bases({error_type, PyExc_RuntimeError}),
-                                        "A request that cannot be met: more blocks than are free or evictable.");
-    parse_error_type = new_exception(m, "ParseError", bases({error_type, PyExc_ValueError}),
-                                     "A malformed trace line: 'file:line: reason'.");
+    PyObject* capacity = new_exception(m, "CapacityError", bases({error, PyExc_RuntimeError}),
+                                       "A request that cannot be met: more blocks than are free or evictable.");
+    PyObject* parse = new_exception(m, "ParseError", bases({error, PyExc_ValueError}),
+                                    "A malformed trace line: 'file:line: reason'.");
+    static const error_kinds kinds = {{{unknown_name, is<kvpolicy::unknown_name_error>},
+                                       {config, is<kvpolicy::config_error>},
+                                       {usage, is<kvpolicy::usage_error>},
+                                       {capacity, is<kvpolicy::capacity_error>},
+                                       {parse, is<kvpolicy::parse_error>},
+                                       {error, is<kvpolicy::error>}}};
+    nb::register_exception_translator(translate, const_cast<error_kinds*>(&kinds));
     // TieredCache.release(expected_return=NEVER): the session will not return.
     m.attr("NEVER") = kvpolicy::never;
-
-    nb::register_exception_translator([](const std::exception_ptr& p, void*) {
-        try {
-            std::rethrow_exception(p);
-        } catch (const kvpolicy::unknown_name_error& e) {
-            PyErr_SetString(unknown_name_error_type, e.what());
-        } catch (const kvpolicy::config_error& e) {
-            PyErr_SetString(config_error_type, e.what());
-        } catch (const kvpolicy::usage_error& e) {
-            PyErr_SetString(usage_error_type, e.what());
-        } catch (const kvpolicy::capacity_error& e) {
-            PyErr_SetString(capacity_error_type, e.what());
-        } catch (const kvpolicy::parse_error& e) {
-            PyErr_SetString(parse_error_type, e.what());
-        } catch (const kvpolicy::error& e) {
-            PyErr_SetString(error_type, e.what());
-        }
-    });
 
     bind_policy(m);
     bind_select(m);

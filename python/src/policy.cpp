@@ -1,13 +1,13 @@
 // kvpolicy.policies() and kvpolicy.EvictionPolicy: one policy chosen by name,
-// driven over integer ids. Each call validates every id first (the C++
-// policies have preconditions, not checks, on their hot path), then makes
-// one virtual call that loops over the batch inside the concrete policy.
+// driven over integer ids: a kvpolicy::checked_policy
+// (eviction/checked_policy.hpp), which checks every id of a call first, then
+// makes one virtual call that loops over the batch inside the concrete policy.
 #include <cmath>
 #include <limits>
 #include <optional>
 
 #include <kvpolicy/engine/vllm_orders.hpp>
-#include <kvpolicy/eviction/dyn_policy.hpp>
+#include <kvpolicy/eviction/checked_policy.hpp>
 
 #include "bindings.hpp"
 
@@ -25,182 +25,86 @@ std::span<const item_id> as_ids(std::span<const std::uint32_t> s) {
 
 class policy_handle {
 public:
-    enum class state : std::uint8_t { untracked, evictable, held };
-
     policy_handle(const std::string& name, std::size_t capacity, const nb::kwargs& options)
-            : policy_(capacity, {name, options_from(options, name.c_str())}),
-              state_(capacity, state::untracked),
-              mark_(capacity, 0) {}
+            : p_(capacity, {name, options_from(options, name.c_str())}) {}
 
     void miss(nb::handle keys, std::optional<timestamp> now) {
         nb::object keep;
         item_batch b;
         b.keys = as_span<std::uint64_t>(keys, "miss: keys", keep);
         b.now = tick(now);
-        policy_.miss_batch(b);
+        p_.miss(b);
     }
-
     void insert(nb::handle ids, std::optional<timestamp> now, nb::handle keys, nb::handle priorities,
                 nb::handle next_use) {
-        batch_args a(ids, keys, priorities, next_use, "insert");
-        begin_check();
-        for (item_id id : a.b.ids) {
-            check_range("insert", id);
-            if (state_[id.index()] != state::untracked)
-                throw usage_error("insert: id " + std::to_string(id.value) +
-                                  " is already tracked; erase it (or pop it as a victim) first");
-            check_once("insert", id);
-        }
-        a.b.now = tick(now);
-        policy_.insert_batch(a.b);
-        for (item_id id : a.b.ids) state_[id.index()] = state::evictable;
+        batch("insert", &checked_policy::insert, ids, now, keys, priorities, next_use);
     }
-
     void access(nb::handle ids, std::optional<timestamp> now, nb::handle keys, nb::handle priorities,
                 nb::handle next_use) {
-        batch_args a(ids, keys, priorities, next_use, "access");
-        for (item_id id : a.b.ids) {
-            check_range("access", id);
-            if (state_[id.index()] == state::untracked)
-                throw usage_error("access: id " + std::to_string(id.value) + " is not tracked; insert it first");
-        }
-        a.b.now = tick(now);
-        policy_.access_batch(a.b);
+        batch("access", &checked_policy::access, ids, now, keys, priorities, next_use);
     }
-
+    void release(nb::handle ids, std::optional<timestamp> now, nb::handle keys) {
+        batch("release", &checked_policy::release, ids, now, keys, nb::none(), nb::none());
+    }
     void hold(nb::handle ids) {
         nb::object keep;
-        const auto s = as_ids(as_span<std::uint32_t>(ids, "hold: ids", keep));
-        begin_check();
-        for (item_id id : s) {
-            check_range("hold", id);
-            if (state_[id.index()] != state::evictable)
-                throw usage_error("hold: id " + std::to_string(id.value) + " is " +
-                                  (state_[id.index()] == state::held ? "already held" : "not tracked") +
-                                  "; hold an evictable item once");
-            check_once("hold", id);
-        }
-        policy_.hold_batch(s);
-        for (item_id id : s) state_[id.index()] = state::held;
+        p_.hold(as_ids(as_span<std::uint32_t>(ids, "hold: ids", keep)));
     }
-
-    void release(nb::handle ids, std::optional<timestamp> now, nb::handle keys) {
-        batch_args a(ids, keys, nb::none(), nb::none(), "release");
-        begin_check();
-        for (item_id id : a.b.ids) {
-            check_range("release", id);
-            if (state_[id.index()] != state::held)
-                throw usage_error("release: id " + std::to_string(id.value) +
-                                  " is not held (released twice, or never held)");
-            check_once("release", id);
-        }
-        a.b.now = tick(now);
-        policy_.release_batch(a.b);
-        for (item_id id : a.b.ids) state_[id.index()] = state::evictable;
-    }
-
     void erase(nb::handle ids) {
         nb::object keep;
-        const auto s = as_ids(as_span<std::uint32_t>(ids, "erase: ids", keep));
-        begin_check();
-        for (item_id id : s) {
-            check_range("erase", id);
-            if (state_[id.index()] == state::untracked)
-                throw usage_error("erase: id " + std::to_string(id.value) + " is not tracked");
-            check_once("erase", id);
-        }
-        policy_.erase_batch(s);
-        for (item_id id : s) state_[id.index()] = state::untracked;
+        p_.erase(as_ids(as_span<std::uint32_t>(ids, "erase: ids", keep)));
     }
-
     out_array<std::uint32_t> pop_victims(std::size_t n, std::optional<timestamp> now) {
-        std::vector<std::uint32_t> out(std::min(n, policy_.evictable_size()));
-        const timestamp t = tick(now);
-        const std::size_t got = policy_.pop_victims({reinterpret_cast<item_id*>(out.data()), out.size()}, t);
-        out.resize(got);
-        for (std::uint32_t v : out) state_[v] = state::untracked;
+        std::vector<std::uint32_t> out(std::min(n, p_.policy().evictable_size()));
+        out.resize(p_.pop_victims({reinterpret_cast<item_id*>(out.data()), out.size()}, tick(now)));
         return to_numpy(std::move(out));
     }
 
-    [[nodiscard]] std::string name() const { return std::string(policy_.policy_name()); }
-    [[nodiscard]] std::size_t capacity() const { return policy_.capacity(); }
-    [[nodiscard]] std::size_t size() const { return policy_.size(); }
-    [[nodiscard]] std::size_t evictable_size() const { return policy_.evictable_size(); }
+    [[nodiscard]] std::string name() const { return std::string(p_.policy().policy_name()); }
+    [[nodiscard]] std::size_t capacity() const { return p_.policy().capacity(); }
+    [[nodiscard]] std::size_t size() const { return p_.policy().size(); }
+    [[nodiscard]] std::size_t evictable_size() const { return p_.policy().evictable_size(); }
     [[nodiscard]] timestamp now() const { return now_; }
     [[nodiscard]] std::string state_of(std::uint32_t id) const {
-        check_range("state", item_id{id});
-        switch (state_[id]) {
-            case state::untracked:
-                return "untracked";
-            case state::evictable:
-                return "evictable";
-            case state::held:
-                return "held";
-        }
-        return "?";
+        constexpr const char* names[] = {"untracked", "evictable", "held"};  // id_state's order
+        return names[static_cast<int>(p_.state(item_id{id}))];
     }
     [[nodiscard]] nb::dict counters() const {
-        const policy_counters& c = policy_.counters();
-        nb::dict d;
-        d["insertions"] = c.insertions;
-        d["hits"] = c.hits;
-        d["evictions"] = c.evictions;
-        d["erasures"] = c.erasures;
-        d["ghost_hits"] = c.ghost_hits;
-        return d;
+        const policy_counters& c = p_.policy().counters();
+        return dict_of("insertions", c.insertions, "hits", c.hits, "evictions", c.evictions, "erasures", c.erasures,
+                       "ghost_hits", c.ghost_hits);
     }
 
 private:
-    struct batch_args {
-        nb::object keep_ids, keep_keys, keep_priorities, keep_next_use;
+    // A batch call: its arrays read and matched, then the call (which checks
+    // every id first), timed `now` or the next tick.
+    void batch(const std::string& what, void (checked_policy::*call)(const item_batch&), nb::handle ids,
+               std::optional<timestamp> now, nb::handle keys, nb::handle priorities, nb::handle next_use) {
+        nb::object keep[4];
         item_batch b;
-        batch_args(nb::handle ids, nb::handle keys, nb::handle priorities, nb::handle next_use,
-                   const std::string& what) {
-            b.ids = as_ids(as_span<std::uint32_t>(ids, (what + ": ids").c_str(), keep_ids));
-            if (!keys.is_none()) b.keys = as_span<std::uint64_t>(keys, (what + ": keys").c_str(), keep_keys);
-            if (!priorities.is_none())
-                b.priorities = as_span<std::int32_t>(priorities, (what + ": priorities").c_str(), keep_priorities);
-            if (!next_use.is_none())
-                b.next_use = as_span<std::uint64_t>(next_use, (what + ": next_use").c_str(), keep_next_use);
-            const auto same = [&](std::size_t n, const char* field) {
-                if (n != 0 && n != b.ids.size())
-                    throw usage_error(what + ": " + std::to_string(n) + " " + field + " for " +
-                                      std::to_string(b.ids.size()) + " ids; give one per id, or none");
-            };
-            same(b.keys.size(), "keys");
-            same(b.priorities.size(), "priorities");
-            same(b.next_use.size(), "next_use values");
-        }
-    };
-
+        b.ids = as_ids(as_span<std::uint32_t>(ids, (what + ": ids").c_str(), keep[0]));
+        if (!keys.is_none()) b.keys = as_span<std::uint64_t>(keys, (what + ": keys").c_str(), keep[1]);
+        if (!priorities.is_none())
+            b.priorities = as_span<std::int32_t>(priorities, (what + ": priorities").c_str(), keep[2]);
+        if (!next_use.is_none()) b.next_use = as_span<std::uint64_t>(next_use, (what + ": next_use").c_str(), keep[3]);
+        const auto same = [&](std::size_t n, const char* field) {
+            if (n != 0 && n != b.ids.size())
+                throw usage_error(what + ": " + std::to_string(n) + " " + field + " for " +
+                                  std::to_string(b.ids.size()) + " ids; give one per id, or none");
+        };
+        same(b.keys.size(), "keys");
+        same(b.priorities.size(), "priorities");
+        same(b.next_use.size(), "next_use values");
+        b.now = now ? *now : now_ + 1;
+        (p_.*call)(b);
+        now_ = b.now;
+    }
     timestamp tick(std::optional<timestamp> now) noexcept {
         now_ = now ? *now : now_ + 1;
         return now_;
     }
-    void check_range(const char* what, item_id id) const {
-        if (id.index() >= state_.size())
-            throw usage_error(std::string(what) + ": id " + std::to_string(id.value) +
-                              " is out of range; ids are 0 .. " + std::to_string(state_.size() - 1) +
-                              " (the capacity is " + std::to_string(state_.size()) + ")");
-    }
-    // A generation per call marks the ids seen, so a repeat is found in O(1).
-    void begin_check() {
-        if (++generation_ == 0) {
-            std::fill(mark_.begin(), mark_.end(), 0);
-            generation_ = 1;
-        }
-    }
-    void check_once(const char* what, item_id id) {
-        if (mark_[id.index()] == generation_)
-            throw usage_error(std::string(what) + ": id " + std::to_string(id.value) +
-                              " appears twice; list each id once");
-        mark_[id.index()] = generation_;
-    }
 
-    dyn_policy policy_;
-    std::vector<state> state_;         // [capacity] mirrors the policy's, for the checks
-    std::vector<std::uint32_t> mark_;  // [capacity] generation of the last call that listed the id
-    std::uint32_t generation_ = 0;
+    checked_policy p_;
     timestamp now_ = 0;
 };
 

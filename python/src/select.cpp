@@ -4,7 +4,6 @@
 // place; other dtypes are converted once.
 #include <memory>
 
-#include <kvpolicy/eviction/registry.hpp>
 #include <kvpolicy/eviction/select_victims.hpp>
 #include <kvpolicy/select/nth_element_selector.hpp>
 
@@ -14,43 +13,9 @@ namespace kvpolicy::python {
 
 namespace {
 
-using batch_rules = type_list<lru, lfu, fifo, qos_aware, predictive>;
-
-/// One victim_batch_selector chosen by rule name: one virtual call per call.
-struct any_batch_selector {
-    virtual ~any_batch_selector() = default;
-    virtual victim_batch select(std::span<const eviction_candidate> c, std::size_t required) = 0;
-    virtual void update_access(std::span<const std::uint64_t> ids, std::span<const std::uint64_t> now) = 0;
-    virtual void forget(std::span<const std::uint64_t> ids) = 0;
-    [[nodiscard]] virtual victim_batch_metrics metrics() const = 0;
-    [[nodiscard]] virtual std::string_view rule() const = 0;
-};
-
-template <class Rule>
-struct batch_selector_model final : any_batch_selector {
-    victim_batch_selector<Rule> s;
-    victim_batch select(std::span<const eviction_candidate> c, std::size_t required) override {
-        return s.select_victims(c, required);
-    }
-    void update_access(std::span<const std::uint64_t> ids, std::span<const std::uint64_t> now) override {
-        for (std::size_t i = 0; i < ids.size(); ++i) s.update_access(ids[i], now[i]);
-    }
-    void forget(std::span<const std::uint64_t> ids) override {
-        for (std::uint64_t id : ids) s.forget(id);
-    }
-    [[nodiscard]] victim_batch_metrics metrics() const override { return s.metrics(); }
-    [[nodiscard]] std::string_view rule() const override { return Rule::name; }
-};
-
 class batch_selector_handle {
 public:
-    explicit batch_selector_handle(const std::string& rule)
-            : impl_(visit_by_name<batch_rules>(
-                  rule,
-                  []<class R>() -> std::unique_ptr<any_batch_selector> {
-                      return std::make_unique<batch_selector_model<R>>();
-                  },
-                  "batch rule")) {}
+    explicit batch_selector_handle(const std::string& rule) : impl_(any_batch_selector::make(rule)) {}
 
     nb::dict select_victims(nb::handle sequence_ids, nb::handle num_blocks, std::size_t required_blocks,
                             nb::handle last_access, nb::handle access_count, nb::handle priority, nb::handle pinned,
@@ -99,13 +64,10 @@ public:
                 if (!len.empty()) c.sequence_length = len[i];
                 if (!max.empty()) c.max_length = max[i];
             }
-            out = impl_->select(candidates_, required_blocks);
+            out = impl_->select_victims(candidates_, required_blocks);
         }
-        nb::dict d;
-        d["evicted"] = to_numpy(std::move(out.evicted));
-        d["freed_blocks"] = out.freed_blocks;
-        d["shortfall"] = out.shortfall;
-        return d;
+        return dict_of("evicted", to_numpy(std::move(out.evicted)), "freed_blocks", out.freed_blocks, "shortfall",
+                       out.shortfall);
     }
 
     void update_access(nb::handle sequence_ids, nb::handle now) {
@@ -129,14 +91,9 @@ public:
     }
     nb::dict metrics() const {
         const victim_batch_metrics m = impl_->metrics();
-        nb::dict d;
-        d["selections"] = m.selections;
-        d["total_evictions"] = m.total_evictions;
-        d["average_selection_us"] = m.average_selection_us;
-        d["re_prefills"] = m.re_prefills;
-        d["re_prefill_rate"] = m.re_prefill_rate;
-        d["fairness"] = m.fairness;
-        return d;
+        return dict_of("selections", m.selections, "total_evictions", m.total_evictions, "average_selection_us",
+                       m.average_selection_us, "re_prefills", m.re_prefills, "re_prefill_rate", m.re_prefill_rate,
+                       "fairness", m.fairness);
     }
     [[nodiscard]] std::string rule() const { return std::string(impl_->rule()); }
 

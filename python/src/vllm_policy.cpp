@@ -110,17 +110,14 @@ public:
     void request_access(nb::handle keys, nb::handle positions, std::int64_t request_rank) {
         std::vector<std::uint32_t> ids;
         std::vector<std::int64_t> pos;
-        nb::object seq = nb::steal(PySequence_Fast(keys.ptr(), "keys must be iterable"));
-        if (!seq.is_valid()) throw nb::python_error();
-        const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
-        PyObject** items = PySequence_Fast_ITEMS(seq.ptr());
-        for (Py_ssize_t i = 0; i < n; ++i) {
-            PyObject* p = PyDict_GetItemWithError(positions.ptr(), items[i]);
+        nb::object keep;
+        for (PyObject* k : items_of(keys, "keys must be iterable", keep)) {
+            PyObject* p = PyDict_GetItemWithError(positions.ptr(), k);
             if (p == nullptr) {
                 if (PyErr_Occurred()) throw nb::python_error();
                 continue;
             }
-            const std::uint32_t id = slot_of(items[i]);
+            const std::uint32_t id = slot_of(k);
             if (id == no_index) continue;
             ids.push_back(id);
             pos.push_back(PyLong_AsLongLong(p));
@@ -135,17 +132,16 @@ public:
     /// request's hints (kvpolicy.vllm._policies parses them).
     void finish(nb::handle ordered, nb::handle insertion_only, nb::handle reused, std::uint64_t session,
                 std::optional<double> expected_return_s, bool session_end) {
-        key_walk w = walk(ordered, /*reversed=*/true);
-        nb::object seq = nb::steal(PySequence_Fast(ordered.ptr(), "keys must be iterable"));
-        const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
-        PyObject** items = PySequence_Fast_ITEMS(seq.ptr());
-        w.flags.resize(static_cast<std::size_t>(n));
-        for (Py_ssize_t i = 0; i < n; ++i) {
-            PyObject* k = items[n - 1 - i];
+        nb::object keep;
+        const std::span<PyObject* const> items = items_of(ordered, "keys must be iterable", keep);
+        key_walk w = walk(items, /*reversed=*/true);
+        w.flags.resize(items.size());
+        for (std::size_t i = 0; i < items.size(); ++i) {
+            PyObject* k = items[items.size() - 1 - i];
             if (PySet_Contains(insertion_only.ptr(), k) == 1)
-                w.flags[static_cast<std::size_t>(i)] = 1;
+                w.flags[i] = 1;
             else if (PySet_Contains(reused.ptr(), k) == 1)
-                w.flags[static_cast<std::size_t>(i)] = 2;
+                w.flags[i] = 2;
         }
         access_context c = clock();
         c.session = session_id{session};
@@ -163,14 +159,9 @@ public:
     /// `keys`: the request's offload keys in block order (arrive, preempt).
     std::optional<std::string> request_event(int event, std::string_view id, nb::handle keys, std::uint64_t session) {
         std::vector<std::uint64_t> k;
-        if (!keys.is_none()) {
-            nb::object seq = nb::steal(PySequence_Fast(keys.ptr(), "keys must be iterable"));
-            if (!seq.is_valid()) throw nb::python_error();
-            const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
-            PyObject** items = PySequence_Fast_ITEMS(seq.ptr());
-            k.reserve(static_cast<std::size_t>(n));
-            for (Py_ssize_t i = 0; i < n; ++i) k.push_back(key_hash(items[i]));
-        }
+        nb::object keep;
+        if (!keys.is_none())
+            for (PyObject* key : items_of(keys, "keys must be iterable", keep)) k.push_back(key_hash(key));
         const engine::lifecycle_result r =
             core_->on_request(static_cast<engine::request_event>(event), id, session_id{session}, k, clock());
         if (r) return std::nullopt;
@@ -284,20 +275,20 @@ private:
             throw nb::python_error();
         free_.push_back(id);
     }
-    key_walk walk(nb::handle keys, bool reversed) const {
-        nb::object seq = nb::steal(PySequence_Fast(keys.ptr(), "keys must be iterable"));
-        if (!seq.is_valid()) throw nb::python_error();
-        const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
-        PyObject** items = PySequence_Fast_ITEMS(seq.ptr());
+    key_walk walk(std::span<PyObject* const> items, bool reversed) const {
         key_walk w;
-        w.slots.reserve(static_cast<std::size_t>(n));
-        w.keys.reserve(static_cast<std::size_t>(n));
-        for (Py_ssize_t i = 0; i < n; ++i) {
-            PyObject* k = items[reversed ? n - 1 - i : i];
+        w.slots.reserve(items.size());
+        w.keys.reserve(items.size());
+        for (std::size_t i = 0; i < items.size(); ++i) {
+            PyObject* k = items[reversed ? items.size() - 1 - i : i];
             w.slots.push_back(slot_of(k));
             w.keys.push_back(key_hash(k));
         }
         return w;
+    }
+    key_walk walk(nb::handle keys, bool reversed) const {
+        nb::object keep;
+        return walk(items_of(keys, "keys must be iterable", keep), reversed);
     }
 
     std::size_t capacity_;

@@ -43,6 +43,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -56,6 +57,7 @@
 #include "kvpolicy/core/error.hpp"
 #include "kvpolicy/core/ids.hpp"
 #include "kvpolicy/core/item_key.hpp"
+#include "kvpolicy/core/type_list.hpp"
 #include "kvpolicy/eviction/fifo.hpp"
 #include "kvpolicy/eviction/lfu.hpp"
 #include "kvpolicy/eviction/lru.hpp"
@@ -327,5 +329,54 @@ private:
     std::uint64_t total_evictions_ = 0;
     std::uint64_t re_prefills_ = 0;
 };
+
+/// The rules victim_batch_selector has (a batch_rule each), to choose by name.
+using batch_rules = type_list<lru, lfu, fifo, qos_aware, predictive>;
+
+/// A victim_batch_selector whose rule is chosen by name at run time: one
+/// virtual call per call, the per-sequence loops inside the concrete one.
+class any_batch_selector {
+public:
+    virtual ~any_batch_selector() = default;
+    virtual victim_batch select_victims(std::span<const eviction_candidate> candidates,
+                                        std::size_t required_blocks) = 0;
+    /// update_access(ids[i], now[i]) for each i.
+    virtual void update_access(std::span<const std::uint64_t> ids, std::span<const timestamp> now) = 0;
+    virtual void forget(std::span<const std::uint64_t> ids) = 0;
+    [[nodiscard]] virtual victim_batch_metrics metrics() const = 0;
+    [[nodiscard]] virtual std::string_view rule() const noexcept = 0;
+
+    /// A selector of rule `rule` (a name of `Rules`). Throws:
+    /// unknown_name_error listing the rules.
+    template <class Rules = batch_rules>
+    static std::unique_ptr<any_batch_selector> make(std::string_view rule);
+};
+
+template <class Rule>
+class batch_selector_model final : public any_batch_selector {
+public:
+    victim_batch select_victims(std::span<const eviction_candidate> c, std::size_t required) override {
+        return s_.select_victims(c, required);
+    }
+    void update_access(std::span<const std::uint64_t> ids, std::span<const timestamp> now) override {
+        for (std::size_t i = 0; i < ids.size(); ++i) s_.update_access(ids[i], now[i]);
+    }
+    void forget(std::span<const std::uint64_t> ids) override {
+        for (std::uint64_t id : ids) s_.forget(id);
+    }
+    [[nodiscard]] victim_batch_metrics metrics() const override { return s_.metrics(); }
+    [[nodiscard]] std::string_view rule() const noexcept override { return Rule::name; }
+
+private:
+    victim_batch_selector<Rule> s_;
+};
+
+template <class Rules>
+std::unique_ptr<any_batch_selector> any_batch_selector::make(std::string_view rule) {
+    return visit_by_name<Rules>(
+        rule,
+        []<class R>() -> std::unique_ptr<any_batch_selector> { return std::make_unique<batch_selector_model<R>>(); },
+        "batch rule");
+}
 
 }  // namespace kvpolicy

@@ -10,3 +10,4 @@
 #include "kvpolicy/redis/engine.hpp"
 #include "kvpolicy/redis/identity.hpp"
 #include "kvpolicy/redis/store.hpp"
+#include "kvpolicy/redis/store_fields.hpp"

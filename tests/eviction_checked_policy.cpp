@@ -1,0 +1,119 @@
+// checked_policy (eviction/checked_policy.hpp) against a naive model: a
+// dyn_policy of the same policy, driven with the valid calls only, and a
+// state per id kept in a plain vector. Random batches (some out of range,
+// some repeating an id, some in the wrong state) must be refused exactly
+// when the model says a call is bad, naming the id, with nothing changed;
+// the others decide as the model.
+#include <catch2/catch.hpp>
+
+#include <kvpolicy/eviction/checked_policy.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+using namespace kvpolicy;
+
+namespace {
+
+// Why the model refuses a batch of `what` for ids wanting `ok`, or nothing.
+std::optional<std::string> refusal(const std::vector<id_state>& st, const std::vector<item_id>& ids, const char* what,
+                                   bool (*ok)(id_state), bool once) {
+    std::set<std::uint32_t> seen;
+    for (item_id id : ids) {
+        if (id.index() >= st.size()) return std::string(what) + ": id " + std::to_string(id.value) + " is out of range";
+        if (!ok(st[id.index()])) return std::string(what) + ": id " + std::to_string(id.value) + " is ";
+        if (once && !seen.insert(id.value).second)
+            return std::string(what) + ": id " + std::to_string(id.value) + " appears twice";
+    }
+    return std::nullopt;
+}
+
+}  // namespace
+
+TEST_CASE("checked_policy refuses exactly the bad calls, changing nothing, and decides as its policy",
+          "[eviction][errors]") {
+    constexpr std::size_t capacity = 16;
+    for (const char* name : {"lru", "arc", "s3fifo", "retention_value"}) {
+        INFO(name);
+        checked_policy p(capacity, {.policy = name});
+        dyn_policy model(capacity, {.policy = name});
+        std::vector<id_state> st(capacity, id_state::untracked);
+        std::mt19937_64 rng(7);
+        for (timestamp now = 1; now < 6000; ++now) {
+            std::vector<item_id> ids(1 + rng() % 3);
+            for (item_id& id : ids) id = item_id{static_cast<std::uint32_t>(rng() % (capacity + 2))};
+            const item_batch b{.ids = ids, .now = now};
+            const auto op = rng() % 6;
+            const auto untracked = [](id_state s) { return s == id_state::untracked; };
+            const auto tracked = [](id_state s) { return s != id_state::untracked; };
+            const auto evictable = [](id_state s) { return s == id_state::evictable; };
+            const auto held = [](id_state s) { return s == id_state::held; };
+            std::optional<std::string> why;
+            std::string got;
+            const auto attempt = [&](auto call) {
+                try {
+                    call();
+                } catch (const usage_error& e) {
+                    got = e.what();
+                }
+            };
+            switch (op) {
+                case 0:
+                    why = refusal(st, ids, "insert", untracked, true);
+                    attempt([&] { p.insert(b); });
+                    if (!why) {
+                        model.insert_batch(b);
+                        for (item_id id : ids) st[id.index()] = id_state::evictable;
+                    }
+                    break;
+                case 1:
+                    why = refusal(st, ids, "access", tracked, false);
+                    attempt([&] { p.access(b); });
+                    if (!why) model.access_batch(b);
+                    break;
+                case 2:
+                    why = refusal(st, ids, "hold", evictable, true);
+                    attempt([&] { p.hold(ids); });
+                    if (!why) {
+                        model.hold_batch(ids);
+                        for (item_id id : ids) st[id.index()] = id_state::held;
+                    }
+                    break;
+                case 3:
+                    why = refusal(st, ids, "release", held, true);
+                    attempt([&] { p.release(b); });
+                    if (!why) {
+                        model.release_batch(b);
+                        for (item_id id : ids) st[id.index()] = id_state::evictable;
+                    }
+                    break;
+                case 4:
+                    why = refusal(st, ids, "erase", tracked, true);
+                    attempt([&] { p.erase(ids); });
+                    if (!why) {
+                        model.erase_batch(ids);
+                        for (item_id id : ids) st[id.index()] = id_state::untracked;
+                    }
+                    break;
+                default: {
+                    std::vector<item_id> a(rng() % 3), c(a.size());
+                    a.resize(p.pop_victims(a, now));
+                    c.resize(model.pop_victims(c, now));
+                    REQUIRE(a == c);
+                    for (item_id id : a) st[id.index()] = id_state::untracked;
+                }
+            }
+            REQUIRE(why.has_value() == !got.empty());
+            if (why) REQUIRE_THAT(got, Catch::StartsWith(*why));
+            REQUIRE(p.policy().size() == model.size());
+            REQUIRE(p.policy().evictable_size() == model.evictable_size());
+            for (std::uint32_t i = 0; i < capacity; ++i) REQUIRE(p.state(item_id{i}) == st[i]);
+        }
+        REQUIRE(p.policy().counters() == model.counters());
+        REQUIRE_THROWS_WITH(p.state(item_id{capacity}), Catch::Contains("the capacity is 16"));
+    }
+}
