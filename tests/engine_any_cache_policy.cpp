@@ -8,6 +8,7 @@
 
 #include <kvpolicy/engine/any_cache_policy.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -155,9 +156,11 @@ void same_decisions(const std::string& name, std::uint64_t seed) {
                         prot[p] = 1;
                     }
                 const std::size_t want = rng() % 4;
-                const auto a = any->evict(want, ids, prot, c);
+                ids.insert(ids.end(), ids.begin(), ids.end());  // repeated: the same
+                ids.push_back(no_index);                        // absent: nothing
+                const auto a = any->evict(want, ids, c);
                 const auto b = ref.evict(want, ids, prot, c);
-                for (std::uint32_t p : ids) prot[p] = 0;
+                std::fill(prot.begin(), prot.end(), 0);
                 REQUIRE(a == b);
                 if (a)
                     for (std::uint32_t v : *a) state[v] = 0;

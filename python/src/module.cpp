@@ -17,20 +17,13 @@
 
 namespace kvpolicy::python {
 
+// NumPy's name of T's dtype: "float64", "uint32", "int64", ...
 template <class T>
-constexpr const char* dtype_name() {
-    if constexpr (std::is_same_v<T, double>)
-        return "float64";
-    else if constexpr (std::is_same_v<T, std::uint32_t>)
-        return "uint32";
-    else if constexpr (std::is_same_v<T, std::uint64_t>)
-        return "uint64";
-    else if constexpr (std::is_same_v<T, std::int32_t>)
-        return "int32";
-    else if constexpr (std::is_same_v<T, std::uint8_t>)
-        return "uint8";
-    else
-        return "int64";
+std::string dtype_name() {
+    return (std::is_floating_point_v<T> ? "float"
+            : std::is_signed_v<T>       ? "int"
+                                        : "uint") +
+           std::to_string(8 * sizeof(T));
 }
 
 // str(h), whatever h is.

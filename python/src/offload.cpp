@@ -298,84 +298,32 @@ public:
     [[nodiscard]] std::size_t probed_hashes() const noexcept { return table_.probed(); }
 
     std::size_t lookup(nb::handle hashes) {
-        std::optional<int64_buffer> buffer;  // outlives h, whose keys may view it
-        const hash_list h = reader_.read(hashes, buffer);
-        const std::span<const std::uint64_t> keys = resolve(h);
-        return m_->lookup(keys);
+        return with_keys(hashes, [&](const hash_list&, keys_t keys) { return m_->lookup(keys); });
     }
 
     out_array<std::uint32_t> prepare_load(nb::handle hashes) {
-        std::optional<int64_buffer> buffer;  // outlives h, whose keys may view it
-        const hash_list h = reader_.read(hashes, buffer);
-        const std::span<const std::uint64_t> keys = resolve(h);
-        std::vector<std::uint32_t> slots(keys.size());
-        m_->prepare_load(keys, slots);
-        return to_numpy(std::move(slots));
+        return with_keys(hashes, [&](const hash_list&, keys_t keys) {
+            std::vector<std::uint32_t> slots(keys.size());
+            m_->prepare_load(keys, slots);
+            return to_numpy(std::move(slots));
+        });
     }
 
     void touch(nb::handle hashes) {
-        std::optional<int64_buffer> buffer;  // outlives h, whose keys may view it
-        const hash_list h = reader_.read(hashes, buffer);
-        const std::span<const std::uint64_t> keys = resolve(h);
-        m_->touch(keys);
+        with_keys(hashes, [&](const hash_list&, keys_t keys) { m_->touch(keys); });
     }
 
     void complete_load(nb::handle hashes) {
-        std::optional<int64_buffer> buffer;  // outlives h, whose keys may view it
-        const hash_list h = reader_.read(hashes, buffer);
-        const std::span<const std::uint64_t> keys = resolve(h);
-        m_->complete_load(keys);
+        with_keys(hashes, [&](const hash_list&, keys_t keys) { m_->complete_load(keys); });
     }
 
     /// None, or (hashes to store, their slots, hashes evicted).
     nb::object prepare_store(nb::handle hashes) {
-        std::optional<int64_buffer> buffer;  // outlives h, whose keys may view it
-        const hash_list h = reader_.read(hashes, buffer);
-        const std::span<const std::uint64_t> keys = resolve(h);
-        const bool memo_keys = last_from_memo_;
-        std::optional<store_plan> plan = m_->prepare_store(keys);
-        if (!plan) return nb::none();
-        // The evicted blocks' own objects, read before their slots are reused below.
-        nb::object evicted = answer(plan->evicted, plan->evicted_slots, h.is_array);
-        take_events();
-        nb::object to_store;
-        if (h.is_array) {
-            to_store = nb::cast(to_numpy(std::move(plan->to_store)));
-        } else {
-            if (objects_.empty()) objects_.resize(m_->capacity());
-            to_store = new_list(plan->positions.size());
-            for (std::size_t j = 0; j < plan->positions.size(); ++j) {
-                nb::object o = h.item(plan->positions[j]);
-                if (PyBytes_Check(o.ptr()))
-                    table_.name_bytes(*m_, plan->slots[j], bytes_view(o.ptr()), keys[plan->positions[j]]);
-                else
-                    table_.name_other(m_->capacity(), plan->slots[j]);
-                PyList_SET_ITEM(to_store.ptr(), static_cast<Py_ssize_t>(j), nb::object(o).release().ptr());
-                objects_[plan->slots[j]] = std::move(o);
-            }
-        }
-        if (h.is_array && !objects_.empty())
-            for (std::uint32_t s : plan->slots) {
-                objects_[s] = nb::object();
-                table_.name_by_key(s);
-            }
-        if (!plan->slots.empty()) {
-            // Keys now name blocks that resolve() saw free. The memo's list
-            // stays resolved when these keys were its own: its keys are
-            // pairwise distinct (resolve_now tells one call's apart), so the
-            // blocks stored took the keys of exactly the items stored.
-            ++generation_;
-            if (memo_keys) resolved_generation_ = generation_;
-        }
-        nb::object slots = nb::cast(to_numpy(std::move(plan->slots)));
-        return nb::make_tuple(to_store, slots, evicted);
+        return with_keys(hashes, [&](const hash_list& h, keys_t keys) { return store_answer(h, keys); });
     }
 
     void complete_store(nb::handle hashes, bool success) {
-        std::optional<int64_buffer> buffer;  // outlives h, whose keys may view it
-        const hash_list h = reader_.read(hashes, buffer);
-        const std::span<const std::uint64_t> keys = resolve(h);
-        m_->complete_store(keys, success);
+        with_keys(hashes, [&](const hash_list&, keys_t keys) { m_->complete_store(keys, success); });
         take_events();
     }
 
@@ -418,6 +366,55 @@ public:
     }
 
 private:
+    // f(h, keys): the call's hashes as read (h) and their keys (resolved).
+    using keys_t = std::span<const std::uint64_t>;
+    template <class F>
+    std::invoke_result_t<F, const hash_list&, keys_t> with_keys(nb::handle hashes, F f) {
+        std::optional<int64_buffer> buffer;  // outlives h, whose keys may view it
+        const hash_list h = reader_.read(hashes, buffer);
+        return f(h, resolve(h));
+    }
+    // prepare_store's answer, for the call's hashes and keys.
+    nb::object store_answer(const hash_list& h, keys_t keys) {
+        const bool memo_keys = last_from_memo_;
+        std::optional<store_plan> plan = m_->prepare_store(keys);
+        if (!plan) return nb::none();
+        // The evicted blocks' own objects, read before their slots are reused below.
+        nb::object evicted = answer(plan->evicted, plan->evicted_slots, h.is_array);
+        take_events();
+        nb::object to_store;
+        if (h.is_array) {
+            to_store = nb::cast(to_numpy(std::move(plan->to_store)));
+        } else {
+            if (objects_.empty()) objects_.resize(m_->capacity());
+            to_store = new_list(plan->positions.size());
+            for (std::size_t j = 0; j < plan->positions.size(); ++j) {
+                nb::object o = h.item(plan->positions[j]);
+                if (PyBytes_Check(o.ptr()))
+                    table_.name_bytes(*m_, plan->slots[j], bytes_view(o.ptr()), keys[plan->positions[j]]);
+                else
+                    table_.name_other(m_->capacity(), plan->slots[j]);
+                PyList_SET_ITEM(to_store.ptr(), static_cast<Py_ssize_t>(j), nb::object(o).release().ptr());
+                objects_[plan->slots[j]] = std::move(o);
+            }
+        }
+        if (h.is_array && !objects_.empty())
+            for (std::uint32_t s : plan->slots) {
+                objects_[s] = nb::object();
+                table_.name_by_key(s);
+            }
+        if (!plan->slots.empty()) {
+            // Keys now name blocks that resolve() saw free. The memo's list
+            // stays resolved when these keys were its own: its keys are
+            // pairwise distinct (resolve_now tells one call's apart), so the
+            // blocks stored took the keys of exactly the items stored.
+            ++generation_;
+            if (memo_keys) resolved_generation_ = generation_;
+        }
+        nb::object slots = nb::cast(to_numpy(std::move(plan->slots)));
+        return nb::make_tuple(to_store, slots, evicted);
+    }
+
     // The manager's keys for one call's hashes: each bytes hash resolved
     // (above), the others as read. Two distinct bytes hashes of one call
     // that resolve to one free key (one fold, neither stored) are told apart.

@@ -79,31 +79,11 @@ void bind_simulate(nb::module_& m) {
             if (cost.contains("const")) o.cost.constant = number(cost, "const", 0.0);
             o.cost.bandwidth_gbps = number(cost, "bandwidth", o.cost.bandwidth_gbps);
             o.cost.kv_bytes_per_token = number(cost, "kv_bytes_per_token", o.cost.kv_bytes_per_token);
-            for (auto [k, v] : workload) {
-                const std::string key = nb::cast<std::string>(k);
-                const double x = nb::cast<double>(v);
-                auto& w = o.workload;
-                if (key == "sessions")
-                    w.sessions = static_cast<std::uint32_t>(x);
-                else if (key == "session_rate")
-                    w.session_rate_per_s = x;
-                else if (key == "turns")
-                    w.mean_turns = x;
-                else if (key == "prompt_tokens")
-                    w.mean_prompt_tokens = x;
-                else if (key == "answer_tokens")
-                    w.mean_answer_tokens = x;
-                else if (key == "think_time")
-                    w.mean_think_time_s = x;
-                else if (key == "system_prompt_tokens")
-                    w.system_prompt_tokens = static_cast<std::uint32_t>(x);
-                else if (key == "system_prompts")
-                    w.system_prompts = static_cast<std::uint32_t>(x);
-                else
-                    throw config_error("simulate: unknown option '" + key +
-                                       "'; workload options: sessions, session_rate, turns, prompt_tokens, "
-                                       "answer_tokens, think_time, system_prompt_tokens, system_prompts");
-            }
+            for (auto [k, v] : workload) try {
+                    o.workload.set(nb::cast<std::string>(k), nb::cast<double>(v));
+                } catch (const config_error& e) {
+                    throw config_error(std::string("simulate: ") + e.what());
+                }
             std::ostringstream out;
             {
                 nb::gil_scoped_release unlocked;

@@ -56,7 +56,7 @@ std::string_view key_bytes(PyObject* key) noexcept {
 class cache_policy_binding {
 public:
     cache_policy_binding(const std::string& policy, std::size_t capacity, const nb::dict& options)
-            : capacity_(capacity), is_protected_(std::max<std::size_t>(capacity, 1), 0) {
+            : capacity_(capacity) {
         // vLLM builds a manager of 0 chunks (nothing is ever stored): the
         // policy behind it has one slot that is never handed out.
         const std::size_t slots = std::max<std::size_t>(capacity, 1);
@@ -192,20 +192,10 @@ public:
         while (PyObject* k = PyIter_Next(it.ptr())) {
             const std::uint32_t id = slot_of(k);
             Py_DECREF(k);
-            if (id != no_index && !is_protected_[id]) {
-                is_protected_[id] = 1;
-                prot.push_back(id);
-            }
+            if (id != no_index) prot.push_back(id);
         }
         if (PyErr_Occurred()) throw nb::python_error();
-        std::optional<std::vector<std::uint32_t>> out;
-        try {
-            out = core_->evict(n, prot, is_protected_, clock());
-        } catch (...) {
-            for (std::uint32_t id : prot) is_protected_[id] = 0;
-            throw;
-        }
-        for (std::uint32_t id : prot) is_protected_[id] = 0;
+        const std::optional<std::vector<std::uint32_t>> out = core_->evict(n, prot, clock());
         if (!out) return nb::none();
         nb::list result;
         for (std::uint32_t id : *out) {
@@ -293,10 +283,9 @@ private:
 
     std::size_t capacity_;
     std::unique_ptr<any_cache_policy> core_;
-    nb::dict slots_;                          // OffloadKey -> slot
-    std::vector<nb::object> keys_;            // [capacity] the key in each slot
-    std::vector<std::uint32_t> free_;         // free slots, the next at the back
-    std::vector<std::uint8_t> is_protected_;  // [capacity] scratch of evict, all 0 between calls
+    nb::dict slots_;                   // OffloadKey -> slot
+    std::vector<nb::object> keys_;     // [capacity] the key in each slot
+    std::vector<std::uint32_t> free_;  // free slots, the next at the back
 };
 
 }  // namespace

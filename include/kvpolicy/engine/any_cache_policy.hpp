@@ -49,8 +49,7 @@ enum class request_event : std::uint8_t { arrive, schedule, preempt, finish };
 /// The seam's calls over dense slots (0 .. slots-1): as cache_policy_core's,
 /// vllm_lru's and vllm_arc's, each kind taking what it reads (vllm_lru the
 /// key's bytes and the request's rank and positions; vllm_arc the 64-bit
-/// key; kvpolicy's policies the context). `evict`'s `is_protected` is
-/// indexed by slot, 1 for each of `protected_ids`.
+/// key; kvpolicy's policies the context).
 class any_cache_policy {
 public:
     virtual ~any_cache_policy() = default;
@@ -67,8 +66,9 @@ public:
     virtual void end_request(const access_context&) {}
     virtual void mark_evictable(std::uint32_t id, const access_context& ctx) = 0;
     virtual void mark_non_evictable(std::uint32_t id) = 0;
+    /// `n` victims, none of `protected_ids` (slots, absent or repeated
+    /// ones allowed); or nothing, changing nothing, if fewer can go.
     virtual std::optional<std::vector<std::uint32_t>> evict(std::size_t n, std::span<const std::uint32_t> protected_ids,
-                                                            const std::vector<std::uint8_t>& is_protected,
                                                             const access_context& ctx) = 0;
     virtual void clear() = 0;
     virtual std::int64_t new_request_rank() { return 0; }
@@ -123,13 +123,24 @@ struct no_queue {
 template <class Order>
 class vllm_order_core : public any_cache_policy {
 public:
-    explicit vllm_order_core(std::size_t n) : p_(n) {}
+    explicit vllm_order_core(std::size_t n) : p_(n), protected_(n, 0) {}
     void mark_evictable(std::uint32_t id, const access_context&) override { p_.mark_evictable(id); }
     void mark_non_evictable(std::uint32_t id) override { p_.mark_non_evictable(id); }
-    std::optional<std::vector<std::uint32_t>> evict(std::size_t n, std::span<const std::uint32_t>,
-                                                    const std::vector<std::uint8_t>& is_protected,
+    std::optional<std::vector<std::uint32_t>> evict(std::size_t n, std::span<const std::uint32_t> protected_ids,
                                                     const access_context&) override {
-        return p_.evict(n, [&](std::uint32_t id) { return is_protected[id] != 0; });
+        const auto mark = [&](std::uint8_t v) {
+            for (std::uint32_t id : protected_ids)
+                if (id < protected_.size()) protected_[id] = v;
+        };
+        mark(1);
+        try {
+            auto out = p_.evict(n, [&](std::uint32_t id) { return protected_[id] != 0; });
+            mark(0);
+            return out;
+        } catch (...) {
+            mark(0);
+            throw;
+        }
     }
     // A cache reset drops chunks; the engine's requests are still there.
     void clear() override { p_.clear(); }
@@ -143,6 +154,7 @@ public:
 
 protected:
     Order p_;
+    std::vector<std::uint8_t> protected_;  // [slot] scratch of evict, all 0 between calls
     no_queue queue_;
     request_lifecycle<no_queue> life_{queue_};
 };
@@ -215,7 +227,6 @@ public:
     void mark_evictable(std::uint32_t id, const access_context& ctx) override { p_.mark_evictable(id, ctx); }
     void mark_non_evictable(std::uint32_t id) override { p_.mark_non_evictable(id); }
     std::optional<std::vector<std::uint32_t>> evict(std::size_t n, std::span<const std::uint32_t> protected_ids,
-                                                    const std::vector<std::uint8_t>&,
                                                     const access_context& ctx) override {
         return p_.evict(n, protected_ids, ctx);
     }

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvpolicy/core/error.hpp"
@@ -44,6 +45,34 @@ struct chat_workload_config {
     std::uint32_t system_prompts = 4;  ///< distinct system prompts, chosen uniformly
     std::uint32_t block_size = 16;     ///< tokens per block
     std::uint64_t seed = 1;
+
+    /// Sets the field `name` (kvpolicy.simulate's workload={...} names:
+    /// sessions, session_rate, turns, prompt_tokens, answer_tokens,
+    /// think_time, system_prompt_tokens, system_prompts) to `v`. Throws:
+    /// config_error for another name, listing these.
+    void set(std::string_view name, double v) {
+        const auto count = [v] { return static_cast<std::uint32_t>(v); };
+        if (name == "sessions")
+            sessions = count();
+        else if (name == "session_rate")
+            session_rate_per_s = v;
+        else if (name == "turns")
+            mean_turns = v;
+        else if (name == "prompt_tokens")
+            mean_prompt_tokens = v;
+        else if (name == "answer_tokens")
+            mean_answer_tokens = v;
+        else if (name == "think_time")
+            mean_think_time_s = v;
+        else if (name == "system_prompt_tokens")
+            system_prompt_tokens = count();
+        else if (name == "system_prompts")
+            system_prompts = count();
+        else
+            throw config_error("unknown option '" + std::string(name) +
+                               "'; workload options: sessions, session_rate, turns, prompt_tokens, "
+                               "answer_tokens, think_time, system_prompt_tokens, system_prompts");
+    }
 
     /// Throws: config_error naming the bad field.
     void validate() const {
