@@ -71,7 +71,8 @@ events) are the caller's own objects, or arrays for array callers. Keys are
 64 bits (ints modulo 2^64, other objects by ``hash()``), but bytes hashes
 (vLLM's 32-byte ``BlockHash``) are kept whole: a bytes hash's key starts at
 a 64-bit fold, and two distinct hashes with one fold stay two blocks (the
-slot keeps the bytes and compares them; see python/src/offload.cpp).
+slot keeps the bytes and compares them; see
+include/kvpolicy/engine/byte_hash_keys.hpp).
 """
 
 from __future__ import annotations
