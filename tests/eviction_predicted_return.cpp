@@ -382,7 +382,7 @@ TEST_CASE("predicted_return refuses a gap weight that is not above 0 and at most
                             Catch::StartsWith("predicted_return: gap_weight") && Catch::Contains("must be in (0, 1]"));
 }
 
-TEST_CASE("cache_policy_core::end_request reaches predicted_return; session 0 is no call",
+TEST_CASE("cache_policy_core::end_request reaches predicted_return, session 0 is no call",
           "[eviction][predicted_return][engine]") {
     auto ctx = [](std::uint64_t session, timestamp now) {
         access_context c;
