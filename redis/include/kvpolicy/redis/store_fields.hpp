@@ -84,13 +84,17 @@ namespace detail {
 class field_reader {
 public:
     field_reader(const store_fields& fields, std::string what) : fields_(fields), what_(std::move(what)) {
-        for (const auto& [name, value] : fields)
+        for (const auto& field : fields) {
+            // A named reference, not a structured binding: clang before 16
+            // cannot capture a binding in a lambda.
+            const std::string& name = field.first;
             if (std::find_if(std::begin(store_field_names), std::end(store_field_names),
                              [&](const char* f) { return name == f; }) == std::end(store_field_names)) {
                 std::string all;
                 for (const char* f : store_field_names) all += std::string(all.empty() ? "" : ", ") + f;
                 throw config_error(what_ + ": unknown field '" + name + "'; the fields are: " + all);
             }
+        }
     }
     [[nodiscard]] const field_value* get(const char* f) const {
         for (const auto& [name, value] : fields_)
