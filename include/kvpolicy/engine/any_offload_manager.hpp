@@ -39,6 +39,9 @@ struct offload_order_state {
     std::optional<double> target;
 };
 
+template <offload_order Order>
+class offload_manager_model;
+
 class any_offload_manager {
 public:
     virtual ~any_offload_manager() = default;
@@ -71,7 +74,19 @@ public:
     /// offering fewer compiles fewer).
     template <class Policies = eviction_policies>
     static std::unique_ptr<any_offload_manager> make(std::size_t num_blocks, const std::string& policy,
-                                                     std::span<const option_value> options = {}, bool events = true);
+                                                     std::span<const option_value> options = {}, bool events = true) {
+        const std::string_view name = vllm_0_11_name(policy);
+        const auto build = [&]<class Order, class P>() -> std::unique_ptr<any_offload_manager> {
+            return std::make_unique<offload_manager_model<Order>>(num_blocks, make_config<P>(options), events, policy);
+        };
+        if (has_name<vllm_0_11_orders>(name))
+            return visit_by_name<vllm_0_11_orders>(name, [&]<class O>() { return build.template operator()<O, O>(); });
+        if (!has_name<Policies>(name))
+            throw unknown_name_error("unknown eviction policy '" + policy +
+                                     "'; accepted: " + vllm_0_11_accepted_names<Policies>());
+        return visit_by_name<Policies>(name,
+                                       [&]<class P>() { return build.template operator()<policy_order<P>, P>(); });
+    }
 };
 
 /// The concrete manager behind any_offload_manager::make.
@@ -130,20 +145,5 @@ private:
     offload_manager<Order> m_;
     std::string name_;  // as the caller gave it
 };
-
-template <class Policies>
-std::unique_ptr<any_offload_manager> any_offload_manager::make(std::size_t num_blocks, const std::string& policy,
-                                                               std::span<const option_value> options, bool events) {
-    const std::string_view name = vllm_0_11_name(policy);
-    const auto build = [&]<class Order, class P>() -> std::unique_ptr<any_offload_manager> {
-        return std::make_unique<offload_manager_model<Order>>(num_blocks, make_config<P>(options), events, policy);
-    };
-    if (has_name<vllm_0_11_orders>(name))
-        return visit_by_name<vllm_0_11_orders>(name, [&]<class O>() { return build.template operator()<O, O>(); });
-    if (!has_name<Policies>(name))
-        throw unknown_name_error("unknown eviction policy '" + policy +
-                                 "'; accepted: " + vllm_0_11_accepted_names<Policies>());
-    return visit_by_name<Policies>(name, [&]<class P>() { return build.template operator()<policy_order<P>, P>(); });
-}
 
 }  // namespace kvpolicy::engine

@@ -333,6 +333,9 @@ private:
 /// The rules victim_batch_selector has (a batch_rule each), to choose by name.
 using batch_rules = type_list<lru, lfu, fifo, qos_aware, predictive>;
 
+template <class Rule>
+class batch_selector_model;
+
 /// A victim_batch_selector whose rule is chosen by name at run time: one
 /// virtual call per call, the per-sequence loops inside the concrete one.
 class any_batch_selector {
@@ -349,7 +352,14 @@ public:
     /// A selector of rule `rule` (a name of `Rules`). Throws:
     /// unknown_name_error listing the rules.
     template <class Rules = batch_rules>
-    static std::unique_ptr<any_batch_selector> make(std::string_view rule);
+    static std::unique_ptr<any_batch_selector> make(std::string_view rule) {
+        return visit_by_name<Rules>(
+            rule,
+            []<class R>() -> std::unique_ptr<any_batch_selector> {
+                return std::make_unique<batch_selector_model<R>>();
+            },
+            "batch rule");
+    }
 };
 
 template <class Rule>
@@ -370,13 +380,5 @@ public:
 private:
     victim_batch_selector<Rule> s_;
 };
-
-template <class Rules>
-std::unique_ptr<any_batch_selector> any_batch_selector::make(std::string_view rule) {
-    return visit_by_name<Rules>(
-        rule,
-        []<class R>() -> std::unique_ptr<any_batch_selector> { return std::make_unique<batch_selector_model<R>>(); },
-        "batch rule");
-}
 
 }  // namespace kvpolicy
