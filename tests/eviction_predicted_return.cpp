@@ -24,6 +24,14 @@ using namespace kvpolicy;
 
 namespace {
 
+// A call of `session` (0: none) at `now`.
+access_context session_ctx(std::uint64_t session, timestamp now) {
+    access_context c;
+    c.now = now;
+    c.session = session_id{session};
+    return c;
+}
+
 // The rule of predicted_return.hpp, written out the slow way.
 struct naive_predicted_return {
     struct item {
@@ -285,31 +293,25 @@ TEST_CASE("predicted_return keeps the session that comes back sooner, where LRU 
     // 201), session 1 was served at 100 (back at 110). A third session's block
     // needs room at 102: LRU evicts session 1's block, the older; session 1
     // then misses at 110. predicted_return evicts session 2's, needed at 201.
-    auto ctx = [](std::uint64_t session, timestamp now) {
-        access_context c;
-        c.now = now;
-        c.session = session_id{session};
-        return c;
-    };
     const item_id a{0}, b{1}, fresh{2};
     predicted_return p(3);
     lru l(3);
-    p.on_insert(a, ctx(1, 0));
-    l.on_insert(a, ctx(1, 0));
-    p.on_insert(b, ctx(2, 1));
-    l.on_insert(b, ctx(2, 1));
+    p.on_insert(a, session_ctx(1, 0));
+    l.on_insert(a, session_ctx(1, 0));
+    p.on_insert(b, session_ctx(2, 1));
+    l.on_insert(b, session_ctx(2, 1));
     for (timestamp t = 10; t <= 100; t += 10) {
-        p.on_access(a, ctx(1, t));
-        l.on_access(a, ctx(1, t));
+        p.on_access(a, session_ctx(1, t));
+        l.on_access(a, session_ctx(1, t));
     }
-    p.on_access(b, ctx(2, 101));
-    l.on_access(b, ctx(2, 101));
+    p.on_access(b, session_ctx(2, 101));
+    l.on_access(b, session_ctx(2, 101));
     REQUIRE(p.expected_back(session_id{1}) == 110.0);
     REQUIRE(p.expected_back(session_id{2}) == 201.0);
 
     REQUIRE(l.pop_victim(102) == a);
     REQUIRE(p.pop_victim(102) == b);
-    p.on_insert(fresh, ctx(3, 102));
+    p.on_insert(fresh, session_ctx(3, 102));
     REQUIRE(p.contains(a));  // session 1 finds its block at 110
 
     // Once session 1 says it has ended, its block goes before anyone's.
@@ -327,12 +329,7 @@ TEST_CASE("predicted_return: where request ends are heard, a request's stores a 
     // stores at 5 and 10 read as requests; the end at 10 forgets their gaps,
     // so the gaps learned are 90 (from 10), 100 and 100: an average of
     // 90 -> 95 -> 97.5 with weight 0.5.
-    auto ctx = [](timestamp now) {
-        access_context c;
-        c.now = now;
-        c.session = session_id{1};
-        return c;
-    };
+    auto ctx = [](timestamp now) { return session_ctx(1, now); };
     predicted_return by_ends(16), by_time(16);
     std::uint32_t next = 0;
     for (timestamp start = 0; start <= 300; start += 100) {
@@ -384,22 +381,16 @@ TEST_CASE("predicted_return refuses a gap weight that is not above 0 and at most
 
 TEST_CASE("cache_policy_core::end_request reaches predicted_return, session 0 is no call",
           "[eviction][predicted_return][engine]") {
-    auto ctx = [](std::uint64_t session, timestamp now) {
-        access_context c;
-        c.now = now;
-        c.session = session_id{session};
-        return c;
-    };
     engine::cache_policy_core<predicted_return> core(8, {});
-    core.insert(0, ctx(1, 0), true);
-    core.insert(1, ctx(1, 5), true);  // by time (no end heard yet): a request with a gap of 5
+    core.insert(0, session_ctx(1, 0), true);
+    core.insert(1, session_ctx(1, 5), true);  // by time (no end heard yet): a request with a gap of 5
     REQUIRE(core.policy().expected_back(session_id{1}) == 10.0);
-    core.end_request(session_id{0}, ctx(0, 8));  // no session: not heard, still by time
-    core.insert(2, ctx(1, 9), true);
+    core.end_request(session_id{0}, session_ctx(0, 8));  // no session: not heard, still by time
+    core.insert(2, session_ctx(1, 9), true);
     REQUIRE(core.policy().expected_back(session_id{1}) == Approx(9.0 + 4.5));
-    core.end_request(session_id{1}, ctx(1, 10));  // by ends from now; the gaps by time forgotten
+    core.end_request(session_id{1}, session_ctx(1, 10));  // by ends from now; the gaps by time forgotten
     REQUIRE(core.policy().mean_gap() == 0.0);
-    core.insert(3, ctx(1, 100), true);  // the next request: a gap of 91 from the latest, at 9
-    core.insert(4, ctx(1, 105), true);  // the same request
+    core.insert(3, session_ctx(1, 100), true);  // the next request: a gap of 91 from the latest, at 9
+    core.insert(4, session_ctx(1, 105), true);  // the same request
     REQUIRE(core.policy().expected_back(session_id{1}) == 191.0);
 }
