@@ -132,6 +132,9 @@ def main(argv=None) -> int:
                     "scheduler_ms_per_step": 1e3 * q.scheduler_s / max(q.steps, 1),
                     "policy_ms_per_step": 1e3 * q.policy_s / max(q.steps, 1),
                     "lru_policy_ms_per_step": 1e3 * l.policy_s / max(l.steps, 1),
+                    **q.net_of_timer(),
+                    "lru_policy_net_ms_per_step": l.net_of_timer()["policy_net_ms_per_step"],
+                    "lru_scheduler_net_ms_per_step": l.net_of_timer()["scheduler_net_ms_per_step"],
                     "seconds": round(time.time() - t0, 1),
                 }
                 gpu = shape(reqs, cpu, speedup)["gpu_blocks"]
@@ -160,8 +163,8 @@ def main(argv=None) -> int:
 
 def markdown(rows) -> str:
     head = ("| trace | CPU tier | queue (LRU / kvpolicy) | CPU hits LRU | kvpolicy | Belady | gap closed "
-            "| prefill tokens LRU | kvpolicy | cut | policy / scheduler ms per step |\n"
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+            "| prefill tokens LRU | kvpolicy | cut | policy / scheduler ms per step | net of the timer |\n"
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
     sim_head = ("| trace | CPU tier | median queue | token hit ratio LRU: vLLM / sim | kvpolicy: vLLM / sim "
                 "| CPU hits LRU: vLLM / sim | kvpolicy: vLLM / sim | Belady: vLLM / sim | gap closed: vLLM / sim |\n"
                 "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -177,7 +180,8 @@ def markdown(rows) -> str:
             cell + f"| {r['queue_median_lru']:g} / {r['queue_median_kvpolicy']:g} | {r['hits_lru']} "
             f"| {r['hits_kvpolicy']} | {r['hits_belady']} | {pct(r['gap_closed'])} | {r['prefill_lru']} "
             f"| {r['prefill_kvpolicy']} | {100 * cut:.1f}% "
-            f"| {r['policy_ms_per_step']:.3f} / {r['scheduler_ms_per_step']:.3f} |")
+            f"| {r['policy_ms_per_step']:.3f} / {r['scheduler_ms_per_step']:.3f} "
+            f"| {r['policy_net_ms_per_step']:.3f} / {r['scheduler_net_ms_per_step']:.3f} |")
         sim_lines.append(
             cell + f"| {r['queue_median_lru']:g} | {r['hit_ratio_lru']:.4f} / {r['sim_hit_ratio_lru']:.4f} "
             f"| {r['hit_ratio_kvpolicy']:.4f} / {r['sim_hit_ratio_kvpolicy']:.4f} "
