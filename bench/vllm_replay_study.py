@@ -133,8 +133,7 @@ def main(argv=None) -> int:
                     "policy_ms_per_step": 1e3 * q.policy_s / max(q.steps, 1),
                     "lru_policy_ms_per_step": 1e3 * l.policy_s / max(l.steps, 1),
                     **q.net_of_timer(),
-                    "lru_policy_net_ms_per_step": l.net_of_timer()["policy_net_ms_per_step"],
-                    "lru_scheduler_net_ms_per_step": l.net_of_timer()["scheduler_net_ms_per_step"],
+                    **{"lru_" + k: v for k, v in l.net_of_timer().items()},
                     "seconds": round(time.time() - t0, 1),
                 }
                 gpu = shape(reqs, cpu, speedup)["gpu_blocks"]

@@ -3,9 +3,10 @@
 // What it decides. Each item belongs to the session its latest insert, access
 // or release named (a release naming none leaves it where it was: an
 // engine's manager completing a store does not know the request). A session
-// is expected back at its latest request + its predicted gap: an exponential average (weight `gap_weight` on the newest)
-// of its own gaps between requests, or, before it has shown one, the mean of
-// every gap seen so far in any session. A release's `expected_return` (> 0)
+// is expected back at its latest request + its predicted gap: an exponential
+// average (weight `gap_weight` on the newest) of its own gaps between
+// requests, or, before it has shown one, the mean of every gap seen so far in
+// any session. A release's `expected_return` (> 0)
 // replaces that prediction until the session's next request; `never`, or
 // on_session_end (cache_policy_core::end_session), says it will not return.
 // The victim is an evictable item of the session expected back last (ended
