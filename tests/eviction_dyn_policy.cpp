@@ -3,8 +3,9 @@
 // same order as the policy itself over long random sequences of every hook
 // (tests/support/policy_driver.hpp), the batch calls the same as the hooks
 // item by item, request and session ends and the waiting queue heard where
-// the policy hears them; an unknown
-// name is refused listing every policy.
+// the policy hears them; `holding<P>` builds P with the whole config given
+// (one over no named policy takes only those); an unknown name is refused
+// listing every policy.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -121,6 +122,31 @@ TEST_CASE("dyn_policy passes the waiting queue to a policy that hears it, and on
         REQUIRE(p.pop_victims(out, 1) == 4);
         REQUIRE((out.back() == item_id{0}) == p.hears_queue());
     }
+}
+
+TEST_CASE("dyn_policy::holding builds the policy with the whole config it is given", "[eviction]") {
+    constexpr std::size_t capacity = 48;
+    const driver_options opt{.capacity = capacity, .operations = 20'000, .seed = 5, .key_universe = 2 * capacity + 8};
+    // A half-life far from the default: LRFU then decides as an LFU would.
+    const lrfu::config_type config{.half_life = 50.0, .ghost_factor = 1.0};
+    lrfu alone(capacity, config);
+    dyn_policy held(capacity, dyn_policy::holding<lrfu>(config));
+    REQUIRE(held.policy_name() == lrfu::name);
+    drive(alone, opt, &held);
+    REQUIRE(held.counters() == alone.counters());
+    // ...and not as the default one does: the config reached the policy.
+    lrfu with_default(capacity, {});
+    dyn_policy held_again(capacity, dyn_policy::holding<lrfu>(config));
+    REQUIRE(drive(with_default, opt) != drive(held_again, opt));
+}
+
+TEST_CASE("a dyn_policy over no named policy holds what it is given, and refuses a name", "[eviction][errors]") {
+    using held_only = basic_dyn_policy<type_list<>>;
+    static_assert(eviction_policy<held_only>);
+    held_only held(8, held_only::holding<lru>({}));
+    REQUIRE(held.policy_name() == lru::name);
+    REQUIRE_THROWS_AS(held_only(8, {.policy = "lru"}), config_error);
+    REQUIRE_THROWS_WITH(held_only(8, {.policy = "lru"}), Catch::Contains("'lru'") && Catch::Contains("holding"));
 }
 
 TEST_CASE("dyn_policy refuses an unknown name, listing every policy", "[eviction][errors]") {

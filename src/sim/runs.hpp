@@ -7,6 +7,7 @@
 #include <cstddef>
 
 #include <kvpolicy/eviction/checkerboard.hpp>
+#include <kvpolicy/eviction/dyn_policy.hpp>
 #include <kvpolicy/eviction/lru.hpp>
 #include <kvpolicy/eviction/registry.hpp>
 #include <kvpolicy/eviction/runtime_choice.hpp>
@@ -28,6 +29,20 @@ replay_result run_flat(const run_setup& s, const policy_choice& policy, std::siz
 /// Prefix and tiered modes: through the part that holds `policy`.
 replay_result run_requests(const run_setup& s, const policy_choice& policy, std::size_t capacity, const run_inputs& in);
 
+/// A policy held behind one virtual call per hook, given by its config
+/// (held_policy::holding<P>(config)), none by name: a replay compiled with it
+/// instantiates no policy.
+using held_policy = basic_dyn_policy<type_list<>>;
+/// The instances mode (--instances, --remote-capacity) and the offload
+/// mode of every policy but belady, through one compiled replay each
+/// (run_dynamic.cpp): `policy` holds the policy run with its replay config
+/// and decides as that policy would (tests/eviction_dyn_policy.cpp).
+/// Compiled per policy, these two were 38% of the request parts' compile
+/// time. The result names the policy "dynamic": the caller names it.
+replay_result run_instances(const run_setup& s, std::size_t capacity, const run_inputs& in,
+                            const held_policy::config_type& policy);
+replay_result run_offload(const run_setup& s, std::size_t capacity, const run_inputs& in,
+                          const held_policy::config_type& policy);
 /// run_requests' translation units.
 inline constexpr std::size_t request_parts = KVPOLICY_SIM_REQUEST_PARTS;
 /// The first position of eviction_policies in part `part`; the parts cut

@@ -20,6 +20,7 @@
 // build dyn_policies in few translation units.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -56,11 +57,30 @@ struct item_batch {
 /// the policies only where a basic_dyn_policy is built.
 template <class Policies>
 class basic_dyn_policy {
+    struct base;  // the concrete policy, behind one virtual call per hook
+
 public:
     struct config_type {
         std::string policy = "lru";
         std::vector<option_value> options{};
+        /// Set by `holding<P>`: policy P built from a whole config_type of its
+        /// own, for what no option can say (a replay's cost model, a
+        /// pointer to its expected returns); `policy` is then P's name and
+        /// `options` unused.
+        std::function<std::unique_ptr<base>(std::size_t capacity)> make{};
     };
+
+    /// The config of a dyn_policy holding `P` built with `config` (P need not
+    /// be one of `Policies`). A replay that runs many policies through one
+    /// compiled cache type passes each one's own config so.
+    template <eviction_policy P>
+    [[nodiscard]] static config_type holding(const typename P::config_type& config) {
+        return {.policy = std::string(P::name),
+                .options = {},
+                .make = [config](std::size_t capacity) -> std::unique_ptr<base> {
+                    return std::make_unique<model<P>>(capacity, config);
+                }};
+    }
 
     static constexpr std::string_view name = "dynamic";
     // The cache reads no order; time-varying policies choose their victims
@@ -69,13 +89,7 @@ public:
 
     /// Throws: unknown_name_error listing every policy; config_error for a
     /// bad capacity or option.
-    basic_dyn_policy(std::size_t capacity, const config_type& config)
-            : impl_(visit_by_name<Policies>(
-                  config.policy,
-                  [&]<class P>() -> std::unique_ptr<base> {
-                      return std::make_unique<model<P>>(capacity, make_config<P>(config.options));
-                  },
-                  "eviction policy")) {}
+    basic_dyn_policy(std::size_t capacity, const config_type& config) : impl_(made(capacity, config)) {}
 
     // Per item: what tiered_cache calls.
     void on_miss(const access_context& c) { impl_->on_miss(c); }
@@ -143,6 +157,21 @@ private:
         [[nodiscard]] virtual std::string_view policy_name() const = 0;
         [[nodiscard]] virtual bool hears_queue() const = 0;
     };
+
+    static std::unique_ptr<base> made(std::size_t capacity, const config_type& config) {
+        if (config.make) return config.make(capacity);
+        if constexpr (Policies::size == 0) {  // one that only holds: nothing compiled per name
+            throw config_error("dyn_policy over no named policy: '" + config.policy +
+                               "' given by name; build its config with holding<P>(config)");
+        } else {
+            return visit_by_name<Policies>(
+                config.policy,
+                [&]<class P>() -> std::unique_ptr<base> {
+                    return std::make_unique<model<P>>(capacity, make_config<P>(config.options));
+                },
+                "eviction policy");
+        }
+    }
 
     template <class P>
     struct model final : base {

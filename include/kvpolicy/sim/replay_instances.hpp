@@ -73,10 +73,12 @@ static_assert(remote_directory<store_model>);
 /// same memory). Victims are written back, lookups go through the store
 /// (admit_through), fetches of values the store dropped meanwhile fail and
 /// are recomputed. hits = blocks served from any tier, the store included.
+/// The GPU tiers' policy is built with `gpu_config` (by default the
+/// replay's, replay_policy_config).
 /// Throws: as replay_requests; config_error without a CPU tier or instances.
 template <eviction_policy Gpu, eviction_policy Cpu, cache_traits Traits = default_cache_traits, class RequestSource>
 replay_result replay_instances(RequestSource& source, const request_replay_config& cfg, std::size_t instances,
-                               std::size_t remote_capacity, bool shared) {
+                               std::size_t remote_capacity, bool shared, const typename Gpu::config_type& gpu_config) {
     if (instances == 0) throw config_error("--instances 0: give at least one serving instance");
     if (cfg.lookahead > 0 || cfg.serve_rate > 0)
         throw config_error(
@@ -97,7 +99,7 @@ replay_result replay_instances(RequestSource& source, const request_replay_confi
                          .items = items > 1 ? granularity::per_layer : granularity::whole_block,
                          .item_bytes = static_cast<std::size_t>(cfg.kv_bytes_per_token) * cfg.block_size / items,
                          .remote = true},
-            replay_policy_config<Gpu>(cfg), replay_cpu_policy_config<Cpu>(cfg)));
+            gpu_config, replay_cpu_policy_config<Cpu>(cfg)));
         if (shared ? i == 0 : true)
             stores.emplace_back((shared ? remote_capacity : remote_capacity / instances) * items);
     }
@@ -189,6 +191,13 @@ replay_result replay_instances(RequestSource& source, const request_replay_confi
         r.swap_out_blocks += m.swap_out_items / items;
     }
     return r;
+}
+
+template <eviction_policy Gpu, eviction_policy Cpu, cache_traits Traits = default_cache_traits, class RequestSource>
+replay_result replay_instances(RequestSource& source, const request_replay_config& cfg, std::size_t instances,
+                               std::size_t remote_capacity, bool shared) {
+    return replay_instances<Gpu, Cpu, Traits>(source, cfg, instances, remote_capacity, shared,
+                                              replay_policy_config<Gpu>(cfg));
 }
 
 }  // namespace kvpolicy::sim

@@ -1,0 +1,19 @@
+// The instances and offload modes, compiled once for every policy but
+// belady: each runs through a held_policy holding the policy with its own
+// replay config (runs.hpp). The request parts keep the prefix and tiered
+// modes statically dispatched, where a run spends its time.
+#include "run_requests.hpp"
+
+namespace kvpolicy::sim::detail {
+
+replay_result run_instances(const run_setup& s, std::size_t capacity, const run_inputs& in,
+                            const held_policy::config_type& policy) {
+    return instances<held_policy, cpu_tier>(s, replay_config(s, capacity, in), in, policy);
+}
+
+replay_result run_offload(const run_setup& s, std::size_t capacity, const run_inputs& in,
+                          const held_policy::config_type& policy) {
+    return offload<held_policy>(s, replay_config(s, capacity, in), in, policy);
+}
+
+}  // namespace kvpolicy::sim::detail
