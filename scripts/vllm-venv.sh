@@ -26,11 +26,13 @@ uv() { "$venv/bin/uv" pip install --quiet --python "$venv/bin/python" "$@"; }
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/pins" 2>/dev/null)" != "$pins" ]; then
     rm -rf "$venv"
     python3 -m venv "$venv"
-    "$venv/bin/pip" install -q --disable-pip-version-check uv==0.13.9
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check uv==0.13.9
     # shellcheck disable=SC2086  # the pins are words
     uv $pins
     echo "$pins" >"$venv/pins"
 fi
 if [ -n "$wheel" ]; then
+    # A VENV that pip made before (no uv in it) gets uv first.
+    [ -x "$venv/bin/uv" ] || "$venv/bin/python" -m pip install -q --disable-pip-version-check uv==0.13.9
     uv --no-deps --reinstall "$wheel"
 fi
