@@ -16,6 +16,9 @@
 // - per batch (`insert_batch`, ...), the loop runs inside the concrete
 //   policy: one virtual call per batch, not per item.
 // It decides exactly as the policy it holds (tests/eviction_dyn_policy.cpp).
+// `holding<P>(config)` builds P from a whole config of its own, for what no
+// option names (a replay's cost model): one compiled replay then serves
+// every policy (kvpolicy-sim's instances and offload modes).
 // Building one instantiates every policy of its list (29 for the registry's):
 // build dyn_policies in few translation units.
 #pragma once
@@ -88,7 +91,8 @@ public:
     static constexpr eviction_order order = eviction_order::static_between_accesses;
 
     /// Throws: unknown_name_error listing every policy; config_error for a
-    /// bad capacity or option.
+    /// bad capacity or option, or for a name given to one over no named
+    /// policy (`basic_dyn_policy<type_list<>>`).
     basic_dyn_policy(std::size_t capacity, const config_type& config) : impl_(made(capacity, config)) {}
 
     // Per item: what tiered_cache calls.
