@@ -8,12 +8,16 @@ namespace kvpolicy::sim::detail {
 
 replay_result run_instances(const run_setup& s, std::size_t capacity, const run_inputs& in,
                             const held_policy::config_type& policy) {
-    return instances<held_policy, cpu_tier>(s, replay_config(s, capacity, in), in, policy);
+    replay_result r = instances<held_policy, cpu_tier>(s, replay_config(s, capacity, in), in, policy);
+    r.policy = policy.policy;  // the held policy's name, not held_policy's
+    return r;
 }
 
 replay_result run_offload(const run_setup& s, std::size_t capacity, const run_inputs& in,
                           const held_policy::config_type& policy) {
-    return offload<held_policy>(s, replay_config(s, capacity, in), in, policy);
+    replay_result r = offload<held_policy>(s, replay_config(s, capacity, in), in, policy);
+    r.policy = policy.policy;
+    return r;
 }
 
 }  // namespace kvpolicy::sim::detail

@@ -91,9 +91,7 @@ replay_result replay(const run_setup& s, std::size_t capacity, const run_inputs&
         if constexpr (std::is_same_v<Gpu, belady>) {  // MIN on both tiers (below): not a held GPU policy
             return instances<Gpu, Cpu>(s, cfg, in, replay_policy_config<Gpu>(cfg));
         } else {
-            replay_result r = run_instances(s, capacity, in, held_policy::holding<Gpu>(replay_policy_config<Gpu>(cfg)));
-            r.policy = std::string(Gpu::name);
-            return r;
+            return run_instances(s, capacity, in, held_policy::holding<Gpu>(replay_policy_config<Gpu>(cfg)));
         }
     }
     const request_times* times = uses_future<Gpu> ? in.times.get() : nullptr;
@@ -119,10 +117,7 @@ replay_result run_requests_part(const run_setup& s, const policy_choice& policy,
                 if constexpr (std::is_same_v<Gpu, belady>) {
                     return offload<Gpu>(s, cfg, in, replay_policy_config<Gpu>(cfg));
                 } else {
-                    replay_result r =
-                        run_offload(s, capacity, in, held_policy::holding<Gpu>(replay_policy_config<Gpu>(cfg)));
-                    r.policy = std::string(Gpu::name);
-                    return r;
+                    return run_offload(s, capacity, in, held_policy::holding<Gpu>(replay_policy_config<Gpu>(cfg)));
                 }
             }
             // The offline reference knows the future on both tiers: MIN's CPU

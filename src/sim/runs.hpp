@@ -38,7 +38,7 @@ using held_policy = basic_dyn_policy<type_list<>>;
 /// (run_dynamic.cpp): `policy` holds the policy run with its replay config
 /// and decides as that policy would (tests/eviction_dyn_policy.cpp).
 /// Compiled per policy, these two were 38% of the request parts' compile
-/// time. The result names the policy "dynamic": the caller names it.
+/// time. The result is named as the policy held (`policy.policy`).
 replay_result run_instances(const run_setup& s, std::size_t capacity, const run_inputs& in,
                             const held_policy::config_type& policy);
 replay_result run_offload(const run_setup& s, std::size_t capacity, const run_inputs& in,
