@@ -55,13 +55,12 @@
 
 namespace kvpolicy {
 
-class arc : public tracked_policy<arc> {
+class arc : public tracked_policy<arc, eviction_order::static_between_accesses> {
 public:
     /// ARC has no knob: c is the capacity and p starts at 0, as in the paper.
     struct config_type {};
 
     static constexpr std::string_view name = "arc";
-    static constexpr eviction_order order = eviction_order::static_between_accesses;
 
     /// Throws: config_error if `capacity` is 0 or 2^30 or more.
     explicit arc(std::size_t capacity, const config_type& = {})

@@ -54,7 +54,6 @@ public:
     struct config_type {};
 
     static constexpr std::string_view name = "belady";
-    static constexpr eviction_order order = eviction_order::static_between_accesses;
     /// Reads `ctx.next_use`: simulators must pass the trace's next uses.
     static constexpr bool uses_future = true;
 

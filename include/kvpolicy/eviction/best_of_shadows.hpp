@@ -115,8 +115,9 @@ struct best_of_shadows_preset {
 /// the same experts must be two types. Capacity and option errors name
 /// best_of_shadows, the validator, whichever the preset.
 template <class Preset, eviction_policy... Experts>
-class basic_best_of_shadows : public tracked_policy<basic_best_of_shadows<Preset, Experts...>> {
-    using tracked = tracked_policy<basic_best_of_shadows<Preset, Experts...>>;
+class basic_best_of_shadows
+        : public tracked_policy<basic_best_of_shadows<Preset, Experts...>, eviction_order::static_between_accesses> {
+    using tracked = tracked_policy<basic_best_of_shadows<Preset, Experts...>, eviction_order::static_between_accesses>;
     using tracked::tracking_;
 
     static_assert(
@@ -194,7 +195,6 @@ public:
                "items each shadow holds above large_capacity"}};
 
     static constexpr std::string_view name = Preset::name;
-    static constexpr eviction_order order = eviction_order::static_between_accesses;
 
     explicit basic_best_of_shadows(std::size_t capacity) : basic_best_of_shadows(capacity, config_type{}) {}
 

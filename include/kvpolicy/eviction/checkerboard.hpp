@@ -52,7 +52,6 @@ public:
     /// for a CPU tier of layer-chunks, not for a prefix cache's hits.
     static constexpr std::string_view built_for =
         "the CPU tier of layer-chunk items (--mode tiered --cpu-policy checkerboard --layers L)";
-    static constexpr eviction_order order = eviction_order::static_between_accesses;
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.
     explicit lexicographic_checkerboard(std::size_t capacity, const config_type& = {})

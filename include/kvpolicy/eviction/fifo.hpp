@@ -23,12 +23,11 @@
 
 namespace kvpolicy {
 
-class fifo : public tracked_policy<fifo> {
+class fifo : public tracked_policy<fifo, eviction_order::static_between_accesses> {
 public:
     struct config_type {};
 
     static constexpr std::string_view name = "fifo";
-    static constexpr eviction_order order = eviction_order::static_between_accesses;
 
     explicit fifo(std::size_t capacity, const config_type& = {}) : tracked_policy(capacity), links_(capacity) {}
 

@@ -57,7 +57,6 @@ public:
     };
 
     static constexpr std::string_view name = "gdsf";
-    static constexpr eviction_order order = eviction_order::static_between_accesses;
 
     explicit gdsf(std::size_t capacity) : gdsf(capacity, config_type{}) {}
 

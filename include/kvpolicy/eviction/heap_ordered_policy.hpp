@@ -23,9 +23,11 @@
 
 namespace kvpolicy {
 
+// static_between_accesses: the heap is ordered only when a rank changes at
+// a hook; a rank that moved with the clock alone would leave it unordered.
 template <class Derived, class Rank>
-class heap_ordered_policy : public tracked_policy<Derived> {
-    using tracked = tracked_policy<Derived>;
+class heap_ordered_policy : public tracked_policy<Derived, eviction_order::static_between_accesses> {
+    using tracked = tracked_policy<Derived, eviction_order::static_between_accesses>;
 
 public:
     /// Out of the order until released; the heap keeps its rank.

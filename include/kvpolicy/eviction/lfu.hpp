@@ -46,7 +46,6 @@ public:
     struct config_type {};
 
     static constexpr std::string_view name = "lfu";
-    static constexpr eviction_order order = eviction_order::static_between_accesses;
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.
     explicit lfu(std::size_t capacity, const config_type& = {})

@@ -58,7 +58,7 @@
 
 namespace kvpolicy {
 
-class lirs : public tracked_policy<lirs> {
+class lirs : public tracked_policy<lirs, eviction_order::static_between_accesses> {
 public:
     struct config_type {
         /// Share of the capacity for resident HIR blocks (paper: 1%, at least one block).
@@ -74,7 +74,6 @@ public:
                "non-resident HIR entries kept; 0: the capacity"}};
 
     static constexpr std::string_view name = "lirs";
-    static constexpr eviction_order order = eviction_order::static_between_accesses;
 
     explicit lirs(std::size_t capacity) : lirs(capacity, config_type{}) {}
 

@@ -68,8 +68,8 @@ namespace kvpolicy {
 /// whole capacities (an integer: clang 14 takes no floating-point template
 /// arguments); any positive value can be configured.
 template <std::uint32_t DefaultHalfLife = 2>
-class basic_lrfu : public tracked_policy<basic_lrfu<DefaultHalfLife>> {
-    using tracked = tracked_policy<basic_lrfu<DefaultHalfLife>>;
+class basic_lrfu : public tracked_policy<basic_lrfu<DefaultHalfLife>, eviction_order::static_between_accesses> {
+    using tracked = tracked_policy<basic_lrfu<DefaultHalfLife>, eviction_order::static_between_accesses>;
     using tracked::tracking_;
 
 public:
@@ -87,7 +87,6 @@ public:
                           "victims whose history is remembered, in capacities"}};
 
     static constexpr std::string_view name = "lrfu";
-    static constexpr eviction_order order = eviction_order::static_between_accesses;
 
     explicit basic_lrfu(std::size_t capacity) : basic_lrfu(capacity, config_type{}) {}
 

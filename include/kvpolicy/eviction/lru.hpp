@@ -19,12 +19,11 @@
 
 namespace kvpolicy {
 
-class lru : public tracked_policy<lru> {
+class lru : public tracked_policy<lru, eviction_order::static_between_accesses> {
 public:
     struct config_type {};
 
     static constexpr std::string_view name = "lru";
-    static constexpr eviction_order order = eviction_order::static_between_accesses;
 
     explicit lru(std::size_t capacity, const config_type& = {}) : tracked_policy(capacity), links_(capacity) {}
 

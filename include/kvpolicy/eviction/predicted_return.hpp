@@ -64,7 +64,7 @@
 
 namespace kvpolicy {
 
-class predicted_return : public tracked_policy<predicted_return> {
+class predicted_return : public tracked_policy<predicted_return, eviction_order::static_between_accesses> {
 public:
     struct config_type {
         /// Weight of the newest gap in a session's predicted gap, in (0, 1].
@@ -74,7 +74,6 @@ public:
         "gap_weight", &config_type::gap_weight, {0.0, 1.0}, "weight of the newest gap in a session's predicted gap"}};
 
     static constexpr std::string_view name = "predicted_return";
-    static constexpr eviction_order order = eviction_order::static_between_accesses;
 
     explicit predicted_return(std::size_t capacity) : predicted_return(capacity, config_type{}) {}
 

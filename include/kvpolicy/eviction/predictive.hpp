@@ -72,7 +72,6 @@ public:
     struct config_type {};
 
     static constexpr std::string_view name = "predictive";
-    static constexpr eviction_order order = eviction_order::static_between_accesses;
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.
     explicit predictive(std::size_t capacity, const config_type& = {}) : heap_ordered_policy(capacity) {}

@@ -59,12 +59,11 @@ struct qos_rank {
     friend constexpr auto operator<=>(const qos_rank&, const qos_rank&) noexcept = default;
 };
 
-class qos_aware : public tracked_policy<qos_aware> {
+class qos_aware : public tracked_policy<qos_aware, eviction_order::static_between_accesses> {
 public:
     struct config_type {};
 
     static constexpr std::string_view name = "qos_aware";
-    static constexpr eviction_order order = eviction_order::static_between_accesses;
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.
     explicit qos_aware(std::size_t capacity, const config_type& = {})

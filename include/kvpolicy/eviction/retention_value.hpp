@@ -126,12 +126,15 @@ struct retention_value_config {
     double scan_fraction = 0.01;
 };
 
+// time_varying: an item's value depends on the time now, so the victim
+// order moves between accesses.
 template <cost_model Cost = pensieve_linear, layer_weight LayerWeight = uniform_layer_weight,
           position_weight PositionWeight = uniform_position_weight, victim_selector Selector = nth_element_selector,
           retention_loss DefaultLoss = retention_loss::chunk_and_dependents>
-class retention_value
-        : public tracked_policy<retention_value<Cost, LayerWeight, PositionWeight, Selector, DefaultLoss>> {
-    using tracked = tracked_policy<retention_value<Cost, LayerWeight, PositionWeight, Selector, DefaultLoss>>;
+class retention_value : public tracked_policy<retention_value<Cost, LayerWeight, PositionWeight, Selector, DefaultLoss>,
+                                              eviction_order::time_varying> {
+    using tracked = tracked_policy<retention_value<Cost, LayerWeight, PositionWeight, Selector, DefaultLoss>,
+                                   eviction_order::time_varying>;
     using tracked::tracking_;
 
 public:
@@ -150,7 +153,6 @@ public:
     /// it low (docs/which-policy.md, "Retention value on its own figure").
     static constexpr std::string_view built_for =
         "the GPU tier over a CPU tier, judged by ready time (--mode tiered --cpu-capacity N)";
-    static constexpr eviction_order order = eviction_order::time_varying;
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.
     /// Complexity: O(capacity) memory, about 33 bytes per item plus the

@@ -36,13 +36,12 @@
 
 namespace kvpolicy {
 
-class reuse_oracle_lru : public tracked_policy<reuse_oracle_lru> {
+class reuse_oracle_lru : public tracked_policy<reuse_oracle_lru, eviction_order::static_between_accesses> {
 public:
     /// No parameter: the trace supplies the answers.
     struct config_type {};
 
     static constexpr std::string_view name = "reuse_oracle_lru";
-    static constexpr eviction_order order = eviction_order::static_between_accesses;
     /// Reads `ctx.next_use`: simulators must pass the trace's next uses.
     static constexpr bool uses_future = true;
 

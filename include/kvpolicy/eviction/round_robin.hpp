@@ -30,12 +30,11 @@
 
 namespace kvpolicy {
 
-class round_robin : public tracked_policy<round_robin> {
+class round_robin : public tracked_policy<round_robin, eviction_order::static_between_accesses> {
 public:
     struct config_type {};
 
     static constexpr std::string_view name = "round_robin";
-    static constexpr eviction_order order = eviction_order::static_between_accesses;
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids.
     explicit round_robin(std::size_t capacity, const config_type& = {})

@@ -70,7 +70,7 @@
 
 namespace kvpolicy {
 
-class s3fifo : public tracked_policy<s3fifo> {
+class s3fifo : public tracked_policy<s3fifo, eviction_order::static_between_accesses> {
 public:
     struct config_type {
         /// Share of the capacity for the small queue S (paper: 10%).
@@ -99,7 +99,6 @@ public:
                "before the first eviction, new items go to M once S is full"}};
 
     static constexpr std::string_view name = "s3fifo";
-    static constexpr eviction_order order = eviction_order::static_between_accesses;
 
     explicit s3fifo(std::size_t capacity) : s3fifo(capacity, config_type{}) {}
 

@@ -29,9 +29,10 @@
 
 namespace kvpolicy {
 
+// static_between_accesses: the queue and the bits change only at the hooks.
 template <class Derived>
-class second_chance_policy : public tracked_policy<Derived> {
-    using tracked = tracked_policy<Derived>;
+class second_chance_policy : public tracked_policy<Derived, eviction_order::static_between_accesses> {
+    using tracked = tracked_policy<Derived, eviction_order::static_between_accesses>;
 
 public:
     void on_insert(item_id id, const access_context&) noexcept {

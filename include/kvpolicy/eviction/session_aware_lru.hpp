@@ -84,7 +84,7 @@
 
 namespace kvpolicy {
 
-class session_aware_lru : public tracked_policy<session_aware_lru> {
+class session_aware_lru : public tracked_policy<session_aware_lru, eviction_order::static_between_accesses> {
 public:
     struct config_type {
         /// Rule 2 applies when the farthest predicted wait exceeds this many
@@ -127,7 +127,6 @@ public:
                                               non_negative, "samples before the gap model predicts"}};
 
     static constexpr std::string_view name = "session_aware_lru";
-    static constexpr eviction_order order = eviction_order::static_between_accesses;
 
     explicit session_aware_lru(std::size_t capacity) : session_aware_lru(capacity, config_type{}) {}
 

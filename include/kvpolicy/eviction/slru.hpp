@@ -48,14 +48,13 @@ struct slru_config {
     std::size_t segments = 4;
 };
 
-class slru : public tracked_policy<slru> {
+class slru : public tracked_policy<slru, eviction_order::static_between_accesses> {
 public:
     using config_type = slru_config;
     static constexpr auto options =
         std::tuple{option{"segments", &config_type::segments, {1, 255}, "LRU segments; 1 is plain LRU"}};
 
     static constexpr std::string_view name = "slru";
-    static constexpr eviction_order order = eviction_order::static_between_accesses;
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids, or
     /// if `config.segments` is outside 1..255.

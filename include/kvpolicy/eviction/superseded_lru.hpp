@@ -48,12 +48,11 @@
 
 namespace kvpolicy {
 
-class superseded_lru : public tracked_policy<superseded_lru> {
+class superseded_lru : public tracked_policy<superseded_lru, eviction_order::static_between_accesses> {
 public:
     struct config_type {};
 
     static constexpr std::string_view name = "superseded_lru";
-    static constexpr eviction_order order = eviction_order::static_between_accesses;
 
     explicit superseded_lru(std::size_t capacity, const config_type& = {})
             : tracked_policy(capacity),

@@ -51,12 +51,11 @@
 
 namespace kvpolicy {
 
-class tail_aware_lru : public tracked_policy<tail_aware_lru> {
+class tail_aware_lru : public tracked_policy<tail_aware_lru, eviction_order::static_between_accesses> {
 public:
     using config_type = tail_reuse_learner::config_type;
 
     static constexpr std::string_view name = "tail_aware_lru";
-    static constexpr eviction_order order = eviction_order::static_between_accesses;
 
     explicit tail_aware_lru(std::size_t capacity) : tail_aware_lru(capacity, config_type{}) {}
 

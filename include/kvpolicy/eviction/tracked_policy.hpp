@@ -2,15 +2,16 @@
 // policy's header holds only what it decides: its ordering structures, its
 // `on_*` members and `pop_victim`.
 //
-// `tracked_policy<Derived>` (CRTP) owns the item_tracking, built with the
-// policy's own `name` (Derived::name) for its capacity errors, and gives the
-// read side of `eviction_policy` (capacity, size, evictable_size, contains,
-// counters), `pop_victims` as `pop_victim` one at a time, and an empty
-// `on_miss` for the policies that learn nothing from a miss (the insert that
-// follows says all). A policy that learns from a miss, or has a batch victim
-// order of its own, declares that member itself, and its declaration is the
-// one `eviction_policy` sees. The policy still writes `name`, `order` and
-// `config_type` beside each other (STYLE 16), and
+// `tracked_policy<Derived, Order>` (CRTP) owns the item_tracking, built with
+// the policy's own `name` (Derived::name) for its capacity errors, and gives
+// the read side of `eviction_policy` (capacity, size, evictable_size,
+// contains, counters), `order` (Order, named at the policy's first line
+// rather than restated in its body), `pop_victims` as `pop_victim` one at a
+// time, and an empty `on_miss` for the policies that learn nothing from a
+// miss (the insert that follows says all). A policy that learns from a miss,
+// or has a batch victim order of its own, declares that member itself, and
+// its declaration is the one `eviction_policy` sees. The policy still writes
+// `name` beside its `config_type` (STYLE 16), and
 // `static_assert(eviction_policy<...>)` after itself.
 #pragma once
 
@@ -21,14 +22,17 @@
 #include <utility>
 
 #include "kvpolicy/core/access_context.hpp"
+#include "kvpolicy/core/concepts.hpp"
 #include "kvpolicy/core/ids.hpp"
 #include "kvpolicy/eviction/item_tracking.hpp"
 
 namespace kvpolicy {
 
-template <class Derived>
+template <class Derived, eviction_order Order>
 class tracked_policy {
 public:
+    static constexpr eviction_order order = Order;
+
     /// Learns nothing from a miss: the insert that follows says all.
     void on_miss(const access_context&) noexcept {}
 

@@ -54,7 +54,7 @@ struct two_q_config {
     double kout = 0.5;
 };
 
-class two_q : public tracked_policy<two_q> {
+class two_q : public tracked_policy<two_q, eviction_order::static_between_accesses> {
 public:
     using config_type = two_q_config;
     static constexpr auto options = std::tuple{
@@ -62,7 +62,6 @@ public:
         option{"kout", &config_type::kout, non_negative, "keys A1out remembers, as a share of the capacity"}};
 
     static constexpr std::string_view name = "two_q";
-    static constexpr eviction_order order = eviction_order::static_between_accesses;
 
     /// Throws: config_error if `capacity` is 0 or does not fit 32-bit ids, if
     /// `kin` is outside 0..1 or if `kout` is negative or not finite.

@@ -145,7 +145,7 @@ private:
     std::vector<std::uint64_t> door_;      // [door_bits / 64]
 };
 
-class w_tinylfu : public tracked_policy<w_tinylfu> {
+class w_tinylfu : public tracked_policy<w_tinylfu, eviction_order::static_between_accesses> {
 public:
     struct config_type {
         /// Share of the capacity for the window LRU (paper: 1%, at least one item).
@@ -166,7 +166,6 @@ public:
                "recorded uses between sketch resets, in capacities"}};
 
     static constexpr std::string_view name = "w_tinylfu";
-    static constexpr eviction_order order = eviction_order::static_between_accesses;
 
     explicit w_tinylfu(std::size_t capacity) : w_tinylfu(capacity, config_type{}) {}
 
