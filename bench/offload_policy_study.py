@@ -7,8 +7,9 @@ blocks in those requests), with a GPU prefix cache of max(longest request + 16, 
 blocks, vLLM's step of 2048 tokens (128 blocks of 16; `--prefill-chunk` 128 x the trace's block
 size), the sessions' ends known (`--return-hints ends`) and a `--serve-rate` bisected until the LRU
 run's median waiting queue is 32: each policy's CPU-tier hits and its share of the LRU -> Belady gap
-closed, (p - lru) / (belady - lru). Prints a Markdown table (docs/which-policy.md, "A CPU tier
-behind vLLM's prefix cache") and writes the rows as JSON.
+closed, (p - lru) / (belady - lru), the queue-aware ones again with `--queue-past-gpu` ("past GPU":
+each queued request told past the GPU hit forecast for it). Prints a Markdown table
+(docs/which-policy.md, "A CPU tier behind vLLM's prefix cache") and writes the rows as JSON.
 
     python3 bench/offload_policy_study.py --sim build/release/tools/kvpolicy-sim
 """
@@ -32,6 +33,8 @@ TRACE_SET = {
 }
 POLICIES = ["lru", "belady", "adaptive_kv", "queue_aware_adaptive_kv", "predicted_return",
             "queue_aware_predicted_return"]
+# Run again with --queue-past-gpu (each queued request told past its forecast GPU hit), as "NAME past GPU".
+PAST_GPU = ["queue_aware_adaptive_kv", "queue_aware_predicted_return"]
 SHARES = [0.01, 0.05, 0.10]
 TARGET_QUEUE = 32
 
@@ -48,13 +51,15 @@ def head(path: Path, n: int) -> list[str]:
     return lines
 
 
-def simulate(sim: str, trace: str, block: int, gpu: int, cpu: int, rate: float, policies: list[str]) -> dict:
+def simulate(sim: str, trace: str, block: int, gpu: int, cpu: int, rate: float, policies: list[str],
+             extra: tuple[str, ...] = ()) -> dict:
     """kvpolicy-sim's offload mode on `trace`, its JSON rows by policy: vLLM's step of 2048 tokens
-    (128 vLLM blocks, one per trace block) as --prefill-chunk, the sessions' ends known.
-    bench/vllm_replay_study.py runs it beside vLLM's own scheduler."""
+    (128 vLLM blocks, one per trace block) as --prefill-chunk, the sessions' ends known; `extra`
+    flags appended. bench/vllm_replay_study.py runs it beside vLLM's own scheduler."""
     cmd = [sim, "--trace", trace, "--mode", "offload", "--policy", ",".join(policies), "--capacity", str(gpu),
            "--cpu-capacity", str(cpu), "--block-size", str(block), "--serve-rate", repr(rate),
-           "--prefill-chunk", str(128 * block), "--return-hints", "ends", "--output", "json", "--threads", "1"]
+           "--prefill-chunk", str(128 * block), "--return-hints", "ends", "--output", "json", "--threads", "1",
+           *extra]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return {row["policy"]: row for row in map(json.loads, out.splitlines()) if row}
 
@@ -100,6 +105,8 @@ def main(argv=None) -> int:
                 cpu = max(1, round(share * distinct))
                 rate, q = serve_rate(a.sim, str(trace), block, gpu, cpu, a.iterations)
                 res = simulate(a.sim, str(trace), block, gpu, cpu, rate, POLICIES)
+                past = simulate(a.sim, str(trace), block, gpu, cpu, rate, PAST_GPU, ("--queue-past-gpu",))
+                res.update({f"{k} past GPU": v for k, v in past.items()})
                 lru, bel = res["lru"]["cpu_hits"], res["belady"]["cpu_hits"]
                 row = {"trace": name, "share": share, "cpu": cpu, "gpu": gpu, "distinct": distinct,
                        "serve_rate": rate, "queue_p50_lru": q,
@@ -115,7 +122,7 @@ def main(argv=None) -> int:
 
 
 def markdown(rows) -> str:
-    shown = [p for p in POLICIES if p not in ("lru", "belady")]
+    shown = [p for p in POLICIES if p not in ("lru", "belady")] + [f"{p} past GPU" for p in PAST_GPU]
     out = ["| trace | CPU tier (blocks) | serve rate: LRU's median queue | lru | belady | " +
            " | ".join(shown) + " |", "|---|---:|---:|---:|---:|" + "---:|" * len(shown)]
     for r in rows:

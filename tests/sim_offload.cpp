@@ -253,6 +253,46 @@ TEST_CASE("offload mode: a queued request's chunks outlive a store that LRU lets
     REQUIRE(offload<lru>(requests, cfg).cpu_hits == 1);
 }
 
+TEST_CASE("offload mode with queue_past_gpu: the queue hears a request past the GPU hit forecast for it",
+          "[sim][offload]") {
+    // The worked case above. With a GPU of 3, R2's blocks fill it ahead of
+    // R3, so R3 is heard whole and the queue keeps 11 and 12 as before. With
+    // a GPU of 6, R3's 11 and 12 are forecast (rightly: two GPU hits) to be
+    // the GPU's: told only 13, which nothing has cached, the queue-aware LRU
+    // protects nothing and makes LRU's decisions; heard whole, it keeps 11
+    // and 12 in the CPU tier for a read the GPU serves, and decides
+    // otherwise.
+    auto req = [](std::vector<std::uint64_t> keys, std::uint64_t t) {
+        request_record r;
+        r.input_length = keys.size() * bs;
+        r.hash_ids = std::move(keys);
+        r.timestamp_ms = t;
+        return r;
+    };
+    const std::vector<request_record> requests{req({11, 12}, 0), req({31}, 1), req({21, 22, 23}, 2),
+                                               req({11, 12, 13}, 3)};
+    request_replay_config cfg;
+    cfg.capacity = 3;
+    cfg.cpu_capacity = 5;
+    cfg.block_size = bs;
+    cfg.lookahead = 1;
+    const auto of = [](const replay_result& r) { return counts{r.gpu_hits, r.cpu_hits, r.evictions}; };
+    const replay_result whole = offload<queue_aware<lru>>(requests, cfg);
+    cfg.queue_past_gpu = true;
+    CHECK(of(offload<queue_aware<lru>>(requests, cfg)) == of(whole));
+    CHECK(whole.cpu_hits == 2);
+
+    cfg.capacity = 6;
+    cfg.queue_past_gpu = false;
+    const replay_result heard_whole = offload<queue_aware<lru>>(requests, cfg);
+    cfg.queue_past_gpu = true;
+    const replay_result past_gpu = offload<queue_aware<lru>>(requests, cfg);
+    const replay_result plain = offload<lru>(requests, cfg);
+    CHECK(past_gpu.gpu_hits == 2);
+    CHECK(of(past_gpu) == of(plain));
+    CHECK(of(heard_whole) != of(plain));
+}
+
 TEST_CASE("offload mode refuses a tier of no blocks, and a queue of two models", "[sim][offload]") {
     const auto requests = conversations(1, 10, 5);
     request_replay_config cfg;

@@ -129,6 +129,10 @@ run_setup prepare(run_options o) {
         throw config_error(
             "--lookahead and --serve-rate apply to prefix, tiered and offload modes with one instance "
             "and no remote store (requests queue at one engine)");
+    if (opt.queue_past_gpu && (opt.mode != replay_mode::offload || (opt.lookahead == 0 && opt.serve_rate == 0)))
+        throw config_error(
+            "--queue-past-gpu applies to offload mode with a waiting queue (--lookahead or --serve-rate): it "
+            "trims what the CPU tier hears of each queued request");
     if (opt.prefill_chunk > 0 && opt.mode != replay_mode::offload)
         throw config_error("--prefill-chunk applies to offload mode (the CPU tier's stores, step by step)");
     if (opt.layers > 1 && (opt.mode == replay_mode::flat || opt.mode == replay_mode::offload))
@@ -172,6 +176,7 @@ run_setup prepare(run_options o) {
     r.lookahead = opt.lookahead;
     r.serve_rate = opt.serve_rate;
     r.prefill_chunk = opt.prefill_chunk;
+    r.queue_past_gpu = opt.queue_past_gpu;
     if (s.options.threads == 0) s.options.threads = std::max(1u, std::thread::hardware_concurrency());
     return s;
 }

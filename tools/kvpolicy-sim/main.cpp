@@ -90,6 +90,10 @@ int main(int argc, char** argv) {
         "--prefill-chunk", o.prefill_chunk,
         "offload mode: tokens a request prefills per engine step (vLLM's max_num_batched_tokens), each "
         "step's blocks offered to the CPU tier apart, as vLLM stores them; default: the whole prompt at once");
+    app.add_flag("--queue-past-gpu", o.queue_past_gpu,
+                 "offload mode with a queue: the CPU tier hears each queued request's blocks past those the GPU "
+                 "prefix cache is forecast to serve when it starts (the queue ahead of it fills the GPU), not all "
+                 "of them");
     auto* wl = app.add_option_group("built-in workload");
     wl->add_option("--sessions", o.workload.sessions, "chat sessions");
     wl->add_option("--session-rate", o.workload.session_rate_per_s, "session arrivals per second (Poisson)");

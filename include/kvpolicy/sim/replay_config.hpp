@@ -48,6 +48,10 @@ struct request_replay_config {
     /// Offload mode (replay_offload): tokens a request prefills per engine
     /// step, each step's blocks offered for storing apart; 0: one step.
     std::uint64_t prefill_chunk = 0;
+    /// Offload mode with a queue: each queued request is told to the CPU
+    /// tier past its forecast GPU hit (engine::front_cache_forecast over the
+    /// queue ahead of it and the GPU's `capacity`); false: all its blocks.
+    bool queue_past_gpu = false;
 };
 
 }  // namespace kvpolicy::sim

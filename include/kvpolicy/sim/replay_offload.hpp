@@ -22,7 +22,8 @@
 //   The policy hears the queue (enqueue / dequeue) where it can, as
 //   kvpolicy's connector tells it: arrival with the request's block keys,
 //   and leaving the queue after its lookup, when the scheduler has admitted
-//   it.
+//   it. With queue_past_gpu, arrival tells only the keys past the GPU hit
+//   engine::front_cache_forecast expects when the request starts.
 // - What vLLM hashes: full blocks only. A prompt's last partial block is
 //   computed and never cached; a hit stops before the prompt's last token
 //   (vLLM always computes it).
@@ -57,6 +58,7 @@
 #include "kvpolicy/core/concepts.hpp"
 #include "kvpolicy/core/error.hpp"
 #include "kvpolicy/engine/cache_policy_core.hpp"
+#include "kvpolicy/engine/front_cache_forecast.hpp"
 #include "kvpolicy/eviction/belady.hpp"
 #include "kvpolicy/sim/records.hpp"
 #include "kvpolicy/sim/replay_config.hpp"
@@ -96,6 +98,7 @@ public:
         }
     }
 
+    [[nodiscard]] bool holds(std::uint64_t key) const { return where_.contains(key); }
     [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
 
 private:
@@ -282,13 +285,36 @@ replay_result replay_offload(RequestSource& source, const request_replay_config&
     auto named = [&](const pending_request& q) {
         return q.req.has_session || cfg.expected_returns ? q.session : session_id{};
     };
+    // queue_past_gpu: each queued request told past its forecast GPU hit.
+    // The forecast hears every request in service order: one starts, then
+    // those that arrived meanwhile join behind it (`arrived`), and each
+    // leaves when it has run.
+    std::optional<engine::front_cache_forecast> forecast;
+    if (cfg.queue_past_gpu) forecast.emplace(cfg.capacity);
+    std::vector<pending_request*> arrived;
     // A request longer than the GPU never reaches the scheduler, nor its queue.
-    auto enqueue = [&](pending_request& q) {
+    auto tell_queue = [&](pending_request& q) {
         if constexpr (!bound) {
-            if (q.req.hash_ids.size() <= cfg.capacity) cpu->enqueue(q.index, named(q), q.req.hash_ids);
+            if (q.req.hash_ids.size() > cfg.capacity) return;
+            const std::span<const std::uint64_t> keys(q.req.hash_ids);
+            const std::size_t g =
+                forecast ? forecast->join(q.index, keys, [&](std::uint64_t k) { return gpu.holds(k); }) : 0;
+            cpu->enqueue(q.index, named(q), keys.subspan(g));
         }
     };
+    auto enqueue = [&](pending_request& q) {
+        if (forecast)
+            arrived.push_back(&q);
+        else
+            tell_queue(q);
+    };
     while (served.next(p, enqueue)) {
+        if (forecast) {
+            if (!p.queued && p.req.hash_ids.size() <= cfg.capacity)
+                (void)forecast->join(p.index, p.req.hash_ids, [](std::uint64_t) { return false; });
+            for (pending_request* q : arrived) tell_queue(*q);
+            arrived.clear();
+        }
         const request_record& req = p.req;
         const std::span<const std::uint64_t> keys(req.hash_ids);
         const std::size_t n = keys.size();
@@ -338,6 +364,7 @@ replay_result replay_offload(RequestSource& source, const request_replay_config&
         const std::uint64_t hit_tokens = std::min<std::uint64_t>((g + c) * cfg.block_size, tokens);
         r.hit_tokens += hit_tokens;
         served.served(tokens - hit_tokens);
+        if (forecast) (void)forecast->leave(p.index);  // its blocks are the GPU's free list's now
     }
     if constexpr (bound) {
         r.cpu_hits = offload_min_hits(reads, cfg.cpu_capacity);

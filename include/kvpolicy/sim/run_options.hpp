@@ -81,6 +81,10 @@ struct run_options {
     /// max_num_batched_tokens); each step's blocks are offered for storing
     /// apart. 0: the whole prompt in one step.
     std::uint64_t prefill_chunk = 0;
+    /// Offload mode with a queue: the CPU tier hears each queued request's
+    /// blocks past what the GPU is forecast to serve when it starts
+    /// (engine::front_cache_forecast), not all of them.
+    bool queue_past_gpu = false;
     prefill_cost_options cost;
 
     unsigned threads = 0;  ///< parallel runs; 0: all cores
