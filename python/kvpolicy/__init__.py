@@ -95,6 +95,7 @@ def simulate(
     lookahead: int = 0,
     serve_rate: float = 0.0,
     prefill_chunk: int = 0,
+    queue_past_gpu: bool = False,
     as_frame: bool = False,
     **options: Any,
 ) -> Union[List[Dict[str, Any]], "pandas.DataFrame"]:  # noqa: F821
@@ -123,7 +124,8 @@ def simulate(
     too); otherwise only the policies given run.
     lookahead, serve_rate: the waiting queue (``--lookahead``,
     ``--serve-rate``); prefill_chunk: offload mode's tokens per engine step
-    (``--prefill-chunk``).
+    (``--prefill-chunk``); queue_past_gpu: offload mode's queue told past the
+    GPU hit forecast for each request (``--queue-past-gpu``).
     The GIL is released while the runs go, in ``threads`` threads (0: all cores).
     """
     if isinstance(policies, str):
@@ -134,7 +136,7 @@ def simulate(
     text = _simulate_json(
         None if trace is None else str(trace), format, mode, list(policies), [int(c) for c in capacities],
         cpu_capacity, cpu_policy, block_size, layers, seed, threads, skip_bad_lines, cost, options, return_hints,
-        bounds, lookahead, serve_rate, prefill_chunk,
+        bounds, lookahead, serve_rate, prefill_chunk, queue_past_gpu,
     )
     rows = [json.loads(line) for line in text.splitlines() if line]
     if as_frame:

@@ -31,7 +31,7 @@ void bind_simulate(nb::module_& m) {
            const std::string& cpu_policy, std::uint32_t block_size, std::uint32_t layers, std::uint64_t seed,
            unsigned threads, bool skip_bad_lines, const nb::dict& cost, const nb::dict& workload,
            std::optional<std::string> return_hints, bool bounds, std::size_t lookahead, double serve_rate,
-           std::uint64_t prefill_chunk) {
+           std::uint64_t prefill_chunk, bool queue_past_gpu) {
             sim::run_options o;
             o.trace = trace.value_or("");
             o.format = format ? (*format == "csv" ? sim::trace_format::csv : sim::trace_format::mooncake)
@@ -58,9 +58,10 @@ void bind_simulate(nb::module_& m) {
             if (capacities.empty()) throw config_error("simulate: give at least one capacity in blocks");
             o.policies = std::move(policies);  // names or "all", each looked up once by the driver
             o.bounds = bounds;                 // kvpolicy-sim --bounds
-            o.lookahead = lookahead;           // the driver checks these three
+            o.lookahead = lookahead;  // the driver checks these four
             o.serve_rate = serve_rate;
             o.prefill_chunk = prefill_chunk;
+            o.queue_past_gpu = queue_past_gpu;
             for (std::size_t c : capacities) {
                 if (c == 0) throw config_error("simulate: capacity 0 cannot hold a block; give at least 1");
                 o.capacities.push_back({.blocks = c, .text = std::to_string(c)});
@@ -95,7 +96,8 @@ void bind_simulate(nb::module_& m) {
         nb::arg("capacities"), nb::arg("cpu_capacity"), nb::arg("cpu_policy"), nb::arg("block_size"), nb::arg("layers"),
         nb::arg("seed"), nb::arg("threads"), nb::arg("skip_bad_lines"), nb::arg("cost"), nb::arg("workload"),
         nb::arg("return_hints").none(), nb::arg("bounds"), nb::arg("lookahead"), nb::arg("serve_rate"),
-        nb::arg("prefill_chunk"), "kvpolicy-sim --output json, as text (kvpolicy.simulate parses it).");
+        nb::arg("prefill_chunk"), nb::arg("queue_past_gpu"),
+        "kvpolicy-sim --output json, as text (kvpolicy.simulate parses it).");
     m.def(
         "derive_sessions",
         [](const std::vector<std::vector<std::uint64_t>>& hash_ids, const std::vector<std::uint64_t>& input_lengths,

@@ -61,6 +61,12 @@ def test_flat_misses_equal_libcachesim_on_the_mooncake_block_csvs(traces):
          dict(trace="{m}/conversation_trace.jsonl", block_size=512, mode="offload",
               policies="lru,queue_aware_adaptive_kv,belady", capacities=300, cpu_capacity=2000, serve_rate=3e6,
               prefill_chunk=65536, return_hints="ends")),
+        (["--trace", "{m}/conversation_trace.jsonl", "--block-size", "512", "--mode", "offload",
+          "--policy", "queue_aware_predicted_return", "--capacity", "300", "--cpu-capacity", "2000",
+          "--serve-rate", "3e6", "--queue-past-gpu"],
+         dict(trace="{m}/conversation_trace.jsonl", block_size=512, mode="offload",
+              policies="queue_aware_predicted_return", capacities=300, cpu_capacity=2000, serve_rate=3e6,
+              queue_past_gpu=True)),
         (["--policy", "lru,gdsf", "--capacity", "800", "--sessions", "50"],
          dict(policies=["lru", "gdsf"], capacities=[800], sessions=50)),
         (["--policy", "arc", "--capacity", "800", "--sessions", "50", "--bounds"],
@@ -122,6 +128,8 @@ def test_simulate_errors():
         kvpolicy.simulate(mode="offload", cpu_capacity=100, layers=4)
     with pytest.raises(kvpolicy.ConfigError, match=r"^--lookahead and --serve-rate both model the waiting queue"):
         kvpolicy.simulate(lookahead=4, serve_rate=1e6)
+    with pytest.raises(kvpolicy.ConfigError, match=r"^--queue-past-gpu applies to offload mode with a waiting queue"):
+        kvpolicy.simulate(mode="offload", cpu_capacity=100, queue_past_gpu=True)
 
 
 def test_derive_sessions_is_the_simulators_conversations():
