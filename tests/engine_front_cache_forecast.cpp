@@ -86,8 +86,9 @@ TEST_CASE("front_cache_forecast: leave and join again", "[engine][forecast]") {
 }
 
 TEST_CASE("front_cache_forecast: a GPU of 0 blocks is refused, naming the fix", "[engine][forecast][errors]") {
-    CHECK_THROWS_WITH(front_cache_forecast(0), "front_cache_forecast: gpu_blocks is 0; give the GPU prefix "
-                                               "cache's size in blocks");
+    CHECK_THROWS_WITH(front_cache_forecast(0),
+                      "front_cache_forecast: gpu_blocks is 0; give the GPU prefix "
+                      "cache's size in blocks");
 }
 
 TEST_CASE("front_cache_forecast forecasts as the naive rule on long random queues", "[engine][forecast]") {

@@ -58,7 +58,7 @@ void bind_simulate(nb::module_& m) {
             if (capacities.empty()) throw config_error("simulate: give at least one capacity in blocks");
             o.policies = std::move(policies);  // names or "all", each looked up once by the driver
             o.bounds = bounds;                 // kvpolicy-sim --bounds
-            o.lookahead = lookahead;  // the driver checks these four
+            o.lookahead = lookahead;           // the driver checks these four
             o.serve_rate = serve_rate;
             o.prefill_chunk = prefill_chunk;
             o.queue_past_gpu = queue_past_gpu;
