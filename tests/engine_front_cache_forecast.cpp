@@ -62,10 +62,10 @@ TEST_CASE("front_cache_forecast: a worked example", "[engine][forecast]") {
     // Ahead, newest first: {1, 2, 9}, then 4 of {4, 5}: full, so request
     // 1's 3 (and 5) are outside the window.
     CHECK(f.join(4, keys{9, 4, 3}, none) == 2);
-    CHECK(f.queued() == 4);
+    CHECK(f.requests() == 4);
     // Request 3 starts: it no longer stands ahead of anyone.
     CHECK(f.leave(3));
-    CHECK(f.queued() == 3);
+    CHECK(f.requests() == 3);
     // Ahead, newest first: {9, 4, 3}, {4, 5}: four blocks, full.
     CHECK(f.join(5, keys{5, 3, 9, 1}, none) == 3);
 }
@@ -77,11 +77,11 @@ TEST_CASE("front_cache_forecast: leave and join again", "[engine][forecast]") {
     CHECK(f.join(8, keys{1, 2, 3}, none) == 2);
     // Request 7 queued again (a preemption): it goes to the back, behind 8.
     CHECK(f.join(7, keys{1, 2, 3, 4}, none) == 3);
-    CHECK(f.queued() == 2);
+    CHECK(f.requests() == 2);
     CHECK(f.leave(8));
     CHECK(f.leave(7));
     CHECK_FALSE(f.leave(7));
-    CHECK(f.queued() == 0);
+    CHECK(f.requests() == 0);
     CHECK(f.join(9, keys{1, 2}, none) == 0);  // nothing ahead, nothing held
 }
 
@@ -116,7 +116,7 @@ TEST_CASE("front_cache_forecast forecasts as the naive rule on long random queue
                 const std::uint64_t id = ids.empty() || rng() % 6 == 0 ? 1u << 30 : ids[rng() % ids.size()];
                 REQUIRE(f.leave(id) == want.leave(id));
             }
-            REQUIRE(f.queued() == want.queue.size());
+            REQUIRE(f.requests() == want.queue.size());
         }
     }
 }

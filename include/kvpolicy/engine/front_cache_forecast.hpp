@@ -32,7 +32,6 @@
 #include <cstdint>
 #include <list>
 #include <span>
-#include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -59,14 +58,14 @@ public:
     std::size_t join(std::uint64_t request, std::span<const std::uint64_t> keys, HeldNow&& held_now) {
         (void)leave(request);
         window_.clear();
-        for (auto it = queue_.rbegin(); it != queue_.rend() && window_.size() < gpu_blocks_; ++it)
+        for (auto it = requests_.rbegin(); it != requests_.rend() && window_.size() < gpu_blocks_; ++it)
             for (auto k = it->second.begin(); k != it->second.end() && window_.size() < gpu_blocks_; ++k)
                 window_.insert(*k);
         const bool room = window_.size() < gpu_blocks_;
         std::size_t hit = 0;
         while (hit < keys.size() && (window_.contains(keys[hit]) || (room && held_now(keys[hit])))) ++hit;
-        queue_.emplace_back(request, std::vector<std::uint64_t>(keys.begin(), keys.end()));
-        place_[request] = std::prev(queue_.end());
+        requests_.emplace_back(request, std::vector<std::uint64_t>(keys.begin(), keys.end()));
+        place_[request] = std::prev(requests_.end());
         return hit;
     }
 
@@ -76,19 +75,20 @@ public:
     bool leave(std::uint64_t request) {
         const auto it = place_.find(request);
         if (it == place_.end()) return false;
-        queue_.erase(it->second);
+        requests_.erase(it->second);
         place_.erase(it);
         return true;
     }
 
-    [[nodiscard]] std::size_t queued() const noexcept { return queue_.size(); }
+    /// Requests waiting or running: joined and not yet left.
+    [[nodiscard]] std::size_t requests() const noexcept { return requests_.size(); }
     [[nodiscard]] std::size_t gpu_blocks() const noexcept { return gpu_blocks_; }
 
 private:
     using entry = std::pair<std::uint64_t, std::vector<std::uint64_t>>;  // request, its keys
 
     std::size_t gpu_blocks_;
-    std::list<entry> queue_;  // waiting or running, oldest arrival first
+    std::list<entry> requests_;  // waiting or running, oldest arrival first
     std::unordered_map<std::uint64_t, std::list<entry>::iterator> place_;
     std::unordered_set<std::uint64_t> window_;  // join's scratch, kept to reuse its buckets
 };
