@@ -17,6 +17,7 @@
 #include <kvpolicy/sparse/paged_kv_indices.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -105,6 +106,60 @@ void bad_input() {
     }));
 }
 
+// A token tensor viewed as pages ends inside its last page: the extent
+// check must accept exactly the tensor (the GPU run at 1000 tokens, 16-token
+// pages, was refused before last_page_tokens), and refuse a byte less. The
+// reference walks every token the pages hold.
+void partial_last_page() {
+    std::printf("pages over a token tensor, the last one partial\n");
+    std::mt19937_64 rng(7);
+    for (int trial = 0; trial < 300; ++trial) {
+        const std::uint32_t n = 1 + static_cast<std::uint32_t>(rng() % 2000);
+        const std::uint32_t page = std::array<std::uint32_t, 4>{1, 16, 32, 64}[rng() % 4];
+        const std::uint32_t hkv = std::array<std::uint32_t, 3>{1, 2, 8}[rng() % 3];
+        const std::uint32_t blocks = (n + page - 1) / page, tail = n - (blocks - 1) * page;
+        // MInference's pool: one head per page, page id c * page * hkv + h.
+        std::size_t reached = 0;
+        for (std::uint32_t j = 0; j < n; ++j)
+            for (std::uint32_t h = 0; h < hkv; ++h) {
+                const std::size_t id = std::size_t{j / page} * page * hkv + h;
+                reached = std::max(reached, id * d + std::size_t{j % page} * hkv * d + d);
+            }
+        fi::paged_kv_cache<bf16> alias{.k = {},
+                                       .v = {},
+                                       .page_stride = d,
+                                       .token_stride = std::size_t{hkv} * d,
+                                       .num_pages = (blocks - 1) * page * hkv + hkv,
+                                       .page_size = page,
+                                       .num_kv_heads = 1,
+                                       .head_dim = d,
+                                       .last_page_tokens = tail};
+        KVPOLICY_EXPECT(reached == std::size_t{n} * hkv * d && alias.extent() == reached);
+        // One request's contiguous K as packed pages.
+        const fi::paged_kv_cache<bf16> packed{.k = {},
+                                              .v = {},
+                                              .num_pages = blocks,
+                                              .page_size = page,
+                                              .num_kv_heads = hkv,
+                                              .head_dim = d,
+                                              .last_page_tokens = tail};
+        KVPOLICY_EXPECT(packed.extent() == std::size_t{n} * hkv * d);
+        const fi::attention_heads heads{.num_q_heads = hkv * 4, .num_kv_heads = hkv};
+        fi::paged_kv_cache<bf16> sized = packed;
+        sized.k = sized.v = device_span<const bf16>{nullptr, packed.extent()};
+        KVPOLICY_EXPECT(!throws<usage_error>([&] { fi::detail::check_cache(sized, heads, page, "test"); }));
+        sized.k = device_span<const bf16>{nullptr, packed.extent() - 1};
+        KVPOLICY_EXPECT(throws<usage_error>([&] { fi::detail::check_cache(sized, heads, page, "test"); }));
+        sized.k = sized.v;
+        sized.last_page_tokens = page + 1;  // more than a page holds
+        KVPOLICY_EXPECT(throws<usage_error>([&] { fi::detail::check_cache(sized, heads, page, "test"); }));
+        if (tail != page) {  // as a full last page it reaches past the tensor
+            sized.last_page_tokens = 0;
+            KVPOLICY_EXPECT(throws<usage_error>([&] { fi::detail::check_cache(sized, heads, page, "test"); }));
+        }
+    }
+}
+
 template <class T>
 void dense(std::mt19937_64& rng) {
     std::printf("dense causal prefill, %s\n", element_name<T>());
@@ -166,6 +221,7 @@ void sparse(std::mt19937_64& rng, std::uint32_t n, std::uint32_t nv, std::uint32
 int main() {
     using namespace flashinfer_prefill_test;
     bad_input();
+    partial_last_page();
     if (kvpolicy::cuda::testing::failures != 0) return 1;
     if (const int skip = kvpolicy::cuda::testing::skip_without_device("cuda_flashinfer_prefill")) return skip;
     std::mt19937_64 rng(46);

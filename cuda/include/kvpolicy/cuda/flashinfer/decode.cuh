@@ -60,6 +60,11 @@ struct paged_kv_cache {
     std::uint32_t page_size = 0;
     std::uint32_t num_kv_heads = 0;
     std::uint32_t head_dim = instantiated_head_dim;
+    /// Tokens page num_pages - 1 holds, 1 .. page_size; 0 = page_size. A
+    /// token tensor viewed as pages (one request's contiguous K, MInference's
+    /// pages over the prompt's keys) ends inside its last page, and FlashInfer
+    /// reads no token past a request's last_page_len.
+    std::uint32_t last_page_tokens = 0;
 
     [[nodiscard]] std::size_t token() const noexcept {
         return token_stride != 0 ? token_stride : std::size_t{num_kv_heads} * head_dim;
@@ -69,8 +74,9 @@ struct paged_kv_cache {
     }
     /// Elements of k (and v) the last page's last token reaches.
     [[nodiscard]] std::size_t extent() const noexcept {
+        const std::size_t last_tokens = last_page_tokens != 0 ? last_page_tokens : page_size;
         return num_pages == 0 ? 0
-                              : (std::size_t{num_pages} - 1) * stride() + (std::size_t{page_size} - 1) * token() +
+                              : (std::size_t{num_pages} - 1) * stride() + (last_tokens - 1) * token() +
                                     std::size_t{num_kv_heads} * head_dim;
     }
 };
@@ -138,6 +144,10 @@ void check_cache(const paged_kv_cache<T>& kv, const attention_heads& h, std::uin
                           std::to_string(kv.token()) +
                           ": a token holds num_kv_heads x head_dim elements and "
                           "FlashInfer keeps strides in 32 bits");
+    if (kv.last_page_tokens > page_size)
+        throw usage_error(who + ": last_page_tokens " + std::to_string(kv.last_page_tokens) +
+                          " is more than a page's " + std::to_string(page_size) +
+                          " tokens; give 1 .. page_size, or 0 for a full last page");
     const std::size_t need = kv.extent();
     if (kv.k.size() < need || kv.v.size() < need)
         throw usage_error(who + ": k holds " + std::to_string(kv.k.size()) + " and v " + std::to_string(kv.v.size()) +

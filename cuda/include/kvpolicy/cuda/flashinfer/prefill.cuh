@@ -291,6 +291,8 @@ public:
         detail::swap_outer(q.data(), q_major_.get(), num_tokens_, hkv, row, s);
         // One KV head per request over the NHD key tensor: page id c * page * hkv + h
         // starts at element (c * page * hkv + h) * head_dim, its tokens hkv * head_dim apart.
+        // The highest page id, c = key_blocks - 1 and h = hkv - 1, ends at the
+        // prompt's last token: n - c * page of its tokens exist.
         const auto pool = [&](std::uint32_t page, std::uint32_t pages) {
             return paged_kv_cache<T>{.k = k,
                                      .v = v,
@@ -299,7 +301,8 @@ public:
                                      .num_pages = pages,
                                      .page_size = page,
                                      .num_kv_heads = 1,
-                                     .head_dim = heads_.head_dim};
+                                     .head_dim = heads_.head_dim,
+                                     .last_page_tokens = num_tokens_ - (num_tokens_ - 1) / page * page};
         };
         const device_span<T> o_slash{o_major_.get(), qv};
         slashes_.run(q_major, qo, pool(page_size_, slash_pages_), slash_kv_.view(), o_slash, lse_slash);
