@@ -237,13 +237,29 @@ void quest_rows(cudaStream_t stream, int reps, row_writer& out) {
             dense.plan(indptr, heads, page);
             const double dense_us =
                 bench::time_gpu_us(stream, reps, [&] { dense.run(qv, c.view(), dense_idx.view(), o.view()); });
+            // The batched selection: every request's scores in one launch, its top-K in one CTA of another.
+            const auto batched_select = [&] {
+                q_sel.select_top_paged(layer_index{0}, dlayout, q32.view(std::size_t{requests} * q_heads * d), q_heads,
+                                       positions.view(), status.view(requests), flags.view(requests));
+            };
+            const double batched_us = bench::time_gpu_us(stream, reps, [&] {
+                batched_select();
+                dlayout.write(positions.view(), indices.view(), last.view(), stream);
+                sparse.run(qv, c.view(), sparse_idx, o.view());
+            });
             out.add("quest", "quest end to end (score+topK+indices+decode)", tokens, requests, quest_us,
                     "flashinfer dense batch_decode", dense_us);
-            if (requests == 1) {
-                const double score_us = bench::time_gpu_us(stream, reps, [&] { score_top_k(0); });
-                out.add("quest", "quest score + top-K alone", tokens, 1, score_us, "flashinfer dense batch_decode",
-                        dense_us);
-            }
+            out.add("quest", "quest end to end, batched select_top_paged", tokens, requests, batched_us,
+                    "flashinfer dense batch_decode", dense_us);
+            const double per_request_select_us = bench::time_gpu_us(stream, reps, [&] {
+                for (std::uint32_t r = 0; r < requests; ++r) score_top_k(r);
+            });
+            const double batched_select_us = bench::time_gpu_us(stream, reps, batched_select);
+            out.add("quest", "quest score + top-K, batched select_top_paged", tokens, requests, batched_select_us,
+                    "select_top_device per request", per_request_select_us);
+            if (requests == 1)
+                out.add("quest", "quest score + top-K alone", tokens, 1, per_request_select_us,
+                        "flashinfer dense batch_decode", dense_us);
         }
     }
 }

@@ -278,6 +278,35 @@ void quest_sparse(std::mt19937_64& rng) {
     std::printf("  device conversion equals the host one: %s\n",
                 got_indices == want.indices && got_last == want.last_page_len ? "yes" : "NO");
 
+    // The batched selection (two launches for the batch) chooses the same
+    // pages per request, in position order, and its indices are the same.
+    device_buffer<std::uint32_t> batched(std::max<std::uint32_t>(layout.positions, 1));
+    poison(batched.view());
+    device_buffer<select_status> batched_status(batch);
+    device_buffer<std::uint32_t> batched_flags(batch);
+    quest.select_top_paged(layer_index{0}, dlayout, device_span<const float>{dq32.get(), q.size()}, q_heads,
+                           batched.view(), batched_status.view(), batched_flags.view());
+    device_buffer<std::int32_t> batched_indices(layout.indptr.back()), batched_last(batch);
+    dlayout.write(device_span<const std::uint32_t>{batched.get(), layout.positions}, batched_indices.view(),
+                  batched_last.view(), stream.get());
+    KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+    const std::vector<std::uint32_t> batched_positions = download(batched.get(), layout.positions);
+    const std::vector<select_status> statuses = download(batched_status.get(), batch);
+    const std::vector<std::uint32_t> flags_back = download(batched_flags.get(), batch);
+    for (std::uint32_t r = 0; r < batch; ++r) {
+        const quest_paged_row& row = layout.rows[r];
+        const auto first = std::ptrdiff_t{row.positions_begin}, last_one = first + std::ptrdiff_t{row.keep};
+        std::vector<std::uint32_t> one(chosen_positions.begin() + first, chosen_positions.begin() + last_one);
+        std::sort(one.begin(), one.end());
+        const std::vector<std::uint32_t> mine(batched_positions.begin() + first, batched_positions.begin() + last_one);
+        KVPOLICY_EXPECT(mine == one);  // the same set, already in position order
+        KVPOLICY_EXPECT(statuses[r].nan_count == 0 && statuses[r].selected == row.keep && flags_back[r] == 0);
+    }
+    KVPOLICY_EXPECT(download(batched_indices.get(), want.indices.size()) == want.indices);
+    KVPOLICY_EXPECT(download(batched_last.get(), batch) == want.last_page_len);
+    std::printf("  batched selection equals the per-request one: %s\n",
+                download(batched_indices.get(), want.indices.size()) == want.indices ? "yes" : "NO");
+
     // Attention over exactly those pages.
     const std::vector<float> got = to_floats(download(dout.get(), q.size()));
     for (std::uint32_t r = 0; r < batch; ++r) {

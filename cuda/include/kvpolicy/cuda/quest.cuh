@@ -37,10 +37,12 @@
 // produced the keys, so `on_offload` sees them. `select` is synchronous (its
 // output is a host span); `score_blocks` is not, nor is `select_top_device`,
 // the score + top-K path with no host round trip (query check, scores and
-// radix select enqueued back to back, results left in device memory).
+// radix select enqueued back to back, results left in device memory), nor
+// `select_top_paged`, the same for a whole paged batch in two launches.
 #pragma once
 
 #include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -59,8 +61,12 @@
 #include "kvpolicy/core/sparse_context.hpp"
 #include "kvpolicy/cuda/check.cuh"
 #include "kvpolicy/cuda/memory.cuh"
+#include "kvpolicy/cuda/quest_paged_kv.cuh"
 #include "kvpolicy/cuda/select.cuh"
+#include "kvpolicy/cuda/select_key.cuh"
+#include "kvpolicy/sparse/cta_radix_select_math.hpp"
 #include "kvpolicy/sparse/kv_element.hpp"
+#include "kvpolicy/sparse/paged_kv_row.hpp"
 #include "kvpolicy/sparse/quest.hpp"
 #include "kvpolicy/sparse/quest_math.hpp"
 
@@ -106,32 +112,149 @@ __global__ void __launch_bounds__(quest_threads)
     if (threadIdx.x == 0) has_metadata_span.data()[std::size_t{layer} * dims.num_blocks + block] = bad != 0 ? 0 : 1;
 }
 
-// grid.x = candidates; out[j] = score of blocks[j] (negated with `negate`),
-// +inf (-inf) without metadata. Each thread's partial is
-// quest_score_thread_partial's (fp32 over the widened T metadata), summed
-// by cub::BlockReduce.
+// One CTA's score of one block: the sum over query heads and channels of
+// quest_score_thread_partial (fp32 over the widened T metadata), reduced
+// with cub::BlockReduce; +inf without metadata; negated with `negate`.
+// Thread 0 writes *out.
+template <kv_element T>
+__device__ void quest_score_block(const float* query, std::uint32_t num_q_heads, std::uint32_t block,
+                                  std::uint32_t layer, quest_dims dims, const T* key_min, const T* key_max,
+                                  const std::uint8_t* has_metadata, bool negate, float* out,
+                                  typename cub::BlockReduce<float, quest_threads>::TempStorage& storage) {
+    const std::size_t flag = std::size_t{layer} * dims.num_blocks + block;
+    if (has_metadata[flag] == 0) {  // the same for the whole thread block
+        if (threadIdx.x == 0)
+            *out = negate ? -::cuda::std::numeric_limits<float>::infinity()
+                          : ::cuda::std::numeric_limits<float>::infinity();
+        return;
+    }
+    const std::size_t at = flag * dims.num_kv_heads * dims.head_dim;
+    const float partial =
+        quest_score_thread_partial(query, key_min + at, key_max + at, num_q_heads, num_q_heads / dims.num_kv_heads,
+                                   dims.head_dim, threadIdx.x, blockDim.x);
+    const float total = cub::BlockReduce<float, quest_threads>(storage).Sum(partial);
+    if (threadIdx.x == 0) *out = negate ? -total : total;
+}
+
+// grid.x = candidates; out[j] = score of blocks[j] (negated with `negate`).
 template <kv_element T>
 __global__ void __launch_bounds__(quest_threads)
     quest_score_kernel(device_span<const float> query_span, std::uint32_t num_q_heads,
                        device_span<const std::uint32_t> blocks, std::uint32_t layer, quest_dims dims,
                        device_span<const T> key_min_span, device_span<const T> key_max_span,
                        device_span<const std::uint8_t> has_metadata, bool negate, device_span<float> out) {
-    using reduce_t = cub::BlockReduce<float, quest_threads>;
-    __shared__ typename reduce_t::TempStorage storage;
-    const std::uint32_t block = blocks[blockIdx.x];
-    const std::size_t flag = std::size_t{layer} * dims.num_blocks + block;
-    if (has_metadata[flag] == 0) {  // the same for the whole thread block
-        if (threadIdx.x == 0)
-            out[blockIdx.x] = negate ? -::cuda::std::numeric_limits<float>::infinity()
-                                     : ::cuda::std::numeric_limits<float>::infinity();
+    __shared__ typename cub::BlockReduce<float, quest_threads>::TempStorage storage;
+    quest_score_block<T>(query_span.data(), num_q_heads, blocks[blockIdx.x], layer, dims, key_min_span.data(),
+                         key_max_span.data(), has_metadata.data(), negate, out.data() + blockIdx.x, storage);
+}
+
+// grid = (max_middle, batch): CTA (i, r) scores request r's middle candidate
+// i, page pages[table_begin + middle_begin + i], into scores[r * max_middle
+// + i], negated (the selection takes the lowest). Rows whose selection is
+// empty or everything (cta_radix_needs_passes) are not scored.
+template <kv_element T>
+__global__ void __launch_bounds__(quest_threads)
+    quest_paged_score_kernel(device_span<const quest_paged_row> rows, device_span<const std::int32_t> pages,
+                             device_span<const float> queries, std::uint32_t num_q_heads, std::uint32_t layer,
+                             quest_dims dims, device_span<const T> key_min, device_span<const T> key_max,
+                             device_span<const std::uint8_t> has_metadata, std::uint32_t max_middle,
+                             device_span<float> scores) {
+    __shared__ typename cub::BlockReduce<float, quest_threads>::TempStorage storage;
+    const quest_paged_row row = rows[blockIdx.y];
+    const std::uint32_t middle = row.middle_end - row.middle_begin;
+    if (blockIdx.x >= middle || !cta_radix_needs_passes(middle, row.keep)) return;
+    const auto block = static_cast<std::uint32_t>(pages[row.table_begin + row.middle_begin + blockIdx.x]);
+    quest_score_block<T>(queries.data() + std::size_t{blockIdx.y} * num_q_heads * dims.head_dim, num_q_heads, block,
+                         layer, dims, key_min.data(), key_max.data(), has_metadata.data(), true,
+                         scores.data() + std::size_t{blockIdx.y} * max_middle + blockIdx.x, storage);
+}
+
+inline constexpr int paged_select_threads = 512;
+
+// grid = batch: CTA r checks request r's query (flags[r]) and selects the
+// keep lowest of its negated scores into positions[positions_begin ..], in
+// position order, ties to the lower position: sparse/cta_radix_select_math's
+// radix select (four 8-bit passes, a shared histogram each, one warp picking
+// the digit), then a compaction of two block scans per chunk. A NaN score
+// leaves the positions unwritten and is reported in status[r], as
+// select_lowest reports it (nan_id: the position).
+__global__ void __launch_bounds__(paged_select_threads)
+    quest_paged_select_kernel(device_span<const quest_paged_row> rows, device_span<const float> queries,
+                              std::uint32_t query_values, device_span<const float> scores, std::uint32_t max_middle,
+                              device_span<std::uint32_t> positions, device_span<select_status> status,
+                              device_span<std::uint32_t> flags) {
+    using scan_t = cub::BlockScan<std::uint32_t, paged_select_threads>;
+    __shared__ typename scan_t::TempStorage scan;
+    __shared__ std::uint32_t hist[cta_radix_bins];
+    __shared__ std::uint32_t nan_count, nan_index;
+    __shared__ cta_radix_pick pick;
+    const std::uint32_t r = blockIdx.x, t = threadIdx.x;
+    const quest_paged_row row = rows[r];
+    const std::uint32_t n = row.middle_end - row.middle_begin, k = row.keep < n ? row.keep : n;
+    if (t == 0) {
+        nan_count = 0;
+        nan_index = 0xffffffffu;
+    }
+    const int bad =
+        quest_query_thread_nonfinite(queries.data() + std::size_t{r} * query_values, query_values, t, blockDim.x) ? 1
+                                                                                                                  : 0;
+    const int any_bad = __syncthreads_or(bad);  // also publishes the NaN counters' start
+    if (t == 0) flags[r] = any_bad != 0 ? 1u : 0u;
+    std::uint32_t* const out = positions.data() + row.positions_begin;
+    if (!cta_radix_needs_passes(n, k)) {  // nothing scored: none or every candidate
+        for (std::uint32_t i = t; i < k; i += blockDim.x) out[i] = i;
+        if (t == 0) status[r] = select_status{0, 0, 0, k};
         return;
     }
-    const std::size_t at = flag * dims.num_kv_heads * dims.head_dim;
-    const float partial =
-        quest_score_thread_partial(query_span.data(), key_min_span.data() + at, key_max_span.data() + at, num_q_heads,
-                                   num_q_heads / dims.num_kv_heads, dims.head_dim, threadIdx.x, blockDim.x);
-    const float total = reduce_t(storage).Sum(partial);
-    if (threadIdx.x == 0) out[blockIdx.x] = negate ? -total : total;
+    const float* const s = scores.data() + std::size_t{r} * max_middle;
+    for (std::uint32_t i = t; i < n; i += blockDim.x)
+        if (s[i] != s[i]) {
+            atomicAdd(&nan_count, 1u);
+            atomicMin(&nan_index, i);
+        }
+    __syncthreads();
+    if (nan_count != 0) {
+        if (t == 0) status[r] = select_status{nan_count, nan_index, nan_index, 0};
+        return;
+    }
+    cta_radix_cut cut = cta_radix_start(n, k);
+    for (int pass = 0; pass < cta_radix_passes; ++pass) {
+        for (std::uint32_t b = t; b < cta_radix_bins; b += blockDim.x) hist[b] = 0;
+        __syncthreads();
+        for (std::uint32_t i = t; i < n; i += blockDim.x) {
+            const std::uint32_t key = ordered_bits(s[i]);
+            if (cta_radix_in_prefix(key, cut.threshold, pass)) atomicAdd(&hist[cta_radix_digit(key, pass)], 1u);
+        }
+        __syncthreads();
+        if (t < 32) {  // one warp: an inclusive scan of the lanes' sums, then the lane holding the rank picks
+            const std::uint32_t sum = cta_radix_lane_sum(hist, t);
+            std::uint32_t inclusive = sum;
+            for (std::uint32_t o = 1; o < 32; o <<= 1) {
+                const std::uint32_t v = __shfl_up_sync(0xffffffffu, inclusive, o);
+                if (t >= o) inclusive += v;
+            }
+            cta_radix_pick mine;
+            if (cta_radix_pick_in_lane(hist, t, inclusive - sum, cut.rank, mine)) pick = mine;
+        }
+        __syncthreads();
+        cut = cta_radix_narrow(cut, pass, pick);
+    }
+    std::uint32_t tied_seen = 0, taken = 0;
+    for (std::uint32_t base = 0; base < n; base += blockDim.x) {
+        const std::uint32_t i = base + t;
+        const bool in = i < n;
+        const std::uint32_t key = in ? ordered_bits(s[i]) : 0u;
+        std::uint32_t tied_before = 0, chunk_tied = 0, slot = 0, chunk_taken = 0;
+        scan_t(scan).ExclusiveSum(in && key == cut.threshold ? 1u : 0u, tied_before, chunk_tied);
+        __syncthreads();  // the scan's storage is reused
+        const bool take = in && cta_radix_takes(key, cut, tied_seen + tied_before);
+        scan_t(scan).ExclusiveSum(take ? 1u : 0u, slot, chunk_taken);
+        __syncthreads();
+        if (take) out[taken + slot] = i;
+        taken += chunk_taken;
+        tied_seen += chunk_tied;
+    }
+    if (t == 0) status[r] = select_status{0, 0, 0, k};
 }
 
 // One thread block: *flag = 1 if the query holds a NaN or infinite value
@@ -274,6 +397,64 @@ public:
         enqueue_scores(layer, candidates, query, num_q_heads, scores, true);
         select_lowest<float>(temp_storage.subspan(scores_bytes), select_bytes, scores, {}, positions, keep, status,
                              stream_);
+    }
+
+    /// Quest's score + top-K for every request of a paged batch, in two
+    /// launches whatever the batch: one CTA per (request, candidate) scores,
+    /// one CTA per request selects (sparse/cta_radix_select_math.hpp: a
+    /// radix select, no sort). Request r's candidates are its middle pages,
+    /// `layout.pages()[table_begin + middle_begin ..]` (Quest's metadata is
+    /// indexed by page id: offload page p as block p), its query
+    /// `queries[r * num_q_heads * head_dim ..]`; its row.keep chosen
+    /// positions (into its middle) go to positions[row.positions_begin ..],
+    /// in position order, ties to the lower position (the host rule,
+    /// `quest_top_positions`, up to order), exactly what
+    /// `device_quest_paged_layout::write` reads. query_flags[r] = 1 if
+    /// query r holds a NaN or infinite value; status[r] is select_lowest's
+    /// (a NaN score: that row's positions not written). Rows that keep none
+    /// or every candidate are not scored. Nothing is synchronized or copied
+    /// to the host; the scores live in this selector's buffer, so calls on
+    /// one selector are serialized on its stream.
+    /// Throws: usage_error for a layout not uploaded or of more than 65535
+    /// requests, a query span not batch x num_q_heads x head_dim, query
+    /// heads not a multiple of the KV heads, positions, status or flags too
+    /// short, a page id at or past the selector's num_blocks (nothing
+    /// enqueued); cuda_error.
+    void select_top_paged(layer_index layer, const device_quest_paged_layout& layout, device_span<const float> queries,
+                          std::uint32_t num_q_heads, device_span<std::uint32_t> positions,
+                          device_span<select_status> status, device_span<std::uint32_t> query_flags) {
+        const std::string at = "device_quest::select_top_paged: ";
+        const std::uint32_t batch = layout.batch();
+        if (batch == 0 || batch > 65535)
+            throw usage_error(at + "the layout holds " + std::to_string(batch) +
+                              " requests; upload one of 1 .. 65535 (device_quest_paged_layout::upload)");
+        if (queries.size() % batch != 0)
+            throw usage_error(at + std::to_string(queries.size()) + " query values for " + std::to_string(batch) +
+                              " requests; give batch x num_q_heads x head_dim");
+        const std::size_t per_query = queries.size() / batch;
+        check_score_args(layer, 0, per_query, num_q_heads, 0, "select_top_paged");
+        if (positions.size() < layout.positions() || status.size() < batch || query_flags.size() < batch)
+            throw usage_error(at + "room for " + std::to_string(positions.size()) + " positions, " +
+                              std::to_string(status.size()) + " statuses and " + std::to_string(query_flags.size()) +
+                              " query flags; the layout needs " + std::to_string(layout.positions()) + ", " +
+                              std::to_string(batch) + " and " + std::to_string(batch));
+        if (layout.page_bound() > config_.num_blocks)
+            throw usage_error(at + "the page tables reach page " + std::to_string(layout.page_bound() - 1) +
+                              " but the selector holds metadata for " + std::to_string(config_.num_blocks) +
+                              " blocks; make num_blocks the cache's page count");
+        const std::uint32_t max_middle = layout.max_middle();
+        scores_.reserve(std::max<std::size_t>(std::size_t{batch} * max_middle, 1));
+        const device_span<float> scores{scores_.get(), std::size_t{batch} * max_middle};
+        if (max_middle != 0) {
+            detail::quest_paged_score_kernel<T><<<dim3(max_middle, batch), detail::quest_threads, 0, stream_>>>(
+                layout.rows(), layout.pages(), queries, num_q_heads, layer.value, dims(), key_min_.view(),
+                key_max_.view(), has_metadata_.view(), max_middle, scores);
+            KVPOLICY_CUDA_CHECK(cudaGetLastError());
+        }
+        detail::quest_paged_select_kernel<<<batch, detail::paged_select_threads, 0, stream_>>>(
+            layout.rows(), queries, static_cast<std::uint32_t>(per_query), scores, max_middle, positions, status,
+            query_flags);
+        KVPOLICY_CUDA_CHECK(cudaGetLastError());
     }
 
     /// The host quest's `select`, scored and selected on the device; the

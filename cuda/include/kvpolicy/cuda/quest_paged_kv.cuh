@@ -77,6 +77,12 @@ public:
         KVPOLICY_CUDA_CHECK(cudaStreamSynchronize(stream));
         batch_ = static_cast<std::uint32_t>(layout.rows.size());
         num_pages_ = layout.pages.size();
+        max_middle_ = 0;
+        for (const quest_paged_row& row : layout.rows)
+            max_middle_ = std::max(max_middle_, row.middle_end - row.middle_begin);
+        page_bound_ = 0;
+        for (const std::int32_t page : layout.pages)
+            page_bound_ = std::max(page_bound_, static_cast<std::uint32_t>(page) + 1);
         entries_ = static_cast<std::uint32_t>(layout.indptr.back());
         positions_ = layout.positions;
         page_size_ = layout.page_size;
@@ -109,6 +115,18 @@ public:
     [[nodiscard]] std::uint32_t entries() const noexcept { return entries_; }
     [[nodiscard]] std::uint32_t positions() const noexcept { return positions_; }
     [[nodiscard]] std::uint32_t page_size() const noexcept { return page_size_; }
+    /// The rows and the flattened page tables, on the device (what the
+    /// batched Quest selection, basic_device_quest::select_top_paged, reads).
+    [[nodiscard]] device_span<const quest_paged_row> rows() const noexcept {
+        return device_span<const quest_paged_row>{rows_.get(), batch_};
+    }
+    [[nodiscard]] device_span<const std::int32_t> pages() const noexcept {
+        return device_span<const std::int32_t>{pages_.get(), num_pages_};
+    }
+    /// The most middle blocks (Quest's candidates) of any row.
+    [[nodiscard]] std::uint32_t max_middle() const noexcept { return max_middle_; }
+    /// One past the highest page id the tables hold.
+    [[nodiscard]] std::uint32_t page_bound() const noexcept { return page_bound_; }
 
 private:
     device_buffer<quest_paged_row> rows_;  // [batch]
@@ -119,6 +137,8 @@ private:
     std::uint32_t entries_ = 0;
     std::uint32_t positions_ = 0;
     std::uint32_t page_size_ = 0;
+    std::uint32_t max_middle_ = 0;
+    std::uint32_t page_bound_ = 0;
 };
 
 }  // namespace kvpolicy::cuda
