@@ -226,6 +226,7 @@ class ReplayConfig:
     ms_per_token: float = 0.01
     speedup: float = 1.0
     model_dir: Optional[str] = None
+    connector_extra: Dict[str, Any] = field(default_factory=dict)  # more kv_connector_extra_config
 
 
 @dataclass
@@ -313,6 +314,7 @@ class Replay:
         extra = {"cpu_bytes_to_use": cfg.cpu_chunks * aligned, "eviction_policy": cfg.policy}
         if cfg.policy_module:
             extra["cache_policy_module_path"] = cfg.policy_module
+        extra.update(cfg.connector_extra)
         vllm_config = v.VllmConfig(
             model_config=v.ModelConfig(model=model_dir, dtype="float16", seed=0, skip_tokenizer_init=True,
                                           max_model_len=self.max_model_len),

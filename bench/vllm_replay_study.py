@@ -61,6 +61,7 @@ def run(reqs, trace_block: int, kvpolicy: bool, accesses: bool = False, **kw):
     if kvpolicy:
         cfg.policy, cfg.policy_module = "kvpolicy_" + POLICY, "kvpolicy.vllm"
         cfg.connector, cfg.connector_module = "KvpolicyOffloadingConnector", "kvpolicy.vllm"
+        cfg.connector_extra = {"kvpolicy_forecast_front_cache": FORECAST}
     replay = Replay(cfg, record_accesses=accesses)
     replay.run(reqs)
     return replay
@@ -83,10 +84,11 @@ def calibrate(reqs, trace_block: int, cpu_chunks: int, target: float, iterations
 
 
 POLICY = "queue_aware_adaptive_kv"  # --policy
+FORECAST = True  # --no-forecast: the queue hears every chunk, not only those past the GPU's forecast hit
 
 
 def main(argv=None) -> int:
-    global POLICY
+    global POLICY, FORECAST
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="build/vllm-replay")
     p.add_argument("--traces", default=",".join(TRACE_SET))
@@ -96,8 +98,11 @@ def main(argv=None) -> int:
     p.add_argument("--iterations", type=int, default=10, help="calibration runs per load")
     p.add_argument("--sim", default="build/tools/kvpolicy-sim", help="kvpolicy-sim, for its offload mode beside vLLM")
     p.add_argument("--policy", default=POLICY, help="the kvpolicy policy behind kvpolicy's connector")
+    p.add_argument("--no-forecast", action="store_true",
+                   help="kvpolicy's connector tells the queue every chunk of a request, not only those past the "
+                        "GPU prefix cache's forecast hit (kv_connector_extra_config kvpolicy_forecast_front_cache)")
     a = p.parse_args(argv)
-    POLICY = a.policy
+    POLICY, FORECAST = a.policy, not a.no_forecast
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -120,7 +125,7 @@ def main(argv=None) -> int:
                 l, q = lru.result, qa.result
                 gap = bound - l.cpu_chunks_loaded
                 row = {
-                    "trace": name, "requests": len(reqs), "distinct_blocks": distinct, "cpu_fraction": fraction,
+                    "trace": name, "policy": POLICY, "front_cache_forecast": FORECAST, "requests": len(reqs), "distinct_blocks": distinct, "cpu_fraction": fraction,
                     "cpu_chunks": cpu, "queue_target": target, "speedup": round(speedup, 3),
                     "queue_median_lru": statistics.median(l.queue_depths),
                     "queue_median_kvpolicy": statistics.median(q.queue_depths),

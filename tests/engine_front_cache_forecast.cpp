@@ -1,7 +1,8 @@
 // engine::front_cache_forecast (engine/front_cache_forecast.hpp): a worked
 // example, the queue's bookkeeping (leave, a request queued again, an
-// unknown id), the error for a GPU of 0 blocks, and long random queues
-// against a naive model that rebuilds each forecast from a plain list.
+// unknown id, an ended request kept until out of reach), the error for a
+// GPU of 0 blocks, and long random queues against a naive model that
+// rebuilds each forecast from a plain list.
 #include <catch2/catch.hpp>
 
 #include <kvpolicy/engine/front_cache_forecast.hpp>
@@ -25,26 +26,49 @@ auto none = [](std::uint64_t) { return false; };
 // first block, until the distinct blocks gathered reach the GPU's size;
 // while they do not, what the GPU holds now counts too; the forecast is the
 // longest prefix of such blocks.
+// Ended requests stay in the walk; those it did not reach (the GPU was full
+// before them) are dropped from the oldest end, up to the first one still
+// waiting or running.
 struct naive_forecast {
+    struct request {
+        std::uint64_t id;
+        keys blocks;
+        bool ended;
+    };
     std::size_t gpu_blocks;
-    std::vector<std::pair<std::uint64_t, keys>> queue;  // oldest first
+    std::vector<request> queue;  // oldest first
 
     std::size_t join(std::uint64_t id, const keys& k, const std::set<std::uint64_t>& held) {
         leave(id);
         std::set<std::uint64_t> window;
-        for (std::size_t i = queue.size(); i-- > 0;)
-            for (std::uint64_t b : queue[i].second)
+        std::vector<bool> reached(queue.size(), false);
+        for (std::size_t i = queue.size(); i-- > 0;) {
+            reached[i] = window.size() < gpu_blocks;
+            for (std::uint64_t b : queue[i].blocks)
                 if (window.size() < gpu_blocks) window.insert(b);
+        }
+        std::size_t dropped = 0;
+        while (dropped < queue.size() && queue[dropped].ended && !reached[dropped]) ++dropped;
+        queue.erase(queue.begin(), queue.begin() + static_cast<std::ptrdiff_t>(dropped));
         const bool room = window.size() < gpu_blocks;
         std::size_t hit = 0;
         while (hit < k.size() && (window.count(k[hit]) == 1 || (room && held.count(k[hit]) == 1))) ++hit;
-        queue.emplace_back(id, k);
+        queue.push_back({id, k, false});
         return hit;
     }
+    std::vector<request>::iterator find(std::uint64_t id) {
+        return std::find_if(queue.begin(), queue.end(), [&](const request& q) { return q.id == id; });
+    }
     bool leave(std::uint64_t id) {
-        const auto it = std::find_if(queue.begin(), queue.end(), [&](const auto& q) { return q.first == id; });
+        const auto it = find(id);
         if (it == queue.end()) return false;
         queue.erase(it);
+        return true;
+    }
+    bool end(std::uint64_t id) {
+        const auto it = find(id);
+        if (it == queue.end()) return false;
+        it->ended = true;
         return true;
     }
 };
@@ -85,6 +109,28 @@ TEST_CASE("front_cache_forecast: leave and join again", "[engine][forecast]") {
     CHECK(f.join(9, keys{1, 2}, none) == 0);  // nothing ahead, nothing held
 }
 
+TEST_CASE("front_cache_forecast: an ended request stays in the walk until the GPU fills ahead of it",
+          "[engine][forecast]") {
+    front_cache_forecast f(4);
+    CHECK(f.join(1, keys{1, 2, 3}, none) == 0);
+    CHECK(f.end(1));  // ran and ended: its blocks sit in the GPU's free list
+    CHECK_FALSE(f.end(99));
+    // No view of the GPU: request 1's blocks stand for what it holds.
+    CHECK(f.join(2, keys{1, 2, 7}, none) == 2);
+    CHECK(f.requests() == 2);
+    CHECK(f.end(2));
+    // Ahead: {1, 2, 7}, then 3 of request 1: four blocks, full.
+    CHECK(f.join(3, keys{1, 2, 3, 8}, none) == 3);
+    // Ahead: request 3 alone fills the GPU, so requests 1 and 2, ended and
+    // out of reach, are dropped.
+    CHECK(f.join(4, keys{5, 6, 9, 10}, none) == 0);
+    CHECK(f.requests() == 2);
+    // Ahead: {5, 6, 9, 10}, full: request 3, out of reach but still
+    // waiting or running, stays.
+    CHECK(f.join(5, keys{1, 5}, none) == 0);
+    CHECK(f.requests() == 3);
+}
+
 TEST_CASE("front_cache_forecast: a GPU of 0 blocks is refused, naming the fix", "[engine][forecast][errors]") {
     CHECK_THROWS_WITH(front_cache_forecast(0),
                       "front_cache_forecast: gpu_blocks is 0; give the GPU prefix "
@@ -114,7 +160,10 @@ TEST_CASE("front_cache_forecast forecasts as the naive rule on long random queue
                 REQUIRE(f.join(id, k, [&](std::uint64_t x) { return held.count(x) == 1; }) == want.join(id, k, held));
             } else {
                 const std::uint64_t id = ids.empty() || rng() % 6 == 0 ? 1u << 30 : ids[rng() % ids.size()];
-                REQUIRE(f.leave(id) == want.leave(id));
+                if (rng() % 2 == 0)
+                    REQUIRE(f.leave(id) == want.leave(id));
+                else
+                    REQUIRE(f.end(id) == want.end(id));
             }
             REQUIRE(f.requests() == want.queue.size());
         }

@@ -20,6 +20,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -258,6 +259,41 @@ TEST_CASE("request_lifecycle: ignored events say why and change nothing", "[engi
     REQUIRE(r.reason == "finish: request 'a' is not known (never arrived, or ended already); ignored");
     r = life.preempt("zz", keys);
     REQUIRE(r.reason == "preempt: request 'zz' is not known (never arrived, or ended); ignored");
+}
+
+namespace {
+// What the queue is told, request by request.
+struct told_queue {
+    std::vector<std::vector<std::uint64_t>> told;
+    void enqueue(std::uint64_t, session_id, std::span<const std::uint64_t> keys) {
+        told.emplace_back(keys.begin(), keys.end());
+    }
+    void dequeue(std::uint64_t, const access_context&) {}
+};
+using keys_t = std::vector<std::uint64_t>;
+}  // namespace
+
+TEST_CASE("request_lifecycle: behind a GPU prefix cache, the queue hears each request past its forecast hit",
+          "[engine][queue][forecast]") {
+    told_queue q;
+    request_lifecycle life(q);
+    life.forecast_front_cache(4);
+    REQUIRE(life.front_cache_blocks() == 4);
+    access_context c;
+    REQUIRE(life.arrive("a", session_id{1}, keys_t{1, 2, 3}));  // nothing ahead, no view of the GPU
+    REQUIRE(life.arrive("b", session_id{1}, keys_t{1, 2, 5}));  // a waits ahead: 1 and 2 forecast on the GPU
+    REQUIRE(life.schedule("a", c));
+    REQUIRE(life.finish("a", c));  // ran: its blocks stay in the forecast, as the GPU's free list keeps them
+    REQUIRE(life.arrive("c", session_id{1}, keys_t{1, 2, 3, 9}));  // b {1, 2, 5} then a's 3: full
+    REQUIRE(life.finish("b", c));  // aborted while waiting, never ran: gone from the forecast
+    REQUIRE(life.arrive("d", session_id{2}, keys_t{1, 5, 7}));  // c fills the GPU: a, ended, dropped
+    REQUIRE(life.schedule("c", c));
+    REQUIRE(life.preempt("c", keys_t{1, 2, 3, 9, 11}));  // behind d {1, 5, 7}: only 1
+    REQUIRE(q.told == std::vector<keys_t>{{1, 2, 3}, {5}, {9}, {5, 7}, {2, 3, 9, 11}});
+    life.forecast_front_cache(0);  // off: every key
+    REQUIRE(life.front_cache_blocks() == 0);
+    REQUIRE(life.arrive("e", session_id{2}, keys_t{1, 5, 7}));
+    REQUIRE(q.told.back() == keys_t{1, 5, 7});
 }
 
 TEST_CASE("request_lifecycle: a policy that does not hear the queue decides as with no queue", "[engine][queue]") {

@@ -158,6 +158,26 @@ def test_the_policy_hears_exactly_vllms_waiting_queue(conversation, seed):
     assert policy.queued_requests == 0  # every request ended: nothing is left behind
 
 
+@pytest.mark.parametrize("forecast", [True, False])
+def test_the_queue_hears_requests_past_the_gpu_prefix_cache(conversation, forecast):
+    # The connector sizes the forecast from vLLM's KV cache config: the GPU's
+    # blocks in offload keys (engine/front_cache_forecast.hpp); the extra
+    # config's kvpolicy_forecast_front_cache: false turns it off.
+    cfg = kvpolicy_config("kvpolicy_queue_aware_lru", gpu_blocks=96, cpu_chunks=64)
+    cfg.connector_extra = {"kvpolicy_forecast_front_cache": forecast}
+    replay = Replay(cfg)
+    scheduler = replay.connector.connector_scheduler
+    (group,) = scheduler.config.kv_group_configs
+    (policy,) = replay.connector.queue_relay.policies
+    assert policy.front_cache_blocks == (96 // group.hashes_per_chunk if forecast else 0)
+    # The bookkeeping is unchanged by it: every request queued, then gone.
+    added = sum(replay.add(str(i), req) for i, req in enumerate(conversation[:40]))
+    assert added > 2 and policy.queued_requests == added
+    while replay.busy():
+        replay.step()
+    assert policy.queued_requests == 0
+
+
 def test_cache_reset_keeps_the_queue(conversation):
     replay = Replay(kvpolicy_config("kvpolicy_queue_aware_lru", cpu_chunks=64, max_num_seqs=2))
     for i, req in enumerate(conversation[:8]):

@@ -168,6 +168,8 @@ public:
         return r.reason;
     }
     [[nodiscard]] std::size_t queued_requests() const { return core_->queued_requests(); }
+    void forecast_front_cache(std::size_t gpu_blocks) { core_->forecast_front_cache(gpu_blocks); }
+    [[nodiscard]] std::size_t front_cache_blocks() const { return core_->front_cache_blocks(); }
     [[nodiscard]] bool hears_queue() const { return core_->hears_queue(); }
     [[nodiscard]] std::optional<std::string> request_state(std::string_view id) const {
         const auto state = core_->request_state(id);
@@ -343,6 +345,10 @@ void bind_vllm_policy(nb::module_& m) {
             [](cache_policy_binding& b, std::string_view id) { return b.request_event(3, id, nb::none(), 0); },
             nb::arg("request_id"))
         .def_prop_ro("queued_requests", &cache_policy_binding::queued_requests)
+        .def("forecast_front_cache", &cache_policy_binding::forecast_front_cache, nb::arg("gpu_blocks"),
+             "Queued requests tell the policy only their keys past the hit a GPU prefix cache of `gpu_blocks` "
+             "keys is forecast to give them (engine/front_cache_forecast.hpp); 0: every key.")
+        .def_prop_ro("front_cache_blocks", &cache_policy_binding::front_cache_blocks)
         .def_prop_ro("hears_queue", &cache_policy_binding::hears_queue)
         .def("request_state", &cache_policy_binding::request_state, nb::arg("request_id"),
              "'waiting', 'running', or None for a request never heard of or ended.")

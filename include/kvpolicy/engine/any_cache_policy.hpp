@@ -77,6 +77,11 @@ public:
                                         std::span<const std::uint64_t> keys, const access_context& ctx) = 0;
     [[nodiscard]] virtual std::size_t queued_requests() const { return 0; }
     [[nodiscard]] virtual bool hears_queue() const { return false; }
+    /// A queue-hearing policy's requests tell it only their keys past a GPU
+    /// prefix cache of `gpu_blocks` keys (request_lifecycle's
+    /// forecast_front_cache; 0: every key). No effect on any other policy.
+    virtual void forecast_front_cache(std::size_t /*gpu_blocks*/) {}
+    [[nodiscard]] virtual std::size_t front_cache_blocks() const { return 0; }
     /// Where request `id` is in its lifecycle: waiting, running, or unknown.
     [[nodiscard]] virtual std::optional<engine::request_state> request_state(std::string_view id) const = 0;
     virtual bool orders_by_request() const { return false; }  // vllm_lru: ranks by request and position
@@ -244,6 +249,10 @@ public:
     }
     [[nodiscard]] std::size_t queued_requests() const override { return p_.queued_requests(); }
     [[nodiscard]] bool hears_queue() const override { return hears_; }
+    void forecast_front_cache(std::size_t gpu_blocks) override {
+        if (hears_) life_.forecast_front_cache(gpu_blocks);
+    }
+    [[nodiscard]] std::size_t front_cache_blocks() const override { return life_.front_cache_blocks(); }
 
 private:
     cache_policy_core<policy_type> p_;

@@ -15,7 +15,11 @@
 // when a request starts the GPU holds, above all, the blocks of the requests
 // that ran just before it: those waiting ahead of it and those running now.
 // A request joins on arrival and leaves when it ends (or is dropped); its
-// blocks then sit in the GPU's free list, where `held_now` sees them. The
+// blocks then sit in the GPU's free list, where `held_now` sees them. A
+// caller with no view of the GPU (a connector: vLLM shows it no block
+// pool) calls `end` instead of `leave` for a request that ran: it stays in
+// the walk at its place, its blocks standing for the free list's, until
+// newer requests fill the GPU ahead of it (then it is dropped). The
 // forecast walks the requests ahead of the new one from the newest, each
 // from its first block (the last it frees: its prefix outlives its tail),
 // gathering distinct blocks until they fill the GPU (`gpu_blocks`); while
@@ -25,7 +29,8 @@
 // past their prompts, move the truth by a few blocks.
 //
 // Cost: O(blocks of the requests ahead, up to about gpu_blocks) hash
-// inserts per join; O(1) per leave. Memory: the keys of each request here.
+// inserts per join, plus the ended requests it drops; O(1) per leave and
+// end. Memory: the keys of each request in the walk.
 #pragma once
 
 #include <cstddef>
@@ -58,20 +63,27 @@ public:
     std::size_t join(std::uint64_t request, std::span<const std::uint64_t> keys, HeldNow&& held_now) {
         (void)leave(request);
         window_.clear();
-        for (auto it = requests_.rbegin(); it != requests_.rend() && window_.size() < gpu_blocks_; ++it)
-            for (auto k = it->second.begin(); k != it->second.end() && window_.size() < gpu_blocks_; ++k)
+        auto it = requests_.rbegin();
+        for (; it != requests_.rend() && window_.size() < gpu_blocks_; ++it)
+            for (auto k = it->keys.begin(); k != it->keys.end() && window_.size() < gpu_blocks_; ++k)
                 window_.insert(*k);
+        // Ended requests the walk no longer reaches never will again (only
+        // newer requests join): dropped, oldest first.
+        while (requests_.begin() != it.base() && requests_.front().ended) {
+            place_.erase(requests_.front().request);
+            requests_.pop_front();
+        }
         const bool room = window_.size() < gpu_blocks_;
         std::size_t hit = 0;
         while (hit < keys.size() && (window_.contains(keys[hit]) || (room && held_now(keys[hit])))) ++hit;
-        requests_.emplace_back(request, std::vector<std::uint64_t>(keys.begin(), keys.end()));
+        requests_.push_back({request, std::vector<std::uint64_t>(keys.begin(), keys.end()), false});
         place_[request] = std::prev(requests_.end());
         return hit;
     }
 
     /// Request `request` ended, or was dropped: its blocks are the GPU's
-    /// free list's now, or never were. Returns: false, changing nothing, for
-    /// a request not here.
+    /// free list's now (seen by `held_now`), or never were. Returns: false,
+    /// changing nothing, for a request not here.
     bool leave(std::uint64_t request) {
         const auto it = place_.find(request);
         if (it == place_.end()) return false;
@@ -80,15 +92,31 @@ public:
         return true;
     }
 
-    /// Requests waiting or running: joined and not yet left.
+    /// Request `request` ran and ended, for a caller with no `held_now`: it
+    /// stays in the walk at its place, as the GPU's free list holds its
+    /// blocks, until the walk no longer reaches it. Returns: false, changing
+    /// nothing, for a request not here.
+    bool end(std::uint64_t request) {
+        const auto it = place_.find(request);
+        if (it == place_.end()) return false;
+        it->second->ended = true;
+        return true;
+    }
+
+    /// Requests in the walk: joined and not yet left (ended ones included
+    /// until it drops them).
     [[nodiscard]] std::size_t requests() const noexcept { return requests_.size(); }
     [[nodiscard]] std::size_t gpu_blocks() const noexcept { return gpu_blocks_; }
 
 private:
-    using entry = std::pair<std::uint64_t, std::vector<std::uint64_t>>;  // request, its keys
+    struct entry {
+        std::uint64_t request;
+        std::vector<std::uint64_t> keys;
+        bool ended;  // ran and ended (`end`): stays while the walk reaches it
+    };
 
     std::size_t gpu_blocks_;
-    std::list<entry> requests_;  // waiting or running, oldest arrival first
+    std::list<entry> requests_;  // in the walk, oldest arrival first
     std::unordered_map<std::uint64_t, std::list<entry>::iterator> place_;
     std::unordered_set<std::uint64_t> window_;  // join's scratch, kept to reuse its buckets
 };

@@ -22,6 +22,13 @@
 // would stop serving for a bookkeeping slip, so no call here throws for
 // such an event.
 //
+// Behind a GPU prefix cache (`forecast_front_cache`), a request tells the
+// queue only its keys past the hit that GPU cache is forecast to give it
+// when it starts (front_cache_forecast.hpp says how, and why a CPU tier
+// should not keep what the GPU will serve). A connector sees no block pool,
+// so a request that ran stays in the forecast after it ends (`end`): its
+// blocks stand for the GPU's free list's.
+//
 // Departure: a preempted request is queued again behind every waiting one
 // (a new arrival position), though vLLM puts it at the front. Which
 // requests are queued, and so which blocks are kept, is exact; only the
@@ -42,6 +49,7 @@
 
 #include "kvpolicy/core/access_context.hpp"
 #include "kvpolicy/core/ids.hpp"
+#include "kvpolicy/engine/front_cache_forecast.hpp"
 
 namespace kvpolicy::engine {
 
@@ -68,13 +76,23 @@ class request_lifecycle {
 public:
     explicit request_lifecycle(Queue& queue) noexcept : queue_(&queue) {}
 
+    /// From now on, a request tells the queue only its keys past the hit
+    /// forecast for a GPU prefix cache of `gpu_blocks` keys in front of the
+    /// queue's tier (front_cache_forecast); 0: every key (the default).
+    /// Requests here already join the forecast when they are preempted.
+    void forecast_front_cache(std::size_t gpu_blocks) {
+        forecast_.reset();
+        if (gpu_blocks != 0) forecast_.emplace(gpu_blocks);
+    }
+    [[nodiscard]] std::size_t front_cache_blocks() const noexcept { return forecast_ ? forecast_->gpu_blocks() : 0; }
+
     /// A request arrived: waiting, reading `keys` (its offload keys, in
     /// block order). Ignored if `id` is known already.
     lifecycle_result arrive(std::string_view id, session_id session, std::span<const std::uint64_t> keys) {
         if (requests_.contains(id)) return ignored("arrive", id, "arrived already; a request id is used once");
         const std::uint64_t serial = next_serial_++;
-        queue_->enqueue(serial, session, keys);
-        requests_.emplace(std::string(id), entry{serial, session, request_state::waiting});
+        queue_->enqueue(serial, session, past_front_cache(serial, keys));
+        requests_.emplace(std::string(id), entry{serial, serial, session, request_state::waiting, false});
         ++waiting_;
         return {};
     }
@@ -87,6 +105,7 @@ public:
         if (it->second.state == request_state::running) return ignored("schedule", id, "is running already");
         queue_->dequeue(it->second.serial, ctx);
         it->second.state = request_state::running;
+        it->second.ran = true;
         --waiting_;
         return {};
     }
@@ -98,7 +117,7 @@ public:
         if (it == requests_.end()) return ignored("preempt", id, "is not known (never arrived, or ended)");
         if (it->second.state == request_state::waiting) return ignored("preempt", id, "is waiting already");
         const std::uint64_t serial = next_serial_++;
-        queue_->enqueue(serial, it->second.session, keys);
+        queue_->enqueue(serial, it->second.session, past_front_cache(it->second.forecast_id, keys));
         it->second.serial = serial;
         it->second.state = request_state::waiting;
         ++waiting_;
@@ -113,6 +132,12 @@ public:
         if (it->second.state == request_state::waiting) {
             queue_->dequeue(it->second.serial, ctx);
             --waiting_;
+        }
+        if (forecast_) {  // one that ran leaves its blocks in the GPU's free list
+            if (it->second.ran)
+                (void)forecast_->end(it->second.forecast_id);
+            else
+                (void)forecast_->leave(it->second.forecast_id);
         }
         requests_.erase(it);
         return {};
@@ -135,10 +160,17 @@ public:
 
 private:
     struct entry {
-        std::uint64_t serial;  // the queue's request id for its current wait
+        std::uint64_t serial;       // the queue's request id for its current wait
+        std::uint64_t forecast_id;  // its id in the forecast: its first serial
         session_id session;
         request_state state;
+        bool ran;  // scheduled at least once
     };
+
+    std::span<const std::uint64_t> past_front_cache(std::uint64_t forecast_id, std::span<const std::uint64_t> keys) {
+        if (!forecast_) return keys;
+        return keys.subspan(forecast_->join(forecast_id, keys, [](std::uint64_t) { return false; }));
+    }
 
     static lifecycle_result ignored(const char* event, std::string_view id, const char* why) {
         return {false, std::string(event) + ": request '" + std::string(id) + "' " + why + "; ignored"};
@@ -151,6 +183,7 @@ private:
     };
 
     Queue* queue_;
+    std::optional<front_cache_forecast> forecast_;
     std::unordered_map<std::string, entry, id_hash, std::equal_to<>> requests_;
     std::uint64_t next_serial_ = 0;
     std::size_t waiting_ = 0;

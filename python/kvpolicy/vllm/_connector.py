@@ -58,6 +58,30 @@ def offload_keys(block_hashes: Iterable[bytes], group_configs, make_offload_key:
     return keys
 
 
+FORECAST_OPTION = "kvpolicy_forecast_front_cache"
+
+
+def front_cache_keys(vllm_config, kv_cache_config, groups) -> int:
+    """The GPU prefix cache in front of the CPU tier, in offload keys, for
+    the queue's forecast (``engine/front_cache_forecast.hpp``): a queued
+    request tells the policy only its chunks past the hit the GPU is
+    forecast to give it, since the CPU tier is looked up only past that.
+    0 (every chunk) where the forecast is turned off
+    (``kv_connector_extra_config: {"kvpolicy_forecast_front_cache": false}``),
+    where the GPU's size is not known, or with several offloaded KV groups
+    (their keys are not one prefix)."""
+    extra = getattr(getattr(vllm_config, "kv_transfer_config", None), "kv_connector_extra_config", None) or {}
+    if not extra.get(FORECAST_OPTION, True):
+        return 0
+    num_blocks = getattr(kv_cache_config, "num_blocks", 0) or 0
+    if num_blocks <= 0 or len(groups) != 1:
+        if num_blocks > 0:
+            logger.info("kvpolicy connector: %d offloaded KV groups; the queue hears every chunk "
+                        "(no GPU prefix-cache forecast)", len(groups))
+        return 0
+    return num_blocks // groups[0].hashes_per_chunk
+
+
 class QueueRelay:
     """The engine's request events, passed to every policy that hears the
     queue, under the manager's lock (vLLM: every caller of the manager's
@@ -158,6 +182,9 @@ def connector_class() -> type:
             self._queue_relay = QueueRelay(
                 listeners, lambda: manager.lock,
                 lambda request: offload_keys(request.block_hashes, groups, make_offload_key))
+            front = front_cache_keys(vllm_config, kv_cache_config, groups)
+            for policy in listeners:
+                policy.forecast_front_cache(front)
 
         @property
         def queue_relay(self) -> Optional[QueueRelay]:

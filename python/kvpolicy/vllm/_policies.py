@@ -231,6 +231,7 @@ def cache_policy(policy: str, *, class_name: Optional[str] = None, **options: An
             self.request_finished = core.request_finished
             self.hears_queue = core.hears_queue
             self.request_state = core.request_state
+            self.forecast_front_cache = core.forecast_front_cache
 
         # vLLM's request rank lives in the request's own scratch state, one per
         # (policy, reset generation), as vLLM's LRUCachePolicy keeps it.
@@ -246,6 +247,12 @@ def cache_policy(policy: str, *, class_name: Optional[str] = None, **options: An
             """Requests waiting in the engine's queue, as this policy heard them
             (0 for a policy that does not hear the queue)."""
             return self._core.queued_requests
+
+        @property
+        def front_cache_blocks(self) -> int:
+            """The GPU prefix cache, in offload keys, that queued requests are
+            told past (kvpolicy's connector sets it; 0: every key)."""
+            return self._core.front_cache_blocks
 
         def get(self, key):  # replaced per instance by the dict's own get
             return self._core.chunks.get(key)
