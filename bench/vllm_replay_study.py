@@ -84,7 +84,7 @@ def calibrate(reqs, trace_block: int, cpu_chunks: int, target: float, iterations
 
 
 POLICY = "queue_aware_adaptive_kv"  # --policy
-FORECAST = True  # --no-forecast: the queue hears every chunk, not only those past the GPU's forecast hit
+FORECAST = False  # --forecast: the queue hears only the chunks past the GPU prefix cache's forecast hit
 
 
 def main(argv=None) -> int:
@@ -98,11 +98,11 @@ def main(argv=None) -> int:
     p.add_argument("--iterations", type=int, default=10, help="calibration runs per load")
     p.add_argument("--sim", default="build/tools/kvpolicy-sim", help="kvpolicy-sim, for its offload mode beside vLLM")
     p.add_argument("--policy", default=POLICY, help="the kvpolicy policy behind kvpolicy's connector")
-    p.add_argument("--no-forecast", action="store_true",
-                   help="kvpolicy's connector tells the queue every chunk of a request, not only those past the "
-                        "GPU prefix cache's forecast hit (kv_connector_extra_config kvpolicy_forecast_front_cache)")
+    p.add_argument("--forecast", action="store_true",
+                   help="kvpolicy's connector tells the queue only the chunks of a request past the GPU prefix "
+                        "cache's forecast hit (kv_connector_extra_config kvpolicy_forecast_front_cache)")
     a = p.parse_args(argv)
-    POLICY, FORECAST = a.policy, not a.no_forecast
+    POLICY, FORECAST = a.policy, a.forecast
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -125,7 +125,8 @@ def main(argv=None) -> int:
                 l, q = lru.result, qa.result
                 gap = bound - l.cpu_chunks_loaded
                 row = {
-                    "trace": name, "policy": POLICY, "front_cache_forecast": FORECAST, "requests": len(reqs), "distinct_blocks": distinct, "cpu_fraction": fraction,
+                    "trace": name, "policy": POLICY, "front_cache_forecast": FORECAST,
+                    "requests": len(reqs), "distinct_blocks": distinct, "cpu_fraction": fraction,
                     "cpu_chunks": cpu, "queue_target": target, "speedup": round(speedup, 3),
                     "queue_median_lru": statistics.median(l.queue_depths),
                     "queue_median_kvpolicy": statistics.median(q.queue_depths),
