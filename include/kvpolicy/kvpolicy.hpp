@@ -60,6 +60,7 @@
 
 #include "kvpolicy/select/nth_element_selector.hpp"
 
+#include "kvpolicy/sparse/cta_radix_select_math.hpp"
 #include "kvpolicy/sparse/decode_attention_math.hpp"
 #include "kvpolicy/sparse/full_attention.hpp"
 #include "kvpolicy/sparse/grouped_decode_math.hpp"

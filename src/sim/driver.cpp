@@ -108,7 +108,50 @@ void set_return_hints(run_setup& s, const std::string& spec) {
     if (s.hints == hint_source::file) s.return_hint_file = spec.substr(5);
 }
 
+/// Each --option names a policy compared, an option it has, a value in
+/// range (set_option's checks, on a default config).
+void check_policy_options(const run_setup& s) {
+    for (const named_policy_option& o : s.options.policy_options) {
+        const std::string spec = "--option " + o.policy + "." + o.value.name;
+        if (std::ranges::find(s.plan.policies, o.policy) == s.plan.policies.end()) {
+            (void)choose_policy(o.policy);  // an unknown name: the accepted ones listed
+            throw config_error(spec + ": " + o.policy + " is not compared here; add it to --policy");
+        }
+        try {
+            visit_by_name<eviction_policies>(
+                o.policy,
+                [&]<class P>() {
+                    typename P::config_type config{};
+                    set_option<P>(config, o.value.name, o.value.value);
+                },
+                "eviction policy");
+        } catch (const config_error& e) {
+            throw config_error(spec + ": " + e.what());
+        }
+    }
+}
+
 }  // namespace
+
+named_policy_option parse_policy_option(std::string_view spec) {
+    const std::size_t dot = spec.find('.'), eq = spec.find('=');
+    named_policy_option out;
+    bool ok = dot != std::string_view::npos && eq != std::string_view::npos && dot > 0 && eq > dot + 1 &&
+              eq + 1 < spec.size();
+    if (ok) {
+        out.policy = std::string(spec.substr(0, dot));
+        out.value.name = std::string(spec.substr(dot + 1, eq - dot - 1));
+        const std::string number(spec.substr(eq + 1));
+        char* end = nullptr;
+        out.value.value = std::strtod(number.c_str(), &end);
+        ok = end == number.c_str() + number.size() && std::isfinite(out.value.value);
+    }
+    if (!ok)
+        throw config_error("--option " + std::string(spec) +
+                           ": give POLICY.NAME=VALUE with VALUE a number (a flag: 0 or 1), e.g. "
+                           "s3fifo.small_fraction=0.2; kvpolicy-sim --help lists each policy's options");
+    return out;
+}
 
 run_setup prepare(run_options o) {
     run_setup s;
@@ -155,6 +198,7 @@ run_setup prepare(run_options o) {
                                    "belady is its bound there");
     if (opt.mode == replay_mode::tiered && !has_name<detail::cpu_tier::alternatives>(opt.cpu_policy))
         throw_unknown_name<detail::cpu_tier::alternatives>(opt.cpu_policy, "CPU-tier policy");
+    check_policy_options(s);
 
     request_replay_config& r = s.replay;
     r.cost = opt.cost.model(opt.block_size);
@@ -173,6 +217,7 @@ run_setup prepare(run_options o) {
     r.skip_bad_lines = opt.skip_bad_lines;
     r.trace_name = opt.trace.empty() ? "built-in" : opt.trace;
     r.cpu_policy = opt.cpu_policy;
+    r.policy_options = opt.policy_options;
     r.lookahead = opt.lookahead;
     r.serve_rate = opt.serve_rate;
     r.prefill_chunk = opt.prefill_chunk;

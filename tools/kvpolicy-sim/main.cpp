@@ -41,6 +41,10 @@ int main(int argc, char** argv) {
     app.add_option("--policy", policy_list,
                    "policies, comma-separated, or 'all'; accepted: " + sim::accepted_policy_names())
         ->required();
+    std::vector<std::string> option_specs;
+    app.add_option("--option", option_specs,
+                   "POLICY.NAME=VALUE: a compared policy's option (repeat the flag for more), e.g. "
+                   "s3fifo.small_fraction=0.2; the others run at their defaults (options listed below)");
     app.add_option(
            "--capacity", capacity_list,
            "capacities, comma-separated: blocks, or P% of the trace's distinct blocks (the GPU tier in tiered mode)")
@@ -112,7 +116,7 @@ int main(int argc, char** argv) {
                      "remote store -> CPU GB/s (default 12.5: 100 Gb/s)");
     cost->add_option("--kv-bytes-per-token", o.cost.kv_bytes_per_token, "KV bytes per token (default Llama-3-8B fp16)");
     app.footer(
-        "Policies and their options (each runs at its defaults here; set them with kvpolicy::make_config<P>\n"
+        "Policies and their options (each runs at its defaults unless --option sets one; kvpolicy::make_config<P>\n"
         "in C++, EvictionPolicy(name, capacity, **options) in Python):\n" +
         options_help<eviction_policies>());
     CLI11_PARSE(app, argc, argv);
@@ -129,6 +133,7 @@ int main(int argc, char** argv) {
                                " needs requests (mooncake JSONL or the built-in workload); "
                                "a CSV holds only block accesses: use --mode flat");
         o.policies = CLI::detail::split(policy_list, ',');
+        for (const std::string& spec : option_specs) o.policy_options.push_back(sim::parse_policy_option(spec));
         o.capacities = sim::parse_capacity_list(capacity_list);
         // A negative figure, as the default -1, stands for the default.
         if (alpha >= 0) o.cost.alpha = alpha;

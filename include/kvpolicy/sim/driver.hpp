@@ -23,6 +23,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvpolicy/core/clock.hpp"
@@ -56,10 +57,17 @@ struct run_setup {
     request_replay_config replay;
 };
 
+/// `POLICY.NAME=VALUE` (kvpolicy-sim's --option) as a named option: VALUE
+/// a number (a flag: 0 or 1). Throws: config_error naming the spec and the
+/// form, for anything else. The policy and option are checked by `prepare`.
+[[nodiscard]] named_policy_option parse_policy_option(std::string_view spec);
+
 /// Checks `o` and resolves it. Throws: config_error naming the flag and the
 /// fix (--return-hints, --lookahead / --serve-rate, --layers,
-/// --remote-bandwidth); unknown_name_error for a policy, or in tiered mode a
-/// CPU-tier policy, that does not exist, listing the accepted names.
+/// --remote-bandwidth, --option: a policy not compared, an option it does
+/// not have, a value out of range); unknown_name_error for a policy, or in
+/// tiered mode a CPU-tier policy, that does not exist, listing the accepted
+/// names.
 [[nodiscard]] run_setup prepare(run_options o);
 
 /// Read once, shared read-only by every run.

@@ -7,15 +7,35 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "kvpolicy/core/clock.hpp"
+#include "kvpolicy/core/policy_options.hpp"
 #include "kvpolicy/cost/pensieve_linear.hpp"
 
 namespace kvpolicy::sim {
 
 /// What the request-level engines need besides the policies.
+/// One option of one policy, as kvpolicy-sim's `--option POLICY.NAME=VALUE`
+/// gives it.
+struct named_policy_option {
+    std::string policy;
+    option_value value;
+};
+
+/// `config` with every option of `options` that names P set, in order.
+/// Throws: config_error from set_option (an unknown option, a value out of
+/// its range).
+template <class P>
+[[nodiscard]] typename P::config_type with_options(typename P::config_type config,
+                                                   std::span<const named_policy_option> options) {
+    for (const named_policy_option& o : options)
+        if (o.policy == P::name) set_option<P>(config, o.value.name, o.value.value);
+    return config;
+}
+
 struct request_replay_config {
     std::size_t capacity = 0;      ///< GPU tier, blocks
     std::size_t cpu_capacity = 0;  ///< CPU tier, blocks (tiered mode)
@@ -33,6 +53,8 @@ struct request_replay_config {
     std::string trace_name = "built-in";
     /// The CPU tier's policy where its type is a runtime_choice (kvpolicy-sim's lru or checkerboard).
     std::string cpu_policy = "lru";
+    /// Options of named policies (with_options); every other policy runs at its defaults.
+    std::vector<named_policy_option> policy_options;
     /// [request]: when each request's release says its session is expected
     /// back (compute_expected_returns); null: releases carry no hint.
     /// replay_requests only.

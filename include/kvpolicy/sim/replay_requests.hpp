@@ -35,12 +35,13 @@ namespace kvpolicy::sim {
 /// policy that prices recompute with the replay's kind of cost model
 /// (retention_value's `pensieve_linear`) is given the replay's own, as a
 /// deployment calibrates it to its GPU (kvpolicy::calibrate): its decisions
-/// then weigh the costs the replay charges.
+/// then weigh the costs the replay charges. Then the options the replay
+/// names for P (`policy_options`), which may override the cost too.
 template <class P>
 [[nodiscard]] typename P::config_type replay_policy_config(const request_replay_config& cfg) {
     typename P::config_type c{};
     if constexpr (requires { requires std::same_as<decltype(c.cost), pensieve_linear>; }) c.cost = cfg.cost;
-    return c;
+    return with_options<P>(std::move(c), cfg.policy_options);
 }
 
 /// The CPU tier's config: replay_policy_config's, and for a runtime_choice

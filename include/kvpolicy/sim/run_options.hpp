@@ -62,6 +62,9 @@ struct run_options {
     std::vector<capacity_spec> capacities;  ///< blocks, or shares of the distinct blocks (the GPU tier's)
     bool bounds = false;                    ///< also lru and belady where not asked for: the gap column
     bool match_lru = false;                 ///< also each result's least capacity reaching LRU's hit ratio
+    /// Options of the policies compared (`--option POLICY.NAME=VALUE`,
+    /// parse_policy_option); the others run at their defaults.
+    std::vector<named_policy_option> policy_options;
 
     // The cache.
     std::size_t cpu_capacity = 0;     ///< CPU tier, blocks (tiered mode)
