@@ -96,6 +96,7 @@ def simulate(
     serve_rate: float = 0.0,
     prefill_chunk: int = 0,
     queue_past_gpu: bool = False,
+    policy_options: Optional[Dict[str, Dict[str, float]]] = None,
     as_frame: bool = False,
     **options: Any,
 ) -> Union[List[Dict[str, Any]], "pandas.DataFrame"]:  # noqa: F821
@@ -126,6 +127,9 @@ def simulate(
     ``--serve-rate``); prefill_chunk: offload mode's tokens per engine step
     (``--prefill-chunk``); queue_past_gpu: offload mode's queue told past the
     GPU hit forecast for each request (``--queue-past-gpu``).
+    policy_options: ``{policy: {option: value}}``, options of the compared
+    policies (``--option POLICY.NAME=VALUE``; ``policy_options(name)`` lists
+    them); the others run at their defaults.
     The GIL is released while the runs go, in ``threads`` threads (0: all cores).
     """
     if isinstance(policies, str):
@@ -137,6 +141,7 @@ def simulate(
         None if trace is None else str(trace), format, mode, list(policies), [int(c) for c in capacities],
         cpu_capacity, cpu_policy, block_size, layers, seed, threads, skip_bad_lines, cost, options, return_hints,
         bounds, lookahead, serve_rate, prefill_chunk, queue_past_gpu,
+        [(p, str(k), float(v)) for p, opts in (policy_options or {}).items() for k, v in opts.items()],
     )
     rows = [json.loads(line) for line in text.splitlines() if line]
     if as_frame:

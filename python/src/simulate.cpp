@@ -5,7 +5,11 @@
 // (sim::write_json_lines), so a field the simulator gains reaches Python
 // with no change here. Runs go in parallel threads with the GIL released.
 #include <sstream>
+#include <string>
+#include <tuple>
 #include <vector>
+
+#include <nanobind/stl/tuple.h>
 
 #include <kvpolicy/sim/driver.hpp>
 #include <kvpolicy/sim/report.hpp>
@@ -31,7 +35,8 @@ void bind_simulate(nb::module_& m) {
            const std::string& cpu_policy, std::uint32_t block_size, std::uint32_t layers, std::uint64_t seed,
            unsigned threads, bool skip_bad_lines, const nb::dict& cost, const nb::dict& workload,
            std::optional<std::string> return_hints, bool bounds, std::size_t lookahead, double serve_rate,
-           std::uint64_t prefill_chunk, bool queue_past_gpu) {
+           std::uint64_t prefill_chunk, bool queue_past_gpu,
+           const std::vector<std::tuple<std::string, std::string, double>>& policy_options) {
             sim::run_options o;
             o.trace = trace.value_or("");
             o.format = format ? (*format == "csv" ? sim::trace_format::csv : sim::trace_format::mooncake)
@@ -62,6 +67,8 @@ void bind_simulate(nb::module_& m) {
             o.serve_rate = serve_rate;
             o.prefill_chunk = prefill_chunk;
             o.queue_past_gpu = queue_past_gpu;
+            for (const auto& [policy, name, value] : policy_options)  // kvpolicy-sim --option; the driver checks them
+                o.policy_options.push_back({policy, {name, value}});
             for (std::size_t c : capacities) {
                 if (c == 0) throw config_error("simulate: capacity 0 cannot hold a block; give at least 1");
                 o.capacities.push_back({.blocks = c, .text = std::to_string(c)});
@@ -96,7 +103,7 @@ void bind_simulate(nb::module_& m) {
         nb::arg("capacities"), nb::arg("cpu_capacity"), nb::arg("cpu_policy"), nb::arg("block_size"), nb::arg("layers"),
         nb::arg("seed"), nb::arg("threads"), nb::arg("skip_bad_lines"), nb::arg("cost"), nb::arg("workload"),
         nb::arg("return_hints").none(), nb::arg("bounds"), nb::arg("lookahead"), nb::arg("serve_rate"),
-        nb::arg("prefill_chunk"), nb::arg("queue_past_gpu"),
+        nb::arg("prefill_chunk"), nb::arg("queue_past_gpu"), nb::arg("policy_options"),
         "kvpolicy-sim --output json, as text (kvpolicy.simulate parses it).");
     m.def(
         "derive_sessions",

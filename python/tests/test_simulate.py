@@ -67,6 +67,10 @@ def test_flat_misses_equal_libcachesim_on_the_mooncake_block_csvs(traces):
          dict(trace="{m}/conversation_trace.jsonl", block_size=512, mode="offload",
               policies="queue_aware_predicted_return", capacities=300, cpu_capacity=2000, serve_rate=3e6,
               queue_past_gpu=True)),
+        (["--policy", "s3fifo,lru", "--capacity", "800", "--sessions", "50", "--option", "s3fifo.small_fraction=0.6",
+          "--option", "s3fifo.move_to_main_threshold=3"],
+         dict(policies="s3fifo,lru", capacities=800, sessions=50,
+              policy_options={"s3fifo": {"small_fraction": 0.6, "move_to_main_threshold": 3}})),
         (["--policy", "lru,gdsf", "--capacity", "800", "--sessions", "50"],
          dict(policies=["lru", "gdsf"], capacities=[800], sessions=50)),
         (["--policy", "arc", "--capacity", "800", "--sessions", "50", "--bounds"],
@@ -130,6 +134,10 @@ def test_simulate_errors():
         kvpolicy.simulate(lookahead=4, serve_rate=1e6)
     with pytest.raises(kvpolicy.ConfigError, match=r"^--queue-past-gpu applies to offload mode with a waiting queue"):
         kvpolicy.simulate(mode="offload", cpu_capacity=100, queue_past_gpu=True)
+    with pytest.raises(kvpolicy.ConfigError, match=r"^--option arc.p: arc is not compared here; add it to --policy"):
+        kvpolicy.simulate(policies="lru", policy_options={"arc": {"p": 1}})
+    with pytest.raises(kvpolicy.ConfigError, match=r"s3fifo: option small_fraction = 2 is outside"):
+        kvpolicy.simulate(policies="s3fifo", policy_options={"s3fifo": {"small_fraction": 2}})
 
 
 def test_derive_sessions_is_the_simulators_conversations():
