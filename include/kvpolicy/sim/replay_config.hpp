@@ -54,7 +54,7 @@ struct request_replay_config {
     /// The CPU tier's policy where its type is a runtime_choice (kvpolicy-sim's lru or checkerboard).
     std::string cpu_policy = "lru";
     /// Options of named policies (with_options); every other policy runs at its defaults.
-    std::vector<named_policy_option> policy_options;
+    std::vector<named_policy_option> policy_options{};
     /// [request]: when each request's release says its session is expected
     /// back (compute_expected_returns); null: releases carry no hint.
     /// replay_requests only.

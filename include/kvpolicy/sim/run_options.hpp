@@ -64,7 +64,7 @@ struct run_options {
     bool match_lru = false;                 ///< also each result's least capacity reaching LRU's hit ratio
     /// Options of the policies compared (`--option POLICY.NAME=VALUE`,
     /// parse_policy_option); the others run at their defaults.
-    std::vector<named_policy_option> policy_options;
+    std::vector<named_policy_option> policy_options{};
 
     // The cache.
     std::size_t cpu_capacity = 0;     ///< CPU tier, blocks (tiered mode)
