@@ -61,7 +61,7 @@ __all__ = [
     "simulate",
 ]
 
-_COST_OPTIONS = ("alpha", "beta", "const", "bandwidth", "kv_bytes_per_token")
+_COST_OPTIONS = ("alpha", "beta", "const", "bandwidth", "remote_bandwidth", "kv_bytes_per_token")
 
 #: What an engine adapter may put before a kvpolicy policy's name where the
 #: engine has names of its own (vLLM's ``eviction_policy``, LMCache's
@@ -97,6 +97,9 @@ def simulate(
     prefill_chunk: int = 0,
     queue_past_gpu: bool = False,
     policy_options: Optional[Dict[str, Dict[str, float]]] = None,
+    match_lru: bool = False,
+    instances: int = 1,
+    remote_capacity: int = 0,
     as_frame: bool = False,
     **options: Any,
 ) -> Union[List[Dict[str, Any]], "pandas.DataFrame"]:  # noqa: F821
@@ -112,7 +115,7 @@ def simulate(
     ``offload`` (vLLM's CPU offloading tier behind its GPU prefix cache, the
     policy deciding the CPU tier's victims; default: prefix, flat for a CSV).
     policies: names, or ``"all"``. options: prefill cost (``alpha``, ``beta``, ``const``, ``bandwidth`` in GB/s,
-    ``kv_bytes_per_token``) and the built-in workload's ``sessions``,
+    ``remote_bandwidth`` in GB/s, ``kv_bytes_per_token``) and the built-in workload's ``sessions``,
     ``session_rate``, ``turns``, ``prompt_tokens``, ``answer_tokens``,
     ``think_time``, ``system_prompt_tokens``, ``system_prompts``.
     return_hints: ``kvpolicy-sim --return-hints``: ``"ends"``, ``"oracle"`` or
@@ -130,6 +133,10 @@ def simulate(
     policy_options: ``{policy: {option: value}}``, options of the compared
     policies (``--option POLICY.NAME=VALUE``; ``policy_options(name)`` lists
     them); the others run at their defaults.
+    match_lru: ``--match-lru``, each row's ``lru_match_capacity`` (the least
+    capacity reaching LRU's hit ratio); instances, remote_capacity:
+    ``--instances`` and ``--remote-capacity`` (tiered mode: serving
+    instances routed by session, and the remote store they share).
     The GIL is released while the runs go, in ``threads`` threads (0: all cores).
     """
     if isinstance(policies, str):
@@ -142,6 +149,7 @@ def simulate(
         cpu_capacity, cpu_policy, block_size, layers, seed, threads, skip_bad_lines, cost, options, return_hints,
         bounds, lookahead, serve_rate, prefill_chunk, queue_past_gpu,
         [(p, str(k), float(v)) for p, opts in (policy_options or {}).items() for k, v in opts.items()],
+        match_lru, instances, remote_capacity,
     )
     rows = [json.loads(line) for line in text.splitlines() if line]
     if as_frame:

@@ -36,7 +36,8 @@ void bind_simulate(nb::module_& m) {
            unsigned threads, bool skip_bad_lines, const nb::dict& cost, const nb::dict& workload,
            std::optional<std::string> return_hints, bool bounds, std::size_t lookahead, double serve_rate,
            std::uint64_t prefill_chunk, bool queue_past_gpu,
-           const std::vector<std::tuple<std::string, std::string, double>>& policy_options) {
+           const std::vector<std::tuple<std::string, std::string, double>>& policy_options, bool match_lru,
+           std::size_t instances, std::size_t remote_capacity) {
             sim::run_options o;
             o.trace = trace.value_or("");
             o.format = format ? (*format == "csv" ? sim::trace_format::csv : sim::trace_format::mooncake)
@@ -63,7 +64,11 @@ void bind_simulate(nb::module_& m) {
             if (capacities.empty()) throw config_error("simulate: give at least one capacity in blocks");
             o.policies = std::move(policies);  // names or "all", each looked up once by the driver
             o.bounds = bounds;                 // kvpolicy-sim --bounds
-            o.lookahead = lookahead;           // the driver checks these four
+            o.match_lru = match_lru;           // --match-lru
+            if (instances == 0) throw config_error("simulate: instances 0 serves nothing; give at least 1");
+            o.instances = instances;              // --instances and --remote-capacity: the driver
+            o.remote_capacity = remote_capacity;  // checks they come with mode='tiered'
+            o.lookahead = lookahead;              // the driver checks these four
             o.serve_rate = serve_rate;
             o.prefill_chunk = prefill_chunk;
             o.queue_past_gpu = queue_past_gpu;
@@ -86,6 +91,7 @@ void bind_simulate(nb::module_& m) {
             if (cost.contains("beta")) o.cost.beta = number(cost, "beta", 0.0);
             if (cost.contains("const")) o.cost.constant = number(cost, "const", 0.0);
             o.cost.bandwidth_gbps = number(cost, "bandwidth", o.cost.bandwidth_gbps);
+            o.cost.remote_bandwidth_gbps = number(cost, "remote_bandwidth", o.cost.remote_bandwidth_gbps);
             o.cost.kv_bytes_per_token = number(cost, "kv_bytes_per_token", o.cost.kv_bytes_per_token);
             for (auto [k, v] : workload) try {
                     o.workload.set(nb::cast<std::string>(k), nb::cast<double>(v));
@@ -103,7 +109,8 @@ void bind_simulate(nb::module_& m) {
         nb::arg("capacities"), nb::arg("cpu_capacity"), nb::arg("cpu_policy"), nb::arg("block_size"), nb::arg("layers"),
         nb::arg("seed"), nb::arg("threads"), nb::arg("skip_bad_lines"), nb::arg("cost"), nb::arg("workload"),
         nb::arg("return_hints").none(), nb::arg("bounds"), nb::arg("lookahead"), nb::arg("serve_rate"),
-        nb::arg("prefill_chunk"), nb::arg("queue_past_gpu"), nb::arg("policy_options"),
+        nb::arg("prefill_chunk"), nb::arg("queue_past_gpu"), nb::arg("policy_options"), nb::arg("match_lru"),
+        nb::arg("instances"), nb::arg("remote_capacity"),
         "kvpolicy-sim --output json, as text (kvpolicy.simulate parses it).");
     m.def(
         "derive_sessions",

@@ -71,6 +71,12 @@ def test_flat_misses_equal_libcachesim_on_the_mooncake_block_csvs(traces):
           "--option", "s3fifo.move_to_main_threshold=3"],
          dict(policies="s3fifo,lru", capacities=800, sessions=50,
               policy_options={"s3fifo": {"small_fraction": 0.6, "move_to_main_threshold": 3}})),
+        (["--policy", "arc", "--capacity", "600", "--sessions", "50", "--match-lru"],
+         dict(policies="arc", capacities=600, sessions=50, match_lru=True)),
+        (["--policy", "lru,s3fifo", "--capacity", "300", "--sessions", "60", "--mode", "tiered", "--cpu-capacity",
+          "600", "--instances", "3", "--remote-capacity", "2000", "--remote-bandwidth", "3"],
+         dict(policies="lru,s3fifo", capacities=300, sessions=60, mode="tiered", cpu_capacity=600, instances=3,
+              remote_capacity=2000, remote_bandwidth=3)),
         (["--policy", "lru,gdsf", "--capacity", "800", "--sessions", "50"],
          dict(policies=["lru", "gdsf"], capacities=[800], sessions=50)),
         (["--policy", "arc", "--capacity", "800", "--sessions", "50", "--bounds"],
@@ -134,6 +140,10 @@ def test_simulate_errors():
         kvpolicy.simulate(lookahead=4, serve_rate=1e6)
     with pytest.raises(kvpolicy.ConfigError, match=r"^--queue-past-gpu applies to offload mode with a waiting queue"):
         kvpolicy.simulate(mode="offload", cpu_capacity=100, queue_past_gpu=True)
+    with pytest.raises(kvpolicy.ConfigError, match=r"^--remote-capacity and --instances need --mode tiered"):
+        kvpolicy.simulate(instances=2)
+    with pytest.raises(kvpolicy.ConfigError, match=r"^simulate: instances 0 serves nothing"):
+        kvpolicy.simulate(instances=0)
     with pytest.raises(kvpolicy.ConfigError, match=r"^--option arc.p: arc is not compared here; add it to --policy"):
         kvpolicy.simulate(policies="lru", policy_options={"arc": {"p": 1}})
     with pytest.raises(kvpolicy.ConfigError, match=r"s3fifo: option small_fraction = 2 is outside"):
