@@ -100,13 +100,10 @@ std::vector<block_digest> digests_of(nb::handle obj, const char* what) {
 }
 
 #ifdef KVPOLICY_PYTHON_REDIS
-// The remote tier's parts, made from TieredCache's remote={...}.
+// The remote tier (redis::node), one call at a time.
 struct remote_parts {
-    std::shared_ptr<remote_identities> ids;  // set: blocks are named by 32-byte digests
-    std::unique_ptr<redis::store> store;
-    std::unique_ptr<block_arena> gpu, cpu;
-    std::unique_ptr<redis::engine> engine;
-    std::mutex mutex;  // the store and the engine serve one call at a time
+    std::unique_ptr<redis::node> node;
+    std::mutex mutex;
 };
 
 // remote={...}'s fields as redis::store_config_from reads them.
@@ -173,23 +170,9 @@ public:
 #ifdef KVPOLICY_PYTHON_REDIS
         // The store's configuration is checked before the cache is made and
         // before anything connects; the store connects last.
-        std::unique_ptr<remote_parts> parts;
-        redis::store_config store_cfg;
-        if (remote) {
-            parts = std::make_unique<remote_parts>();
-            bool digests = true;
-            const redis::store_fields fields = fields_of(*remote);
-            if (item_bytes == 0 || item_bytes > UINT32_MAX)
-                throw config_error(
-                    "TieredCache: a remote tier needs item_bytes, the bytes of one item (a block, or one layer "
-                    "of it with per_layer=True), from 1 to " +
-                    std::to_string(UINT32_MAX) + "; got " + std::to_string(item_bytes));
-            store_cfg = redis::store_config_from(fields, block_size, static_cast<std::uint32_t>(item_bytes), digests,
-                                                 "TieredCache remote");
-            store_cfg.ns.validate();
-            redis::validate(store_cfg);
-            parts->ids = store_cfg.ns.identities;
-        }
+        std::optional<redis::store_config> store_cfg;
+        if (remote)
+            store_cfg = redis::node::config_from(fields_of(*remote), block_size, item_bytes, "TieredCache remote");
 #else
         if (remote)
             throw config_error(
@@ -200,15 +183,10 @@ public:
 #endif
         impl_ = any_tiered_cache::make(cfg, g, c, thread_safe);
 #ifdef KVPOLICY_PYTHON_REDIS
-        if (parts) {
-            parts->gpu = std::make_unique<block_arena>(gpu_blocks, item_bytes);
-            parts->cpu = std::make_unique<block_arena>(cpu_blocks, item_bytes);
-            {
-                nb::gil_scoped_release release;  // connecting waits up to connect_timeout + io_timeout
-                parts->store = std::make_unique<redis::store>(std::move(store_cfg));
-            }
-            parts->engine = std::make_unique<redis::engine>(*parts->gpu, *parts->cpu, *parts->store);
-            remote_ = std::move(parts);
+        if (store_cfg) {
+            remote_ = std::make_unique<remote_parts>();
+            nb::gil_scoped_release release;  // connecting waits up to connect_timeout + io_timeout
+            remote_->node = std::make_unique<redis::node>(std::move(*store_cfg), gpu_blocks, cpu_blocks);
         }
 #endif
         gpu_policy_ = gpu_policy;
@@ -297,45 +275,42 @@ public:
         return *remote_;
     }
 
-    /// admit with the store asked past the local prefix (kvpolicy::admit_through).
+    /// admit with the store asked past the local prefix (redis::node::admit).
     nb::dict admit_through(std::uint64_t session, nb::handle blocks, std::optional<timestamp> now) {
         remote_parts& r = remote_or_throw("admit_through");
         nb::object keep;
         std::vector<block_digest> digests;
-        std::span<const std::uint64_t> hashes;
-        if (r.ids)
+        std::vector<std::uint64_t> hashes;
+        if (r.node->identities()) {
             digests = digests_of(blocks, "admit_through: blocks");
-        else
-            hashes =
+            for (const block_digest& d : digests) hashes.push_back(digest_handle(d));
+        } else {
+            const auto h =
                 as_span<std::uint64_t>(blocks, "admit_through: blocks (64-bit hashes: remote identity='hash64')", keep);
-        std::vector<std::uint64_t> handles(digests.size());
-        for (std::size_t i = 0; i < digests.size(); ++i) handles[i] = digest_handle(digests[i]);
-        const std::span<const std::uint64_t> h = r.ids ? std::span<const std::uint64_t>(handles) : hashes;
+            hashes.assign(h.begin(), h.end());
+        }
         // The store answers within io_timeout; other threads run meanwhile if thread_safe.
         nb::dict d = admitted(session, now, &r.mutex, [&] {
-            if (r.ids) return impl_->admit_through(*r.store, *r.ids, session_id{session}, digests);
-            return impl_->admit_through(*r.store, session_id{session}, hashes);
+            if (r.node->identities())
+                return r.node->admit(*impl_, session_id{session}, std::span(std::as_const(digests)));
+            return r.node->admit(*impl_, session_id{session}, std::span(std::as_const(hashes)));
         });
-        d["hashes"] = to_numpy(std::vector<std::uint64_t>(h.begin(), h.end()));
+        d["hashes"] = to_numpy(std::move(hashes));
         return d;
     }
 
     /// Runs the last plan through the engine and reports it (complete_transfers).
     nb::dict run_plan() {
         remote_parts& r = remote_or_throw("run_plan");
-        swap_plan plan;
-        std::vector<transfer_status> status;
-        transfer_report rep;
+        redis::plan_run run;
         unlocked([&] {
             std::scoped_lock lock(r.mutex);
+            swap_plan plan;
             {
                 std::scoped_lock plan_lock(plan_mutex_);
                 plan = last_plan_;
             }
-            if (impl_->in_step())
-                throw usage_error(
-                    "TieredCache.run_plan: a step is open; call end_step() first (run_plan runs its plan)");
-            if (plan.step == 0 || plan.step == reported_step_)
+            if (!impl_->in_step() && (plan.step == 0 || plan.step == reported_step_))
                 throw usage_error(
                     "TieredCache.run_plan: " +
                     (plan.step == 0
@@ -343,24 +318,15 @@ public:
                          : "the last plan (step " + std::to_string(plan.step) + ") was already run or reported") +
                     "; run one step (begin_step, admit_through, end_step, or admit_through outside a step), "
                     "then run_plan() once");
-            execute_plan(plan, *r.engine, status);
-            rep = impl_->complete_transfers(plan, status);
+            run = r.node->run_plan(*impl_, plan);
             reported_step_ = plan.step;
-            if (r.ids) (void)impl_->forget_identities(*r.ids);
         });
-        std::vector<std::uint8_t> st(status.size());
-        std::vector<std::uint64_t> written, fetched;
-        for (std::size_t i = 0; i < status.size(); ++i) {
-            st[i] = static_cast<std::uint8_t>(status[i]);
-            if (status[i] != transfer_status::done) continue;
-            const block_transfer& t = plan.transfers[i];
-            if (t.to == tier::remote) written.push_back(plan.remote_keys[t.dst.index()]);
-            if (t.from == tier::remote) fetched.push_back(plan.remote_keys[t.src.index()]);
-        }
+        const transfer_report& rep = run.report;
         using d = const dropped_item&;
         using x = const recompute_item&;
-        return dict_of("statuses", to_numpy(std::move(st)), "failed", rep.failed, "written_keys",
-                       to_numpy(std::move(written)), "fetched_keys", to_numpy(std::move(fetched)), "dropped_keys",
+        return dict_of("statuses", column<std::uint8_t>(run.statuses, [](transfer_status s) { return s; }), "failed",
+                       rep.failed, "written_keys", to_numpy(std::move(run.written_keys)), "fetched_keys",
+                       to_numpy(std::move(run.fetched_keys)), "dropped_keys",
                        column<std::uint64_t>(rep.drops, [](d i) { return i.key; }), "dropped_sessions",
                        column<std::uint64_t>(rep.drops, [](d i) { return i.owner.value; }), "recompute_keys",
                        column<std::uint64_t>(rep.recompute, [](x i) { return i.key; }), "recompute_sessions",
@@ -371,16 +337,18 @@ public:
     nb::dict remote_stats() const {
         remote_parts& r = remote_or_throw("remote_stats");
         std::scoped_lock lock(r.mutex);
-        return dict_of("round_trips", r.engine->round_trips(), "bytes_sent", r.engine->bytes_sent(), "bytes_received",
-                       r.engine->bytes_received(), "rejected_values", r.engine->rejected_values(), "redirects",
-                       r.store->redirects(), "nodes", r.store->node_count(), "identities", r.ids ? r.ids->size() : 0,
-                       "key_prefix", r.store->config().ns.prefix());
+        const redis::engine& e = r.node->transfers();
+        const redis::store& s = r.node->remote();
+        return dict_of("round_trips", e.round_trips(), "bytes_sent", e.bytes_sent(), "bytes_received",
+                       e.bytes_received(), "rejected_values", e.rejected_values(), "redirects", s.redirects(), "nodes",
+                       s.node_count(), "identities", r.node->identities() ? r.node->identities()->size() : 0,
+                       "key_prefix", s.config().ns.prefix());
     }
 
     using arena_array = nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<2>>;
     arena_array arena(bool gpu) const {
         remote_parts& r = remote_or_throw(gpu ? "gpu_arena" : "cpu_arena");
-        block_arena& a = gpu ? *r.gpu : *r.cpu;
+        block_arena& a = gpu ? r.node->gpu() : r.node->cpu();
         return arena_array(reinterpret_cast<std::uint8_t*>(a.block(block_id{0}).data()),
                            {a.capacity(), a.block_bytes()}, nb::handle());
     }

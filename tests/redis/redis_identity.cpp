@@ -11,9 +11,11 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -55,14 +57,16 @@ redis::store_config with_ids(redis::store_config c, std::shared_ptr<remote_ident
     return c;
 }
 
-// One serving instance whose blocks are named by digests.
+// One serving instance whose blocks are named by digests: a cache and its
+// redis::node (arenas, store, engine, identity table).
 struct digest_instance {
     remote_test_cache cache;
-    block_arena gpu;
-    block_arena cpu;
-    std::shared_ptr<remote_identities> ids;
-    redis::store store;
-    redis::engine engine;
+    redis::node node;
+    remote_identities* ids;  // the node's
+    redis::store& store;
+    const redis::engine& engine;
+    block_arena& gpu;
+    block_arena& cpu;
     std::uint64_t pattern_xor = 0;  // a writer that writes wrong bytes (an attacker) sets it
 
     digest_instance(const redis::store_config& sc, std::size_t gpu_cap = 4, std::size_t cpu_cap = 4)
@@ -71,11 +75,12 @@ struct digest_instance {
                                  .block_size = 16,
                                  .item_bytes = item_bytes,
                                  .remote = true}),
-              gpu(gpu_cap, item_bytes),
-              cpu(cpu_cap, item_bytes),
-              ids(std::make_shared<remote_identities>()),
-              store(with_ids(sc, ids)),
-              engine(gpu, cpu, store) {}
+              node(with_ids(sc, std::make_shared<remote_identities>()), gpu_cap, cpu_cap),
+              ids(node.identities()),
+              store(node.remote()),
+              engine(node.transfers()),
+              gpu(node.gpu()),
+              cpu(node.cpu()) {}
 
     std::uint64_t seed(std::uint64_t item) const {
         const auto id = ids->find(item);
@@ -101,6 +106,7 @@ struct digest_instance {
         std::size_t remote_blocks = 0;
         std::size_t local_run = 0;
         transfer_report report;
+        std::vector<std::uint64_t> written_keys, fetched_keys;
     };
 
     // One step of one request: admit through the store by digests, run the
@@ -108,13 +114,13 @@ struct digest_instance {
     result step(const std::vector<block_digest>& doc, session_id s = session_id{1}) {
         result out;
         cache.begin_step();
-        const remote_admission a = admit_through(cache, store, *ids, s, std::span<const block_digest>(doc));
+        const remote_admission a = node.admit(cache, s, std::span<const block_digest>(doc));
         out.remote_blocks = a.remote_blocks;
         out.local_run = a.local.match.run;
-        const swap_plan& plan = cache.end_step();
-        std::vector<transfer_status> status;
-        execute_plan(plan, engine, status);
-        out.report = cache.complete_transfers(plan, status);
+        redis::plan_run run = node.run_plan(cache, cache.end_step());
+        out.report = std::move(run.report);
+        out.written_keys = std::move(run.written_keys);
+        out.fetched_keys = std::move(run.fetched_keys);
         for (std::size_t i = a.local.match.run; i < doc.size(); ++i) {
             const std::uint64_t key = cache.item_key(digest_handle(doc[i]), 0);
             kvpolicy::testing::write_pattern(gpu.block(*cache.gpu().cached_block(key)), seed(key));
@@ -122,7 +128,7 @@ struct digest_instance {
         for (const recompute_item& r : out.report.recompute)
             kvpolicy::testing::write_pattern(gpu.block(r.block), seed(r.key));
         cache.free_session(s);
-        forget_identities(cache, *ids);
+        forget_identities(cache, *ids);  // the session's blocks may have left with it
         return out;
     }
 
@@ -133,10 +139,7 @@ struct digest_instance {
         for (std::size_t r = 0; r < docs.size(); ++r)
             requests.push_back({session_id{100 + r}, std::span<const block_digest>(docs[r]), {}});
         const auto out = admit_all_through(cache, store, *ids, std::span<const step_digest_request>(requests));
-        const swap_plan& plan = cache.end_step();
-        std::vector<transfer_status> status;
-        execute_plan(plan, engine, status);
-        const transfer_report report = cache.complete_transfers(plan, status);
+        const transfer_report report = node.run_plan(cache, cache.end_step()).report;
         for (std::size_t r = 0; r < docs.size(); ++r)
             for (std::size_t i = out[r].local.match.run; i < docs[r].size(); ++i) {
                 const std::uint64_t key = cache.item_key(digest_handle(docs[r][i]), 0);
@@ -383,6 +386,62 @@ TEST_CASE("identity: a namespace that cannot be right is refused, naming the fie
     REQUIRE_THROWS_WITH(redis::store(c), Catch::Contains("model is empty"));
     c.ns.model = "m";
     REQUIRE_NOTHROW(redis::store(c));
+}
+
+TEST_CASE("node: run_plan names the keys it wrote and fetched, and admit takes only the store's identity",
+          "[redis][identity]") {
+    redis_server server;
+    std::mt19937_64 rng(4409);
+    const redis::store_config sc = scoped_config(server.port());
+    digest_instance a(sc);
+    const std::vector<block_digest> doc = digest_instance::random_doc(rng, 4);
+    std::vector<std::uint64_t> doc_keys;
+    for (const block_digest& d : doc) doc_keys.push_back(a.cache.item_key(digest_handle(d), 0));
+
+    // doc computed, then pushed out of both tiers by three other documents:
+    // each write-back done is named once, and the store holds exactly those.
+    std::set<std::uint64_t> written;
+    for (int d = 0; d < 4; ++d) {
+        const auto r = d == 0 ? a.step(doc) : a.step(digest_instance::random_doc(rng, doc.size()), session_id{9});
+        REQUIRE(r.report.clean());
+        REQUIRE(r.fetched_keys.empty());
+        for (std::uint64_t k : r.written_keys) REQUIRE(written.insert(k).second);
+    }
+    for (std::uint64_t k : doc_keys) REQUIRE(written.contains(k));
+    REQUIRE(server.call({"DBSIZE"}) == std::to_string(written.size()));
+
+    // Another instance over the same store fetches doc: every fetch named.
+    digest_instance b(sc);
+    const auto r = b.step(doc);
+    REQUIRE(r.remote_blocks == doc.size());
+    REQUIRE(r.written_keys.empty());
+    std::vector<std::uint64_t> fetched = r.fetched_keys;
+    std::ranges::sort(fetched);
+    std::ranges::sort(doc_keys);
+    REQUIRE(fetched == doc_keys);
+    REQUIRE(b.check_bytes().empty());
+
+    // A step still open is not run: nothing is sent.
+    const std::size_t trips = b.engine.round_trips();
+    b.cache.begin_step();
+    REQUIRE_THROWS_WITH(b.node.run_plan(b.cache, swap_plan{}), Catch::Contains("run_plan: a step is open"));
+    REQUIRE(b.engine.round_trips() == trips);
+    // This store names blocks by digests: 64-bit hashes are refused, nothing admitted.
+    const std::vector<block_hash> hashes = digest_instance::handles(doc);
+    REQUIRE_THROWS_WITH(b.node.admit(b.cache, session_id{5}, std::span<const block_hash>(hashes)),
+                        Catch::Contains("identity 'digest'"));
+    REQUIRE(b.cache.held_by(session_id{5}).empty());
+    (void)b.cache.end_step();
+
+    // And a store of 64-bit hashes refuses digests.
+    redis::node hashed(sc, 2, 2);
+    REQUIRE(hashed.identities() == nullptr);
+    remote_test_cache c(
+        cache_config{.gpu_capacity = 2, .cpu_capacity = 2, .block_size = 16, .item_bytes = item_bytes, .remote = true});
+    c.begin_step();
+    REQUIRE_THROWS_WITH(hashed.admit(c, session_id{1}, std::span<const block_digest>(doc)),
+                        Catch::Contains("identity 'hash64'"));
+    REQUIRE(c.held_by(session_id{1}).empty());
 }
 
 TEST_CASE("identity: two blocks forced to the same 64-bit key are still two blocks", "[redis][identity]") {

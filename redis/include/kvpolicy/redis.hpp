@@ -9,5 +9,6 @@
 #include "kvpolicy/redis/connection.hpp"
 #include "kvpolicy/redis/engine.hpp"
 #include "kvpolicy/redis/identity.hpp"
+#include "kvpolicy/redis/node.hpp"
 #include "kvpolicy/redis/store.hpp"
 #include "kvpolicy/redis/store_fields.hpp"
