@@ -2,8 +2,9 @@
 // the concrete order its name picks: vllm_lru, vllm_arc, or
 // cache_policy_core over a registered policy. Each is driven beside the
 // concrete type, called directly as the seam's semantics say, over long
-// random runs (inserts, removes, touches, finished requests, pins, evictions
-// with protected chunks), and every eviction must name the same slots.
+// random runs (inserts, removes, touches, finished requests with and without
+// their hints, pins, evictions with protected chunks), and every eviction
+// must name the same slots.
 #include <catch2/catch.hpp>
 
 #include <kvpolicy/engine/any_cache_policy.hpp>
@@ -31,6 +32,8 @@ struct lru_ref {
     }
     void touch(const key_walk& w, const access_context&) { p.refresh(w.slots); }
     void finish(const key_walk& w, const access_context&) { p.refresh(w.slots); }
+    void end_request(const access_context&) {}  // vLLM's orders hear no hints
+    void end_session(const access_context&) {}
     void mark_evictable(std::uint32_t id, const access_context&) { p.mark_evictable(id); }
     auto evict(std::size_t n, const std::vector<std::uint32_t>&, const std::vector<std::uint8_t>& prot,
                const access_context&) {
@@ -51,6 +54,8 @@ struct arc_ref {
     void finish(const key_walk& w, const access_context&) {
         for (std::size_t i = 0; i < w.slots.size(); ++i) p.finish(w.slots[i], w.flags[i] == 1, w.flags[i] == 2);
     }
+    void end_request(const access_context&) {}
+    void end_session(const access_context&) {}
     void mark_evictable(std::uint32_t id, const access_context&) { p.mark_evictable(id); }
     auto evict(std::size_t n, const std::vector<std::uint32_t>&, const std::vector<std::uint8_t>& prot,
                const access_context&) {
@@ -72,6 +77,8 @@ struct core_ref {
     void finish(const key_walk& w, const access_context& ctx) {
         for (std::size_t i = 0; i < w.slots.size(); ++i) p.finish(w.slots[i], w.flags[i] == 2, ctx);
     }
+    void end_request(const access_context& ctx) { p.end_request(ctx.session, ctx); }
+    void end_session(const access_context& ctx) { p.end_session(ctx.session, ctx); }
     void mark_evictable(std::uint32_t id, const access_context& ctx) { p.mark_evictable(id, ctx); }
     auto evict(std::size_t n, const std::vector<std::uint32_t>& ids, const std::vector<std::uint8_t>&,
                const access_context& ctx) {
@@ -133,8 +140,23 @@ void same_decisions(const std::string& name, std::uint64_t seed) {
             }
             case 3: {
                 key_walk w = walk(true);
-                any->finish(w, c);
-                ref.finish(w, c);
+                if (rng() % 2 == 0) {
+                    any->finish(w, c);
+                    ref.finish(w, c);
+                    break;
+                }
+                // A request's end with its hints: a session that ends, or one expected back.
+                const bool session_end = rng() % 3 == 0;
+                const auto back = rng() % 2 ? std::optional<double>(static_cast<double>(rng() % 500)) : std::nullopt;
+                any->finish_request(w, c, back, session_end);
+                access_context h = c;
+                if (session_end)
+                    h.expected_return = never;
+                else if (back)
+                    h.expected_return = c.now + static_cast<timestamp>(*back);
+                ref.finish(w, h);
+                if (c.session.value != 0) ref.end_request(h);
+                if (c.session.value != 0 && session_end) ref.end_session(h);
                 break;
             }
             case 4:

@@ -3,7 +3,8 @@
 // state per id kept in a plain vector. Random batches (some out of range,
 // some repeating an id, some in the wrong state) must be refused exactly
 // when the model says a call is bad, naming the id, with nothing changed;
-// the others decide as the model.
+// the others decide as the model. A keys column of another length than the
+// ids is refused before any id is looked at.
 #include <catch2/catch.hpp>
 
 #include <kvpolicy/eviction/checked_policy.hpp>
@@ -46,8 +47,18 @@ TEST_CASE("checked_policy refuses exactly the bad calls, changing nothing, and d
         for (timestamp now = 1; now < 6000; ++now) {
             std::vector<item_id> ids(1 + rng() % 3);
             for (item_id& id : ids) id = item_id{static_cast<std::uint32_t>(rng() % (capacity + 2))};
-            const item_batch b{.ids = ids, .now = now};
+            // Now and then a keys column: the ids' own keys, or one too many (refused).
+            std::vector<std::uint64_t> keys;
+            const auto column = rng() % 8;
+            if (column < 2)
+                for (std::size_t i = 0; i < ids.size() + column; ++i) keys.push_back(ids[i % ids.size()].value);
+            const item_batch b{.ids = ids, .keys = keys, .now = now};
             const auto op = rng() % 6;
+            const auto columns = [&](const char* what) -> std::optional<std::string> {
+                if (column != 1) return std::nullopt;
+                return std::string(what) + ": " + std::to_string(keys.size()) + " keys for " +
+                       std::to_string(ids.size()) + " ids; give one per id, or none";
+            };
             const auto untracked = [](id_state s) { return s == id_state::untracked; };
             const auto tracked = [](id_state s) { return s != id_state::untracked; };
             const auto evictable = [](id_state s) { return s == id_state::evictable; };
@@ -63,7 +74,8 @@ TEST_CASE("checked_policy refuses exactly the bad calls, changing nothing, and d
             };
             switch (op) {
                 case 0:
-                    why = refusal(st, ids, "insert", untracked, true);
+                    why = columns("insert");
+                    if (!why) why = refusal(st, ids, "insert", untracked, true);
                     attempt([&] { p.insert(b); });
                     if (!why) {
                         model.insert_batch(b);
@@ -71,7 +83,8 @@ TEST_CASE("checked_policy refuses exactly the bad calls, changing nothing, and d
                     }
                     break;
                 case 1:
-                    why = refusal(st, ids, "access", tracked, false);
+                    why = columns("access");
+                    if (!why) why = refusal(st, ids, "access", tracked, false);
                     attempt([&] { p.access(b); });
                     if (!why) model.access_batch(b);
                     break;
@@ -84,7 +97,8 @@ TEST_CASE("checked_policy refuses exactly the bad calls, changing nothing, and d
                     }
                     break;
                 case 3:
-                    why = refusal(st, ids, "release", held, true);
+                    why = columns("release");
+                    if (!why) why = refusal(st, ids, "release", held, true);
                     attempt([&] { p.release(b); });
                     if (!why) {
                         model.release_batch(b);

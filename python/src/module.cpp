@@ -91,65 +91,61 @@ std::vector<option_value> options_from(const nb::dict& kwargs, const char* what)
 using namespace kvpolicy::python;
 
 namespace {
-PyObject* new_exception(nb::module_& m, const char* name, PyObject* bases, const char* doc) {
-    // Shown as kvpolicy.Name: the package re-exports the classes.
-    const std::string qualified = std::string("kvpolicy.") + name;
-    PyObject* type = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, bases, nullptr);
-    if (type == nullptr) throw nb::python_error();
-    m.attr(name) = nb::handle(type);
-    return type;
-}
-PyObject* bases(std::initializer_list<PyObject*> types) {
-    PyObject* t = PyTuple_New(static_cast<Py_ssize_t>(types.size()));
-    Py_ssize_t i = 0;
-    for (PyObject* p : types) {
-        Py_INCREF(p);
-        PyTuple_SET_ITEM(t, i++, p);
-    }
-    return t;
-}
-
-// Each kvpolicy::error class and its Python class, most derived first.
 template <class E>
 bool is(const kvpolicy::error& e) {
     if constexpr (std::is_same_v<E, kvpolicy::error>)
-        return true;
+        return true;  // (a dynamic_cast to its own type draws -Wnonnull-compare)
     else
         return dynamic_cast<const E*>(&e) != nullptr;
 }
-using error_kinds = std::array<std::pair<PyObject*, bool (*)(const kvpolicy::error&)>, 6>;
-void translate(const std::exception_ptr& p, void* kinds) {
+// A kvpolicy::error class and its Python class, which derives from its
+// parent's (an index into the list; -1: Exception) and from the builtin users
+// catch for that kind of mistake. Parents come first; the translator takes
+// the last class that matches, the most derived.
+struct error_class {
+    const char* name;
+    int parent;
+    PyObject* builtin;
+    bool (*matches)(const kvpolicy::error&);
+    const char* doc;
+    PyObject* type = nullptr;
+};
+using error_classes = std::array<error_class, 6>;
+void translate(const std::exception_ptr& p, void* classes) {
     try {
         std::rethrow_exception(p);
     } catch (const kvpolicy::error& e) {
-        for (const auto& [type, matches] : *static_cast<const error_kinds*>(kinds))
-            if (matches(e)) return PyErr_SetString(type, e.what());
+        const auto& c = *static_cast<const error_classes*>(classes);
+        for (auto it = c.rbegin(); it != c.rend(); ++it)
+            if (it->matches(e)) return PyErr_SetString(it->type, e.what());
     }
 }
 }  // namespace
 
 NB_MODULE(_kvpolicy, m) {
     m.doc() = "kvpolicy's C++ core: eviction policies, the tiered cache, victim selection and the simulator";
-
-    PyObject* error = new_exception(m, "Error", PyExc_Exception, "Base of every error kvpolicy raises.");
-    PyObject* config = new_exception(m, "ConfigError", bases({error, PyExc_ValueError}),
-                                     "A configuration that cannot work (capacity 0, a NaN cost, a bad option).");
-    PyObject* unknown_name = new_exception(m, "UnknownNameError", bases({config, PyExc_LookupError}),
-                                           "A policy name no registered policy has; the message lists them all.");
-    PyObject* usage =
-        new_exception(m, "UsageError", bases({error, PyExc_ValueError}),
-                      "A call that breaks the protocol: a NaN score, a double release, a malformed hash chain.");
-    PyObject* capacity = new_exception(m, "CapacityError", bases({error, PyExc_RuntimeError}),
-                                       "A request that cannot be met: more blocks than are free or evictable.");
-    PyObject* parse = new_exception(m, "ParseError", bases({error, PyExc_ValueError}),
-                                    "A malformed trace line: 'file:line: reason'.");
-    static const error_kinds kinds = {{{unknown_name, is<kvpolicy::unknown_name_error>},
-                                       {config, is<kvpolicy::config_error>},
-                                       {usage, is<kvpolicy::usage_error>},
-                                       {capacity, is<kvpolicy::capacity_error>},
-                                       {parse, is<kvpolicy::parse_error>},
-                                       {error, is<kvpolicy::error>}}};
-    nb::register_exception_translator(translate, const_cast<error_kinds*>(&kinds));
+    static error_classes classes = {{
+        {"Error", -1, nullptr, is<kvpolicy::error>, "Base of every error kvpolicy raises."},
+        {"ConfigError", 0, PyExc_ValueError, is<kvpolicy::config_error>,
+         "A configuration that cannot work (capacity 0, a NaN cost, a bad option)."},
+        {"UnknownNameError", 1, PyExc_LookupError, is<kvpolicy::unknown_name_error>,
+         "A policy name no registered policy has; the message lists them all."},
+        {"UsageError", 0, PyExc_ValueError, is<kvpolicy::usage_error>,
+         "A call that breaks the protocol: a NaN score, a double release, a malformed hash chain."},
+        {"CapacityError", 0, PyExc_RuntimeError, is<kvpolicy::capacity_error>,
+         "A request that cannot be met: more blocks than are free or evictable."},
+        {"ParseError", 0, PyExc_ValueError, is<kvpolicy::parse_error>, "A malformed trace line: 'file:line: reason'."},
+    }};
+    for (error_class& c : classes) {
+        PyObject* parent = c.parent < 0 ? PyExc_Exception : classes[static_cast<std::size_t>(c.parent)].type;
+        PyObject* bases = c.builtin ? PyTuple_Pack(2, parent, c.builtin) : PyTuple_Pack(1, parent);
+        // Shown as kvpolicy.Name: the package re-exports the classes.
+        c.type = PyErr_NewExceptionWithDoc((std::string("kvpolicy.") + c.name).c_str(), c.doc, bases, nullptr);
+        Py_XDECREF(bases);
+        if (c.type == nullptr) throw nb::python_error();
+        m.attr(c.name) = nb::handle(c.type);
+    }
+    nb::register_exception_translator(translate, &classes);
     // TieredCache.release(expected_return=NEVER): the session will not return.
     m.attr("NEVER") = kvpolicy::never;
 

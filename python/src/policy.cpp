@@ -76,8 +76,8 @@ public:
     }
 
 private:
-    // A batch call: its arrays read and matched, then the call (which checks
-    // every id first), timed `now` or the next tick.
+    // A batch call: its arrays read, then the call (which checks every id and
+    // column first), timed `now` or the next tick.
     void batch(const std::string& what, void (checked_policy::*call)(const item_batch&), nb::handle ids,
                std::optional<timestamp> now, nb::handle keys, nb::handle priorities, nb::handle next_use) {
         nb::object keep[4];
@@ -87,14 +87,6 @@ private:
         if (!priorities.is_none())
             b.priorities = as_span<std::int32_t>(priorities, (what + ": priorities").c_str(), keep[2]);
         if (!next_use.is_none()) b.next_use = as_span<std::uint64_t>(next_use, (what + ": next_use").c_str(), keep[3]);
-        const auto same = [&](std::size_t n, const char* field) {
-            if (n != 0 && n != b.ids.size())
-                throw usage_error(what + ": " + std::to_string(n) + " " + field + " for " +
-                                  std::to_string(b.ids.size()) + " ids; give one per id, or none");
-        };
-        same(b.keys.size(), "keys");
-        same(b.priorities.size(), "priorities");
-        same(b.next_use.size(), "next_use values");
         b.now = now ? *now : now_ + 1;
         (p_.*call)(b);
         now_ = b.now;

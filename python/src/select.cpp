@@ -21,50 +21,23 @@ public:
                             nb::handle last_access, nb::handle access_count, nb::handle priority, nb::handle pinned,
                             nb::handle estimated_lifetime, nb::handle sequence_length, nb::handle max_length) {
         nb::object k[9];
-        const auto ids = as_span<std::uint64_t>(sequence_ids, "select_victims: sequence_ids", k[0]);
-        const auto blocks = as_span<std::uint64_t>(num_blocks, "select_victims: num_blocks", k[1]);
-        const std::size_t n = ids.size();
-        const auto column = [&]<class T>(nb::handle h, const char* what, nb::object& keep) -> std::span<const T> {
-            if (h.is_none()) return {};
-            const auto s = as_span<T>(h, what, keep);
-            if (s.size() != n)
-                throw usage_error(std::string(what) + ": " + std::to_string(s.size()) + " values for " +
-                                  std::to_string(n) + " sequences; give one per sequence");
-            return s;
+        const auto col = [&]<class T>(nb::handle h, const char* what, nb::object& keep) {
+            return h.is_none() ? std::nullopt : std::optional(as_span<T>(h, what, keep));
         };
-        if (blocks.size() != n)
-            throw usage_error("select_victims: num_blocks: " + std::to_string(blocks.size()) + " values for " +
-                              std::to_string(n) + " sequences; give one per sequence");
-        const auto last = column.operator()<std::uint64_t>(last_access, "select_victims: last_access", k[2]);
-        const auto count = column.operator()<std::uint64_t>(access_count, "select_victims: access_count", k[3]);
-        const auto prio = column.operator()<std::int32_t>(priority, "select_victims: priority", k[4]);
-        const auto pin = column.operator()<std::uint8_t>(pinned, "select_victims: pinned", k[5]);
-        const auto life = column.operator()<double>(estimated_lifetime, "select_victims: estimated_lifetime", k[6]);
-        const auto len = column.operator()<std::uint64_t>(sequence_length, "select_victims: sequence_length", k[7]);
-        const auto max = column.operator()<std::uint64_t>(max_length, "select_victims: max_length", k[8]);
+        candidate_columns c;
+        c.sequence_ids = as_span<std::uint64_t>(sequence_ids, "select_victims: sequence_ids", k[0]);
+        c.num_blocks = as_span<std::uint64_t>(num_blocks, "select_victims: num_blocks", k[1]);
+        c.last_access = col.operator()<std::uint64_t>(last_access, "select_victims: last_access", k[2]);
+        c.access_count = col.operator()<std::uint64_t>(access_count, "select_victims: access_count", k[3]);
+        c.priority = col.operator()<std::int32_t>(priority, "select_victims: priority", k[4]);
+        c.pinned = col.operator()<std::uint8_t>(pinned, "select_victims: pinned", k[5]);
+        c.estimated_lifetime = col.operator()<double>(estimated_lifetime, "select_victims: estimated_lifetime", k[6]);
+        c.sequence_length = col.operator()<std::uint64_t>(sequence_length, "select_victims: sequence_length", k[7]);
+        c.max_length = col.operator()<std::uint64_t>(max_length, "select_victims: max_length", k[8]);
         victim_batch out;
         {
             nb::gil_scoped_release unlocked;
-            // Candidates carry a view of their blocks, of which only the
-            // length is read: every view points into one shared zero buffer.
-            std::uint64_t most = 0;
-            for (std::uint64_t b : blocks) most = std::max(most, b);
-            if (zeros_.size() < most) zeros_.resize(most);
-            candidates_.resize(n);
-            for (std::size_t i = 0; i < n; ++i) {
-                eviction_candidate& c = candidates_[i];
-                c = {};
-                c.sequence_id = ids[i];
-                c.block_ids = std::span<const block_id>(zeros_.data(), blocks[i]);
-                if (!last.empty()) c.last_access_time = last[i];
-                if (!count.empty()) c.access_count = count[i];
-                if (!prio.empty()) c.priority = prio[i];
-                if (!pin.empty()) c.pinned = pin[i] != 0;
-                if (!life.empty()) c.estimated_lifetime = life[i];
-                if (!len.empty()) c.sequence_length = len[i];
-                if (!max.empty()) c.max_length = max[i];
-            }
-            out = impl_->select_victims(candidates_, required_blocks);
+            out = impl_->select_victims(c, required_blocks);
         }
         return dict_of("evicted", to_numpy(std::move(out.evicted)), "freed_blocks", out.freed_blocks, "shortfall",
                        out.shortfall);
@@ -72,18 +45,8 @@ public:
 
     void update_access(nb::handle sequence_ids, nb::handle now) {
         nb::object k1, k2;
-        const auto ids = as_span<std::uint64_t>(sequence_ids, "update_access: sequence_ids", k1);
-        const auto t = as_span<std::uint64_t>(now, "update_access: now", k2);
-        if (t.size() != ids.size() && t.size() != 1)
-            throw usage_error("update_access: " + std::to_string(t.size()) + " times for " +
-                              std::to_string(ids.size()) + " sequences; give one time, or one per sequence");
-        std::vector<std::uint64_t> times;
-        std::span<const std::uint64_t> tt = t;
-        if (t.size() == 1 && ids.size() != 1) {
-            times.assign(ids.size(), t[0]);
-            tt = times;
-        }
-        impl_->update_access(ids, tt);
+        impl_->update_access(as_span<std::uint64_t>(sequence_ids, "update_access: sequence_ids", k1),
+                             as_span<std::uint64_t>(now, "update_access: now", k2));
     }
     void forget(nb::handle sequence_ids) {
         nb::object k;
@@ -99,8 +62,6 @@ public:
 
 private:
     std::unique_ptr<any_batch_selector> impl_;
-    std::vector<eviction_candidate> candidates_;  // reused between calls
-    std::vector<block_id> zeros_;
 };
 
 }  // namespace

@@ -145,13 +145,8 @@ public:
         }
         access_context c = clock();
         c.session = session_id{session};
-        if (session_end)
-            c.expected_return = never;
-        else if (expected_return_s)
-            c.expected_return = c.now + static_cast<timestamp>(*expected_return_s * 1000.0);
-        core_->finish(w, c);
-        if (session != 0) core_->end_request(c);
-        if (session_end && session != 0) core_->end_session(c);
+        core_->finish_request(w, c, expected_return_s ? std::optional(*expected_return_s * 1000.0) : std::nullopt,
+                              session_end);
     }
 
     /// A connector's event for request `id` (engine/request_lifecycle.hpp):

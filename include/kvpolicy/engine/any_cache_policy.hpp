@@ -64,6 +64,22 @@ public:
     virtual void finish(const key_walk& w, const access_context& ctx) = 0;
     virtual void end_session(const access_context&) {}
     virtual void end_request(const access_context&) {}
+    /// A request's end with its hints: finish, then, for a request of a
+    /// session (ctx.session nonzero), its end, and the session's when
+    /// `session_end` (the session will not return: expected_return never).
+    /// Otherwise `expected_return_ms`, when given, is when the session is
+    /// expected back, that many milliseconds after ctx.now.
+    void finish_request(const key_walk& w, access_context ctx, std::optional<double> expected_return_ms,
+                        bool session_end) {
+        if (session_end)
+            ctx.expected_return = never;
+        else if (expected_return_ms)
+            ctx.expected_return = ctx.now + static_cast<timestamp>(*expected_return_ms);
+        finish(w, ctx);
+        if (ctx.session.value == 0) return;
+        end_request(ctx);
+        if (session_end) end_session(ctx);
+    }
     virtual void mark_evictable(std::uint32_t id, const access_context& ctx) = 0;
     virtual void mark_non_evictable(std::uint32_t id) = 0;
     /// `n` victims, none of `protected_ids` (slots, absent or repeated

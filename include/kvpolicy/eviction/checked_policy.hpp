@@ -41,15 +41,18 @@ public:
     /// Keys requested that are not tracked (no ids: nothing to check).
     void miss(const item_batch& b) { policy_.miss_batch(b); }
     /// New items, evictable. Throws: usage_error for an id out of range,
-    /// tracked, or listed twice.
+    /// tracked, or listed twice, or a column of another length than the ids.
     void insert(const item_batch& b) {
+        check_columns(b, "insert");
         check(b.ids, "insert", true, id_state::untracked,
               [](id_state) { return " is already tracked; erase it (or pop it as a victim) first"; });
         policy_.insert_batch(b);
         set(b.ids, id_state::evictable);
     }
-    /// Hits on tracked items. Throws: usage_error for an id out of range or untracked.
+    /// Hits on tracked items. Throws: usage_error for an id out of range or
+    /// untracked, or a column of another length than the ids.
     void access(const item_batch& b) {
+        check_columns(b, "access");
         check(
             b.ids, "access", false, id_state::untracked, [](id_state) { return " is not tracked; insert it first"; },
             /*refuse=*/true);
@@ -66,8 +69,9 @@ public:
         set(ids, id_state::held);
     }
     /// Held items evictable again. Throws: usage_error for an id out of
-    /// range, not held, or listed twice.
+    /// range, not held, or listed twice, or a column of another length.
     void release(const item_batch& b) {
+        check_columns(b, "release");
         check(b.ids, "release", true, id_state::held,
               [](id_state) { return " is not held (released twice, or never held)"; });
         policy_.release_batch(b);
@@ -114,6 +118,17 @@ private:
                                   " appears twice; list each id once");
             mark_[id.index()] = generation_;
         }
+    }
+    // Each of the batch's columns (keys, priorities, next uses) absent or one per id.
+    static void check_columns(const item_batch& b, const char* what) {
+        const auto same = [&](std::size_t n, const char* column) {
+            if (n != 0 && n != b.ids.size())
+                throw usage_error(std::string(what) + ": " + std::to_string(n) + " " + column + " for " +
+                                  std::to_string(b.ids.size()) + " ids; give one per id, or none");
+        };
+        same(b.keys.size(), "keys");
+        same(b.priorities.size(), "priorities");
+        same(b.next_use.size(), "next_use values");
     }
     void check_range(const char* what, item_id id) const {
         if (id.index() >= state_.size())

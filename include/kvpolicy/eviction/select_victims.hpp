@@ -336,6 +336,23 @@ using batch_rules = type_list<lru, lfu, fifo, qos_aware, predictive>;
 template <class Rule>
 class batch_selector_model;
 
+/// Candidates as columns, one entry per sequence (an engine's struct of
+/// arrays, NumPy's): the ids and block counts, and any other field as a
+/// column or absent (eviction_candidate's default for every sequence).
+struct candidate_columns {
+    template <class T>
+    using column = std::optional<std::span<const T>>;
+    std::span<const std::uint64_t> sequence_ids{};
+    std::span<const std::uint64_t> num_blocks{};
+    column<timestamp> last_access{};
+    column<std::uint64_t> access_count{};
+    column<std::int32_t> priority{};
+    column<std::uint8_t> pinned{};  ///< nonzero: pinned
+    column<double> estimated_lifetime{};
+    column<std::uint64_t> sequence_length{};
+    column<std::uint64_t> max_length{};
+};
+
 /// A victim_batch_selector whose rule is chosen by name at run time: one
 /// virtual call per call, the per-sequence loops inside the concrete one.
 class any_batch_selector {
@@ -343,7 +360,45 @@ public:
     virtual ~any_batch_selector() = default;
     virtual victim_batch select_victims(std::span<const eviction_candidate> candidates,
                                         std::size_t required_blocks) = 0;
-    /// update_access(ids[i], now[i]) for each i.
+
+    /// select_victims over columns. Throws: usage_error naming the first
+    /// column whose length is not the ids', nothing recorded.
+    victim_batch select_victims(const candidate_columns& c, std::size_t required_blocks) {
+        const std::size_t n = c.sequence_ids.size();
+        const auto check = [n](const auto& column, const char* name) {
+            if (column && column->size() != n)
+                throw usage_error("select_victims: " + std::string(name) + ": " + std::to_string(column->size()) +
+                                  " values for " + std::to_string(n) + " sequences; give one per sequence");
+        };
+        check(std::optional(c.num_blocks), "num_blocks");
+        check(c.last_access, "last_access");
+        check(c.access_count, "access_count");
+        check(c.priority, "priority");
+        check(c.pinned, "pinned");
+        check(c.estimated_lifetime, "estimated_lifetime");
+        check(c.sequence_length, "sequence_length");
+        check(c.max_length, "max_length");
+        // Only a candidate's block count is read: every view points into one zero buffer.
+        const std::uint64_t most = n == 0 ? 0 : std::ranges::max(c.num_blocks);
+        if (zeros_.size() < most) zeros_.resize(most);
+        candidates_.assign(n, eviction_candidate{});
+        for (std::size_t i = 0; i < n; ++i) {
+            eviction_candidate& e = candidates_[i];
+            e.sequence_id = c.sequence_ids[i];
+            e.block_ids = std::span<const block_id>(zeros_.data(), c.num_blocks[i]);
+            if (c.last_access) e.last_access_time = (*c.last_access)[i];
+            if (c.access_count) e.access_count = (*c.access_count)[i];
+            if (c.priority) e.priority = (*c.priority)[i];
+            if (c.pinned) e.pinned = (*c.pinned)[i] != 0;
+            if (c.estimated_lifetime) e.estimated_lifetime = (*c.estimated_lifetime)[i];
+            if (c.sequence_length) e.sequence_length = (*c.sequence_length)[i];
+            if (c.max_length) e.max_length = (*c.max_length)[i];
+        }
+        return select_victims(std::span<const eviction_candidate>(candidates_), required_blocks);
+    }
+
+    /// update_access(ids[i], now[i]) for each i; one time in `now` is every id's.
+    /// Throws: usage_error for another count of times, nothing recorded.
     virtual void update_access(std::span<const std::uint64_t> ids, std::span<const timestamp> now) = 0;
     virtual void forget(std::span<const std::uint64_t> ids) = 0;
     [[nodiscard]] virtual victim_batch_metrics metrics() const = 0;
@@ -360,16 +415,24 @@ public:
             },
             "batch rule");
     }
+
+private:
+    std::vector<eviction_candidate> candidates_;  // select_victims(columns)' scratch, reused
+    std::vector<block_id> zeros_;
 };
 
 template <class Rule>
 class batch_selector_model final : public any_batch_selector {
 public:
+    using any_batch_selector::select_victims;
     victim_batch select_victims(std::span<const eviction_candidate> c, std::size_t required) override {
         return s_.select_victims(c, required);
     }
     void update_access(std::span<const std::uint64_t> ids, std::span<const timestamp> now) override {
-        for (std::size_t i = 0; i < ids.size(); ++i) s_.update_access(ids[i], now[i]);
+        if (now.size() != ids.size() && now.size() != 1)
+            throw usage_error("update_access: " + std::to_string(now.size()) + " times for " +
+                              std::to_string(ids.size()) + " sequences; give one time, or one per sequence");
+        for (std::size_t i = 0; i < ids.size(); ++i) s_.update_access(ids[i], now[now.size() == 1 ? 0 : i]);
     }
     void forget(std::span<const std::uint64_t> ids) override {
         for (std::uint64_t id : ids) s_.forget(id);
