@@ -8,6 +8,7 @@
 #include <kvpolicy/cost/pensieve_linear.hpp>
 #include <kvpolicy/eviction/lru.hpp>
 #include <kvpolicy/eviction/registry.hpp>
+#include <kvpolicy/eviction/checked_policy.hpp>
 #include <kvpolicy/eviction/select_victims.hpp>
 #include <kvpolicy/select/nth_element_selector.hpp>
 #include <kvpolicy/sim/trace.hpp>
@@ -252,6 +253,26 @@ TEST_CASE("bad input: a NaN score or mismatched lengths to a selector, a duplica
                                 "select_victims: sequence 7 appears twice among the candidates (at 0 and 2); pass "
                                 "each sequence once");
     REQUIRE(batch.metrics().selections == 0);
+
+    // A batch whose columns are not one per id or sequence.
+    const auto any = any_batch_selector::make("lru");
+    const std::vector<std::uint64_t> seqs{1, 2, 3}, two_counts{1, 1};
+    require_throws<usage_error>(
+        [&] { (void)any->select_victims(candidate_columns{.sequence_ids = seqs, .num_blocks = two_counts}, 1); },
+        "select_victims: num_blocks: 2 values for 3 sequences; give one per sequence");
+    require_throws<usage_error>(
+        [&] {
+            any->update_access(seqs, std::vector<timestamp>{5, 6});
+        },
+        "update_access: 2 times for 3 sequences; give one time, or one per sequence");
+    REQUIRE(any->metrics().selections == 0);
+    REQUIRE(any->metrics().re_prefills == 0);
+    checked_policy checked(4, {.policy = "lru"});
+    const std::vector<item_id> two_ids{item_id{0}, item_id{1}};
+    const std::vector<std::uint64_t> one_key{9};
+    require_throws<usage_error>([&] { checked.insert({.ids = two_ids, .keys = one_key}); },
+                                "insert: 1 keys for 2 ids; give one per id, or none");
+    REQUIRE(checked.policy().size() == 0);
 }
 
 TEST_CASE("bad input: a remote tier without a CPU tier, stage_remote off the cached prefix or the request",
