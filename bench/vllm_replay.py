@@ -137,39 +137,21 @@ def read_trace(path: str, limit: Optional[int] = None, derive_block: int = 0) ->
 def belady_hits(accesses: List[tuple], capacity: int) -> int:
     """Lookup hits of the offline optimum (Belady's MIN, bypass allowed) over
     a CPU tier's access sequence: (0, key) a lookup, a hit if the key is
-    held; (1, key) a store offer. A key not held may be admitted at any of
-    its references: at a store offer as vLLM's tier does, and at a lookup
-    miss too (in vLLM the missed block is computed and offered for storing
-    right after, so this only loosens the bound, never tightens it). A held
-    key is worth keeping until its next lookup, unless a store offers it
-    first (it can be admitted there again): the one looked up soonest stays,
-    the classic argument for MIN."""
-    import heapq
+    held; (1, key) a store offer. The simulator's own bound
+    (``kvpolicy/sim/offload_min.hpp``, which kvpolicy-sim reports for policy
+    ``belady`` in offload mode), so vLLM's runs and the simulator's are held
+    to one definition. A key not held may be admitted at any of its
+    references: at a store offer as vLLM's tier does, and at a lookup miss
+    too (in vLLM the missed block is computed and offered for storing right
+    after, so this only loosens the bound, never tightens it)."""
+    import numpy as np
 
-    n = len(accesses)
-    next_use = [n] * n  # the next lookup of the key, if no store offer of it comes first
-    seen: Dict[bytes, int] = {}
-    for i in range(n - 1, -1, -1):
-        op, key = accesses[i]
-        next_use[i] = seen.get(key, n)
-        seen[key] = i if op == 0 else n
-    held: Dict[bytes, int] = {}  # key -> its next use
-    heap: List[tuple] = []  # (-next use, key), stale entries skipped
-    hits = 0
-    for i, (op, key) in enumerate(accesses):
-        nxt = next_use[i]
-        if key in held:
-            hits += op == 0
-        if nxt == n:
-            held.pop(key, None)
-            continue
-        held[key] = nxt
-        heapq.heappush(heap, (-nxt, key))
-        while len(held) > capacity:
-            far, victim = heapq.heappop(heap)
-            if held.get(victim) == -far:
-                del held[victim]
-    return hits
+    from kvpolicy._kvpolicy import _offload_min_hits
+
+    ids: Dict[bytes, int] = {}  # each key its own 64-bit id: no two keys share one
+    keys = np.fromiter((ids.setdefault(key, len(ids)) for _, key in accesses), dtype=np.uint64, count=len(accesses))
+    lookups = np.fromiter((op == 0 for op, _ in accesses), dtype=np.uint8, count=len(accesses))
+    return int(_offload_min_hits(lookups, keys, capacity))
 
 
 def prompt_tokens(req: TraceRequest, block_size: int, trace_block: int) -> List[int]:

@@ -12,6 +12,7 @@
 #include <nanobind/stl/tuple.h>
 
 #include <kvpolicy/sim/driver.hpp>
+#include <kvpolicy/sim/offload_min.hpp>
 #include <kvpolicy/sim/report.hpp>
 #include <kvpolicy/sim/request_times.hpp>
 
@@ -112,6 +113,22 @@ void bind_simulate(nb::module_& m) {
         nb::arg("prefill_chunk"), nb::arg("queue_past_gpu"), nb::arg("policy_options"), nb::arg("match_lru"),
         nb::arg("instances"), nb::arg("remote_capacity"),
         "kvpolicy-sim --output json, as text (kvpolicy.simulate parses it).");
+    m.def(
+        "_offload_min_hits",
+        [](nb::handle lookups, nb::handle keys, std::size_t capacity) {
+            nb::object k1, k2;
+            const auto l = as_span<std::uint8_t>(lookups, "offload_min_hits: lookups", k1);
+            const auto k = as_span<std::uint64_t>(keys, "offload_min_hits: keys", k2);
+            if (l.size() != k.size())
+                throw usage_error("offload_min_hits: " + std::to_string(l.size()) + " lookup flags for " +
+                                  std::to_string(k.size()) + " keys; give one per reference");
+            std::vector<sim::offload_access> a(k.size());
+            for (std::size_t i = 0; i < a.size(); ++i) a[i] = {.lookup = l[i] != 0, .key = k[i]};
+            return sim::offload_min_hits(a, capacity);
+        },
+        nb::arg("lookups"), nb::arg("keys"), nb::arg("capacity"),
+        "Lookup hits of Belady's MIN (bypass allowed) over a CPU tier's references (sim/offload_min.hpp): "
+        "lookups[i] nonzero for a lookup, zero for a store offer, of key keys[i].");
     m.def(
         "derive_sessions",
         [](const std::vector<std::vector<std::uint64_t>>& hash_ids, const std::vector<std::uint64_t>& input_lengths,

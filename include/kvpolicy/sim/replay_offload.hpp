@@ -58,6 +58,7 @@
 #include "kvpolicy/core/concepts.hpp"
 #include "kvpolicy/core/error.hpp"
 #include "kvpolicy/engine/cache_policy_core.hpp"
+#include "kvpolicy/sim/offload_min.hpp"
 #include "kvpolicy/engine/front_cache_forecast.hpp"
 #include "kvpolicy/eviction/belady.hpp"
 #include "kvpolicy/sim/records.hpp"
@@ -113,48 +114,6 @@ private:
     std::list<std::uint64_t> free_;  // least recently freed first
     std::unordered_map<std::uint64_t, std::list<std::uint64_t>::iterator> where_;
 };
-
-/// One reference of the CPU tier: a lookup (counted, a hit if held) or a
-/// store offer (the chunk may be admitted there).
-struct offload_access {
-    bool lookup = false;
-    std::uint64_t key = 0;
-};
-
-/// Lookup hits of the offline optimum over a CPU tier's references
-/// (Belady's MIN, bypass allowed): a key may be admitted at any reference,
-/// and a held key is worth keeping until its next lookup unless a store
-/// offers it first (it can be admitted there again). Keeping those looked
-/// up soonest is optimal by the classic exchange argument.
-[[nodiscard]] inline std::uint64_t offload_min_hits(std::span<const offload_access> accesses, std::size_t capacity) {
-    const std::size_t n = accesses.size();
-    std::vector<std::size_t> next_use(n, n);
-    std::unordered_map<std::uint64_t, std::size_t> seen;
-    for (std::size_t i = n; i-- > 0;) {
-        const auto it = seen.find(accesses[i].key);
-        next_use[i] = it == seen.end() ? n : it->second;
-        seen[accesses[i].key] = accesses[i].lookup ? i : n;
-    }
-    std::unordered_map<std::uint64_t, std::size_t> held;                  // key -> its next use
-    std::priority_queue<std::pair<std::size_t, std::uint64_t>> farthest;  // stale entries skipped
-    std::uint64_t hits = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-        const auto [lookup, key] = accesses[i];
-        if (lookup && held.contains(key)) ++hits;
-        if (next_use[i] == n) {
-            held.erase(key);
-            continue;
-        }
-        held[key] = next_use[i];
-        farthest.emplace(next_use[i], key);
-        while (held.size() > capacity) {
-            const auto [use, victim] = farthest.top();
-            farthest.pop();
-            if (const auto it = held.find(victim); it != held.end() && it->second == use) held.erase(it);
-        }
-    }
-    return hits;
-}
 
 /// The CPU tier of vLLM's offloading connector with policy `P` deciding
 /// its victims, driven as kvpolicy's vLLM adapter drives it.
