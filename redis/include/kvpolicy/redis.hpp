@@ -11,4 +11,6 @@
 #include "kvpolicy/redis/identity.hpp"
 #include "kvpolicy/redis/node.hpp"
 #include "kvpolicy/redis/store.hpp"
+#include "kvpolicy/redis/store_config.hpp"
 #include "kvpolicy/redis/store_fields.hpp"
+#include "kvpolicy/redis/transport.hpp"

@@ -31,7 +31,8 @@
 #include <vector>
 
 #include "kvpolicy/core/error.hpp"
-#include "kvpolicy/redis/connection.hpp"
+#include "kvpolicy/redis/reply.hpp"
+#include "kvpolicy/redis/store_config.hpp"
 #include "kvpolicy/redis/identity.hpp"
 
 namespace kvpolicy::redis {
