@@ -123,3 +123,32 @@ def test_random_lifecycles_never_evict_a_queued_key_while_another_can_go():
             present.add(k)
         assert core.queued_requests == len(waiting)
     assert queued_victims > 0
+
+
+def test_offload_keys_take_a_plain_suffix_and_call_any_other_derivation_per_key():
+    """kvpolicy's connector derives a request's offload keys as vLLM does
+    (python/engine_tests checks them against vLLM 0.33's own); where the
+    derivation is the hash and a fixed suffix it appends the suffix itself,
+    and any other derivation is called per key."""
+    from types import SimpleNamespace
+
+    from kvpolicy.vllm._connector import offload_keys
+
+    rng = random.Random(7)
+    hashes = [bytes(rng.randrange(256) for _ in range(32)) for _ in range(40)]
+    groups = [SimpleNamespace(group_idx=0, hashes_per_chunk=4), SimpleNamespace(group_idx=3, hashes_per_chunk=1)]
+
+    def suffixed(h, g):  # vLLM 0.33's make_offload_key
+        return h + g.to_bytes(4, "big")
+
+    calls = []
+
+    def hashed(h, g):  # not a suffix: each key must come from a call
+        calls.append(h)
+        return bytes(reversed(h)) + bytes([g])
+
+    want = [suffixed(h, 0) for h in hashes[3::4]] + [suffixed(h, 3) for h in hashes]
+    assert offload_keys(hashes, groups, suffixed) == want
+    assert offload_keys(iter(hashes), groups, suffixed) == want
+    assert offload_keys(hashes, groups, hashed) == [hashed(h, 0) for h in hashes[3::4]] + [hashed(h, 3) for h in hashes]
+    assert len(calls) == 2 * 2 + 2 * (10 + 40)  # two probes per group, then every key twice (ours, expected)
