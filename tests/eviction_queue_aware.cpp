@@ -117,6 +117,38 @@ TEST_CASE("waiting_queue gives every key's earliest queued read and says when it
     }
 }
 
+TEST_CASE("waiting_queue: requests of hundreds of keys, its index growing and shrinking, against the naive model",
+          "[queue][differential]") {
+    std::mt19937_64 rng(5);
+    waiting_queue q;
+    naive_queue model;
+    auto none = [](auto&&...) {};
+    std::uint64_t next_id = 1;
+    for (int op = 0; op < 600; ++op) {
+        // Waves: the queue fills to 40 requests (about 16,000 distinct keys), then drains.
+        const bool add = model.queued.empty() || ((op / 150) % 2 == 0 ? rng() % 10 < 8 : rng() % 10 < 2);
+        if (add) {
+            std::vector<std::uint64_t> keys(rng() % 800);
+            for (auto& k : keys) k = rng() % 50'000;
+            q.enqueue(next_id, session_id{1}, keys, none);
+            model.queued.push_back({next_id++, model.next_position++, keys});
+        } else {
+            const std::size_t i = rng() % model.queued.size();
+            (void)q.dequeue(model.queued[i].id, none);
+            model.queued.erase(model.queued.begin() + static_cast<std::ptrdiff_t>(i));
+        }
+        if (op % 10 == 0) {
+            std::set<std::uint64_t> distinct;
+            for (const auto& r : model.queued) distinct.insert(r.keys.begin(), r.keys.end());
+            REQUIRE(q.queued_keys() == distinct.size());
+        }
+        for (int probe = 0; probe < 20; ++probe) {
+            const std::uint64_t k = rng() % 50'000;
+            REQUIRE(q.next_read(k) == model.earliest(k));
+        }
+    }
+}
+
 TEST_CASE("waiting_queue: one request queued while thousands come and go", "[queue]") {
     // Request 1 stays queued while 10,000 others reading one of its keys are
     // queued and started behind it: the earliest read stays request 1's, and

@@ -17,9 +17,12 @@
 // its keys drops dead positions from its front: every position is appended
 // and removed once, so enqueue and dequeue cost O(1) amortised per block with
 // no allocation once the pool has grown, and a dead position behind a live
-// one waits, harmlessly, until it reaches the front.
+// one waits, harmlessly, until it reaches the front. Keys find their lists
+// through a key_index (open addressing, no allocation per key), rebuilt at
+// twice the size when full, before anything of the call changes.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -30,6 +33,7 @@
 
 #include "kvpolicy/core/error.hpp"
 #include "kvpolicy/core/ids.hpp"
+#include "kvpolicy/core/key_index.hpp"
 
 namespace kvpolicy {
 
@@ -45,12 +49,15 @@ public:
         if (requests_.contains(request))
             throw usage_error("enqueue: request " + std::to_string(request) +
                               " is already queued; dequeue it (started or dropped) before queueing it again");
+        reserve_keys(keys.size());
         const std::uint64_t position = next_position_++;
         requests_.emplace(request, queued_request{position, session, {keys.begin(), keys.end()}});
         alive_.push_back(1);
         blocks_ += keys.size();
         for (std::uint64_t key : keys) {
-            reads& r = reads_.try_emplace(key).first->second;
+            std::uint32_t slot = key_slots_.find(key);
+            if (slot == no_index) slot = new_reads(key);
+            reads& r = reads_[slot];
             const bool first = r.head == no_node;
             const std::uint32_t n = new_node(position);
             if (first)
@@ -82,17 +89,19 @@ public:
         blocks_ -= q.keys.size();
         for (auto k = q.keys.rbegin(); k != q.keys.rend(); ++k) {
             const std::uint64_t key = *k;
-            const auto r = reads_.find(key);
-            if (r == reads_.end()) continue;  // a key twice in the request: done at its first
-            if (nodes_[r->second.head].position != q.position) continue;  // an earlier request still reads it first
-            std::uint32_t& head = r->second.head;
+            const std::uint32_t slot = key_slots_.find(key);
+            if (slot == no_index) continue;  // a key twice in the request: done at its first
+            std::uint32_t& head = reads_[slot].head;
+            if (nodes_[head].position != q.position) continue;  // an earlier request still reads it first
             while (head != no_node && !alive(nodes_[head].position)) {
                 const std::uint32_t dead = head;
                 head = nodes_[dead].next;
                 free_node(dead);
             }
             if (head == no_node) {
-                reads_.erase(r);
+                key_slots_.erase(key);
+                reads_[slot] = {};
+                free_reads_.push_back(slot);
                 changed(key, std::optional<std::uint64_t>{});
             } else {
                 changed(key, std::optional<std::uint64_t>{nodes_[head].position});
@@ -105,9 +114,9 @@ public:
     /// The position of the earliest queued request that reads `key`, or
     /// empty if none does. O(1) expected.
     [[nodiscard]] std::optional<std::uint64_t> next_read(std::uint64_t key) const noexcept {
-        const auto r = reads_.find(key);
-        if (r == reads_.end()) return std::nullopt;
-        return nodes_[r->second.head].position;
+        const std::uint32_t slot = key_slots_.find(key);
+        if (slot == no_index) return std::nullopt;
+        return nodes_[reads_[slot].head].position;
     }
 
     [[nodiscard]] bool contains(std::uint64_t request) const noexcept { return requests_.contains(request); }
@@ -117,7 +126,7 @@ public:
     /// Keys the queued requests read, counted once per request.
     [[nodiscard]] std::size_t queued_reads() const noexcept { return blocks_; }
     /// Distinct keys some queued request reads.
-    [[nodiscard]] std::size_t queued_keys() const noexcept { return reads_.size(); }
+    [[nodiscard]] std::size_t queued_keys() const noexcept { return key_slots_.size(); }
 
 private:
     static constexpr std::uint32_t no_node = ~std::uint32_t{0};
@@ -137,6 +146,36 @@ private:
         std::uint32_t tail = no_node;
     };
 
+    // Room in key_slots_ for `more` new keys: a table twice the size, the
+    // keys moved over, when they would not fit. Throws: usage_error past
+    // 2^29 keys, before anything changes.
+    void reserve_keys(std::size_t more) {
+        if (key_slots_.size() + more <= key_slots_.capacity()) return;
+        std::size_t capacity = std::max<std::size_t>(key_slots_.capacity(), 1024);
+        while (capacity < key_slots_.size() + more) capacity *= 2;
+        if (capacity >= (std::size_t{1} << 30))
+            throw usage_error("enqueue: " + std::to_string(key_slots_.size() + more) +
+                              " distinct queued keys would be 2^30 or more; dequeue requests that started");
+        key_index bigger(capacity);
+        for (std::uint32_t slot = 0; slot < reads_.size(); ++slot)
+            if (reads_[slot].head != no_node) bigger.insert(read_keys_[slot], slot);
+        key_slots_ = std::move(bigger);
+    }
+    // A slot for a new key's list, its entry in key_slots_ made (reserve_keys came first).
+    std::uint32_t new_reads(std::uint64_t key) {
+        std::uint32_t slot;
+        if (!free_reads_.empty()) {
+            slot = free_reads_.back();
+            free_reads_.pop_back();
+            read_keys_[slot] = key;
+        } else {
+            slot = static_cast<std::uint32_t>(reads_.size());
+            reads_.emplace_back();
+            read_keys_.push_back(key);
+        }
+        key_slots_.insert(key, slot);
+        return slot;
+    }
     std::uint32_t new_node(std::uint64_t position) {
         if (free_nodes_ != no_node) {
             const std::uint32_t n = free_nodes_;
@@ -169,8 +208,11 @@ private:
     }
 
     std::unordered_map<std::uint64_t, queued_request> requests_;
-    std::unordered_map<std::uint64_t, reads> reads_;  // only keys some queued request reads
-    std::vector<node> nodes_;                         // every list's nodes; the free ones linked from free_nodes_
+    key_index key_slots_;                   // each key some queued request reads -> its slot in reads_
+    std::vector<reads> reads_;              // [slot] a key's list; head no_node for a free slot
+    std::vector<std::uint64_t> read_keys_;  // [slot] its key
+    std::vector<std::uint32_t> free_reads_;
+    std::vector<node> nodes_;  // every list's nodes; the free ones linked from free_nodes_
     std::uint32_t free_nodes_ = no_node;
     std::vector<std::uint8_t> alive_;  // [position - alive_base_]: 1 while queued
     std::uint64_t alive_base_ = 0;     // the position of alive_[0]
