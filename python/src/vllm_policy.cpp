@@ -278,12 +278,34 @@ private:
         return walk(items_of(keys, "keys must be iterable", keep), reversed);
     }
 
+    // The cyclic GC sees the Python objects held here (chunks are the
+    // engine's objects, which may reach back to the policy), and breaks
+    // such a cycle by dropping them.
+    friend int traverse(PyObject* self, visitproc visit, void* arg);
+
     std::size_t capacity_;
     std::unique_ptr<any_cache_policy> core_;
     nb::dict slots_;                   // OffloadKey -> slot
     std::vector<nb::object> keys_;     // [capacity] the key in each slot
     std::vector<std::uint32_t> free_;  // free slots, the next at the back
 };
+
+int traverse(PyObject* self, visitproc visit, void* arg) {
+    Py_VISIT(Py_TYPE(self));
+    if (!nb::inst_ready(self)) return 0;
+    const cache_policy_binding* b = nb::inst_ptr<cache_policy_binding>(self);
+    Py_VISIT(b->chunks.ptr());
+    Py_VISIT(b->slots_.ptr());
+    for (const nb::object& k : b->keys_) Py_VISIT(k.ptr());
+    return 0;
+}
+int clear_refs(PyObject* self) {
+    nb::inst_ptr<cache_policy_binding>(self)->clear();  // drops every chunk and key it holds
+    return 0;
+}
+PyType_Slot gc_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(traverse)},
+                          {Py_tp_clear, reinterpret_cast<void*>(clear_refs)},
+                          {0, nullptr}};
 
 }  // namespace
 
@@ -304,7 +326,7 @@ void bind_vllm_policy(nb::module_& m) {
                 name, []<class P>() { return uses_future<P>; }, "eviction policy");
         },
         "Whether the policy reads each access's next use (only a simulator knows it).");
-    nb::class_<cache_policy_binding>(m, "CachePolicyCore")
+    nb::class_<cache_policy_binding>(m, "CachePolicyCore", nb::type_slots(gc_slots))
         .def(nb::init<const std::string&, std::size_t, const nb::dict&>(), nb::arg("policy"), nb::arg("capacity"),
              nb::arg("options"))
         .def_rw("chunks", &cache_policy_binding::chunks)

@@ -152,3 +152,25 @@ def test_offload_keys_take_a_plain_suffix_and_call_any_other_derivation_per_key(
     assert offload_keys(iter(hashes), groups, suffixed) == want
     assert offload_keys(hashes, groups, hashed) == [hashed(h, 0) for h in hashes[3::4]] + [hashed(h, 3) for h in hashes]
     assert len(calls) == 2 * 2 + 2 * (10 + 40)  # two probes per group, then every key twice (ours, expected)
+
+
+def test_a_cycle_through_the_policy_is_collected():
+    """The engine's chunk objects may reach back to the policy that holds
+    them (a chunk naming its manager): the garbage collector sees what the
+    policy holds and frees such a cycle."""
+    import gc
+    import weakref
+
+    class Chunk:
+        ref_cnt = 0
+
+    core = CachePolicyCore("queue_aware_lru", 4, {})
+    chunk = Chunk()
+    chunk.owner = core  # the cycle: core -> chunks -> chunk -> core
+    core.insert(b"k", chunk, None, 0, 0)
+    assert gc.is_tracked(core)
+    assert core.chunks in gc.get_referents(core)
+    alive = weakref.ref(chunk)
+    del core, chunk
+    gc.collect()
+    assert alive() is None
