@@ -131,3 +131,19 @@ TEST_CASE("checked_policy refuses exactly the bad calls, changing nothing, and d
         REQUIRE_THROWS_WITH(p.state(item_id{capacity}), Catch::Contains("the capacity is 16"));
     }
 }
+
+TEST_CASE("checked_policy refuses a batch whose column is not one per id, naming the column", "[eviction][errors]") {
+    checked_policy p(4, {.policy = "lru"});
+    const std::vector<item_id> ids{item_id{0}, item_id{1}};
+    const std::vector<std::uint64_t> one_key{9};
+    const std::vector<std::int32_t> three{1, 1, 1};
+    REQUIRE_THROWS_WITH(p.insert({.ids = ids, .keys = one_key}), "insert: 1 keys for 2 ids; give one per id, or none");
+    REQUIRE_THROWS_WITH(p.insert({.ids = ids, .priorities = three}),
+                        "insert: 3 priorities for 2 ids; give one per id, or none");
+    REQUIRE(p.policy().size() == 0);
+    REQUIRE(p.state(item_id{0}) == id_state::untracked);
+    p.insert({.ids = ids, .now = 1});
+    REQUIRE_THROWS_WITH(p.access({.ids = ids, .next_use = one_key, .now = 2}),
+                        "access: 1 next_use values for 2 ids; give one per id, or none");
+    REQUIRE(p.policy().counters().hits == 0);
+}
