@@ -155,7 +155,7 @@ private:
         while (capacity < key_slots_.size() + more) capacity *= 2;
         if (capacity >= (std::size_t{1} << 30))
             throw usage_error("enqueue: " + std::to_string(key_slots_.size() + more) +
-                              " distinct queued keys would be 2^30 or more; dequeue requests that started");
+                              " distinct queued keys would be more than 2^29; dequeue requests that started");
         key_index bigger(capacity);
         for (std::uint32_t slot = 0; slot < reads_.size(); ++slot)
             if (reads_[slot].head != no_node) bigger.insert(read_keys_[slot], slot);
