@@ -557,6 +557,19 @@ def timer_cost(calls: int = 200_000) -> tuple:
     return _TIMER_COST
 
 
+def pin_hash_seed() -> None:
+    """Re-executes this program with ``PYTHONHASHSEED=0`` where the variable
+    is unset, so that a replay reproduces: vLLM's offloading connector tells
+    the policy of the requests that finished in one step by iterating a set
+    of request-id strings (``scheduler_output.finished_req_ids``), whose
+    order follows the process's string hash seed, random per process by
+    default; that order changes what a policy keeps (bench/vllm_replay_cell.py
+    replays a cell over several seeds)."""
+    if "PYTHONHASHSEED" not in os.environ:
+        sys.stdout.flush()
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "PYTHONHASHSEED": "0"})
+
+
 def _time_policy(manager, connector, result: ReplayResult):
     """Wraps the cache policy's methods (and the connector's queue relay) to
     add their time to ``result.policy_s``."""
@@ -611,4 +624,5 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
+    pin_hash_seed()
     sys.exit(main())

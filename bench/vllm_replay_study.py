@@ -25,6 +25,11 @@ queue is vLLM's LRU run's. The hit ratios compared are token hit ratios (the
 prompt tokens not computed), each engine's own.
 
     build/vllm-venv/bin/python bench/vllm_replay_study.py --out build/vllm-replay --sim build/tools/kvpolicy-sim
+
+Each run is one draw of vLLM's schedule: the order in which vLLM's connector
+reports the requests that finished in one step follows Python's string hash
+seed, and the study runs with ``PYTHONHASHSEED=0`` unless it is set;
+bench/vllm_replay_cell.py replays cells over several seeds.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from offload_policy_study import TRACE_SET, serve_rate, simulate  # noqa: E402
-from vllm_replay import Replay, ReplayConfig, belady_hits, read_trace  # noqa: E402
+from vllm_replay import Replay, ReplayConfig, belady_hits, pin_hash_seed, read_trace  # noqa: E402
 
 MAX_BATCHED_TOKENS = 2048  # 128 vLLM blocks of 16: offload_policy_study.simulate's --prefill-chunk
 
@@ -196,4 +201,5 @@ def markdown(rows) -> str:
 
 
 if __name__ == "__main__":
+    pin_hash_seed()  # one draw, the same each time: bench/vllm_replay_cell.py gives the spread over seeds
     sys.exit(main())

@@ -174,3 +174,61 @@ def test_a_cycle_through_the_policy_is_collected():
     del core, chunk
     gc.collect()
     assert alive() is None
+
+
+def test_insert_in_request_reads_each_context_once_and_decides_as_insert():
+    """vLLM 0.33's insert(key, chunk, req_context), bound straight to C++:
+    the session comes from the reader, called once per context, and the
+    victims equal those of insert with the session given."""
+    rng = random.Random(11)
+    fast, plain = CachePolicyCore("predicted_return", 32, {}), CachePolicyCore("predicted_return", 32, {})
+    read = []
+
+    def session_of(ctx):
+        read.append(ctx)
+        return ctx.session
+
+    class Context:
+        def __init__(self, session):
+            self.session = session
+
+    with pytest.raises(Exception, match="set_session_reader first"):
+        fast.insert_in_request(b"x", Chunk(), Context(1))
+    fast.set_session_reader(session_of)
+    contexts, n = 0, 0
+    while n < 3000:
+        ctx = Context(rng.randrange(1, 6))
+        contexts += 1
+        for _ in range(rng.randrange(1, 6)):
+            k = key(n)
+            n += 1
+            for core in (fast, plain):
+                if len(core) == 32:
+                    victims = core.evict(1, [])
+                    assert victims is not None
+            fast.insert_in_request(k, Chunk(), ctx)
+            plain.insert(k, Chunk(), None, 0, 0, ctx.session)
+            assert list(fast.chunks) == list(plain.chunks)
+    assert len(read) == contexts
+    fast.set_session_reader(None)
+    with pytest.raises(Exception, match="set_session_reader first"):
+        fast.insert_in_request(b"y", Chunk(), Context(1))
+
+
+def test_a_cycle_through_the_session_reader_is_collected():
+    """The adapter's reader closes over the adapter, which holds the core."""
+    import gc
+    import weakref
+
+    class Adapter:
+        pass
+
+    adapter = Adapter()
+    adapter.core = CachePolicyCore("predicted_return", 4, {})
+    adapter.core.set_session_reader(lambda ctx: adapter.session)
+    adapter.session = 3
+    adapter.core.insert_in_request(b"k", Chunk(), object())
+    alive = weakref.ref(adapter)
+    del adapter
+    gc.collect()
+    assert alive() is None
