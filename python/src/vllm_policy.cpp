@@ -92,25 +92,6 @@ public:
         slots_[key] = id;
     }
 
-    /// vLLM's insert(key, chunk, req_context) for a policy that hears
-    /// hints: the chunk's session is `session_of(req_context)`'s, called
-    /// once per context (vLLM stores a step's chunks of one request one
-    /// call each, with one context), and its ref_cnt is the chunk's own.
-    void insert_in_request(nb::handle key, nb::handle chunk, nb::handle req_context) {
-        if (!session_of_.is_valid())
-            throw usage_error("insert_in_request: no session reader; set_session_reader first");
-        if (!last_context_.is(req_context)) {
-            const std::uint64_t session = nb::cast<std::uint64_t>(session_of_(req_context));
-            last_context_ = nb::borrow(req_context);
-            last_session_ = session;
-        }
-        insert(key, chunk, std::nullopt, 0, nb::cast<int>(chunk.attr(ref_cnt_name())), last_session_);
-    }
-    void set_session_reader(nb::object session_of) {
-        session_of_ = session_of.is_none() ? nb::object() : std::move(session_of);
-        last_context_ = nb::object();
-    }
-
     void remove(nb::handle key) {
         const std::uint32_t id = slot_of(key.ptr());
         if (id == no_index) throw nb::key_error(nb::cast<std::string>(nb::repr(key)).c_str());
@@ -229,7 +210,6 @@ public:
         free_.clear();
         for (std::size_t s = capacity_; s-- > 0;) free_.push_back(static_cast<std::uint32_t>(s));
         for (auto& k : keys_) k = nb::object();
-        last_context_ = nb::object();
     }
 
     // vllm_arc's lists, for tests and inspection (keys, least recent first).
@@ -298,11 +278,6 @@ private:
         return walk(items_of(keys, "keys must be iterable", keep), reversed);
     }
 
-    static nb::handle ref_cnt_name() {
-        static nb::handle name = PyUnicode_InternFromString("ref_cnt");  // immortal: interned, never released
-        return name;
-    }
-
     // The cyclic GC sees the Python objects held here (chunks are the
     // engine's objects, which may reach back to the policy), and breaks
     // such a cycle by dropping them.
@@ -313,9 +288,6 @@ private:
     nb::dict slots_;                   // OffloadKey -> slot
     std::vector<nb::object> keys_;     // [capacity] the key in each slot
     std::vector<std::uint32_t> free_;  // free slots, the next at the back
-    nb::object session_of_;            // req_context -> its session (the adapter's hint reader)
-    nb::object last_context_;          // the last insert_in_request's context, and its session
-    std::uint64_t last_session_ = 0;
 };
 
 int traverse(PyObject* self, visitproc visit, void* arg) {
@@ -325,14 +297,10 @@ int traverse(PyObject* self, visitproc visit, void* arg) {
     Py_VISIT(b->chunks.ptr());
     Py_VISIT(b->slots_.ptr());
     for (const nb::object& k : b->keys_) Py_VISIT(k.ptr());
-    Py_VISIT(b->session_of_.ptr());
-    Py_VISIT(b->last_context_.ptr());
     return 0;
 }
 int clear_refs(PyObject* self) {
-    cache_policy_binding* b = nb::inst_ptr<cache_policy_binding>(self);
-    b->clear();  // drops every chunk and key it holds
-    b->set_session_reader(nb::object());
+    nb::inst_ptr<cache_policy_binding>(self)->clear();  // drops every chunk and key it holds
     return 0;
 }
 PyType_Slot gc_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(traverse)},
@@ -367,9 +335,6 @@ void bind_vllm_policy(nb::module_& m) {
         .def("__len__", &cache_policy_binding::size)
         .def("insert", &cache_policy_binding::insert, nb::arg("key"), nb::arg("chunk"), nb::arg("position").none(),
              nb::arg("request_rank"), nb::arg("ref_cnt"), nb::arg("session") = 0)
-        .def("insert_in_request", &cache_policy_binding::insert_in_request, nb::arg("key"), nb::arg("chunk"),
-             nb::arg("req_context"))
-        .def("set_session_reader", &cache_policy_binding::set_session_reader, nb::arg("session_of").none())
         .def("remove", &cache_policy_binding::remove)
         .def("touch", &cache_policy_binding::touch, nb::arg("keys"), nb::arg("session") = 0)
         .def("store_miss", &cache_policy_binding::store_miss)

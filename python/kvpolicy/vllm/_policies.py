@@ -207,6 +207,7 @@ def cache_policy(policy: str, *, class_name: Optional[str] = None, **options: An
             _announce(self)
             self._by_request = core.orders_by_request
             self._hears_hints = kv_name not in _IDENTICAL and seam.insert_request
+            self._session_of = (None, 0)  # (the last insert's request context, its session)
             self._generation = 0
             # The manager calls these per chunk: straight to the dict or C++.
             self.get = core.chunks.get
@@ -230,12 +231,6 @@ def cache_policy(policy: str, *, class_name: Optional[str] = None, **options: An
             self.request_preempted = core.request_preempted
             self.request_finished = core.request_finished
             self.hears_queue = core.hears_queue
-            if self._hears_hints:
-                # vLLM inserts a request's chunks one call each, a step's (128
-                # on the agentic trace) with one context: C++ reads its
-                # session once, through the hints, with no Python frame per chunk.
-                core.set_session_reader(lambda req_context: self._hints(req_context).session)
-                self.insert = core.insert_in_request
             self.request_state = core.request_state
             self.forecast_front_cache = core.forecast_front_cache
 
@@ -273,9 +268,14 @@ def cache_policy(policy: str, *, class_name: Optional[str] = None, **options: An
             return hints
 
         if seam.insert_request:
-            def insert(self, key, chunk, req_context) -> None:  # with hints: replaced per instance
+            def insert(self, key, chunk, req_context) -> None:
                 if self._hears_hints:
-                    self._core.insert_in_request(key, chunk, req_context)
+                    # vLLM inserts a request's chunks one call each, a step's
+                    # (128 on the agentic trace) with one context: its
+                    # session is read once.
+                    if req_context is not self._session_of[0]:
+                        self._session_of = (req_context, self._hints(req_context).session)
+                    self._core.insert(key, chunk, None, 0, chunk.ref_cnt, self._session_of[1])
                     return
                 position = req_context.get_offload_key_position(key) if self._by_request else None
                 rank = self._request_rank(req_context) if position is not None else 0
