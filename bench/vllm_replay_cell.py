@@ -11,8 +11,8 @@ hash seed (``PYTHONHASHSEED``, random per process unless set). The order in
 which a policy hears two requests end changes what it keeps, so one run of
 a cell is one draw: the agentic 5% cell gives 1,660 CPU hits with seed 0
 and 2,404 with seed 1 (docs/getting-started/vllm.md, "One run is one draw
-of vLLM's schedule"). Each line gives one seed's figures; the last, their
-spread; at the end, a Markdown table of the cells. Seed runs are
+of vLLM's schedule"). Each line gives one seed's figures; at the end, a
+Markdown table of each cell's mean and min-max over the seeds. Seed runs are
 independent: ``--jobs`` runs that many at once (the policy's timings are then
 not comparable, its decisions are).
 
@@ -49,14 +49,10 @@ def one(trace: str, fraction: float, speedup: float, policy: str) -> dict:
     path, trace_block, limit = study_set.TRACE_SET[trace]
     reqs = replay.read_trace(str(path), limit, derive_block=trace_block)
     cpu = max(1, int(fraction * len({h for r in reqs for h in r.hash_ids})))
-    lru = study.run(reqs, trace_block, False, accesses=True, **study.shape(reqs, cpu, speedup))
-    kv = study.run(reqs, trace_block, True, **study.shape(reqs, cpu, speedup)).result
-    bound = replay.belady_hits(lru.accesses, cpu)
-    l = lru.result
+    l, kv, bound = study.replay_cell(reqs, trace_block, cpu, speedup)
     net = kv.net_of_timer()
     return {"hits_lru": l.cpu_chunks_loaded, "hits_kvpolicy": kv.cpu_chunks_loaded, "hits_belady": bound,
-            "gap_closed": (kv.cpu_chunks_loaded - l.cpu_chunks_loaded) / (bound - l.cpu_chunks_loaded)
-            if bound > l.cpu_chunks_loaded else None,
+            "gap_closed": study.gap_closed(l.cpu_chunks_loaded, kv.cpu_chunks_loaded, bound),
             "prefill_lru": l.prefill_tokens_computed, "prefill_kvpolicy": kv.prefill_tokens_computed,
             "policy_share": net["policy_net_ms_per_step"] / max(net["scheduler_net_ms_per_step"], 1e-9)}
 

@@ -72,6 +72,19 @@ def run(reqs, trace_block: int, kvpolicy: bool, accesses: bool = False, **kw):
     return replay
 
 
+def replay_cell(reqs, trace_block: int, cpu_chunks: int, speedup: float):
+    """One cell: vLLM's LRU run, kvpolicy's (POLICY) run and the Belady bound
+    of the LRU run's CPU-tier accesses, as (lru result, kvpolicy result, bound)."""
+    lru = run(reqs, trace_block, False, accesses=True, **shape(reqs, cpu_chunks, speedup))
+    kv = run(reqs, trace_block, True, **shape(reqs, cpu_chunks, speedup))
+    return lru.result, kv.result, belady_hits(lru.accesses, cpu_chunks)
+
+
+def gap_closed(lru_hits: int, hits: int, bound: int):
+    """The share of the LRU -> Belady gap that `hits` closes; None without a gap."""
+    return None if bound <= lru_hits else (hits - lru_hits) / (bound - lru_hits)
+
+
 def calibrate(reqs, trace_block: int, cpu_chunks: int, target: float, iterations: int) -> float:
     """The speed-up whose LRU run has the median queue nearest ``target``
     (geometric bisection: the queue grows with the arrival rate)."""
@@ -124,11 +137,7 @@ def main(argv=None) -> int:
             for fraction in (float(f) for f in a.fractions.split(",")):
                 cpu = max(1, int(fraction * distinct))
                 t0 = time.time()
-                lru = run(reqs, trace_block, False, accesses=True, **shape(reqs, cpu, speedup))
-                qa = run(reqs, trace_block, True, **shape(reqs, cpu, speedup))
-                bound = belady_hits(lru.accesses, cpu)
-                l, q = lru.result, qa.result
-                gap = bound - l.cpu_chunks_loaded
+                l, q, bound = replay_cell(reqs, trace_block, cpu, speedup)
                 row = {
                     "trace": name, "policy": POLICY, "front_cache_forecast": FORECAST,
                     "requests": len(reqs), "distinct_blocks": distinct, "cpu_fraction": fraction,
@@ -137,7 +146,7 @@ def main(argv=None) -> int:
                     "queue_median_kvpolicy": statistics.median(q.queue_depths),
                     "hits_lru": l.cpu_chunks_loaded, "hits_kvpolicy": q.cpu_chunks_loaded, "hits_belady": bound,
                     "lookups_lru": l.cpu_lookups, "lookups_kvpolicy": q.cpu_lookups,
-                    "gap_closed": None if gap <= 0 else (q.cpu_chunks_loaded - l.cpu_chunks_loaded) / gap,
+                    "gap_closed": gap_closed(l.cpu_chunks_loaded, q.cpu_chunks_loaded, bound),
                     "prefill_lru": l.prefill_tokens_computed, "prefill_kvpolicy": q.prefill_tokens_computed,
                     "rejected": l.rejected,
                     "scheduler_ms_per_step": 1e3 * q.scheduler_s / max(q.steps, 1),
@@ -151,14 +160,13 @@ def main(argv=None) -> int:
                 rate, _ = serve_rate(a.sim, head.name, trace_block, gpu, cpu, 30, row["queue_median_lru"])
                 sim = simulate(a.sim, head.name, trace_block, gpu, cpu, rate, ["lru", POLICY, "belady"])
                 s_lru, s_q, s_opt = sim["lru"], sim[POLICY], sim["belady"]
-                s_gap = s_opt["cpu_hits"] - s_lru["cpu_hits"]
                 row.update({
                     "hit_ratio_lru": 1 - l.prefill_tokens_computed / l.prompt_tokens,
                     "hit_ratio_kvpolicy": 1 - q.prefill_tokens_computed / q.prompt_tokens,
                     "sim_serve_rate": rate, "sim_queue_median": s_lru["queue_depth_p50"],
                     "sim_hits_lru": s_lru["cpu_hits"], "sim_hits_kvpolicy": s_q["cpu_hits"],
                     "sim_hits_belady": s_opt["cpu_hits"],
-                    "sim_gap_closed": None if s_gap <= 0 else (s_q["cpu_hits"] - s_lru["cpu_hits"]) / s_gap,
+                    "sim_gap_closed": gap_closed(s_lru["cpu_hits"], s_q["cpu_hits"], s_opt["cpu_hits"]),
                     "sim_hit_ratio_lru": s_lru["token_hit_ratio"], "sim_hit_ratio_kvpolicy": s_q["token_hit_ratio"],
                     "sim_gpu_hits": s_lru["gpu_hits"], "sim_requests_refused": s_lru["bypassed_requests"],
                 })
