@@ -8,7 +8,9 @@ blocks, vLLM's step of 2048 tokens (128 blocks of 16; `--prefill-chunk` 128 x th
 size), the sessions' ends known (`--return-hints ends`) and a `--serve-rate` bisected until the LRU
 run's median waiting queue is 32: each policy's CPU-tier hits and its share of the LRU -> Belady gap
 closed, (p - lru) / (belady - lru), the queue-aware ones again with `--queue-past-gpu` ("past GPU":
-each queued request told past the GPU hit forecast for it). Prints a Markdown table
+each queued request told past the GPU hit forecast for it), predicted_return's two forms again with
+`--store-admission` ("admitted": past the free room a chunk is stored only where the policy does not
+rank it its own next victim), the queue-aware one also past the GPU. Prints a Markdown table
 (docs/which-policy.md, "A CPU tier behind vLLM's prefix cache") and writes the rows as JSON.
 
     python3 bench/offload_policy_study.py --sim build/release/tools/kvpolicy-sim
@@ -35,6 +37,9 @@ POLICIES = ["lru", "belady", "adaptive_kv", "queue_aware_adaptive_kv", "predicte
             "queue_aware_predicted_return"]
 # Run again with --queue-past-gpu (each queued request told past its forecast GPU hit), as "NAME past GPU".
 PAST_GPU = ["queue_aware_adaptive_kv", "queue_aware_predicted_return"]
+# Run again with --store-admission (a chunk past the free room stored only where the policy does not rank
+# it its own next victim), as "NAME admitted", the queue-aware one also past the GPU.
+ADMITTED = ["predicted_return", "queue_aware_predicted_return"]
 SHARES = [0.01, 0.05, 0.10]
 TARGET_QUEUE = 32
 
@@ -107,6 +112,11 @@ def main(argv=None) -> int:
                 res = simulate(a.sim, str(trace), block, gpu, cpu, rate, POLICIES)
                 past = simulate(a.sim, str(trace), block, gpu, cpu, rate, PAST_GPU, ("--queue-past-gpu",))
                 res.update({f"{k} past GPU": v for k, v in past.items()})
+                admitted = simulate(a.sim, str(trace), block, gpu, cpu, rate, ADMITTED, ("--store-admission",))
+                res.update({f"{k} admitted": v for k, v in admitted.items()})
+                both = simulate(a.sim, str(trace), block, gpu, cpu, rate, ADMITTED[1:],
+                                ("--queue-past-gpu", "--store-admission"))
+                res.update({f"{k} past GPU admitted": v for k, v in both.items()})
                 lru, bel = res["lru"]["cpu_hits"], res["belady"]["cpu_hits"]
                 row = {"trace": name, "share": share, "cpu": cpu, "gpu": gpu, "distinct": distinct,
                        "serve_rate": rate, "queue_p50_lru": q,
@@ -122,7 +132,8 @@ def main(argv=None) -> int:
 
 
 def markdown(rows) -> str:
-    shown = [p for p in POLICIES if p not in ("lru", "belady")] + [f"{p} past GPU" for p in PAST_GPU]
+    shown = ([p for p in POLICIES if p not in ("lru", "belady")] + [f"{p} past GPU" for p in PAST_GPU] +
+             [f"{p} admitted" for p in ADMITTED] + [f"{p} past GPU admitted" for p in ADMITTED[1:]])
     out = ["| trace | CPU tier (blocks) | serve rate: LRU's median queue | lru | belady | " +
            " | ".join(shown) + " |", "|---|---:|---:|---:|---:|" + "---:|" * len(shown)]
     for r in rows:

@@ -577,7 +577,7 @@ def _time_policy(manager, connector, result: ReplayResult):
     targets = []
     if policy is not None:
         targets.append((policy, ("get", "insert", "remove", "touch", "on_store_miss", "on_request_access",
-                                 "on_request_finished", "evict", "mark_evictable", "mark_non_evictable")))
+                                 "on_request_finished", "evict", "mark_evictable", "mark_non_evictable", "admitted")))
     relay = getattr(connector, "queue_relay", None)
     if relay is not None:
         targets.append((relay, ("arrived", "step", "finished")))

@@ -37,7 +37,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def one(trace: str, fraction: float, speedup: float, policy: str) -> dict:
+def one(trace: str, fraction: float, speedup: float, policy: str, admission: bool) -> dict:
     """The cell in this process (its hash seed): LRU (its CPU-tier accesses
     give the Belady bound) and kvpolicy's policy."""
     sys.path.insert(0, str(HERE))
@@ -45,7 +45,7 @@ def one(trace: str, fraction: float, speedup: float, policy: str) -> dict:
     import vllm_replay as replay
     import vllm_replay_study as study
 
-    study.POLICY = policy
+    study.POLICY, study.ADMISSION = policy, admission
     path, trace_block, limit = study_set.TRACE_SET[trace]
     reqs = replay.read_trace(str(path), limit, derive_block=trace_block)
     cpu = max(1, int(fraction * len({h for r in reqs for h in r.hash_ids})))
@@ -57,10 +57,11 @@ def one(trace: str, fraction: float, speedup: float, policy: str) -> dict:
             "policy_share": net["policy_net_ms_per_step"] / max(net["scheduler_net_ms_per_step"], 1e-9)}
 
 
-def run_seed(cell: str, policy: str, seed: int) -> dict:
+def run_seed(cell: str, policy: str, seed: int, admission: bool) -> dict:
     trace, fraction, speedup = cell.split(":")
     env = dict(os.environ, PYTHONHASHSEED=str(seed))
-    out = subprocess.run([sys.executable, __file__, cell, "--policy", policy, "--one"], capture_output=True,
+    flags = ["--store-admission"] if admission else []
+    out = subprocess.run([sys.executable, __file__, cell, "--policy", policy, "--one", *flags], capture_output=True,
                          text=True, env=env)
     if out.returncode != 0:
         raise SystemExit(f"vllm_replay_cell.py: {cell} seed {seed} failed:\n{out.stderr[-4000:]}")
@@ -101,17 +102,19 @@ def main() -> int:
     p.add_argument("--seeds", default="0,1,2,3", help="PYTHONHASHSEED values, comma-separated, one process each")
     p.add_argument("--jobs", type=int, default=1, help="seed runs at once")
     p.add_argument("--json", default=None, help="also write every seed's row here")
+    p.add_argument("--store-admission", action="store_true",
+                   help="kvpolicy's connector with kv_connector_extra_config kvpolicy_store_admission")
     p.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a child: this process's seed
     a = p.parse_args()
     if a.one:
         trace, fraction, speedup = a.cells[0].split(":")
-        print(json.dumps(one(trace, float(fraction), float(speedup), a.policy)))
+        print(json.dumps(one(trace, float(fraction), float(speedup), a.policy, a.store_admission)))
         return 0
     seeds = [int(s) for s in a.seeds.split(",")]
     runs = [(c, s) for c in a.cells for s in seeds]
     cells: dict = {c: [] for c in a.cells}
     with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
-        for (cell, _), r in zip(runs, pool.map(lambda cs: run_seed(cs[0], a.policy, cs[1]), runs)):
+        for (cell, _), r in zip(runs, pool.map(lambda cs: run_seed(cs[0], a.policy, cs[1], a.store_admission), runs)):
             cells[cell].append(r)
             print(f"{cell} seed {r['seed']}: CPU hits LRU {r['hits_lru']} kvpolicy {r['hits_kvpolicy']} Belady "
                   f"{r['hits_belady']} gap closed {pct(r['gap_closed'])} prefill tokens LRU {r['prefill_lru']} "

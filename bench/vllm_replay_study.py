@@ -66,7 +66,7 @@ def run(reqs, trace_block: int, kvpolicy: bool, accesses: bool = False, **kw):
     if kvpolicy:
         cfg.policy, cfg.policy_module = "kvpolicy_" + POLICY, "kvpolicy.vllm"
         cfg.connector, cfg.connector_module = "KvpolicyOffloadingConnector", "kvpolicy.vllm"
-        cfg.connector_extra = {"kvpolicy_forecast_front_cache": FORECAST}
+        cfg.connector_extra = {"kvpolicy_forecast_front_cache": FORECAST, "kvpolicy_store_admission": ADMISSION}
     replay = Replay(cfg, record_accesses=accesses)
     replay.run(reqs)
     return replay
@@ -103,10 +103,11 @@ def calibrate(reqs, trace_block: int, cpu_chunks: int, target: float, iterations
 
 POLICY = "queue_aware_adaptive_kv"  # --policy
 FORECAST = False  # --forecast: the queue hears only the chunks past the GPU prefix cache's forecast hit
+ADMISSION = False  # --store-admission: a store is cut at the first chunk the policy would evict next itself
 
 
 def main(argv=None) -> int:
-    global POLICY, FORECAST
+    global POLICY, FORECAST, ADMISSION
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="build/vllm-replay")
     p.add_argument("--traces", default=",".join(TRACE_SET))
@@ -119,8 +120,11 @@ def main(argv=None) -> int:
     p.add_argument("--forecast", action="store_true",
                    help="kvpolicy's connector tells the queue only the chunks of a request past the GPU prefix "
                         "cache's forecast hit (kv_connector_extra_config kvpolicy_forecast_front_cache)")
+    p.add_argument("--store-admission", action="store_true",
+                   help="kvpolicy's connector stores past the CPU tier's free room only what the policy does not "
+                        "rank its own next victim (kv_connector_extra_config kvpolicy_store_admission)")
     a = p.parse_args(argv)
-    POLICY, FORECAST = a.policy, a.forecast
+    POLICY, FORECAST, ADMISSION = a.policy, a.forecast, a.store_admission
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []

@@ -212,6 +212,40 @@ TEST_CASE("any_cache_policy says what each kind offers", "[engine]") {
     REQUIRE(!arc_kind->hears_queue());
     REQUIRE(any_cache_policy::make("queue_aware_lru", 4)->hears_queue());
     REQUIRE(!any_cache_policy::make("lru", 4)->hears_queue());
+    for (const char* name : {"vllm_lru", "vllm_arc", "lru", "queue_aware_lru"})
+        REQUIRE(!any_cache_policy::make(name, 4)->ranks_new());
+    REQUIRE(any_cache_policy::make("predicted_return", 4)->ranks_new());
+    REQUIRE(any_cache_policy::make("queue_aware_predicted_return", 4)->ranks_new());
+}
+
+TEST_CASE("any_cache_policy::admissible: predicted_return's answer through the seam, all offered for the others",
+          "[engine]") {
+    // Session 1's request at 0 and session 2's at 50 hold a chunk each
+    // (neither has shown a gap). Session 2's next request, at 60, is back
+    // at 70 (its gap of 10), after session 1 at 0 + the mean gap (10): its
+    // chunks would go before session 1's, so past the free room none is
+    // stored. Once session 2 has ended, session 1's next request may take
+    // session 2's chunk, and no more.
+    const std::vector<std::uint64_t> offer{31, 32, 33, 34};
+    for (const char* name : {"predicted_return", "queue_aware_predicted_return", "lru", "vllm_lru", "vllm_arc"}) {
+        INFO(name);
+        const auto p = any_cache_policy::make(name, 6);
+        access_context c;
+        c.session = session_id{1};
+        c.key = 11;
+        p->insert(0, "11", 11, std::nullopt, 0, 0, c);
+        c.now = 50;
+        c.session = session_id{2};
+        c.key = 21;
+        p->insert(1, "21", 21, std::nullopt, 0, 0, c);
+        c.now = 60;
+        const bool ranks = std::string(name).find("predicted_return") != std::string::npos;
+        REQUIRE(p->admissible(offer, 1, 0, c) == (ranks ? 1 : 4));
+        p->end_session(c);
+        c.session = session_id{1};
+        REQUIRE(p->admissible(offer, 0, 0, c) == (ranks ? 1 : 4));
+        REQUIRE(p->admissible(offer, 4, 0, c) == 4);  // room for all
+    }
 }
 
 TEST_CASE("any_cache_policy refuses an unknown name, and options for vLLM's own orders", "[engine][errors]") {

@@ -160,7 +160,7 @@ void check_against_model(std::size_t capacity, double weight, std::uint64_t seed
     std::mt19937_64 rng(seed);
     auto below = [&](std::uint64_t n) { return std::uniform_int_distribution<std::uint64_t>(0, n - 1)(rng); };
     timestamp now = 1;
-    std::size_t victims = 0;
+    std::size_t victims = 0, ranked = 0;
     auto context = [&] {
         access_context ctx;
         ctx.now = now;
@@ -230,8 +230,31 @@ void check_against_model(std::size_t capacity, double weight, std::uint64_t seed
         }
         REQUIRE(policy.size() == wrapped.size());
         REQUIRE(policy.evictable_size() == wrapped.evictable_size());
+        // evictable_before against its definition: insert the new item into
+        // a copy of the model and count the victims popped before it.
+        if (below(capacity >= 300 ? 100 : 20) == 0) {
+            std::uint32_t fresh = 0;
+            while (fresh < capacity && model.items[fresh].tracked) ++fresh;
+            if (fresh == capacity) continue;
+            const access_context ctx = context();
+            const std::size_t limit = 1 + below(capacity);
+            naive_predicted_return after = model;
+            after.on_insert(fresh, ctx);
+            std::size_t before = 0;
+            while (before < limit) {
+                const auto v = after.pop_victim();
+                REQUIRE(v.has_value());
+                if (*v == fresh) break;
+                ++before;
+            }
+            INFO("session " << ctx.session.value << " now " << now << " limit " << limit);
+            REQUIRE(policy.evictable_before(ctx, limit) == before);
+            REQUIRE(wrapped.evictable_before(ctx, limit) == before);
+            ++ranked;
+        }
     }
     REQUIRE(victims > operations / 10);
+    REQUIRE(ranked > 0);
 }
 
 }  // namespace
@@ -393,4 +416,47 @@ TEST_CASE("cache_policy_core::end_request reaches predicted_return, session 0 is
     core.insert(3, session_ctx(1, 100), true);  // the next request: a gap of 91 from the latest, at 9
     core.insert(4, session_ctx(1, 105), true);  // the same request
     REQUIRE(core.policy().expected_back(session_id{1}) == 191.0);
+}
+
+TEST_CASE("cache_policy_core::admissible: past the free room, a chunk is stored only where it is not the next victim",
+          "[eviction][predicted_return][engine][example]") {
+    // With the newest gap as the prediction (weight 1): session 1 holds two
+    // chunks and came back after 90 and 10 ms (back at 110), session 2 two
+    // and came back after 100 (back at 200); the mean gap is 200 / 3.
+    engine::cache_policy_core<queue_aware<predicted_return>> core(6, {.gap_weight = 1.0});
+    auto at = [](std::uint64_t session, timestamp now, std::uint64_t key) {
+        access_context c = session_ctx(session, now);
+        c.key = key;
+        return c;
+    };
+    core.insert(0, at(1, 0, 10), true);
+    core.insert(1, at(1, 0, 11), true);
+    core.insert(2, at(2, 0, 20), true);
+    core.insert(3, at(2, 0, 21), true);
+    core.touch(0, at(1, 90, 0));
+    core.touch(0, at(1, 100, 0));
+    core.touch(2, at(2, 100, 0));
+    REQUIRE(core.policy().base().expected_back(session_id{1}) == 110.0);
+    REQUIRE(core.policy().base().expected_back(session_id{2}) == 200.0);
+
+    const std::vector<std::uint64_t> offer{31, 32, 33, 34};
+    // A new session (back at 105 + 66.7) goes after session 2's chunks: its
+    // offer is stored whole, two in the free room and two over session 2's.
+    REQUIRE(core.admissible(offer, 2, 0, at(3, 105, 0)) == 4);
+    // Session 1 (back at 110, first) may take session 2's two, no more.
+    REQUIRE(core.admissible(offer, 0, 0, at(1, 100, 0)) == 2);
+    // Session 2 is back last: its deeper chunks would go before anyone's,
+    // so only the free room.
+    REQUIRE(core.admissible(offer, 1, 0, at(2, 100, 0)) == 1);
+    REQUIRE(core.admissible(offer, 0, 0, at(2, 100, 0)) == 0);
+    // The offer's chunks already stored (shielded) are no victims: with
+    // three of the four evictable among them, one can go.
+    REQUIRE(core.admissible(offer, 0, 3, at(3, 105, 0)) == 1);
+    // A chunk a queued request reads is stored while anything can go; the
+    // one after it, unread, is not (the offer is cut at the first declined).
+    core.enqueue(7, session_id{2}, std::vector<std::uint64_t>{31});
+    REQUIRE(core.admissible(offer, 0, 0, at(2, 100, 0)) == 1);
+    // A policy that cannot rank a new item stores all it is offered.
+    engine::cache_policy_core<lru> plain(6, {});
+    REQUIRE(plain.admissible(offer, 0, 0, at(2, 100, 0)) == 4);
 }

@@ -8,6 +8,7 @@
 
 #include <kvpolicy/eviction/belady.hpp>
 #include <kvpolicy/eviction/lru.hpp>
+#include <kvpolicy/eviction/predicted_return.hpp>
 #include <kvpolicy/eviction/queue_aware.hpp>
 #include <kvpolicy/sim/replay_offload.hpp>
 #include <kvpolicy/sim/sources.hpp>
@@ -291,6 +292,36 @@ TEST_CASE("offload mode with queue_past_gpu: the queue hears a request past the 
     CHECK(past_gpu.gpu_hits == 2);
     CHECK(of(past_gpu) == of(plain));
     CHECK(of(heard_whole) != of(plain));
+}
+
+TEST_CASE("offload mode with store_admission: only a policy that ranks new chunks declines a store", "[sim][offload]") {
+    // The conversations, each its own session, a request every 100 ms and a
+    // CPU tier of 6 chunks. LRU cannot rank a chunk before storing it: with
+    // admission it decides exactly as without. predicted_return declines
+    // the chunks of a conversation expected back after every one stored,
+    // and so decides otherwise.
+    std::vector<request_record> requests = conversations(3, 400, 9);
+    for (request_record& r : requests) {
+        r.has_session = true;
+        r.session = r.hash_ids.size() > 2 ? r.hash_ids[2] / 1000 : 0;
+    }
+    request_replay_config cfg;
+    cfg.capacity = 12;
+    cfg.cpu_capacity = 6;
+    cfg.block_size = bs;
+    cfg.prefill_chunk = 2 * bs;
+    const auto of = [](const replay_result& r) { return counts{r.gpu_hits, r.cpu_hits, r.evictions}; };
+    const replay_result lru_plain = offload<lru>(requests, cfg);
+    const replay_result pr_plain = offload<predicted_return>(requests, cfg);
+    cfg.store_admission = true;
+    const replay_result lru_admitted = offload<lru>(requests, cfg);
+    const replay_result pr_admitted = offload<predicted_return>(requests, cfg);
+    CHECK(of(lru_admitted) == of(lru_plain));
+    CHECK(lru_admitted.declined_stores == 0);
+    CHECK(pr_plain.declined_stores == 0);
+    CHECK(pr_admitted.declined_stores > 0);
+    CHECK(of(pr_admitted) != of(pr_plain));
+    CHECK(pr_admitted.hits == pr_admitted.gpu_hits + pr_admitted.cpu_hits);
 }
 
 TEST_CASE("offload mode refuses a tier of no blocks, and a queue of two models", "[sim][offload]") {

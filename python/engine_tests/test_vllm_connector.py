@@ -178,6 +178,48 @@ def test_the_queue_hears_requests_past_the_gpu_prefix_cache(conversation, foreca
     assert policy.queued_requests == 0
 
 
+def test_store_admission_cuts_offers_where_the_policy_ranks_a_chunk_its_next_victim():
+    # kvpolicy_store_admission: vLLM's manager is handed each offer cut at
+    # the policy's answer (admitted), and decides otherwise than without
+    # it. The conversations as a chat client sends them
+    # (sessions derived, their ends hinted).
+    trace = read_trace(str(CONVERSATION), limit=300, derive_block=512)
+    shape = dict(gpu_blocks=96, cpu_chunks=48, max_num_seqs=4, max_num_batched_tokens=512, max_output=8,
+                 speedup=4.0)
+    cfg = kvpolicy_config("kvpolicy_queue_aware_predicted_return", **shape)
+    cfg.connector_extra = {"kvpolicy_store_admission": True}
+    replay = Replay(cfg, record_steps=True)
+    assert replay.connector.admits_stores
+    manager = replay.connector.connector_scheduler.manager
+    policy = manager._policy
+    cuts = []
+    admitted = policy.admitted
+
+    def recording(keys, free, req_context):
+        cut = admitted(keys, free, req_context)
+        cuts.append((cut, len(keys)))
+        return cut
+
+    policy.admitted = recording
+    replay.run(trace)
+    assert any(cut < n for cut, n in cuts) and any(cut == n for cut, n in cuts)
+    # Without it, the same policy stores every offer: other decisions.
+    plain = kvpolicy_config("kvpolicy_queue_aware_predicted_return", **shape)
+    unadmitted = Replay(plain, record_steps=True)
+    assert not unadmitted.connector.admits_stores
+    unadmitted.run(trace)
+    assert unadmitted.result.step_log != replay.result.step_log
+
+
+def test_store_admission_with_a_policy_that_cannot_decline_is_logged_and_off(caplog):
+    cfg = kvpolicy_config("kvpolicy_queue_aware_lru", cpu_chunks=64)
+    cfg.connector_extra = {"kvpolicy_store_admission": True}
+    with caplog.at_level(logging.WARNING, logger="kvpolicy.vllm"):
+        replay = Replay(cfg)
+    assert not replay.connector.admits_stores
+    assert any("kvpolicy_store_admission has no effect" in r.getMessage() for r in caplog.records)
+
+
 def test_cache_reset_keeps_the_queue(conversation):
     replay = Replay(kvpolicy_config("kvpolicy_queue_aware_lru", cpu_chunks=64, max_num_seqs=2))
     for i, req in enumerate(conversation[:8]):

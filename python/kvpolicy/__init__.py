@@ -96,6 +96,7 @@ def simulate(
     serve_rate: float = 0.0,
     prefill_chunk: int = 0,
     queue_past_gpu: bool = False,
+    store_admission: bool = False,
     policy_options: Optional[Dict[str, Dict[str, float]]] = None,
     match_lru: bool = False,
     instances: int = 1,
@@ -129,7 +130,9 @@ def simulate(
     lookahead, serve_rate: the waiting queue (``--lookahead``,
     ``--serve-rate``); prefill_chunk: offload mode's tokens per engine step
     (``--prefill-chunk``); queue_past_gpu: offload mode's queue told past the
-    GPU hit forecast for each request (``--queue-past-gpu``).
+    GPU hit forecast for each request (``--queue-past-gpu``); store_admission:
+    offload mode's CPU tier storing past its free room only what the policy
+    does not rank its own next victim (``--store-admission``).
     policy_options: ``{policy: {option: value}}``, options of the compared
     policies (``--option POLICY.NAME=VALUE``; ``policy_options(name)`` lists
     them); the others run at their defaults.
@@ -147,7 +150,7 @@ def simulate(
     text = _simulate_json(
         None if trace is None else str(trace), format, mode, list(policies), [int(c) for c in capacities],
         cpu_capacity, cpu_policy, block_size, layers, seed, threads, skip_bad_lines, cost, options, return_hints,
-        bounds, lookahead, serve_rate, prefill_chunk, queue_past_gpu,
+        bounds, lookahead, serve_rate, prefill_chunk, queue_past_gpu, store_admission,
         [(p, str(k), float(v)) for p, opts in (policy_options or {}).items() for k, v in opts.items()],
         match_lru, instances, remote_capacity,
     )

@@ -36,7 +36,7 @@ void bind_simulate(nb::module_& m) {
            const std::string& cpu_policy, std::uint32_t block_size, std::uint32_t layers, std::uint64_t seed,
            unsigned threads, bool skip_bad_lines, const nb::dict& cost, const nb::dict& workload,
            std::optional<std::string> return_hints, bool bounds, std::size_t lookahead, double serve_rate,
-           std::uint64_t prefill_chunk, bool queue_past_gpu,
+           std::uint64_t prefill_chunk, bool queue_past_gpu, bool store_admission,
            const std::vector<std::tuple<std::string, std::string, double>>& policy_options, bool match_lru,
            std::size_t instances, std::size_t remote_capacity) {
             sim::run_options o;
@@ -73,6 +73,7 @@ void bind_simulate(nb::module_& m) {
             o.serve_rate = serve_rate;
             o.prefill_chunk = prefill_chunk;
             o.queue_past_gpu = queue_past_gpu;
+            o.store_admission = store_admission;
             for (const auto& [policy, name, value] : policy_options)  // kvpolicy-sim --option; the driver checks them
                 o.policy_options.push_back({policy, {name, value}});
             for (std::size_t c : capacities) {
@@ -110,8 +111,8 @@ void bind_simulate(nb::module_& m) {
         nb::arg("capacities"), nb::arg("cpu_capacity"), nb::arg("cpu_policy"), nb::arg("block_size"), nb::arg("layers"),
         nb::arg("seed"), nb::arg("threads"), nb::arg("skip_bad_lines"), nb::arg("cost"), nb::arg("workload"),
         nb::arg("return_hints").none(), nb::arg("bounds"), nb::arg("lookahead"), nb::arg("serve_rate"),
-        nb::arg("prefill_chunk"), nb::arg("queue_past_gpu"), nb::arg("policy_options"), nb::arg("match_lru"),
-        nb::arg("instances"), nb::arg("remote_capacity"),
+        nb::arg("prefill_chunk"), nb::arg("queue_past_gpu"), nb::arg("store_admission"), nb::arg("policy_options"),
+        nb::arg("match_lru"), nb::arg("instances"), nb::arg("remote_capacity"),
         "kvpolicy-sim --output json, as text (kvpolicy.simulate parses it).");
     m.def(
         "_offload_min_hits",

@@ -166,6 +166,27 @@ public:
     void forecast_front_cache(std::size_t gpu_blocks) { core_->forecast_front_cache(gpu_blocks); }
     [[nodiscard]] std::size_t front_cache_blocks() const { return core_->front_cache_blocks(); }
     [[nodiscard]] bool hears_queue() const { return core_->hears_queue(); }
+    [[nodiscard]] bool ranks_new() const { return core_->ranks_new(); }
+
+    /// Where to cut a store's offer `keys` (head first), `free` chunks free,
+    /// so that only what the policy admits is stored
+    /// (cache_policy_core::admissible): the index of the first new key
+    /// declined, or len(keys).
+    std::size_t admitted(nb::handle keys, std::size_t free, std::uint64_t session) const {
+        nb::object keep;
+        const std::span<PyObject* const> items = items_of(keys, "keys must be iterable", keep);
+        std::vector<std::uint64_t> fresh;
+        std::vector<std::size_t> at;
+        for (std::size_t i = 0; i < items.size(); ++i)
+            if (slot_of(items[i]) == no_index) {
+                fresh.push_back(key_hash(items[i]));
+                at.push_back(i);
+            }
+        access_context c = clock();
+        c.session = session_id{session};
+        const std::size_t n = core_->admissible(fresh, free, items.size() - fresh.size(), c);
+        return n < fresh.size() ? at[n] : items.size();
+    }
     [[nodiscard]] std::optional<std::string> request_state(std::string_view id) const {
         const auto state = core_->request_state(id);
         if (!state) return std::nullopt;
@@ -367,6 +388,11 @@ void bind_vllm_policy(nb::module_& m) {
              "keys is forecast to give them (engine/front_cache_forecast.hpp); 0: every key.")
         .def_prop_ro("front_cache_blocks", &cache_policy_binding::front_cache_blocks)
         .def_prop_ro("hears_queue", &cache_policy_binding::hears_queue)
+        .def_prop_ro("ranks_new", &cache_policy_binding::ranks_new,
+                     "Whether the policy can decline a store (predicted_return and its queue_aware_ form).")
+        .def("admitted", &cache_policy_binding::admitted, nb::arg("keys"), nb::arg("free"), nb::arg("session") = 0,
+             "How many of a store's offered keys, head first, to store with `free` chunks free: up to the "
+             "first new key the policy ranks its own next victim.")
         .def("request_state", &cache_policy_binding::request_state, nb::arg("request_id"),
              "'waiting', 'running', or None for a request never heard of or ended.")
         .def("mark_evictable", &cache_policy_binding::mark_evictable)

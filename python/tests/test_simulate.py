@@ -67,6 +67,12 @@ def test_flat_misses_equal_libcachesim_on_the_mooncake_block_csvs(traces):
          dict(trace="{m}/conversation_trace.jsonl", block_size=512, mode="offload",
               policies="queue_aware_predicted_return", capacities=300, cpu_capacity=2000, serve_rate=3e6,
               queue_past_gpu=True)),
+        (["--trace", "{m}/conversation_trace.jsonl", "--block-size", "512", "--mode", "offload",
+          "--policy", "queue_aware_predicted_return", "--capacity", "300", "--cpu-capacity", "500",
+          "--serve-rate", "3e6", "--return-hints", "ends", "--store-admission"],
+         dict(trace="{m}/conversation_trace.jsonl", block_size=512, mode="offload",
+              policies="queue_aware_predicted_return", capacities=300, cpu_capacity=500, serve_rate=3e6,
+              return_hints="ends", store_admission=True)),
         (["--policy", "s3fifo,lru", "--capacity", "800", "--sessions", "50", "--option", "s3fifo.small_fraction=0.6",
           "--option", "s3fifo.move_to_main_threshold=3"],
          dict(policies="s3fifo,lru", capacities=800, sessions=50,
@@ -140,6 +146,8 @@ def test_simulate_errors():
         kvpolicy.simulate(lookahead=4, serve_rate=1e6)
     with pytest.raises(kvpolicy.ConfigError, match=r"^--queue-past-gpu applies to offload mode with a waiting queue"):
         kvpolicy.simulate(mode="offload", cpu_capacity=100, queue_past_gpu=True)
+    with pytest.raises(kvpolicy.ConfigError, match=r"^--store-admission applies to offload mode"):
+        kvpolicy.simulate(mode="tiered", cpu_capacity=100, store_admission=True)
     with pytest.raises(kvpolicy.ConfigError, match=r"^--remote-capacity and --instances need --mode tiered"):
         kvpolicy.simulate(instances=2)
     with pytest.raises(kvpolicy.ConfigError, match=r"^simulate: instances 0 serves nothing"):

@@ -176,6 +176,8 @@ run_setup prepare(run_options o) {
         throw config_error(
             "--queue-past-gpu applies to offload mode with a waiting queue (--lookahead or --serve-rate): it "
             "trims what the CPU tier hears of each queued request");
+    if (opt.store_admission && opt.mode != replay_mode::offload)
+        throw config_error("--store-admission applies to offload mode (the CPU tier's stores)");
     if (opt.prefill_chunk > 0 && opt.mode != replay_mode::offload)
         throw config_error("--prefill-chunk applies to offload mode (the CPU tier's stores, step by step)");
     if (opt.layers > 1 && (opt.mode == replay_mode::flat || opt.mode == replay_mode::offload))
@@ -222,6 +224,7 @@ run_setup prepare(run_options o) {
     r.serve_rate = opt.serve_rate;
     r.prefill_chunk = opt.prefill_chunk;
     r.queue_past_gpu = opt.queue_past_gpu;
+    r.store_admission = opt.store_admission;
     if (s.options.threads == 0) s.options.threads = std::max(1u, std::thread::hardware_concurrency());
     return s;
 }

@@ -98,6 +98,10 @@ int main(int argc, char** argv) {
                  "offload mode with a queue: the CPU tier hears each queued request's blocks past those the GPU "
                  "prefix cache is forecast to serve when it starts (the queue ahead of it fills the GPU), not all "
                  "of them");
+    app.add_flag("--store-admission", o.store_admission,
+                 "offload mode: a chunk offered past the CPU tier's free room is stored only where the policy does "
+                 "not rank it its own next victim (policies that rank new items: predicted_return and its "
+                 "queue_aware_ form); default: every chunk offered is stored, as vLLM's manager stores them");
     auto* wl = app.add_option_group("built-in workload");
     wl->add_option("--sessions", o.workload.sessions, "chat sessions");
     wl->add_option("--session-rate", o.workload.session_rate_per_s, "session arrivals per second (Poisson)");

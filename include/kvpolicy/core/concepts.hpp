@@ -124,6 +124,19 @@ inline constexpr bool hears_waiting_queue = requires(P& p, item_id id, std::uint
     { p.on_unqueued(id, ctx) } -> std::same_as<void>;
 };
 
+/// Whether policy `P` can rank an item before it exists (an optional hook:
+/// predicted_return): `evictable_before(ctx, limit)` is how many of its
+/// evictable items would be evicted before an item inserted now with `ctx`
+/// (counted up to `limit`, then `limit`). An engine that may decline to
+/// store (vLLM's manager storing fewer chunks than offered) stores a new
+/// item only past free room where it would not itself be the next victim:
+/// Belady's MIN with bypass, with the policy's prediction in place of the
+/// future (engine::cache_policy_core::admissible).
+template <class P>
+inline constexpr bool ranks_new_items = requires(const P& p, const access_context& ctx, std::size_t limit) {
+    { p.evictable_before(ctx, limit) } -> std::same_as<std::size_t>;
+};
+
 /// Whether policy `P` can stop keeping its victim order and rebuild it on
 /// demand (an optional hook: lrfu): `suspend_order()` leaves only O(1) state
 /// updates per operation, `resume_order()` rebuilds the order in O(n), and

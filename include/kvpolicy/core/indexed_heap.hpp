@@ -46,6 +46,22 @@ public:
         return heap_.front();
     }
 
+    /// Calls `descend(id)` on entries top first, and on an entry's children
+    /// only where it returned true. With `descend` "ranks before x", it
+    /// visits the entries ranked before x and the edge just past them,
+    /// O(visited) with no allocation past `stack`'s (the caller's, reused).
+    template <class F>
+    void visit_top_down(F descend, std::vector<std::uint32_t>& stack) const {
+        stack.clear();
+        if (!heap_.empty()) stack.push_back(0);
+        while (!stack.empty()) {
+            const std::uint32_t p = stack.back();
+            stack.pop_back();
+            if (!descend(heap_[p])) continue;
+            for (std::uint32_t c = 2 * p + 1; c <= 2 * p + 2 && c < heap_.size(); ++c) stack.push_back(c);
+        }
+    }
+
     /// Complexity: O(log n). Precondition: `id` not present.
     void push(std::uint32_t id, const Key& k) noexcept {
         KVPOLICY_ASSERT(id < capacity() && !contains(id));

@@ -93,6 +93,15 @@ public:
                                         std::span<const std::uint64_t> keys, const access_context& ctx) = 0;
     [[nodiscard]] virtual std::size_t queued_requests() const { return 0; }
     [[nodiscard]] virtual bool hears_queue() const { return false; }
+    /// How many of `fresh` (keys not stored, head first) a store should
+    /// take, `free` slots free and `shielded` stored keys in the same offer
+    /// (cache_policy_core::admissible); all of them unless the policy ranks
+    /// new items (ranks_new()).
+    [[nodiscard]] virtual std::size_t admissible(std::span<const std::uint64_t> fresh, std::size_t /*free*/,
+                                                 std::size_t /*shielded*/, const access_context&) const {
+        return fresh.size();
+    }
+    [[nodiscard]] virtual bool ranks_new() const { return false; }
     /// A queue-hearing policy's requests tell it only their keys past a GPU
     /// prefix cache of `gpu_blocks` keys (request_lifecycle's
     /// forecast_front_cache; 0: every key). No effect on any other policy.
@@ -265,6 +274,11 @@ public:
     }
     [[nodiscard]] std::size_t queued_requests() const override { return p_.queued_requests(); }
     [[nodiscard]] bool hears_queue() const override { return hears_; }
+    [[nodiscard]] std::size_t admissible(std::span<const std::uint64_t> fresh, std::size_t free, std::size_t shielded,
+                                         const access_context& ctx) const override {
+        return p_.admissible(fresh, free, shielded, ctx);
+    }
+    [[nodiscard]] bool ranks_new() const override { return p_.policy().ranks_new(); }
     void forecast_front_cache(std::size_t gpu_blocks) override {
         if (hears_) life_.forecast_front_cache(gpu_blocks);
     }

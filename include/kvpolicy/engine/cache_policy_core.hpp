@@ -46,6 +46,7 @@
 // their most-recent end. For vLLM's exact order use vllm_lru / vllm_arc.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -205,6 +206,40 @@ public:
             if (session.value != 0) policy_.on_request_end(session, stamped(ctx).now);
         } else {
             (void)session, (void)ctx;
+        }
+    }
+
+    /// How many of `fresh` (chunks not present, in the order offered: a
+    /// request's, head first) to store, with `free` slots free and
+    /// `shielded` present chunks of the same offer (never victims). All of
+    /// them for a policy that cannot rank an item before it exists
+    /// (ranks_new_items); otherwise, past the free room, each only while it
+    /// would not be the next victim itself (Belady's MIN with bypass, on the
+    /// policy's prediction), one that a queued request reads while any item
+    /// can go. A prefix: a chunk past one declined would never be read (an
+    /// engine's lookup stops at the first chunk missing).
+    [[nodiscard]] std::size_t admissible(std::span<const std::uint64_t> fresh, std::size_t free, std::size_t shielded,
+                                         const access_context& ctx) const {
+        if constexpr (!ranks_new_items<Policy>) {
+            (void)free, (void)shielded, (void)ctx;
+            return fresh.size();
+        } else {
+            if constexpr (requires { policy_.ranks_new(); })  // dyn_policy: the concrete policy's
+                if (!policy_.ranks_new()) return fresh.size();
+            if (fresh.size() <= free) return fresh.size();
+            const std::size_t evictable = policy_.evictable_size() - std::min(shielded, policy_.evictable_size());
+            access_context c = ctx;
+            if (c.now < now_) c.now = now_;
+            const std::size_t before = std::min(policy_.evictable_before(c, fresh.size() - free), evictable);
+            std::size_t n = free;
+            for (; n < fresh.size() && n - free < evictable; ++n) {
+                if (n - free < before) continue;
+                if constexpr (hears_queue) {
+                    if (queue_.next_read(fresh[n])) continue;
+                }
+                break;
+            }
+            return n;
         }
     }
 

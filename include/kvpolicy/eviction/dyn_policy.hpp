@@ -131,6 +131,12 @@ public:
     /// Whether the concrete policy hears the waiting queue (on_queued above
     /// reaches it): the caller may skip the queue's bookkeeping otherwise.
     [[nodiscard]] bool hears_queue() const { return impl_->hears_queue(); }
+    /// The concrete policy's count where it ranks new items
+    /// (ranks_new_items), else `limit`; ranks_new() says which.
+    [[nodiscard]] std::size_t evictable_before(const access_context& c, std::size_t limit) const {
+        return impl_->evictable_before(c, limit);
+    }
+    [[nodiscard]] bool ranks_new() const { return impl_->ranks_new(); }
 
 private:
     struct base {
@@ -160,6 +166,8 @@ private:
         virtual void erase_batch(std::span<const item_id>) = 0;
         [[nodiscard]] virtual std::string_view policy_name() const = 0;
         [[nodiscard]] virtual bool hears_queue() const = 0;
+        [[nodiscard]] virtual std::size_t evictable_before(const access_context&, std::size_t) const = 0;
+        [[nodiscard]] virtual bool ranks_new() const = 0;
     };
 
     static std::unique_ptr<base> made(std::size_t capacity, const config_type& config) {
@@ -226,6 +234,13 @@ private:
         }
         [[nodiscard]] std::string_view policy_name() const override { return P::name; }
         [[nodiscard]] bool hears_queue() const override { return hears_waiting_queue<P>; }
+        [[nodiscard]] std::size_t evictable_before(const access_context& c, std::size_t limit) const override {
+            if constexpr (ranks_new_items<P>)
+                return p.evictable_before(c, limit);
+            else
+                return limit;
+        }
+        [[nodiscard]] bool ranks_new() const override { return ranks_new_items<P>; }
     };
 
     std::unique_ptr<base> impl_;

@@ -39,6 +39,12 @@
 // expected time has passed) ranks before every session expected later, so it
 // is kept until it ends or comes back.
 //
+// Storing: evictable_before counts the items that would go before a new
+// one (ranks_new_items), so an engine that may store less than it is offered
+// (engine::cache_policy_core::admissible) declines a block that would be the
+// next victim itself: a session expected back after every one kept is not
+// stored over them.
+//
 // Cost: O(log n) per operation: per session a max-heap of its evictable items
 // by insertion order; two indexed heaps over the sessions filed under their
 // top item (those with a prediction of their own by expected time, those that
@@ -46,6 +52,7 @@
 // request, so a new mean moves none of them); a hash map of sessions.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -149,6 +156,39 @@ public:
         return item_id{v};
     }
 
+    /// How many evictable items would go before an item inserted now with
+    /// `ctx` (ranks_new_items), counted up to `limit`: every item of each
+    /// session expected back later than ctx.session will be once this
+    /// insert is heard (never its own: the new item is its deepest), and the
+    /// no-session items when theirs is the later rank. O(sessions counted).
+    [[nodiscard]] std::size_t evictable_before(const access_context& ctx, std::size_t limit) const {
+        const arrival a = arrival_of(ctx);
+        std::size_t n = a.own == no_session ? unfiled_count_ : 0;  // a new no-session item is their LRU's newest
+        // An entry (a session's or the no-session LRU's front) goes before
+        // the new item as pop_victim orders them: a later expected return
+        // (all its items), or on a tie its items inserted after a.seq.
+        auto counted = [&](std::uint32_t top, double back) {
+            if (n >= limit) return false;
+            const bool later = back > a.back;
+            if (!later && !(back == a.back && seq_[top] > a.seq)) return false;
+            const std::uint32_t s = session_[top];
+            if (s == no_session) {
+                n += a.own == no_session ? 0 : unfiled_count_;
+            } else if (s != a.own) {
+                const std::vector<std::uint32_t>& items = sessions_[s].heap;
+                n += later ? items.size()
+                           : static_cast<std::size_t>(std::count_if(items.begin(), items.end(),
+                                                                    [&](std::uint32_t y) { return seq_[y] > a.seq; }));
+            }
+            return true;
+        };
+        known_.visit_top_down([&](std::uint32_t x) { return counted(x, known_.key(x).back); }, scratch_);
+        fallback_.visit_top_down(
+            [&](std::uint32_t x) { return counted(x, static_cast<double>(fallback_.key(x).base) + a.mean_gap); },
+            scratch_);
+        return std::min(n, limit);
+    }
+
     /// When `session` is expected back (`+inf`: ended, or hinted `never`);
     /// empty if it is not known.
     [[nodiscard]] std::optional<double> expected_back(session_id session) const noexcept {
@@ -163,7 +203,8 @@ public:
     [[nodiscard]] std::size_t sessions() const noexcept { return sessions_.size(); }
 
 private:
-    static constexpr std::uint32_t no_session = no_index;  // session 0: no session
+    static constexpr std::uint32_t no_session = no_index;          // session 0: no session
+    static constexpr std::uint32_t unseen_session = no_index - 1;  // a session with no entry yet (no items)
 
     struct session_state {
         timestamp last = 0;               // latest request
@@ -200,6 +241,41 @@ private:
                                " must be in (0, 1] (the weight of the newest gap in a session's predicted gap; "
                                "0.5 is the default)");
         return c;
+    }
+
+    // Where an item inserted now with ctx would rank: its session's expected
+    // return once the insert is heard (touch: it may start a request, whose
+    // gap moves the mean too; no session: the rank that no-session items
+    // stand at until it is their front), the mean gap then, and its session.
+    struct arrival {
+        double back = 0.0;
+        double mean_gap = 0.0;
+        std::uint32_t own = no_session;
+        std::uint64_t seq = std::numeric_limits<std::uint64_t>::max();  // ties: the new item, inserted last, first
+    };
+    [[nodiscard]] arrival arrival_of(const access_context& ctx) const noexcept {
+        const double now = static_cast<double>(ctx.now), mean = mean_gap();
+        if (ctx.session.value == 0) {
+            // The no-session LRU's newest: it goes after every older one, and
+            // so after each session that goes before their front.
+            if (unfiled_.front == no_index) return {now + mean, mean, no_session};
+            // A session expected back exactly at their front's rank takes
+            // turns with the no-session items touched at that time, by
+            // insertion order: its items inserted after the earliest of
+            // those go before the new one.
+            const timestamp t = touch_[unfiled_.front];
+            std::uint64_t first = seq_[unfiled_.front];
+            for (std::uint32_t y = links_.next(unfiled_.front); y != no_index && touch_[y] == t; y = links_.next(y))
+                first = std::min(first, seq_[y]);
+            return {static_cast<double>(t) + mean, mean, no_session, first};
+        }
+        const auto it = index_.find(ctx.session.value);
+        if (it == index_.end()) return {now + mean, mean, unseen_session};  // filed at its first request + the mean
+        const session_state& s = sessions_[it->second];
+        if (ends_heard_ ? !s.ended : ctx.now <= s.last) return {back_of(s), mean, it->second};
+        const double gap = ctx.now > s.last ? static_cast<double>(ctx.now - s.last) : 0.0;
+        const double own_gap = s.has_gap ? s.gap + config_.gap_weight * (gap - s.gap) : gap;
+        return {now + own_gap, (gap_sum_ + gap) / static_cast<double>(gaps_ + 1), it->second};
     }
 
     [[nodiscard]] static bool has_own(const session_state& s) noexcept { return s.hint != 0 || s.has_gap; }
@@ -284,6 +360,7 @@ private:
     void place(std::uint32_t x) {
         if (session_[x] == no_session) {
             links_.push_back(unfiled_, x);
+            ++unfiled_count_;
             if (unfiled_.front == x) refile_unfiled();
             return;
         }
@@ -298,6 +375,7 @@ private:
         if (session_[x] == no_session) {
             const bool front = unfiled_.front == x;
             links_.remove(unfiled_, x);
+            --unfiled_count_;
             if (front) refile_unfiled();
             return;
         }
@@ -352,6 +430,7 @@ private:
     index_links links_;                       // [capacity] the no-session LRU list's links
     index_list unfiled_;                      // evictable items of no session, least recently touched first
     std::uint32_t unfiled_filed_ = no_index;  // unfiled_'s front as filed in fallback_
+    std::size_t unfiled_count_ = 0;           // items in unfiled_
     std::vector<session_state> sessions_;
     std::unordered_map<std::uint64_t, std::uint32_t> index_;  // session id -> sessions_ index
     indexed_heap<known_rank, later_first<known_rank, &known_rank::back>> known_;
@@ -360,10 +439,12 @@ private:
     bool ends_heard_ = false;  // requests are known by their ends (on_request_end)
     double gap_sum_ = 0.0;
     std::uint64_t gaps_ = 0;
+    mutable std::vector<std::uint32_t> scratch_;  // evictable_before's walk over the heaps
 };
 
 static_assert(eviction_policy<predicted_return>);
 static_assert(hears_session_ends<predicted_return>);
 static_assert(hears_request_ends<predicted_return>);
+static_assert(ranks_new_items<predicted_return>);
 
 }  // namespace kvpolicy

@@ -168,6 +168,13 @@ public:
         base_.on_request_end(session, now);
     }
 
+    /// Base's count (ranks_new_items): an item no queued request reads goes
+    /// before every queued one.
+    [[nodiscard]] std::size_t evictable_before(const access_context& ctx,
+                                               std::size_t limit) const requires ranks_new_items<Base> {
+        return base_.evictable_before(ctx, limit);
+    }
+
     [[nodiscard]] std::size_t capacity() const noexcept { return base_.capacity(); }
     [[nodiscard]] std::size_t size() const noexcept { return base_.size(); }
     [[nodiscard]] std::size_t evictable_size() const noexcept { return base_.evictable_size() + queued_.size(); }

@@ -74,6 +74,11 @@ struct request_replay_config {
     /// tier past its forecast GPU hit (engine::front_cache_forecast over the
     /// queue ahead of it and the GPU's `capacity`); false: all its blocks.
     bool queue_past_gpu = false;
+    /// Offload mode: the CPU tier stores an offered chunk past its free room
+    /// only where the policy does not rank it its own next victim
+    /// (engine::cache_policy_core::admissible; policies that rank new items,
+    /// predicted_return); false: every chunk offered, as vLLM's manager.
+    bool store_admission = false;
 };
 
 }  // namespace kvpolicy::sim

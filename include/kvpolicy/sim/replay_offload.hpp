@@ -16,7 +16,8 @@
 //      a step; the first step's offer starts at the request's start); a
 //      held chunk offered counts as reused, the others are inserted after
 //      the policy frees room, no chunk of the offer a victim, and none of
-//      the offer stored if there is not room enough;
+//      the offer stored if there is not room enough (with store_admission,
+//      those the policy admits: cache_policy_core::admissible);
 //   3. at its end each chunk it loaded, stored or reused is released, tail
 //      to head, a reused or loaded one as a hit.
 //   The policy hears the queue (enqueue / dequeue) where it can, as
@@ -120,8 +121,8 @@ private:
 template <eviction_policy P>
 class offload_tier {
 public:
-    offload_tier(std::size_t capacity, const typename P::config_type& config)
-            : core_(capacity, config), key_of_(capacity, 0) {
+    offload_tier(std::size_t capacity, const typename P::config_type& config, bool admission = false)
+            : core_(capacity, config), key_of_(capacity, 0), admission_(admission) {
         free_.reserve(capacity);
         for (std::size_t i = capacity; i-- > 0;) free_.push_back(static_cast<std::uint32_t>(i));
     }
@@ -149,7 +150,8 @@ public:
     }
 
     /// Offers `offered` for storing; returns how many were stored (0 if the
-    /// policy could not free room for all that are new).
+    /// policy could not free room for all that are new). With admission,
+    /// the new ones past the free room only as far as the policy admits.
     std::size_t store(std::span<const std::uint64_t> offered, const access_context& ctx) {
         std::vector<std::uint64_t> fresh;
         std::vector<std::uint32_t> kept;
@@ -160,6 +162,11 @@ public:
             } else if (std::find(fresh.begin(), fresh.end(), key) == fresh.end()) {
                 fresh.push_back(key);
             }
+        }
+        if (admission_) {
+            const std::size_t offered_fresh = fresh.size();
+            fresh.resize(core_.admissible(fresh, free_.size(), kept.size(), ctx));
+            declined_ += offered_fresh - fresh.size();
         }
         if (fresh.empty()) return 0;
         if (fresh.size() > free_.size()) {
@@ -195,6 +202,8 @@ public:
     }
 
     [[nodiscard]] std::uint64_t evictions() const noexcept { return evictions_; }
+    /// Chunks offered and not stored: the policy ranked each as the next victim.
+    [[nodiscard]] std::uint64_t declined() const noexcept { return declined_; }
 
 private:
     // vLLM's manager completes a load or a store knowing no request: the
@@ -212,6 +221,8 @@ private:
     std::vector<std::uint32_t> free_;                        // slots free, next at the back
     std::vector<std::pair<std::uint64_t, bool>> touched_;    // this request's chunks, head first; true: reused
     std::uint64_t evictions_ = 0;
+    std::uint64_t declined_ = 0;
+    bool admission_;  // store only what core_.admissible admits
 };
 
 /// Offload replay of policy `P` over `source` (see the file's comment):
@@ -233,7 +244,7 @@ replay_result replay_offload(RequestSource& source, const request_replay_config&
     r.mode = replay_mode::offload;
     freed_block_lru gpu(cfg.capacity);
     std::optional<offload_tier<P>> cpu;
-    if constexpr (!bound) cpu.emplace(cfg.cpu_capacity, config);
+    if constexpr (!bound) cpu.emplace(cfg.cpu_capacity, config, cfg.store_admission);
     std::vector<offload_access> reads;           // belady: the CPU tier's references
     std::unordered_set<std::uint64_t> computed;  // every block some request computed (re-prefill)
     served_requests<RequestSource> served(source, cfg, nullptr);
@@ -332,6 +343,7 @@ replay_result replay_offload(RequestSource& source, const request_replay_config&
         r.hit_tokens += r.cpu_hits * cfg.block_size;  // every read is of a full block
     } else {
         r.evictions = cpu->evictions();
+        r.declined_stores = cpu->declined();
     }
     served.report(r);
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

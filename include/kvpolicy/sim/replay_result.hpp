@@ -58,6 +58,7 @@ struct replay_result {
     std::size_t cpu_capacity = 0;
     std::uint64_t gpu_hits = 0;
     std::uint64_t cpu_hits = 0;
+    std::uint64_t declined_stores = 0;    ///< offload: chunks offered and not stored (store_admission)
     std::uint64_t recomputed_blocks = 0;  ///< misses on blocks the cache had held and dropped
     std::uint64_t swap_out_blocks = 0;
     double prefill_seconds_saved = 0;

@@ -104,7 +104,7 @@ inline void write_json_lines(std::ostream& out, const std::vector<replay_result>
               << ", \"re_prefill_share\": " << r.re_prefill_share();
         if (r.mode == replay_mode::offload)
             o << ", \"cpu_capacity\": " << r.cpu_capacity << ", \"gpu_hits\": " << r.gpu_hits
-              << ", \"cpu_hits\": " << r.cpu_hits;
+              << ", \"cpu_hits\": " << r.cpu_hits << ", \"declined_stores\": " << r.declined_stores;
         if (r.mode == replay_mode::tiered)
             o << ", \"cpu_capacity\": " << r.cpu_capacity << ", \"gpu_hits\": " << r.gpu_hits
               << ", \"cpu_hits\": " << r.cpu_hits << ", \"recomputed_blocks\": " << r.recomputed_blocks

@@ -88,6 +88,10 @@ struct run_options {
     /// blocks past what the GPU is forecast to serve when it starts
     /// (engine::front_cache_forecast), not all of them.
     bool queue_past_gpu = false;
+    /// Offload mode: a chunk offered past the CPU tier's free room is stored
+    /// only where the policy does not rank it its own next victim
+    /// (engine::cache_policy_core::admissible).
+    bool store_admission = false;
     prefill_cost_options cost;
 
     unsigned threads = 0;  ///< parallel runs; 0: all cores

@@ -26,6 +26,11 @@ connector hears the queue (``vllm_lru``, vLLM's own policies, a tiered
 manager without a kvpolicy tier) it makes no call at all: vLLM's
 ``OffloadingConnector``, decision for decision.
 
+With ``"kvpolicy_store_admission": true`` in the extra config and a policy
+that ranks new chunks (``kvpolicy_predicted_return`` and its ``queue_aware_``
+form), a store is cut at the first new chunk the policy would evict next
+itself (``admit_stores``); off by default.
+
 An event the bookkeeping cannot use (an unknown or repeated request id) is
 ignored with its reason on the ``kvpolicy.vllm`` logger; nothing here raises
 inside vLLM's scheduler.
@@ -108,6 +113,43 @@ def front_cache_keys(vllm_config, kv_cache_config, groups) -> int:
                         "(no GPU prefix-cache forecast)", len(groups))
         return 0
     return num_blocks // groups[0].hashes_per_chunk
+
+
+ADMISSION_OPTION = "kvpolicy_store_admission"
+
+
+def admit_stores(vllm_config, manager) -> bool:
+    """Where asked (``kv_connector_extra_config: {"kvpolicy_store_admission":
+    true}``) and the CPU tier's policy ranks new chunks (``ranks_new``:
+    ``kvpolicy_predicted_return`` and its ``queue_aware_`` form), the
+    manager's ``prepare_store`` is handed each offer cut at the first new
+    chunk the policy would evict next itself: past the free room a chunk is
+    stored only over one the policy values less (Belady's MIN with bypass,
+    on its prediction). vLLM's scheduler then moves its store index past the
+    whole offer, so a declined chunk is not offered again. Whether it was
+    installed; off by default (docs/getting-started/vllm.md measures it)."""
+    extra = getattr(getattr(vllm_config, "kv_transfer_config", None), "kv_connector_extra_config", None) or {}
+    if not extra.get(ADMISSION_OPTION, False):
+        return False
+    policy = getattr(manager, "_policy", None)
+    free = getattr(manager, "_get_num_free_chunks", None)
+    if policy is None or free is None or not getattr(policy, "ranks_new", False):
+        logger.warning("kvpolicy connector: %s has no effect: the CPU tier's policy (%s) cannot decline a "
+                       "store; use kvpolicy_predicted_return or kvpolicy_queue_aware_predicted_return",
+                       ADMISSION_OPTION, getattr(policy, "kvpolicy_name", type(policy).__name__))
+        return False
+    prepare_store = manager.prepare_store
+
+    def prepare_store_admitted(keys, req_context):
+        keys = keys if isinstance(keys, list) else list(keys)
+        room = free()
+        if len(keys) <= room:  # room for every chunk offered, new or not: nothing to decide
+            return prepare_store(keys, req_context)
+        cut = policy.admitted(keys, room, req_context)
+        return prepare_store(keys if cut == len(keys) else keys[:cut], req_context)
+
+    manager.prepare_store = prepare_store_admitted
+    return True
 
 
 class QueueRelay:
@@ -203,6 +245,7 @@ def connector_class() -> type:
                 super().__init__(vllm_config, role, kv_cache_config, *args, **kwargs)
             self._queue_relay: Optional[QueueRelay] = None
             scheduler = self.connector_scheduler
+            self._admits_stores = scheduler is not None and admit_stores(vllm_config, scheduler.manager)
             listeners = [p for p in built if getattr(p, "hears_queue", False)]
             if scheduler is None or not listeners:
                 return
@@ -213,6 +256,11 @@ def connector_class() -> type:
             front = front_cache_keys(vllm_config, kv_cache_config, groups)
             for policy in listeners:
                 policy.forecast_front_cache(front)
+
+        @property
+        def admits_stores(self) -> bool:
+            """Whether stores go through the policy's admission (admit_stores)."""
+            return self._admits_stores
 
         @property
         def queue_relay(self) -> Optional[QueueRelay]:

@@ -231,6 +231,7 @@ def cache_policy(policy: str, *, class_name: Optional[str] = None, **options: An
             self.request_preempted = core.request_preempted
             self.request_finished = core.request_finished
             self.hears_queue = core.hears_queue
+            self.ranks_new = core.ranks_new
             self.request_state = core.request_state
             self.forecast_front_cache = core.forecast_front_cache
 
@@ -254,6 +255,14 @@ def cache_policy(policy: str, *, class_name: Optional[str] = None, **options: An
             """The GPU prefix cache, in offload keys, that queued requests are
             told past (kvpolicy's connector sets it; 0: every key)."""
             return self._core.front_cache_blocks
+
+        def admitted(self, keys, free: int, req_context) -> int:
+            """How many of a store's offered ``keys`` (head first) to store
+            with ``free`` chunks free: up to the first new key the policy
+            ranks its own next victim (all of them unless ``ranks_new``).
+            kvpolicy's connector asks it with ``kvpolicy_store_admission``."""
+            session = self._hints(req_context).session if self._hears_hints and req_context is not None else 0
+            return self._core.admitted(keys, free, session)
 
         def get(self, key):  # replaced per instance by the dict's own get
             return self._core.chunks.get(key)
