@@ -225,6 +225,7 @@ class ReplayResult:
     scheduler_s: float = 0.0
     policy_s: float = 0.0
     policy_calls: int = 0  # the timed calls (_time_policy)
+    policy_by_call: Dict[str, List[float]] = field(default_factory=dict)  # name -> [seconds, calls]
     step_log: List[Any] = field(default_factory=list)
 
     def summary(self) -> Dict[str, Any]:
@@ -250,6 +251,17 @@ class ReplayResult:
             "policy_net_ms_per_step": 1e3 * max(0.0, self.policy_s - self.policy_calls * inside) / steps,
             "scheduler_net_ms_per_step": 1e3 * max(0.0, self.scheduler_s - self.policy_calls * whole) / steps,
         }
+
+    def policy_ms_by_call(self) -> Dict[str, Dict[str, float]]:
+        """Where the policy's time goes: per wrapped call, its calls and its
+        time per step and per call (microseconds), net of the timer, the
+        costliest first."""
+        inside, _ = timer_cost()
+        steps = max(self.steps, 1)
+        rows = {name: {"calls": int(n), "ms_per_step": 1e3 * max(0.0, s - n * inside) / steps,
+                       "us_per_call": 1e6 * max(0.0, s / n - inside)}
+                for name, (s, n) in self.policy_by_call.items() if n}
+        return dict(sorted(rows.items(), key=lambda kv: -kv[1]["ms_per_step"]))
 
 
 def _vllm() -> SimpleNamespace:
@@ -533,17 +545,23 @@ def timer_cost(calls: int = 200_000) -> tuple:
     plain call."""
     global _TIMER_COST
     if _TIMER_COST is None:
-        timed_s = [0.0]
+        res = ReplayResult()  # the same bookkeeping as _time_policy's wrapper
 
         def noop(*a, **k):
             return None
 
-        def timed(*a, _fn=noop, **k):
+        tally = res.policy_by_call.setdefault("noop", [0.0, 0])
+
+        def timed(*a, _fn=noop, _tally=tally, **k):
             t = time.perf_counter()
             try:
                 return _fn(*a, **k)
             finally:
-                timed_s[0] += time.perf_counter() - t
+                d = time.perf_counter() - t
+                res.policy_s += d
+                res.policy_calls += 1
+                _tally[0] += d
+                _tally[1] += 1
 
         t0 = time.perf_counter()
         for _ in range(calls):
@@ -553,7 +571,7 @@ def timer_cost(calls: int = 200_000) -> tuple:
         for _ in range(calls):
             noop(1)
         plain = time.perf_counter() - t0
-        _TIMER_COST = (timed_s[0] / calls, max(0.0, (wrapped - plain) / calls))
+        _TIMER_COST = (res.policy_s / calls, max(0.0, (wrapped - plain) / calls))
     return _TIMER_COST
 
 
@@ -587,13 +605,18 @@ def _time_policy(manager, connector, result: ReplayResult):
             if fn is None:
                 continue
 
-            def timed(*a, _fn=fn, **k):
+            tally = result.policy_by_call.setdefault(name, [0.0, 0])
+
+            def timed(*a, _fn=fn, _tally=tally, **k):
                 t = time.perf_counter()
                 try:
                     return _fn(*a, **k)
                 finally:
-                    result.policy_s += time.perf_counter() - t
+                    d = time.perf_counter() - t
+                    result.policy_s += d
                     result.policy_calls += 1
+                    _tally[0] += d
+                    _tally[1] += 1
 
             setattr(obj, name, timed)
 

@@ -17,6 +17,7 @@ independent: ``--jobs`` runs that many at once (the policy's timings are then
 not comparable, its decisions are).
 
     build/vllm-venv/bin/python bench/vllm_replay_cell.py agentic:0.05:26.727 --seeds 0,1,2,3
+    build/vllm-venv/bin/python bench/vllm_replay_cell.py agentic:0.05:26.727 --seeds 0 --timing
 
 Each cell is TRACE:FRACTION:SPEEDUP: the trace (bench/offload_policy_study.py's
 TRACE_SET names), the CPU tier as a fraction of the trace's distinct blocks,
@@ -37,9 +38,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def one(trace: str, fraction: float, speedup: float, policy: str, admission: bool) -> dict:
+def one(trace: str, fraction: float, speedup: float, policy: str, admission: bool, timing: bool = False) -> dict:
     """The cell in this process (its hash seed): LRU (its CPU-tier accesses
-    give the Belady bound) and kvpolicy's policy."""
+    give the Belady bound) and kvpolicy's policy; with `timing`, kvpolicy's
+    run alone, with where its time goes per call."""
     sys.path.insert(0, str(HERE))
     import offload_policy_study as study_set
     import vllm_replay as replay
@@ -49,6 +51,12 @@ def one(trace: str, fraction: float, speedup: float, policy: str, admission: boo
     path, trace_block, limit = study_set.TRACE_SET[trace]
     reqs = replay.read_trace(str(path), limit, derive_block=trace_block)
     cpu = max(1, int(fraction * len({h for r in reqs for h in r.hash_ids})))
+    if timing:
+        kv = study.run(reqs, trace_block, True, **study.shape(reqs, cpu, speedup)).result
+        net = kv.net_of_timer()
+        return {"hits_kvpolicy": kv.cpu_chunks_loaded, "steps": kv.steps, **net,
+                "policy_share": net["policy_net_ms_per_step"] / max(net["scheduler_net_ms_per_step"], 1e-9),
+                "by_call": kv.policy_ms_by_call()}
     l, kv, bound = study.replay_cell(reqs, trace_block, cpu, speedup)
     net = kv.net_of_timer()
     return {"hits_lru": l.cpu_chunks_loaded, "hits_kvpolicy": kv.cpu_chunks_loaded, "hits_belady": bound,
@@ -57,10 +65,10 @@ def one(trace: str, fraction: float, speedup: float, policy: str, admission: boo
             "policy_share": net["policy_net_ms_per_step"] / max(net["scheduler_net_ms_per_step"], 1e-9)}
 
 
-def run_seed(cell: str, policy: str, seed: int, admission: bool) -> dict:
+def run_seed(cell: str, policy: str, seed: int, admission: bool, timing: bool = False) -> dict:
     trace, fraction, speedup = cell.split(":")
     env = dict(os.environ, PYTHONHASHSEED=str(seed))
-    flags = ["--store-admission"] if admission else []
+    flags = (["--store-admission"] if admission else []) + (["--timing"] if timing else [])
     out = subprocess.run([sys.executable, __file__, cell, "--policy", policy, "--one", *flags], capture_output=True,
                          text=True, env=env)
     if out.returncode != 0:
@@ -104,24 +112,37 @@ def main() -> int:
     p.add_argument("--json", default=None, help="also write every seed's row here")
     p.add_argument("--store-admission", action="store_true",
                    help="kvpolicy's connector with kv_connector_extra_config kvpolicy_store_admission")
+    p.add_argument("--timing", action="store_true",
+                   help="kvpolicy's replay alone (no LRU run, no bound): the policy's share of the scheduler's "
+                        "time per step and where it goes, per call, net of the timer; run with --jobs 1")
     p.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a child: this process's seed
     a = p.parse_args()
     if a.one:
         trace, fraction, speedup = a.cells[0].split(":")
-        print(json.dumps(one(trace, float(fraction), float(speedup), a.policy, a.store_admission)))
+        print(json.dumps(one(trace, float(fraction), float(speedup), a.policy, a.store_admission, a.timing)))
         return 0
     seeds = [int(s) for s in a.seeds.split(",")]
     runs = [(c, s) for c in a.cells for s in seeds]
     cells: dict = {c: [] for c in a.cells}
     with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
-        for (cell, _), r in zip(runs, pool.map(lambda cs: run_seed(cs[0], a.policy, cs[1], a.store_admission), runs)):
+        for (cell, _), r in zip(runs, pool.map(lambda cs: run_seed(cs[0], a.policy, cs[1], a.store_admission,
+                                                                   a.timing), runs)):
             cells[cell].append(r)
+            if a.timing:
+                print(f"{cell} seed {r['seed']}: CPU hits {r['hits_kvpolicy']} policy / scheduler ms per step "
+                      f"{r['policy_net_ms_per_step']:.3f} / {r['scheduler_net_ms_per_step']:.3f} "
+                      f"(share {r['policy_share']:.1%}) net of the timer; per call:", flush=True)
+                for name, c in r["by_call"].items():
+                    print(f"    {name:20s} {c['calls']:9d} calls {c['ms_per_step']:.4f} ms/step "
+                          f"{c['us_per_call']:8.2f} us/call")
+                continue
             print(f"{cell} seed {r['seed']}: CPU hits LRU {r['hits_lru']} kvpolicy {r['hits_kvpolicy']} Belady "
                   f"{r['hits_belady']} gap closed {pct(r['gap_closed'])} prefill tokens LRU {r['prefill_lru']} "
                   f"kvpolicy {r['prefill_kvpolicy']} policy share {r['policy_share']:.1%}", flush=True)
             if a.json:
                 Path(a.json).write_text(json.dumps([r for rs in cells.values() for r in rs], indent=1))
-    print(markdown(cells))
+    if not a.timing:
+        print(markdown(cells))
     return 0
 
 

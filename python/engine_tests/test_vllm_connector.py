@@ -98,7 +98,7 @@ def test_a_requests_keys_are_the_offloading_schedulers_own(conversation):
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import RequestOffloadState
     from vllm.v1.kv_offload.base import ReqContext, RequestOffloadingContext, make_offload_key
 
-    from kvpolicy.vllm._connector import offload_keys
+    from kvpolicy.vllm._connector import offload_keys, request_keys
 
     replay = Replay(kvpolicy_config("kvpolicy_queue_aware_lru", cpu_chunks=64))
     scheduler = replay.connector.connector_scheduler
@@ -111,6 +111,9 @@ def test_a_requests_keys_are_the_offloading_schedulers_own(conversation):
         theirs = [k for g in state.group_states for k in g.offload_keys]
         ours = offload_keys(request.block_hashes, scheduler.config.kv_group_configs, make_offload_key)
         assert ours == theirs and len(ours) == len(request.block_hashes)
+        # What the connector tells the policy: their hashes, made in C++ without the keys.
+        told = request_keys(request.block_hashes, scheduler.config.kv_group_configs, make_offload_key)
+        assert told.dtype.name == "uint64" and told.tolist() == [hash(k) % 2**64 for k in theirs]
 
 
 # 3. The queue -----------------------------------------------------------------------------------
@@ -305,3 +308,29 @@ def test_a_queue_aware_policy_reaches_vllms_tier_through_the_connector(conversat
     replay.run(trace)
     assert replay.connector.queue_relay is not None
     assert replay.result.step_log != replay_log(ReplayConfig(policy="lru", **shape), trace)
+
+
+def test_a_requests_end_is_told_in_vllms_own_order(conversation):
+    """At a request's end the policy orders its keys in C++ over the
+    context's positions (CachePolicyCore.order_keys): on every end of a
+    replay in vLLM's scheduler, the order vLLM's order_request_keys gives."""
+    from vllm.v1.kv_offload.cpu.policies.base import order_request_keys
+
+    from kvpolicy._kvpolicy import CachePolicyCore
+
+    shape = dict(gpu_blocks=128, cpu_chunks=400, max_num_seqs=8, max_num_batched_tokens=512, max_output=8,
+                 speedup=2.0)
+    replay = Replay(kvpolicy_config("kvpolicy_queue_aware_predicted_return", **shape))
+    policy = replay.manager._policy
+    finish = policy.on_request_finished
+    ends = []
+
+    def checked(key_groups, insertion_only_keys, reused_keys, req_context):
+        ours = CachePolicyCore.order_keys(key_groups, req_context._offload_key_positions)
+        assert ours == order_request_keys(key_groups, req_context)
+        ends.append(len(ours))
+        return finish(key_groups, insertion_only_keys, reused_keys, req_context)
+
+    policy.on_request_finished = checked
+    replay.run(conversation[:300])
+    assert len(ends) >= 250 and sum(n > 1 for n in ends) >= 100

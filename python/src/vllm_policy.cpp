@@ -17,7 +17,10 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
+
+#include <nanobind/stl/pair.h>
 
 #include <kvpolicy/engine/any_cache_policy.hpp>
 
@@ -46,6 +49,15 @@ std::uint64_t key_hash(PyObject* key) {
     const Py_hash_t h = PyObject_Hash(key);
     if (h == -1 && PyErr_Occurred()) throw nb::python_error();
     return static_cast<std::uint64_t>(h);
+}
+
+/// Python's hash() of a bytes object holding `b`, without making it.
+Py_hash_t bytes_hash(std::string_view b) noexcept {
+#if PY_VERSION_HEX >= 0x030E0000
+    return Py_HashBuffer(b.data(), static_cast<Py_ssize_t>(b.size()));
+#else
+    return _Py_HashBytes(b.data(), static_cast<Py_ssize_t>(b.size()));
+#endif
 }
 
 std::string_view key_bytes(PyObject* key) noexcept {
@@ -90,6 +102,75 @@ public:
         keys_[id] = nb::borrow(key);
         chunks[key] = chunk;
         slots_[key] = id;
+    }
+
+    /// vLLM's insert(key, chunk, req_context) for a policy that hears
+    /// hints: the context's session is asked of `sessions` (set by
+    /// hear_sessions) once per context, since vLLM inserts a step's chunks
+    /// (128 on the agentic trace) one call each with one context.
+    void insert_hinted(nb::handle key, nb::handle chunk, nb::handle req_context) {
+        if (req_context.ptr() != session_of_.ptr()) {
+            if (!sessions_.is_valid()) throw usage_error("insert_hinted: call hear_sessions(session_of) first");
+            const auto s = nb::cast<std::uint64_t>(sessions_(req_context));
+            session_of_ = nb::borrow(req_context);
+            session_ = s;
+        }
+        static PyObject* const ref_cnt_name = PyUnicode_InternFromString("ref_cnt");  // a name made once
+        const nb::object ref_cnt = nb::steal(PyObject_GetAttr(chunk.ptr(), ref_cnt_name));
+        if (!ref_cnt.is_valid()) throw nb::python_error();
+        insert(key, chunk, std::nullopt, 0, nb::cast<int>(ref_cnt), session_);
+    }
+    void hear_sessions(nb::object session_of) {
+        sessions_ = std::move(session_of);
+        session_of_ = nb::object();
+    }
+
+    /// vLLM's order_request_keys (policies/base.py) over `positions`, a
+    /// request context's key -> end-token dict: the groups' keys flattened,
+    /// sorted by position (stably) when every key has one and none is
+    /// listed twice. None where a position is not an int64, for the caller
+    /// to ask vLLM's own.
+    static std::optional<nb::list> order_keys(nb::handle key_groups, const nb::dict& positions) {
+        nb::list keys;
+        for (nb::handle group : key_groups)
+            for (nb::handle k : group) keys.append(k);
+        const std::size_t n = nb::len(keys);
+        std::vector<std::pair<std::int64_t, std::uint32_t>> at;
+        at.reserve(n);
+        for (std::size_t i = 0; i < n; ++i) {
+            PyObject* p = PyDict_GetItemWithError(positions.ptr(), PyList_GET_ITEM(keys.ptr(), i));
+            if (p == nullptr || p == Py_None) {
+                if (PyErr_Occurred()) throw nb::python_error();
+                return keys;  // not every key has a position: vLLM keeps the groups' order
+            }
+            int overflow = 0;
+            const long long v = PyLong_AsLongLongAndOverflow(p, &overflow);
+            if (overflow != 0 || (v == -1 && PyErr_Occurred())) {
+                PyErr_Clear();
+                return std::nullopt;
+            }
+            at.emplace_back(v, static_cast<std::uint32_t>(i));
+        }
+        std::stable_sort(at.begin(), at.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+        // vLLM sorts only when the positions dict it builds is as long as the
+        // keys: a key listed twice leaves them unsorted. Equal keys share a
+        // position, so a repeat lies within one run of equal positions.
+        for (std::size_t b = 0, e = 0; b < n; b = e) {
+            for (e = b + 1; e < n && at[e].first == at[b].first; ++e)
+                for (std::size_t i = b; i < e; ++i) {
+                    const int eq = PyObject_RichCompareBool(PyList_GET_ITEM(keys.ptr(), at[i].second),
+                                                            PyList_GET_ITEM(keys.ptr(), at[e].second), Py_EQ);
+                    if (eq < 0) throw nb::python_error();
+                    if (eq == 1) return keys;
+                }
+        }
+        nb::list out = nb::steal<nb::list>(PyList_New(static_cast<Py_ssize_t>(n)));
+        for (std::size_t j = 0; j < n; ++j) {
+            PyObject* k = PyList_GET_ITEM(keys.ptr(), at[j].second);
+            Py_INCREF(k);
+            PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(j), k);
+        }
+        return out;
     }
 
     void remove(nb::handle key) {
@@ -151,14 +232,20 @@ public:
 
     /// A connector's event for request `id` (engine/request_lifecycle.hpp):
     /// None when applied, else why it was ignored (the caller logs it).
-    /// `keys`: the request's offload keys in block order (arrive, preempt).
+    /// `keys`: the request's offload keys in block order (arrive, preempt), or
+    /// their hashes as a uint64 array (_offload_key_hashes: no key made).
     std::optional<std::string> request_event(int event, std::string_view id, nb::handle keys, std::uint64_t session) {
+        const auto e = static_cast<engine::request_event>(event);
+        const session_id s{session};
+        if (in_array<std::uint64_t> a; !keys.is_none() && nb::try_cast(keys, a, false))  // the keys' hashes
+            return event_result(core_->on_request(e, id, s, std::span(a.data(), a.shape(0)), clock()));
         std::vector<std::uint64_t> k;
         nb::object keep;
         if (!keys.is_none())
             for (PyObject* key : items_of(keys, "keys must be iterable", keep)) k.push_back(key_hash(key));
-        const engine::lifecycle_result r =
-            core_->on_request(static_cast<engine::request_event>(event), id, session_id{session}, k, clock());
+        return event_result(core_->on_request(e, id, s, k, clock()));
+    }
+    static std::optional<std::string> event_result(const engine::lifecycle_result& r) {
         if (r) return std::nullopt;
         return r.reason;
     }
@@ -215,10 +302,16 @@ public:
         if (PyErr_Occurred()) throw nb::python_error();
         const std::optional<std::vector<std::uint32_t>> out = core_->evict(n, prot, clock());
         if (!out) return nb::none();
-        nb::list result;
-        for (std::uint32_t id : *out) {
-            nb::object key = keys_[id];
-            result.append(nb::make_tuple(key, chunks[key]));
+        nb::object result = nb::steal(PyList_New(static_cast<Py_ssize_t>(out->size())));
+        if (!result.is_valid()) throw nb::python_error();
+        for (std::size_t i = 0; i < out->size(); ++i) {
+            const std::uint32_t id = (*out)[i];
+            PyObject* key = keys_[id].ptr();
+            PyObject* chunk = PyDict_GetItemWithError(chunks.ptr(), key);  // borrowed
+            if (chunk == nullptr) throw nb::python_error();
+            PyObject* pair = PyTuple_Pack(2, key, chunk);
+            if (pair == nullptr) throw nb::python_error();
+            PyList_SET_ITEM(result.ptr(), static_cast<Py_ssize_t>(i), pair);
             forget(id);
         }
         return result;
@@ -231,6 +324,7 @@ public:
         free_.clear();
         for (std::size_t s = capacity_; s-- > 0;) free_.push_back(static_cast<std::uint32_t>(s));
         for (auto& k : keys_) k = nb::object();
+        session_of_ = nb::object();
     }
 
     // vllm_arc's lists, for tests and inspection (keys, least recent first).
@@ -309,6 +403,9 @@ private:
     nb::dict slots_;                   // OffloadKey -> slot
     std::vector<nb::object> keys_;     // [capacity] the key in each slot
     std::vector<std::uint32_t> free_;  // free slots, the next at the back
+    nb::object sessions_;              // req_context -> session id (hear_sessions)
+    nb::object session_of_;            // the last context insert_hinted read a session of
+    std::uint64_t session_ = 0;        // ... and that session
 };
 
 int traverse(PyObject* self, visitproc visit, void* arg) {
@@ -318,10 +415,14 @@ int traverse(PyObject* self, visitproc visit, void* arg) {
     Py_VISIT(b->chunks.ptr());
     Py_VISIT(b->slots_.ptr());
     for (const nb::object& k : b->keys_) Py_VISIT(k.ptr());
+    Py_VISIT(b->sessions_.ptr());
+    Py_VISIT(b->session_of_.ptr());
     return 0;
 }
 int clear_refs(PyObject* self) {
-    nb::inst_ptr<cache_policy_binding>(self)->clear();  // drops every chunk and key it holds
+    cache_policy_binding* b = nb::inst_ptr<cache_policy_binding>(self);
+    b->clear();  // drops every chunk and key it holds
+    b->hear_sessions(nb::object());
     return 0;
 }
 PyType_Slot gc_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(traverse)},
@@ -347,6 +448,31 @@ void bind_vllm_policy(nb::module_& m) {
                 name, []<class P>() { return uses_future<P>; }, "eviction policy");
         },
         "Whether the policy reads each access's next use (only a simulator knows it).");
+    m.def(
+        "_offload_key_hashes",
+        [](nb::handle block_hashes, const std::vector<std::pair<std::size_t, nb::bytes>>& groups) {
+            nb::object keep;
+            const std::span<PyObject* const> hashes = items_of(block_hashes, "block_hashes must be iterable", keep);
+            std::vector<std::uint64_t> out;
+            std::string key;
+            for (const auto& [step, suffix] : groups) {
+                if (step == 0) throw usage_error("offload_key_hashes: a group's hashes_per_chunk is 0");
+                for (std::size_t i = step - 1; i < hashes.size(); i += step) {
+                    PyObject* h = hashes[i];
+                    if (!PyBytes_Check(h))
+                        throw usage_error(std::string("offload_key_hashes: block_hashes[") + std::to_string(i) +
+                                          "] is " + Py_TYPE(h)->tp_name + ", not bytes");
+                    key.assign(PyBytes_AS_STRING(h), static_cast<std::size_t>(PyBytes_GET_SIZE(h)));
+                    key.append(suffix.c_str(), suffix.size());
+                    out.push_back(static_cast<std::uint64_t>(bytes_hash(key)));
+                }
+            }
+            return to_numpy(std::move(out));
+        },
+        nb::arg("block_hashes"), nb::arg("groups"),
+        "hash(h + suffix) (Python's own hash of the bytes key vLLM would make) of every step-th block hash "
+        "(the chunk's last), for each (step, suffix) group in turn, as uint64: a request's offload keys' "
+        "hashes without making the keys.");
     nb::class_<cache_policy_binding>(m, "CachePolicyCore", nb::type_slots(gc_slots))
         .def(nb::init<const std::string&, std::size_t, const nb::dict&>(), nb::arg("policy"), nb::arg("capacity"),
              nb::arg("options"))
@@ -356,6 +482,14 @@ void bind_vllm_policy(nb::module_& m) {
         .def("__len__", &cache_policy_binding::size)
         .def("insert", &cache_policy_binding::insert, nb::arg("key"), nb::arg("chunk"), nb::arg("position").none(),
              nb::arg("request_rank"), nb::arg("ref_cnt"), nb::arg("session") = 0)
+        .def("insert_hinted", &cache_policy_binding::insert_hinted, nb::arg("key"), nb::arg("chunk"),
+             nb::arg("req_context"),
+             "vLLM's insert(key, chunk, req_context), the session asked of hear_sessions' callable once per "
+             "context.")
+        .def("hear_sessions", &cache_policy_binding::hear_sessions, nb::arg("session_of").none(),
+             "insert_hinted reads a request context's session with session_of(req_context) -> int.")
+        .def_static("order_keys", &cache_policy_binding::order_keys, nb::arg("key_groups"), nb::arg("positions"),
+                    "vLLM's order_request_keys over a context's key -> position dict; None: ask vLLM's.")
         .def("remove", &cache_policy_binding::remove)
         .def("touch", &cache_policy_binding::touch, nb::arg("keys"), nb::arg("session") = 0)
         .def("store_miss", &cache_policy_binding::store_miss)

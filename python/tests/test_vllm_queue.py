@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from kvpolicy import UsageError
 from kvpolicy._kvpolicy import CachePolicyCore
 
 
@@ -172,5 +173,161 @@ def test_a_cycle_through_the_policy_is_collected():
     assert core.chunks in gc.get_referents(core)
     alive = weakref.ref(chunk)
     del core, chunk
+    gc.collect()
+    assert alive() is None
+
+
+def test_offload_key_hashes_are_the_keys_own_hashes_without_making_them():
+    """The connector tells a queue-aware policy of a queued request by its
+    keys' hashes, computed in C++ (offload_key_hashes): each one Python's
+    own hash() of the key vLLM would make, so the policy meets the same
+    chunk when vLLM inserts it; None where the derivation is not a plain
+    suffix or a hash is not bytes, and the caller makes the keys."""
+    from types import SimpleNamespace
+
+    from kvpolicy.vllm._connector import offload_key_hashes, offload_keys, request_keys
+
+    rng = random.Random(11)
+    hashes = [bytes(rng.randrange(256) for _ in range(32)) for _ in range(57)]
+    groups = [SimpleNamespace(group_idx=0, hashes_per_chunk=4), SimpleNamespace(group_idx=2, hashes_per_chunk=1)]
+
+    def suffixed(h, g):
+        return h + g.to_bytes(4, "big")
+
+    def reversed_key(h, g):
+        return bytes(reversed(h)) + bytes([g])
+
+    keys = offload_keys(hashes, groups, suffixed)
+    got = offload_key_hashes(hashes, groups, suffixed)
+    assert got.dtype.name == "uint64" and len(got) == len(keys) == 14 + 57
+    assert [int(x) for x in got] == [hash(k) % 2**64 for k in keys]
+    assert [int(x) for x in request_keys(iter(hashes), groups, suffixed)] == [hash(k) % 2**64 for k in keys]
+    assert offload_key_hashes(hashes, groups, reversed_key) is None
+    assert request_keys(hashes, groups, reversed_key) == offload_keys(hashes, groups, reversed_key)
+    ints = list(range(1, 9))  # not bytes: the keys are made, as before
+    assert offload_key_hashes(ints, groups[:1], suffixed) is None
+    assert offload_key_hashes([], groups, suffixed).tolist() == []
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_queue_heard_by_hashes_decides_as_one_heard_by_keys(seed):
+    """Arrivals, preemptions, schedules and finishes told with the keys'
+    hashes (the connector's path) leave a queue-aware policy deciding
+    exactly as when told with the keys themselves."""
+    import numpy as np
+
+    rng = random.Random(seed)
+    by_keys = CachePolicyCore("queue_aware_predicted_return", 24, {})
+    by_hashes = CachePolicyCore("queue_aware_predicted_return", 24, {})
+    universe = [key(i) for i in range(80)]
+    live = set()
+    for step in range(400):
+        op = rng.random()
+        rid = f"r{rng.randrange(12)}"
+        if op < 0.25:
+            ks = rng.sample(universe, rng.randrange(1, 10))
+            hs = np.array([hash(k) % 2**64 for k in ks], dtype=np.uint64)
+            session = rng.randrange(1, 4)
+            assert by_keys.request_arrived(rid, ks, session) == by_hashes.request_arrived(rid, hs, session)
+        elif op < 0.35:
+            ks = rng.sample(universe, rng.randrange(1, 10))
+            hs = np.array([hash(k) % 2**64 for k in ks], dtype=np.uint64)
+            assert by_keys.request_preempted(rid, ks) == by_hashes.request_preempted(rid, hs)
+        elif op < 0.45:
+            assert by_keys.request_scheduled(rid) == by_hashes.request_scheduled(rid)
+        elif op < 0.5:
+            assert by_keys.request_finished(rid) == by_hashes.request_finished(rid)
+        else:
+            k = rng.choice(universe)
+            if k in live:
+                continue
+            if len(live) == 24:
+                a, b = by_keys.evict(1, ()), by_hashes.evict(1, ())
+                assert [v for v, _ in a] == [v for v, _ in b]
+                live.discard(a[0][0])
+            insert(by_keys, k)
+            insert(by_hashes, k)
+            live.add(k)
+        assert by_keys.queued_requests == by_hashes.queued_requests
+
+
+def reference_order(key_groups, positions):
+    """vLLM 0.33's order_request_keys (policies/base.py), restated."""
+    keys = [k for g in key_groups for k in g]
+    have = {k: p for k in keys if (p := positions.get(k)) is not None}
+    return sorted(keys, key=have.__getitem__) if len(have) == len(keys) else keys
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_order_keys_orders_a_requests_keys_as_vllm_does(seed):
+    """A request's end is told head to tail: CachePolicyCore.order_keys
+    flattens the groups and sorts them by position (stably, ties in the
+    groups' order) where every key has one, else keeps the groups' order,
+    as vLLM's order_request_keys, against a restatement of it."""
+    rng = random.Random(seed)
+    order = CachePolicyCore.order_keys
+    for _ in range(300):
+        groups = [[key(rng.randrange(200)) for _ in range(rng.randrange(0, 12))] for _ in range(rng.randrange(1, 4))]
+        flat = [k for g in groups for k in g]
+        positions = {k: rng.randrange(0, 50) * 16 for k in flat}  # ties included
+        if flat and rng.random() < 0.3:  # one key without a position: None, or absent
+            k = rng.choice(flat)
+            if rng.random() < 0.5:
+                positions[k] = None
+            else:
+                del positions[k]
+        assert order(groups, positions) == reference_order(groups, positions)
+    assert order([[b"a"]], {b"a": 2**70}) is None  # past int64: vLLM's own ordering is asked
+
+
+def test_insert_hinted_asks_each_contexts_session_once_and_inserts_as_insert():
+    """vLLM inserts a step's chunks one call each with one request context:
+    insert_hinted asks the context's session once per context and then
+    inserts exactly as insert(..., session=) does."""
+    asked = []
+
+    def session_of(ctx):
+        asked.append(ctx)
+        return ctx.session
+
+    class Ctx:
+        def __init__(self, session):
+            self.session = session
+
+    hinted = CachePolicyCore("predicted_return", 16, {})
+    plain = CachePolicyCore("predicted_return", 16, {})
+    with pytest.raises(UsageError, match="hear_sessions"):
+        hinted.insert_hinted(key(0), Chunk(), Ctx(1))
+    hinted.hear_sessions(session_of)
+    contexts = [Ctx(1), Ctx(2), Ctx(1)]
+    n = 0
+    for ctx in contexts:
+        for _ in range(5):
+            hinted.insert_hinted(key(n), Chunk(), ctx)
+            plain.insert(key(n), Chunk(), None, 0, 0, ctx.session)
+            n += 1
+    assert asked == contexts
+    for _ in range(8):
+        assert [k for k, _ in hinted.evict(1, ())] == [k for k, _ in plain.evict(1, ())]
+
+
+def test_a_cycle_through_the_session_callable_is_collected():
+    """hear_sessions' callable is usually the policy's own bound method (the
+    policy holds the core, the core the method): the collector sees it."""
+    import gc
+    import weakref
+
+    class Policy:
+        def __init__(self):
+            self.core = CachePolicyCore("predicted_return", 4, {})
+            self.core.hear_sessions(self.session)
+
+        def session(self, ctx):
+            return 1
+
+    p = Policy()
+    p.core.insert_hinted(b"k", Chunk(), object())
+    alive = weakref.ref(p)
+    del p
     gc.collect()
     assert alive() is None

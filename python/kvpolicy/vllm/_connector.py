@@ -21,7 +21,8 @@ bookkeeping of which request waits is C++ (``engine/request_lifecycle.hpp``
 behind each policy's ``request_*`` calls). A request's keys are its offload
 keys exactly as vLLM's offloading scheduler derives them from
 ``request.block_hashes`` (one per chunk per offloaded KV group), so a queued
-request protects the very chunks it will look up. Where no policy behind the
+request protects the very chunks it will look up; the policies are told the
+keys' hashes, made in C++ without the keys (``offload_key_hashes``). Where no policy behind the
 connector hears the queue (``vllm_lru``, vLLM's own policies, a tiered
 manager without a kvpolicy tier) it makes no call at all: vLLM's
 ``OffloadingConnector``, decision for decision.
@@ -42,6 +43,8 @@ import logging
 from types import SimpleNamespace
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
+from .. import UsageError
+from .._kvpolicy import _offload_key_hashes
 from ._policies import parse_hints, policies_built
 
 logger = logging.getLogger("kvpolicy.vllm")
@@ -69,6 +72,32 @@ def offload_keys(block_hashes: Iterable[bytes], group_configs, make_offload_key:
         else:
             keys.extend([h + tag for h in chosen])
     return keys
+
+
+def offload_key_hashes(block_hashes: Iterable[bytes], group_configs, make_offload_key: Callable):
+    """What ``offload_keys`` gives, as each key's ``hash()`` (a uint64
+    array), computed in C++ without making the keys; None where a group's
+    ``make_offload_key`` is not a plain suffix or a hash is not bytes (the
+    caller makes the keys). A queue-aware policy reads a queued request's
+    keys only by their hashes."""
+    groups = []
+    for group in group_configs:
+        tag = _group_suffix(make_offload_key, group.group_idx)
+        if tag is None:
+            return None
+        groups.append((group.hashes_per_chunk, tag))
+    try:
+        return _offload_key_hashes(block_hashes, groups)
+    except UsageError:
+        return None
+
+
+def request_keys(block_hashes, group_configs, make_offload_key: Callable):
+    """A request's offload keys for the queue: their hashes where
+    ``offload_key_hashes`` can, else the keys."""
+    block_hashes = block_hashes if isinstance(block_hashes, list) else list(block_hashes)
+    hashes = offload_key_hashes(block_hashes, group_configs, make_offload_key)
+    return hashes if hashes is not None else offload_keys(block_hashes, group_configs, make_offload_key)
 
 
 _SUFFIXES: Dict[tuple, Optional[bytes]] = {}
@@ -252,7 +281,7 @@ def connector_class() -> type:
             manager, groups = scheduler.manager, scheduler.config.kv_group_configs
             self._queue_relay = QueueRelay(
                 listeners, lambda: manager.lock,
-                lambda request: offload_keys(request.block_hashes, groups, make_offload_key))
+                lambda request: request_keys(request.block_hashes, groups, make_offload_key))
             front = front_cache_keys(vllm_config, kv_cache_config, groups)
             for policy in listeners:
                 policy.forecast_front_cache(front)

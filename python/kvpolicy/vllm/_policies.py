@@ -83,6 +83,8 @@ from typing import Any, Dict, Optional, Tuple, Type
 from .. import ADAPTER_PREFIX as _PREFIX, ConfigError, policies, policy_name as _kvpolicy_name
 from .._kvpolicy import CachePolicyCore, _uses_future, _vllm_orders
 
+_order_keys = CachePolicyCore.order_keys
+
 # vLLM's own CachePolicy orders, by the registry's names (engine/vllm_orders.hpp).
 _IDENTICAL = tuple(_vllm_orders()["cache_policies"])
 logger = logging.getLogger("kvpolicy.vllm")
@@ -207,8 +209,13 @@ def cache_policy(policy: str, *, class_name: Optional[str] = None, **options: An
             _announce(self)
             self._by_request = core.orders_by_request
             self._hears_hints = kv_name not in _IDENTICAL and seam.insert_request
-            self._session_of = (None, 0)  # (the last insert's request context, its session)
             self._generation = 0
+            if self._hears_hints:
+                # vLLM inserts a request's chunks one call each, a step's (128
+                # on the agentic trace) with one context: straight to C++,
+                # which asks the context's session once.
+                core.hear_sessions(self._session)
+                self.insert = core.insert_hinted
             # The manager calls these per chunk: straight to the dict or C++.
             self.get = core.chunks.get
             self.mark_evictable = core.mark_evictable
@@ -276,16 +283,11 @@ def cache_policy(policy: str, *, class_name: Optional[str] = None, **options: An
                 req_context.set_state(hints)
             return hints
 
+        def _session(self, req_context) -> int:
+            return self._hints(req_context).session
+
         if seam.insert_request:
-            def insert(self, key, chunk, req_context) -> None:
-                if self._hears_hints:
-                    # vLLM inserts a request's chunks one call each, a step's
-                    # (128 on the agentic trace) with one context: its
-                    # session is read once.
-                    if req_context is not self._session_of[0]:
-                        self._session_of = (req_context, self._hints(req_context).session)
-                    self._core.insert(key, chunk, None, 0, chunk.ref_cnt, self._session_of[1])
-                    return
+            def insert(self, key, chunk, req_context) -> None:  # a hint-hearing policy's is C++'s (__init__)
                 position = req_context.get_offload_key_position(key) if self._by_request else None
                 rank = self._request_rank(req_context) if position is not None else 0
                 self._core.insert(key, chunk, position, rank, chunk.ref_cnt)
@@ -318,7 +320,12 @@ def cache_policy(policy: str, *, class_name: Optional[str] = None, **options: An
 
         if seam.request_end:
             def on_request_finished(self, key_groups, insertion_only_keys, reused_keys, req_context) -> None:
-                ordered = order_request_keys(key_groups, req_context)
+                # vLLM's order_request_keys, in C++ over the context's positions
+                # (it asks the context per key: most of a request's end here).
+                positions = getattr(req_context, "_offload_key_positions", None)
+                ordered = _order_keys(key_groups, positions) if type(positions) is dict else None
+                if ordered is None:
+                    ordered = order_request_keys(key_groups, req_context)
                 if not self._hears_hints:
                     self._core.finish(ordered, insertion_only_keys, reused_keys)
                     return
