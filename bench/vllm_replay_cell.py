@@ -128,6 +128,8 @@ def main() -> int:
         for (cell, _), r in zip(runs, pool.map(lambda cs: run_seed(cs[0], a.policy, cs[1], a.store_admission,
                                                                    a.timing), runs)):
             cells[cell].append(r)
+            if a.json:
+                Path(a.json).write_text(json.dumps([r for rs in cells.values() for r in rs], indent=1))
             if a.timing:
                 print(f"{cell} seed {r['seed']}: CPU hits {r['hits_kvpolicy']} policy / scheduler ms per step "
                       f"{r['policy_net_ms_per_step']:.3f} / {r['scheduler_net_ms_per_step']:.3f} "
@@ -139,8 +141,6 @@ def main() -> int:
             print(f"{cell} seed {r['seed']}: CPU hits LRU {r['hits_lru']} kvpolicy {r['hits_kvpolicy']} Belady "
                   f"{r['hits_belady']} gap closed {pct(r['gap_closed'])} prefill tokens LRU {r['prefill_lru']} "
                   f"kvpolicy {r['prefill_kvpolicy']} policy share {r['policy_share']:.1%}", flush=True)
-            if a.json:
-                Path(a.json).write_text(json.dumps([r for rs in cells.values() for r in rs], indent=1))
     if not a.timing:
         print(markdown(cells))
     return 0

@@ -22,10 +22,10 @@ behind each policy's ``request_*`` calls). A request's keys are its offload
 keys exactly as vLLM's offloading scheduler derives them from
 ``request.block_hashes`` (one per chunk per offloaded KV group), so a queued
 request protects the very chunks it will look up; the policies are told the
-keys' hashes, made in C++ without the keys (``offload_key_hashes``). Where no policy behind the
-connector hears the queue (``vllm_lru``, vLLM's own policies, a tiered
-manager without a kvpolicy tier) it makes no call at all: vLLM's
-``OffloadingConnector``, decision for decision.
+keys' hashes, made in C++ without the keys (``offload_key_hashes``). Where no
+policy behind the connector hears the queue (``vllm_lru``, vLLM's own
+policies, a tiered manager without a kvpolicy tier) it makes no call at all:
+vLLM's ``OffloadingConnector``, decision for decision.
 
 With ``"kvpolicy_store_admission": true`` in the extra config and a policy
 that ranks new chunks (``kvpolicy_predicted_return`` and its ``queue_aware_``
