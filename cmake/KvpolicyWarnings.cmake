@@ -41,10 +41,9 @@ endif()
 # more than it saves only where a program runs longer than a seventh of its
 # compile (eviction_lrfu: 38 s at -Og, 118 s at -O0, so it stays). Measured
 # per program from a CI run's compile and test times (docs/reliability.md);
-# what the sanitizers check is the same at either level. (The simulator's
-# request parts: 131 s each at the presets' then -O1, 60 s at -O0.)
+# what the sanitizers check is the same at either level.
 set(KVPOLICY_SANITIZED_AT_O0
-    # the simulator: its request parts instantiate a tiered cache per policy
+    # the simulator: every policy's model, and a tiered cache per replay mode
     kvpolicy_sim_driver kvpolicy-sim
     # run-time choices over every policy, each against the concrete types
     engine_any_offload_manager engine_any_cache_policy cache_any_tiered_cache eviction_dyn_policy

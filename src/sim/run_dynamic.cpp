@@ -1,14 +1,12 @@
-// The instances and offload modes, compiled once for every policy but
-// belady: each runs through a held_policy holding the policy with its own
-// replay config (runs.hpp). The request parts keep the prefix and tiered
-// modes statically dispatched, where a run spends its time.
+// Every mode of every policy but belady, compiled once: each runs through a
+// held_policy holding the policy with its own replay config (runs.hpp).
 #include "run_requests.hpp"
 
 namespace kvpolicy::sim::detail {
 
-replay_result run_instances(const run_setup& s, std::size_t capacity, const run_inputs& in,
-                            const held_policy::config_type& policy) {
-    replay_result r = instances<held_policy, cpu_tier>(s, replay_config(s, capacity, in), in, policy);
+replay_result run_held_requests(const run_setup& s, std::size_t capacity, const run_inputs& in,
+                                const held_policy::config_type& policy, bool future) {
+    replay_result r = replay<held_policy, cpu_tier>(s, capacity, in, policy, future);
     r.policy = policy.policy;  // the held policy's name, not held_policy's
     return r;
 }

@@ -60,7 +60,9 @@ template <class P>
     }
 }
 
-/// Prefix or tiered replay through `tiered_cache<Gpu, Cpu, Traits>`.
+/// Prefix or tiered replay through `tiered_cache<Gpu, Cpu, Traits>`, its
+/// GPU tier's policy built with `gpu` (the simulator's held_policy: any
+/// policy through one compiled replay).
 /// `times`, when given, supplies each block's next use (Belady), computed
 /// for this capacity (`compute_request_times(requests, cfg.capacity)`).
 /// Throws: usage_error if `times` was computed for another capacity and a
@@ -69,7 +71,7 @@ template <class P>
 /// malformed (unless skipping bad lines, which counts it instead).
 template <eviction_policy Gpu, eviction_policy Cpu, cache_traits Traits = default_cache_traits, class RequestSource>
 replay_result replay_requests(RequestSource& source, const request_replay_config& cfg, replay_mode mode,
-                              const request_times* times = nullptr) {
+                              const request_times* times, const typename Gpu::config_type& gpu) {
     if (times && !times_fit(*times, cfg.capacity))
         throw usage_error("replay_requests: next uses computed for capacity " + std::to_string(times->uncached_above) +
                           " replayed at " + std::to_string(cfg.capacity) + " with a request of " +
@@ -83,7 +85,7 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
          .num_layers = cfg.num_layers,
          .items = items > 1 ? granularity::per_layer : granularity::whole_block,
          .item_bytes = static_cast<std::size_t>(cfg.kv_bytes_per_token) * cfg.block_size / items},
-        replay_policy_config<Gpu>(cfg), replay_cpu_policy_config<Cpu>(cfg));
+        gpu, replay_cpu_policy_config<Cpu>(cfg));
     replay_result r;
     r.policy = std::string(Gpu::name);
     r.capacity = cfg.capacity;
@@ -191,6 +193,14 @@ replay_result replay_requests(RequestSource& source, const request_replay_config
     r.sessions = seen_sessions.size();
     r.fairness = m.fairness;
     return r;
+}
+
+/// The same, its GPU tier's policy built as the replay builds it
+/// (replay_policy_config).
+template <eviction_policy Gpu, eviction_policy Cpu, cache_traits Traits = default_cache_traits, class RequestSource>
+replay_result replay_requests(RequestSource& source, const request_replay_config& cfg, replay_mode mode,
+                              const request_times* times = nullptr) {
+    return replay_requests<Gpu, Cpu, Traits>(source, cfg, mode, times, replay_policy_config<Gpu>(cfg));
 }
 
 }  // namespace kvpolicy::sim
