@@ -540,16 +540,17 @@ _TIMER_COST: Optional[tuple] = None
 def timer_cost(calls: int = 200_000) -> tuple:
     """What _time_policy's wrapper costs per call, measured once per process
     on a no-op: (the time it adds to policy_s, the time it adds to the
-    caller), in seconds. The first is the timer's own share of each timed
-    interval; the second the whole wrapper less a plain call.
+    caller), in seconds. The first is what a timed interval holds beyond
+    the call itself (the clock's reads, the forwarding of the arguments);
+    the second the whole wrapper less a plain call.
 
-    The no-op is a builtin (an empty dict's ``get``), the cheapest call
-    there is: most wrapped calls are vLLM's dict lookups (``get``, millions
-    in a replay), and a no-op written in Python costs a frame more than one
-    of them, so taking it off each would take off part of the policy's own
-    time (down to nothing, on the agentic 1% cell). What a wrapped Python
-    method costs beyond a builtin call is the policy's: vLLM would call it
-    as directly."""
+    The no-op is a builtin (an empty dict's ``get``), as most wrapped calls
+    are: vLLM's dict lookups (``get``, millions in a replay). The call
+    itself stays the policy's, as vLLM pays for it unwrapped too: the first
+    figure is the no-op's timed interval less a plain call of it (less the
+    loop's own cost). Taking a whole Python no-op's interval off each
+    ``get`` took off more than the ``get`` cost, and the agentic 1% cell's
+    net went to zero."""
     global _TIMER_COST
     if _TIMER_COST is None:
         res = ReplayResult()  # the same bookkeeping as _time_policy's wrapper
@@ -576,7 +577,12 @@ def timer_cost(calls: int = 200_000) -> tuple:
         for _ in range(calls):
             noop(1)
         plain = time.perf_counter() - t0
-        _TIMER_COST = (res.policy_s / calls, max(0.0, (wrapped - plain) / calls))
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            pass
+        loop = time.perf_counter() - t0
+        call = max(0.0, plain - loop) / calls
+        _TIMER_COST = (max(0.0, res.policy_s / calls - call), max(0.0, (wrapped - plain) / calls))
     return _TIMER_COST
 
 
