@@ -9,7 +9,6 @@
 #pragma once
 
 #include <cstddef>
-#include <type_traits>
 
 #include <kvpolicy/sim/replay.hpp>
 

@@ -20,7 +20,8 @@
 // option names (a replay's cost model): one compiled replay then serves
 // every policy (kvpolicy-sim's instances and offload modes).
 // Building one instantiates every policy of its list (29 for the registry's):
-// build dyn_policies in few translation units.
+// build dyn_policies in few translation units, or define
+// KVPOLICY_DYN_POLICY_EXTERN and compile the registry's once (at the end).
 #pragma once
 
 #include <functional>
@@ -170,20 +171,10 @@ private:
         [[nodiscard]] virtual bool ranks_new() const = 0;
     };
 
-    static std::unique_ptr<base> made(std::size_t capacity, const config_type& config) {
-        if (config.make) return config.make(capacity);
-        if constexpr (Policies::size == 0) {  // one that only holds: nothing compiled per name
-            throw config_error("dyn_policy over no named policy: '" + config.policy +
-                               "' given by name; build its config with holding<P>(config)");
-        } else {
-            return visit_by_name<Policies>(
-                config.policy,
-                [&]<class P>() -> std::unique_ptr<base> {
-                    return std::make_unique<model<P>>(capacity, make_config<P>(config.options));
-                },
-                "eviction policy");
-        }
-    }
+    // Out of the class and not inline, so that an explicit instantiation
+    // declaration (KVPOLICY_DYN_POLICY_EXTERN, below) keeps the 29 models it
+    // builds out of every translation unit but the one that instantiates them.
+    static std::unique_ptr<base> made(std::size_t capacity, const config_type& config);
 
     template <class P>
     struct model final : base {
@@ -246,8 +237,34 @@ private:
     std::unique_ptr<base> impl_;
 };
 
+template <class Policies>
+auto basic_dyn_policy<Policies>::made(std::size_t capacity, const config_type& config) -> std::unique_ptr<base> {
+    if (config.make) return config.make(capacity);
+    if constexpr (Policies::size == 0) {  // one that only holds: nothing compiled per name
+        throw config_error("dyn_policy over no named policy: '" + config.policy +
+                           "' given by name; build its config with holding<P>(config)");
+    } else {
+        return visit_by_name<Policies>(
+            config.policy,
+            [&]<class P>() -> std::unique_ptr<base> {
+                return std::make_unique<model<P>>(capacity, make_config<P>(config.options));
+            },
+            "eviction policy");
+    }
+}
+
 /// Any registered policy (eviction/registry.hpp), chosen by name.
 using dyn_policy = basic_dyn_policy<eviction_policies>;
+// Building a dyn_policy compiles every registered policy (about 27 CPU s at
+// -O3, 48 under ASan, per translation unit). A program that builds them in
+// several translation units may compile them once: define
+// KVPOLICY_DYN_POLICY_EXTERN in every one, and in exactly one .cpp write
+//     template class kvpolicy::basic_dyn_policy<kvpolicy::eviction_policies>;
+// (kvpolicy's tests and Python package do so: src/dyn_policy/).
+#ifdef KVPOLICY_DYN_POLICY_EXTERN
+extern template class basic_dyn_policy<eviction_policies>;
+#endif
+
 static_assert(eviction_policy<dyn_policy>);
 
 }  // namespace kvpolicy
