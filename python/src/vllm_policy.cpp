@@ -1,9 +1,12 @@
 // The C++ side of kvpolicy.vllm's cache policies (vLLM >= 0.21's CachePolicy
 // seam; python/kvpolicy/vllm/_policies.py gives the Python face).
 //
-// `CachePolicyCore` keeps vLLM's OffloadKeys (bytes) in two Python dicts it
-// owns: `chunks` (key -> vLLM's ChunkStatus, which the manager reads and
-// writes; the adapter's `get` is that dict's own `get`) and key -> slot.
+// `CachePolicyCore` keeps vLLM's OffloadKeys (bytes) in a Python dict it
+// owns, `chunks` (key -> vLLM's ChunkStatus, which the manager reads and
+// writes; the adapter's `get` is that dict's own `get`), and each key's slot
+// in a key_index under the key's Python hash (no int object made per chunk,
+// no dict entry to keep): a key whose hash another present key holds goes
+// to a dict of its own (`spill_`), so equal hashes stay two chunks.
 // Everything else is the engine room's: engine::any_cache_policy
 // (include/kvpolicy/engine/any_cache_policy.hpp), the policy chosen by name,
 // its order and victims over dense slots. A batch call (touch, a request's
@@ -22,6 +25,7 @@
 
 #include <nanobind/stl/pair.h>
 
+#include <kvpolicy/core/key_index.hpp>
 #include <kvpolicy/engine/any_cache_policy.hpp>
 
 #include "bindings.hpp"
@@ -68,7 +72,7 @@ std::string_view key_bytes(PyObject* key) noexcept {
 class cache_policy_binding {
 public:
     cache_policy_binding(const std::string& policy, std::size_t capacity, const nb::dict& options)
-            : capacity_(capacity) {
+            : capacity_(capacity), index_(capacity) {
         // vLLM builds a manager of 0 chunks (nothing is ever stored): the
         // policy behind it has one slot that is never handed out.
         const std::size_t slots = std::max<std::size_t>(capacity, 1);
@@ -89,19 +93,23 @@ public:
 
     void insert(nb::handle key, nb::handle chunk, std::optional<std::int64_t> position, std::int64_t request_rank,
                 int ref_cnt, std::uint64_t session) {
-        if (PyDict_Contains(slots_.ptr(), key.ptr()) == 1) remove(key);  // vLLM overwrites
+        const std::uint64_t hash = key_hash(key.ptr());
+        if (slot_of(key.ptr(), hash) != no_index) remove(key);  // vLLM overwrites
         if (free_.empty())
             throw usage_error("insert: the policy already holds cache_capacity=" + std::to_string(capacity_) +
                               " chunks; evict or remove one first");
         const std::uint32_t id = free_.back();
         access_context c = clock();
-        c.key = key_hash(key.ptr());
+        c.key = hash;
         c.session = session_id{session};
         core_->insert(id, key_bytes(key.ptr()), c.key, position, request_rank, ref_cnt, c);
         free_.pop_back();
         keys_[id] = nb::borrow(key);
         chunks[key] = chunk;
-        slots_[key] = id;
+        if (index_.find(hash) == no_index)
+            index_.insert(hash, id);
+        else
+            spill_[key] = id;
     }
 
     /// vLLM's insert(key, chunk, req_context) for a policy that hears
@@ -320,7 +328,8 @@ public:
     void clear() {
         core_->clear();
         PyDict_Clear(chunks.ptr());
-        PyDict_Clear(slots_.ptr());
+        index_.clear();
+        PyDict_Clear(spill_.ptr());
         free_.clear();
         for (std::size_t s = capacity_; s-- > 0;) free_.push_back(static_cast<std::uint32_t>(s));
         for (auto& k : keys_) k = nb::object();
@@ -362,8 +371,18 @@ private:
         if (a == nullptr) throw usage_error("T1, T2, B1, B2 and the target exist only in policy vllm_arc");
         return a;
     }
-    std::uint32_t slot_of(PyObject* key) const {
-        PyObject* s = PyDict_GetItemWithError(slots_.ptr(), key);
+    /// Whether present key `a` equals `b` (what a dict's probe asks).
+    static bool same_key(PyObject* a, PyObject* b) {
+        if (a == b) return true;
+        const int eq = PyObject_RichCompareBool(a, b, Py_EQ);
+        if (eq < 0) throw nb::python_error();
+        return eq == 1;
+    }
+    std::uint32_t slot_of(PyObject* key) const { return slot_of(key, key_hash(key)); }
+    std::uint32_t slot_of(PyObject* key, std::uint64_t hash) const {
+        if (const std::uint32_t s = index_.find(hash); s != no_index && same_key(keys_[s].ptr(), key)) return s;
+        if (PyDict_GET_SIZE(spill_.ptr()) == 0) return no_index;
+        PyObject* s = PyDict_GetItemWithError(spill_.ptr(), key);
         if (s == nullptr) {
             if (PyErr_Occurred()) throw nb::python_error();
             return no_index;
@@ -373,8 +392,21 @@ private:
     void forget(std::uint32_t id) {
         nb::object key = std::move(keys_[id]);
         keys_[id] = nb::object();
-        if (PyDict_DelItem(chunks.ptr(), key.ptr()) != 0 || PyDict_DelItem(slots_.ptr(), key.ptr()) != 0)
+        if (PyDict_DelItem(chunks.ptr(), key.ptr()) != 0) throw nb::python_error();
+        const std::uint64_t hash = key_hash(key.ptr());
+        if (index_.find(hash) == id) {
+            index_.erase(hash);
+            // A spilled key of the same hash takes the index's entry.
+            PyObject *k = nullptr, *v = nullptr;
+            for (Py_ssize_t pos = 0; PyDict_Next(spill_.ptr(), &pos, &k, &v);)
+                if (key_hash(k) == hash) {
+                    index_.insert(hash, static_cast<std::uint32_t>(PyLong_AsUnsignedLong(v)));
+                    if (PyDict_DelItem(spill_.ptr(), k) != 0) throw nb::python_error();
+                    break;
+                }
+        } else if (PyDict_DelItem(spill_.ptr(), key.ptr()) != 0) {
             throw nb::python_error();
+        }
         free_.push_back(id);
     }
     key_walk walk(std::span<PyObject* const> items, bool reversed) const {
@@ -383,8 +415,9 @@ private:
         w.keys.reserve(items.size());
         for (std::size_t i = 0; i < items.size(); ++i) {
             PyObject* k = items[reversed ? items.size() - 1 - i : i];
-            w.slots.push_back(slot_of(k));
-            w.keys.push_back(key_hash(k));
+            const std::uint64_t hash = key_hash(k);
+            w.slots.push_back(slot_of(k, hash));
+            w.keys.push_back(hash);
         }
         return w;
     }
@@ -400,7 +433,8 @@ private:
 
     std::size_t capacity_;
     std::unique_ptr<any_cache_policy> core_;
-    nb::dict slots_;                   // OffloadKey -> slot
+    key_index index_;                  // a key's Python hash -> its slot
+    nb::dict spill_;                   // OffloadKey -> slot, where index_ holds another key of its hash
     std::vector<nb::object> keys_;     // [capacity] the key in each slot
     std::vector<std::uint32_t> free_;  // free slots, the next at the back
     nb::object sessions_;              // req_context -> session id (hear_sessions)
@@ -413,7 +447,7 @@ int traverse(PyObject* self, visitproc visit, void* arg) {
     if (!nb::inst_ready(self)) return 0;
     const cache_policy_binding* b = nb::inst_ptr<cache_policy_binding>(self);
     Py_VISIT(b->chunks.ptr());
-    Py_VISIT(b->slots_.ptr());
+    Py_VISIT(b->spill_.ptr());
     for (const nb::object& k : b->keys_) Py_VISIT(k.ptr());
     Py_VISIT(b->sessions_.ptr());
     Py_VISIT(b->session_of_.ptr());
