@@ -17,6 +17,21 @@
 # temporary directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Room on disk, checked before anything is built: a fresh clone's suite
+# writes about 13 GiB into it (the vLLM venv's uv cache 9, the ASan tree 2.5,
+# the rest 1.5), and a full disk otherwise fails twelve minutes in, inside
+# the ASan build, with "No space left on device" from whichever compile hit
+# it. A clone whose vLLM venv is already made needs about 4; the compilers'
+# and tests' temporary files need under 2 in TMPDIR.
+need_room() {  # DIR GIB
+    local free_gib=$(( $(df -Pk "$1" | awk 'NR == 2 { print $4 }') / 1048576 ))
+    [ "$free_gib" -ge "$2" ] && return 0
+    echo "test.sh: $free_gib GiB free on $(df -P "$1" | awk 'NR == 2 { print $6 }') (which holds $1); the suite needs about $2 GiB there." >&2
+    echo "test.sh: free some (an old clone's build/ is about 13 GiB: du -sh /tmp/* ~/* | sort -h) and run it again." >&2
+    exit 1
+}
+if [ -x build/vllm-venv/bin/python ]; then need_room . 5; else need_room . 14; fi
+need_room "${TMPDIR:-/tmp}" 2
 source scripts/install-deps.sh
 
 jobs=$(nproc 2>/dev/null || echo 2)
