@@ -27,7 +27,7 @@ struct key_directory {
     }
 };
 
-std::vector<block_hash> chain(std::uint64_t session, std::size_t n) {
+std::vector<block_hash> session_chain(std::uint64_t session, std::size_t n) {
     std::vector<block_hash> h;
     for (std::size_t c = 0; c < n; ++c) h.push_back(mix64((session << 32) | c));
     return h;
@@ -49,7 +49,7 @@ void same_decisions(const std::string& gpu, const std::string& cpu, bool thread_
         alone.begin_step();
         for (std::size_t r = rng() % 3; r-- > 0;) {
             const session_id s{1 + rng() % 6};
-            const std::vector<block_hash> h = chain(s.value, 1 + rng() % 6);
+            const std::vector<block_hash> h = session_chain(s.value, 1 + rng() % 6);
             std::string ea, eb;
             remote_admission a, b;
             const bool through = remote && rng() % 2 == 0;
@@ -96,7 +96,7 @@ void same_decisions(const std::string& gpu, const std::string& cpu, bool thread_
     REQUIRE(ma.remote_staged_blocks == mb.remote_staged_blocks);
     REQUIRE((ma.remote_staged_blocks > 0) == remote);  // the store was asked, and answered
     for (std::uint64_t s = 1; s <= 6; ++s)
-        for (block_hash h : chain(s, 6)) REQUIRE(any->where(h, 0) == alone.where(h, 0));
+        for (block_hash h : session_chain(s, 6)) REQUIRE(any->where(h, 0) == alone.where(h, 0));
 }
 
 }  // namespace

@@ -18,7 +18,7 @@ using kvpolicy::engine::front_cache_forecast;
 
 namespace {
 
-using keys = std::vector<std::uint64_t>;
+using key_vec = std::vector<std::uint64_t>;
 
 auto none = [](std::uint64_t) { return false; };
 
@@ -32,13 +32,13 @@ auto none = [](std::uint64_t) { return false; };
 struct naive_forecast {
     struct request {
         std::uint64_t id;
-        keys blocks;
+        key_vec blocks;
         bool ended;
     };
     std::size_t gpu_blocks;
     std::vector<request> queue;  // oldest first
 
-    std::size_t join(std::uint64_t id, const keys& k, const std::set<std::uint64_t>& held) {
+    std::size_t join(std::uint64_t id, const key_vec& k, const std::set<std::uint64_t>& held) {
         leave(id);
         std::set<std::uint64_t> window;
         std::vector<bool> reached(queue.size(), false);
@@ -78,56 +78,56 @@ struct naive_forecast {
 TEST_CASE("front_cache_forecast: a worked example", "[engine][forecast]") {
     front_cache_forecast f(4);
     // Nothing ahead: only what the GPU holds now counts.
-    CHECK(f.join(1, keys{1, 2, 3}, [](std::uint64_t k) { return k == 1; }) == 1);
-    CHECK(f.join(2, keys{4, 5}, none) == 0);
+    CHECK(f.join(1, key_vec{1, 2, 3}, [](std::uint64_t k) { return k == 1; }) == 1);
+    CHECK(f.join(2, key_vec{4, 5}, none) == 0);
     // Ahead: {4, 5}, then 1 and 2 of {1, 2, 3} fill a GPU of four, so what
     // it holds now (9) no longer counts; 1 and 2 are served, 9 is not.
-    CHECK(f.join(3, keys{1, 2, 9}, [](std::uint64_t) { return true; }) == 2);
+    CHECK(f.join(3, key_vec{1, 2, 9}, [](std::uint64_t) { return true; }) == 2);
     // Ahead, newest first: {1, 2, 9}, then 4 of {4, 5}: full, so request
     // 1's 3 (and 5) are outside the window.
-    CHECK(f.join(4, keys{9, 4, 3}, none) == 2);
+    CHECK(f.join(4, key_vec{9, 4, 3}, none) == 2);
     CHECK(f.requests() == 4);
     // Request 3 starts: it no longer stands ahead of anyone.
     CHECK(f.leave(3));
     CHECK(f.requests() == 3);
     // Ahead, newest first: {9, 4, 3}, {4, 5}: four blocks, full.
-    CHECK(f.join(5, keys{5, 3, 9, 1}, none) == 3);
+    CHECK(f.join(5, key_vec{5, 3, 9, 1}, none) == 3);
 }
 
 TEST_CASE("front_cache_forecast: leave and join again", "[engine][forecast]") {
     front_cache_forecast f(100);
     CHECK_FALSE(f.leave(7));  // never queued: nothing changes
-    CHECK(f.join(7, keys{1, 2}, none) == 0);
-    CHECK(f.join(8, keys{1, 2, 3}, none) == 2);
+    CHECK(f.join(7, key_vec{1, 2}, none) == 0);
+    CHECK(f.join(8, key_vec{1, 2, 3}, none) == 2);
     // Request 7 queued again (a preemption): it goes to the back, behind 8.
-    CHECK(f.join(7, keys{1, 2, 3, 4}, none) == 3);
+    CHECK(f.join(7, key_vec{1, 2, 3, 4}, none) == 3);
     CHECK(f.requests() == 2);
     CHECK(f.leave(8));
     CHECK(f.leave(7));
     CHECK_FALSE(f.leave(7));
     CHECK(f.requests() == 0);
-    CHECK(f.join(9, keys{1, 2}, none) == 0);  // nothing ahead, nothing held
+    CHECK(f.join(9, key_vec{1, 2}, none) == 0);  // nothing ahead, nothing held
 }
 
 TEST_CASE("front_cache_forecast: an ended request stays in the walk until the GPU fills ahead of it",
           "[engine][forecast]") {
     front_cache_forecast f(4);
-    CHECK(f.join(1, keys{1, 2, 3}, none) == 0);
+    CHECK(f.join(1, key_vec{1, 2, 3}, none) == 0);
     CHECK(f.end(1));  // ran and ended: its blocks sit in the GPU's free list
     CHECK_FALSE(f.end(99));
     // No view of the GPU: request 1's blocks stand for what it holds.
-    CHECK(f.join(2, keys{1, 2, 7}, none) == 2);
+    CHECK(f.join(2, key_vec{1, 2, 7}, none) == 2);
     CHECK(f.requests() == 2);
     CHECK(f.end(2));
     // Ahead: {1, 2, 7}, then 3 of request 1: four blocks, full.
-    CHECK(f.join(3, keys{1, 2, 3, 8}, none) == 3);
+    CHECK(f.join(3, key_vec{1, 2, 3, 8}, none) == 3);
     // Ahead: request 3 alone fills the GPU, so requests 1 and 2, ended and
     // out of reach, are dropped.
-    CHECK(f.join(4, keys{5, 6, 9, 10}, none) == 0);
+    CHECK(f.join(4, key_vec{5, 6, 9, 10}, none) == 0);
     CHECK(f.requests() == 2);
     // Ahead: {5, 6, 9, 10}, full: request 3, out of reach but still
     // waiting or running, stays.
-    CHECK(f.join(5, keys{1, 5}, none) == 0);
+    CHECK(f.join(5, key_vec{1, 5}, none) == 0);
     CHECK(f.requests() == 3);
 }
 
@@ -148,7 +148,7 @@ TEST_CASE("front_cache_forecast forecasts as the naive rule on long random queue
             INFO("seed " << seed << ", op " << op << ", gpu " << gpu);
             if (rng() % 3 != 0) {
                 // A request of a few sessions' chains: a shared prefix, then its own blocks.
-                keys k;
+                key_vec k;
                 const std::uint64_t session = rng() % 8;
                 const std::size_t shared = rng() % 12, own = rng() % 6;
                 for (std::size_t i = 0; i < shared; ++i) k.push_back(session * 1000 + i);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "support/flat_cache.hpp"
+#include "support/letter_trace.hpp"
 #include "support/policy_driver.hpp"
 #include "support/reference_policies.hpp"
 
@@ -42,19 +43,6 @@ TEST_CASE("s3fifo with libCacheSim's newer fill-main rule: same victims as its r
     const auto victims = drive(policy, {.capacity = capacity, .operations = 100'000, .seed = seed}, &reference);
     REQUIRE(victims.size() > 100);
 }
-
-namespace {
-// Letters as keys, so the traces below read as in the papers.
-std::uint64_t key(char c) { return static_cast<std::uint64_t>(c); }
-
-template <class Cache>
-std::vector<char> evicted_keys(Cache& cache, std::string_view trace) {
-    std::vector<char> out;
-    for (const char c : trace)
-        if (const auto r = cache.request(key(c)); r.evicted) out.push_back(static_cast<char>(*r.evicted));
-    return out;
-}
-}  // namespace
 
 TEST_CASE("arc: a worked trace through every case of Fig. 4", "[eviction][arc]") {
     // c = 2, flat mode with on_miss. T lists are LRU first, p starts at 0.

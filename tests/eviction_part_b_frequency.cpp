@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "support/flat_cache.hpp"
+#include "support/letter_trace.hpp"
 #include "support/policy_driver.hpp"
 #include "support/reference_policies.hpp"
 
@@ -52,19 +53,6 @@ TEST_CASE("lirs and w_tinylfu with larger HIR / window shares match their refere
         REQUIRE(victims.size() > 100);
     }
 }
-
-namespace {
-// Letters as keys, so the traces below read as in the papers.
-std::uint64_t key(char c) { return static_cast<std::uint64_t>(c); }
-
-template <class Cache>
-std::vector<char> evicted_keys(Cache& cache, std::string_view trace) {
-    std::vector<char> out;
-    for (const char c : trace)
-        if (const auto r = cache.request(key(c)); r.evicted) out.push_back(static_cast<char>(*r.evicted));
-    return out;
-}
-}  // namespace
 
 TEST_CASE("w_tinylfu: a worked trace through admission duels", "[eviction][w_tinylfu]") {
     // c = 4: window 1 (1%, at least one), main 3 with protected 2 (80%, truncated).

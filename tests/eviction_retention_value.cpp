@@ -181,7 +181,7 @@ TEST_CASE("seed scenario 2: five turns, room for three chunks, leading chunks of
     REQUIRE(kept.back() == 4);
 }
 
-TEST_CASE("seed scenario 3: layer 39 goes before layer 0", "[retention_value][seed]") {
+TEST_CASE("seed scenario 3 under retention value: layer 39 goes before layer 0", "[retention_value][seed]") {
     seed000_retention_value p(80, seed_config);
     for (std::uint32_t c = 0; c < 2; ++c)
         for (std::uint32_t l = 0; l < 40; ++l) p.on_insert(item_id{c * 40 + l}, item(3, c, l, 40, 2, 0));
