@@ -10,7 +10,7 @@
 # where no GPU is; the sanitizers never reach device programs, so the ASan
 # build leaves them out rather than compile them twice), the Python package
 # built by pip with its pytest suite, the docs site (scripts/docs.sh check),
-# and packaging.
+# and packaging, with kvpolicy inside a real vLLM tested beside these three.
 #
 # Two runs at once (two clones on one machine) do not meet: every build tree,
 # virtual environment and test file lives in the clone or in a fresh
@@ -36,6 +36,8 @@ source scripts/install-deps.sh
 
 jobs=$(nproc 2>/dev/null || echo 2)
 start=$(date +%s)
+# A step that fails ends the suite; what still runs beside it ends with it.
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
 # What later steps fetch from PyPI (the docs' tools, the Conan client, the
 # peers' pinned releases the Python tests read: about a minute and a half
 # of waiting on the network on a fresh machine) is fetched in the
@@ -120,17 +122,20 @@ rm -rf build/wheel
     --config-settings=cmake.define.KVPOLICY_REDIS=ON .
 wheel=$(ls build/wheel/kvpolicy-*.whl)
 "$venv/bin/pip" install -q "$wheel[test]"  # the extra carries what the peer tests import
+# kvpolicy inside a real vLLM 0.33 (python/engine_tests): vLLM's own
+# offloading-connector tests with kvpolicy's connector, and the connector in
+# vLLM's own Scheduler over a real trace (bench/vllm_replay.py). They run
+# beside the steps below, to the end: two minutes on 2 cores, most of it one
+# Python process (vLLM's own tests, in one pytest of their own), which left
+# the other core idle when it ran alone. Its output is printed when it ends.
+wait "$vllm_venv" || { cat build/vllm-venv.log >&2; echo "test.sh: scripts/vllm-venv.sh failed (above)" >&2; exit 1; }
+scripts/vllm-venv.sh build/vllm-venv "$wheel"
+build/vllm-venv/bin/python -m pytest -q -p no:cacheprovider python/engine_tests >build/vllm-tests.log 2>&1 &
+vllm_tests=$!
 # -n: one pytest worker per core (pytest-xdist, in the test extra): 32 s
 # rather than 50 s on 2 cores.
 KVPOLICY_SIM=build/tools/kvpolicy-sim "$venv/bin/python" -m pytest -q -p no:cacheprovider -n "$jobs" python/tests
 stage "Python package and its tests"
-# kvpolicy inside a real vLLM 0.33 (python/engine_tests): vLLM's own
-# offloading-connector tests with kvpolicy's connector, and the connector in
-# vLLM's own Scheduler over a real trace (bench/vllm_replay.py).
-wait "$vllm_venv" || { cat build/vllm-venv.log >&2; echo "test.sh: scripts/vllm-venv.sh failed (above)" >&2; exit 1; }
-scripts/vllm-venv.sh build/vllm-venv "$wheel"
-build/vllm-venv/bin/python -m pytest -q -p no:cacheprovider python/engine_tests
-stage "kvpolicy inside vLLM"
 # The docs site (docs/, MkDocs Material; scripts/docs.sh): tests/docs checks
 # that every code block of the site that claims to compile or run is the code
 # the tests above compiled or ran, verbatim, that the simulator page's flags
@@ -143,4 +148,13 @@ stage "docs"
 # kvpolicy as users take it: the installed package (CMake, pkg-config),
 # FetchContent and Conan, each built and run (about a minute).
 scripts/check-packaging.sh
+stage "packaging"
+vllm_rc=0
+wait "$vllm_tests" || vllm_rc=$?
+cat build/vllm-tests.log
+if [ "$vllm_rc" -ne 0 ]; then
+    echo "test.sh: kvpolicy inside vLLM (python/engine_tests) failed, above (build/vllm-tests.log)" >&2
+    exit 1
+fi
+stage "kvpolicy inside vLLM"
 echo "test.sh: suite built and passed in $(( $(date +%s) - start )) s"

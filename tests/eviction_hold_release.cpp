@@ -27,7 +27,7 @@ using namespace kvpolicy::testing;
 
 namespace {
 
-using request = std::vector<std::uint64_t>;  // block keys, prefix first
+using key_request = std::vector<std::uint64_t>;  // block keys, prefix first
 
 /// Serves requests one after another on a policy at request level; records
 /// the victims' keys in eviction order and, per cached key, its slot and the
@@ -46,7 +46,7 @@ struct request_driver {
         for (std::uint32_t s = static_cast<std::uint32_t>(capacity); s-- > 0;) free.push_back(s);
     }
 
-    void serve(const request& r) {
+    void serve(const key_request& r) {
         std::vector<std::uint32_t> held;
         for (const std::uint64_t key : r) {
             access_context ctx;
@@ -84,25 +84,25 @@ struct request_driver {
 };
 
 template <class P>
-std::vector<std::uint64_t> serve(P& p, std::size_t capacity, const std::vector<request>& requests) {
+std::vector<std::uint64_t> serve(P& p, std::size_t capacity, const std::vector<key_request>& requests) {
     request_driver<P> d(p, capacity);
-    for (const request& r : requests) d.serve(r);
+    for (const key_request& r : requests) d.serve(r);
     return d.victims;
 }
 
 /// Requests that share prefixes: a few "system prompts" of 2-4 blocks, then a
 /// private tail; some sessions come back and extend their own history.
-std::vector<request> request_stream(std::uint64_t seed, std::size_t n) {
+std::vector<key_request> request_stream(std::uint64_t seed, std::size_t n) {
     std::mt19937_64 rng(seed);
-    std::vector<request> histories(24);
+    std::vector<key_request> histories(24);
     std::uint64_t next_key = 1000;
     for (std::size_t s = 0; s < histories.size(); ++s) {
         const std::uint64_t prompt = rng() % 4;
         for (std::uint64_t b = 0; b < 2 + prompt % 3; ++b) histories[s].push_back(prompt * 10 + b);
     }
-    std::vector<request> out;
+    std::vector<key_request> out;
     for (std::size_t i = 0; i < n; ++i) {
-        request& h = histories[rng() % histories.size()];
+        key_request& h = histories[rng() % histories.size()];
         const std::size_t fresh = 1 + rng() % 3;
         for (std::size_t k = 0; k < fresh; ++k) h.push_back(next_key++);
         if (h.size() > 12) h.erase(h.begin() + 4, h.begin() + 8);  // the session's window slides
@@ -118,7 +118,7 @@ TEST_CASE("request level: a hit is no move for clock, sieve and fifo, a move for
     // LRU evicts 1 (the least recently used); CLOCK and SIEVE clear both bits
     // and evict 0, the older one, as FIFO does. Before the rule, each
     // release re-entered at the newest end and CLOCK and SIEVE evicted 1.
-    const std::vector<request> requests = {{0}, {1}, {1}, {0}, {2}};
+    const std::vector<key_request> requests = {{0}, {1}, {1}, {0}, {2}};
     lru l(2, {});
     kvpolicy::clock c(2, {});
     sieve v(2, {});
@@ -156,7 +156,7 @@ TEST_CASE("request level: lfu counts each request once, hold and release add not
     lfu p(capacity, {});
     request_driver<lfu> d(p, capacity);
     std::uint64_t hits = 0;
-    for (const request& r : requests) {
+    for (const key_request& r : requests) {
         d.serve(r);
         REQUIRE(d.slot_of.size() == p.size());
         for (const auto& [key, slot] : d.slot_of) REQUIRE(p.count(item_id{slot}) == d.uses.at(key));

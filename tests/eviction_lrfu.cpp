@@ -138,17 +138,6 @@ TEST_CASE("indexed_heap: assign heapifies, and pops come out as after pushes one
     }
 }
 
-namespace {
-
-access_context at(timestamp now, std::uint64_t key) {
-    access_context c;
-    c.now = now;
-    c.key = key;
-    return c;
-}
-
-}  // namespace
-
 TEST_CASE("lrfu: a long half-life keeps the frequent item, a short one the recent", "[eviction][lrfu]") {
     // A is referenced at steps 1, 2, 3; B once at step 4. With a half-life
     // of 32 capacities (128 references) A's value at step 4 is

@@ -33,13 +33,6 @@ std::vector<std::uint32_t> pop_all(auto& p, timestamp now = 0) {
     return out;
 }
 
-access_context at(timestamp now, std::uint64_t key = 0) {
-    access_context ctx;
-    ctx.now = now;
-    ctx.key = key;
-    return ctx;
-}
-
 }  // namespace
 
 TEMPLATE_TEST_CASE("part A policies choose the same victims as their reference models", "[eviction][differential]",

@@ -24,7 +24,7 @@ using namespace kvpolicy::testing;
 
 namespace {
 
-std::vector<sim::request_record> conversations(std::uint64_t seed, std::size_t n, std::size_t longest) {
+std::vector<sim::request_record> session_conversations(std::uint64_t seed, std::size_t n, std::size_t longest) {
     std::mt19937_64 rng(seed);
     std::map<std::uint64_t, std::uint64_t> turns;
     std::vector<sim::request_record> out;
@@ -81,7 +81,7 @@ std::uint64_t naive_hits(const std::vector<sim::request_record>& requests, std::
 TEST_CASE("replay_requests with a lookahead hits what the naive queue cache hits", "[sim][queue][differential]") {
     const std::uint64_t seed = GENERATE(1u, 2u, 3u);
     const std::size_t capacity = GENERATE(8u, 30u);
-    const auto requests = conversations(seed, 400, 14);
+    const auto requests = session_conversations(seed, 400, 14);
     for (std::size_t d : {std::size_t{0}, std::size_t{1}, std::size_t{4}, std::size_t{16}, std::size_t{64}}) {
         const sim::replay_result r = replay<queue_aware<lru>>(requests, capacity, d);
         INFO("lookahead " << d);
@@ -106,7 +106,7 @@ TEST_CASE("the load model queues every request that has arrived and not started"
     // All requests arrive at 0 and the instance is slow: when request i
     // starts, every later one is queued (n - 1 - i), so the queue is the
     // rest of the trace, as a lookahead of n.
-    auto requests = conversations(7, 101, 10);
+    auto requests = session_conversations(7, 101, 10);
     for (auto& r : requests) r.timestamp_ms = 0;
     const sim::replay_result slow = replay<queue_aware<lru>>(requests, 20, 0, 1.0);
     REQUIRE(slow.queue_modelled);
@@ -115,7 +115,7 @@ TEST_CASE("the load model queues every request that has arrived and not started"
     REQUIRE(slow.queue_depth_p99 == 99);
     REQUIRE(slow.hits == replay<queue_aware<lru>>(requests, 20, requests.size()).hits);
     // Requests 1 s apart, each prefilled in well under a second: nobody waits.
-    auto spaced = conversations(7, 101, 10);
+    auto spaced = session_conversations(7, 101, 10);
     const sim::replay_result fast = replay<queue_aware<lru>>(spaced, 20, 0, 1e9);
     REQUIRE(fast.queue_depth_mean == 0.0);
     REQUIRE(fast.queue_depth_p99 == 0);
@@ -123,7 +123,7 @@ TEST_CASE("the load model queues every request that has arrived and not started"
 }
 
 TEST_CASE("the simulator's queue refuses what it cannot model", "[sim][queue][errors]") {
-    const auto requests = conversations(1, 10, 4);
+    const auto requests = session_conversations(1, 10, 4);
     sim::vector_request_source source(requests);
     sim::request_replay_config cfg;
     cfg.capacity = 8;

@@ -29,17 +29,17 @@ using kvpolicy::testing::naive_prefill_shape;
 
 namespace {
 
-struct shape {
+struct prompt_shape {
     std::uint32_t n, q_heads, kv_heads, d;
 };
 
-struct prompt {
+struct qkv_prompt {
     naive_prefill_shape s;
     std::vector<float> q, k, v;
 };
 
-prompt random_prompt(std::mt19937_64& rng, const shape& sh) {
-    prompt p{{sh.n, sh.q_heads, sh.kv_heads, sh.d, 1.0f / std::sqrt(static_cast<float>(sh.d))}, {}, {}, {}};
+qkv_prompt random_prompt(std::mt19937_64& rng, const prompt_shape& sh) {
+    qkv_prompt p{{sh.n, sh.q_heads, sh.kv_heads, sh.d, 1.0f / std::sqrt(static_cast<float>(sh.d))}, {}, {}, {}};
     std::normal_distribution<float> g(0.0f, 1.0f);
     p.q.resize(std::size_t{sh.n} * sh.q_heads * sh.d);
     p.k.resize(std::size_t{sh.n} * sh.kv_heads * sh.d);
@@ -50,7 +50,7 @@ prompt random_prompt(std::mt19937_64& rng, const shape& sh) {
     return p;
 }
 
-prefill_qkv_view view_of(const prompt& p) {
+prefill_qkv_view view_of(const qkv_prompt& p) {
     return {.q = p.q,
             .k = p.k,
             .v = p.v,
@@ -65,7 +65,7 @@ using kvpolicy::testing::random_index;
 
 // Every block of every head, thread by thread. index == nullptr: dense.
 template <std::uint32_t D>
-void run_blocks(const prompt& p, const vertical_slash_index* index, std::vector<float>& o, std::vector<float>& lse,
+void run_blocks(const qkv_prompt& p, const vertical_slash_index* index, std::vector<float>& o, std::vector<float>& lse,
                 std::mt19937_64& rng, bool shuffle = true) {
     const auto& s = p.s;
     o.assign(std::size_t{s.num_tokens} * s.num_q_heads * s.head_dim, std::numeric_limits<float>::quiet_NaN());
@@ -104,7 +104,7 @@ void run_blocks(const prompt& p, const vertical_slash_index* index, std::vector<
     }
 }
 
-void run_any(const prompt& p, const vertical_slash_index* index, std::vector<float>& o, std::vector<float>& lse,
+void run_any(const qkv_prompt& p, const vertical_slash_index* index, std::vector<float>& o, std::vector<float>& lse,
              std::mt19937_64& rng) {
     switch (prefill_block_dim(p.s.head_dim)) {
         case 64:
@@ -119,7 +119,7 @@ void run_any(const prompt& p, const vertical_slash_index* index, std::vector<flo
     }
 }
 
-void naive(const prompt& p, const vertical_slash_index* index, std::vector<float>& o, std::vector<float>& lse) {
+void naive(const qkv_prompt& p, const vertical_slash_index* index, std::vector<float>& o, std::vector<float>& lse) {
     if (index == nullptr) {
         naive_prefill_attention(
             p.q, p.k, p.v, p.s, [](std::uint32_t, std::uint32_t i, std::uint32_t j) { return j <= i; }, o, lse);
@@ -154,7 +154,7 @@ void require_close(const std::vector<float>& got, const std::vector<float>& want
     REQUIRE(bad == 0);
 }
 
-void check(const prompt& p, const vertical_slash_index* index, std::mt19937_64& rng, const std::string& what) {
+void check(const qkv_prompt& p, const vertical_slash_index* index, std::mt19937_64& rng, const std::string& what) {
     std::vector<float> o, lse, o_ref, lse_ref;
     run_any(p, index, o, lse, rng);
     naive(p, index, o_ref, lse_ref);
@@ -162,14 +162,14 @@ void check(const prompt& p, const vertical_slash_index* index, std::mt19937_64& 
     require_close(lse, lse_ref, what + " lse");
 }
 
-std::string name_of(const shape& s) {
+std::string name_of(const prompt_shape& s) {
     return "n " + std::to_string(s.n) + ", heads " + std::to_string(s.q_heads) + "/" + std::to_string(s.kv_heads) +
            ", d " + std::to_string(s.d);
 }
 
 // Shapes: head_dim 32 .. 256 (each template and the padded ones), GQA 1, 4
 // and 8, n below one tile, at a tile, not a multiple of it.
-const std::vector<shape> shapes = {
+const std::vector<prompt_shape> shapes = {
     {1, 1, 1, 32},    {37, 2, 1, 32},   {64, 4, 4, 64},  {200, 4, 1, 64}, {129, 8, 1, 128},
     {300, 2, 2, 128}, {150, 2, 1, 256}, {100, 2, 1, 96}, {90, 1, 1, 160}, {70, 2, 2, 224},
 };
@@ -179,20 +179,20 @@ const std::vector<shape> shapes = {
 TEST_CASE("prefill blocks: dense causal, thread by thread as the CTA runs it, equals the double reference",
           "[prefill_block]") {
     std::mt19937_64 rng(2024);
-    for (const shape& s : shapes) {
-        const prompt p = random_prompt(rng, s);
+    for (const prompt_shape& s : shapes) {
+        const qkv_prompt p = random_prompt(rng, s);
         check(p, nullptr, rng, "dense " + name_of(s));
     }
     // A longer prompt: many tiles per block, the diagonal tile mid-block.
-    const shape s{700, 4, 1, 64};
+    const prompt_shape s{700, 4, 1, 64};
     check(random_prompt(rng, s), nullptr, rng, "dense " + name_of(s));
 }
 
 TEST_CASE("prefill blocks: vertical-slash, thread by thread, equal the double reference over the same index",
           "[prefill_block]") {
     std::mt19937_64 rng(77);
-    for (const shape& s : shapes) {
-        const prompt p = random_prompt(rng, s);
+    for (const prompt_shape& s : shapes) {
+        const qkv_prompt p = random_prompt(rng, s);
         const std::uint32_t n = s.n;
         // Empty lists, one kind only, sparse, dense enough that columns and
         // diagonals overlap everywhere, everything.
@@ -209,8 +209,8 @@ TEST_CASE("prefill blocks: vertical-slash, thread by thread, equal the double re
 TEST_CASE("prefill blocks: vertical-slash over the estimated index (sink and recent defaults) on a long prompt",
           "[prefill_block]") {
     std::mt19937_64 rng(5);
-    for (const shape& s : {shape{600, 4, 1, 64}, shape{333, 8, 1, 128}}) {
-        const prompt p = random_prompt(rng, s);
+    for (const prompt_shape& s : {prompt_shape{600, 4, 1, 64}, prompt_shape{333, 8, 1, 128}}) {
+        const qkv_prompt p = random_prompt(rng, s);
         for (const minference_config& cfg :
              {minference_config{}, minference_config{.adaptive_budget = 0.05},
               minference_config{.adaptive_budget = std::nullopt, .vertical_size = 40, .slash_size = 90}}) {
@@ -295,7 +295,7 @@ TEST_CASE("prefill blocks: the tiles admit every kept (query, key) pair of a blo
 
 TEST_CASE("prefill blocks: the result does not depend on the order threads run a phase in", "[prefill_block]") {
     std::mt19937_64 rng(3);
-    const prompt p = random_prompt(rng, {150, 2, 1, 128});
+    const qkv_prompt p = random_prompt(rng, {150, 2, 1, 128});
     const vertical_slash_index index = random_index(rng, 2, 150, 20, 30);
     std::vector<float> o1, lse1, o2, lse2;
     run_blocks<128>(p, &index, o1, lse1, rng, false);
@@ -309,7 +309,7 @@ TEST_CASE("prefill blocks: lists that are not ascending (an unfinished device in
     // Outputs are unspecified then; every read stays inside q, k, v and the
     // lists (the sanitizer build checks), every key below the block's end.
     std::mt19937_64 rng(9);
-    const prompt p = random_prompt(rng, {130, 1, 1, 64});
+    const qkv_prompt p = random_prompt(rng, {130, 1, 1, 64});
     vertical_slash_index index{1, 130, 40, 40, std::vector<std::uint32_t>(40), std::vector<std::uint32_t>(40)};
     std::uniform_int_distribution<std::uint32_t> any(0, 129);
     for (auto& x : index.verticals) x = any(rng);

@@ -21,7 +21,7 @@ using namespace kvpolicy;
 
 namespace {
 
-std::vector<float> random_floats(std::mt19937_64& rng, std::size_t n, float lo = -1.0f, float hi = 1.0f) {
+std::vector<float> uniform_floats(std::mt19937_64& rng, std::size_t n, float lo = -1.0f, float hi = 1.0f) {
     std::uniform_real_distribution<float> u(lo, hi);
     std::vector<float> v(n);
     for (float& x : v) x = u(rng);
@@ -70,12 +70,12 @@ TEST_CASE("quest: the block score bounds q . k of every key in the block, per he
         quest q(cfg);
         const std::uint32_t tokens = 1 + static_cast<std::uint32_t>(rng() % 16);
         const float spread = std::ldexp(1.0f, static_cast<int>(rng() % 9) - 4);  // scales from 1/16 to 16
-        const auto keys = random_floats(rng, std::size_t{tokens} * kv_heads * d, -spread, spread);
+        const auto keys = uniform_floats(rng, std::size_t{tokens} * kv_heads * d, -spread, spread);
         const block_id b{static_cast<std::uint32_t>(rng() % 8)};
         const layer_index layer{static_cast<std::uint32_t>(rng() % 2)};
         q.on_offload(b, layer, {.keys = keys, .tokens = tokens, .num_kv_heads = kv_heads, .head_dim = d});
 
-        const auto query = random_floats(rng, std::size_t{q_heads} * d, -2.0f, 2.0f);
+        const auto query = uniform_floats(rng, std::size_t{q_heads} * d, -2.0f, 2.0f);
         const float score = q.block_score(b, layer, query, q_heads);
         const auto mn = q.key_min(b, layer), mx = q.key_max(b, layer);
         for (std::uint32_t t = 0; t < tokens; ++t) {
@@ -171,9 +171,9 @@ TEST_CASE("quest: a block whose keys align with the query wins a small budget", 
     std::mt19937_64 rng(42);
     const quest_config cfg{.num_layers = 1, .num_blocks = 64, .num_kv_heads = 1, .head_dim = 32, .token_budget = 48};
     quest q(cfg);
-    const auto query = random_floats(rng, 32);
+    const auto query = uniform_floats(rng, 32);
     for (std::uint32_t b = 0; b < 64; ++b) {
-        auto keys = random_floats(rng, 16 * 32, -0.1f, 0.1f);
+        auto keys = uniform_floats(rng, 16 * 32, -0.1f, 0.1f);
         if (b == 37)
             for (std::size_t c = 0; c < 32; ++c) keys[5 * 32 + c] = 3.0f * query[c];  // one needle token
         q.on_offload(block_id{b}, layer_index{0}, {.keys = keys, .tokens = 16, .num_kv_heads = 1, .head_dim = 32});
@@ -267,7 +267,7 @@ TEST_CASE("quest: the device query check's per-thread test, ORed over every thre
                               std::numeric_limits<float>::min()};
     for (int round = 0; round < 400; ++round) {
         const std::size_t n = std::uniform_int_distribution<std::size_t>(0, 4 * 128 + 7)(rng);
-        auto query = random_floats(rng, n, -1e30f, 1e30f);
+        auto query = uniform_floats(rng, n, -1e30f, 1e30f);
         const int planted = std::uniform_int_distribution<int>(0, 3)(rng);
         for (int p = 0; p < planted && n > 0; ++p)
             query[std::uniform_int_distribution<std::size_t>(0, n - 1)(rng)] = specials[rng() % std::size(specials)];
@@ -333,9 +333,9 @@ TEST_CASE("quest-selected attention approaches full attention as the budget grow
                                        .block_size = block_size,
                                        .scale = 1.0f / std::sqrt(float{d})};
     const std::size_t block_floats = std::size_t{block_size} * kv_heads * d;
-    auto k = random_floats(rng, blocks * block_floats);
-    const auto v = random_floats(rng, blocks * block_floats);
-    const auto q = random_floats(rng, std::size_t{shape.num_q_heads} * d);
+    auto k = uniform_floats(rng, blocks * block_floats);
+    const auto v = uniform_floats(rng, blocks * block_floats);
+    const auto q = uniform_floats(rng, std::size_t{shape.num_q_heads} * d);
     // Three heavy hitters: tokens whose keys point along the queries of
     // every head that reads them, so they hold most of the softmax mass.
     for (int needle = 0; needle < 3; ++needle) {

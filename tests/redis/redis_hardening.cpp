@@ -16,29 +16,22 @@
 #include <vector>
 
 #include "support/fake_redis.hpp"
+#include "support/redis_config.hpp"
 #include "support/redis_server.hpp"
 #include "support/remote_instance.hpp"
 
 using namespace kvpolicy;
+using kvpolicy::testing::config_for;
 using kvpolicy::testing::fake_redis;
 using kvpolicy::testing::fake_reply;
 using kvpolicy::testing::has_pattern;
+using kvpolicy::testing::item_bytes;
 using kvpolicy::testing::redis_server;
 using kvpolicy::testing::write_pattern;
 
 namespace {
 
-constexpr std::size_t item_bytes = 4096;
 using ms = std::chrono::milliseconds;
-
-redis::store_config config_for(int port, bool cluster = false) {
-    redis::store_config c;
-    c.nodes = {{"127.0.0.1", port}};
-    c.cluster = cluster;
-    c.io_timeout = ms(300);
-    c.ns = {.model = "test-model", .item_bytes = item_bytes};
-    return c;
-}
 
 // n blocks in the GPU arena, each with its key's pattern; a batch that
 // writes them all back, then one that fetches them into the CPU arena.

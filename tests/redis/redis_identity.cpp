@@ -19,16 +19,16 @@
 #include <string>
 #include <vector>
 
+#include "support/redis_config.hpp"
 #include "support/redis_server.hpp"
 #include "support/remote_instance.hpp"
 
 using namespace kvpolicy;
+using kvpolicy::testing::item_bytes;
 using kvpolicy::testing::redis_server;
 using kvpolicy::testing::remote_test_cache;
 
 namespace {
-
-constexpr std::size_t item_bytes = 4096;
 
 // The bytes an item holds when correct, from its block's digest and layer:
 // two blocks with one 64-bit handle still have different bytes.

@@ -19,27 +19,20 @@
 #include <thread>
 #include <vector>
 
+#include "support/redis_config.hpp"
 #include "support/redis_server.hpp"
 #include "support/remote_instance.hpp"
 
 using namespace kvpolicy;
 using kvpolicy::testing::chain;
+using kvpolicy::testing::config_for;
 using kvpolicy::testing::has_pattern;
+using kvpolicy::testing::item_bytes;
 using kvpolicy::testing::redis_cluster;
 using kvpolicy::testing::redis_server;
 using kvpolicy::testing::write_pattern;
 
 namespace {
-
-constexpr std::size_t item_bytes = 4096;
-
-redis::store_config config_for(int port) {
-    redis::store_config c;
-    c.nodes = {{"127.0.0.1", port}};
-    c.io_timeout = std::chrono::milliseconds(300);
-    c.ns = {.model = "test-model", .item_bytes = item_bytes};
-    return c;
-}
 
 cache_config remote_config(std::size_t gpu, std::size_t cpu) {
     return {.gpu_capacity = gpu, .cpu_capacity = cpu, .block_size = 16, .item_bytes = item_bytes, .remote = true};

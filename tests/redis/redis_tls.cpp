@@ -17,17 +17,18 @@
 #include <string>
 #include <vector>
 
+#include "support/redis_config.hpp"
 #include "support/redis_server.hpp"
 #include "support/remote_instance.hpp"
 
 using namespace kvpolicy;
 using kvpolicy::testing::has_pattern;
+using kvpolicy::testing::item_bytes;
 using kvpolicy::testing::redis_server;
 using kvpolicy::testing::write_pattern;
 
 namespace {
 
-constexpr std::size_t item_bytes = 4096;
 using ms = std::chrono::milliseconds;
 
 // Certificates in a fresh temporary directory, removed at the end.

@@ -44,6 +44,15 @@ struct driver_state {
     std::size_t tracked = 0, held = 0;
 };
 
+/// The access_context of a hand-written trace: time `now`, `key`, the rest
+/// defaulted.
+inline access_context at(timestamp now, std::uint64_t key = 0) {
+    access_context ctx;
+    ctx.now = now;
+    ctx.key = key;
+    return ctx;
+}
+
 /// Fills an access_context for an operation at logical time `now` on `key`
 /// (sessions as driver_options says); every field a policy may read varies,
 /// so each policy's rule is exercised.
