@@ -10,12 +10,12 @@
 // (hash_reader). An int is taken modulo 2^64; bytes (vLLM's sha256
 // block hashes) are folded into 64 bits; other objects by Python's hash().
 //
-// Bytes hashes are kept whole (engine::byte_hash_keys, which holds the
-// fold and the probe sequence): two distinct hashes always stay two blocks.
-// Ints and other objects are their 64-bit keys; a block stored through a
-// uint64 array has no bytes and is named by its key. The manager is an
-// engine::any_offload_manager chosen by name.
-#include <bit>
+// Bytes hashes are kept whole (engine::byte_hash_resolver, over
+// engine::byte_hash_keys, which holds the fold and the probe sequence): two
+// distinct hashes always stay two blocks. Ints and other objects are their
+// 64-bit keys; a block stored through a uint64 array has no bytes and is
+// named by its key. The manager is an engine::any_offload_manager chosen by
+// name.
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -23,7 +23,7 @@
 #include <string_view>
 
 #include <kvpolicy/engine/any_offload_manager.hpp>
-#include <kvpolicy/engine/byte_hash_keys.hpp>
+#include <kvpolicy/engine/byte_hash_resolver.hpp>
 
 #include "bindings.hpp"
 
@@ -85,65 +85,36 @@ inline std::uint64_t key_of(PyObject* h, const std::string& what) {
     return static_cast<std::uint64_t>(v);
 }
 
-/// A 1-D buffer of native 64-bit integers (a NumPy uint64 or int64 array,
-/// array.array('Q')), held until destruction and read in place (a strided
-/// one is copied); `held` false for anything else (with no Python error left
-/// set).
-struct int64_buffer {
-    Py_buffer view{};
-    bool held = false;
-    std::vector<std::uint64_t> copy;  // a strided buffer's items
-
-    explicit int64_buffer(PyObject* obj) {
-        if (!PyObject_CheckBuffer(obj)) return;
-        if (PyObject_GetBuffer(obj, &view, PyBUF_STRIDES | PyBUF_FORMAT) != 0) {
-            PyErr_Clear();  // not a plain buffer: read item by item instead
-            return;
-        }
-        held = true;
-        if (view.ndim != 1 || view.itemsize != 8 || !native_int64(view.format)) {
-            release();
-            return;
-        }
-        if (view.strides[0] != 8) {
-            const auto n = static_cast<std::size_t>(view.shape[0]);
-            copy.resize(n);
-            const char* p = static_cast<const char*>(view.buf);
-            for (std::size_t i = 0; i < n; ++i)
-                std::memcpy(&copy[i], p + static_cast<Py_ssize_t>(i) * view.strides[0], sizeof(std::uint64_t));
-        }
-    }
-    ~int64_buffer() { release(); }
-    int64_buffer(const int64_buffer&) = delete;
-    int64_buffer& operator=(const int64_buffer&) = delete;
-
-    [[nodiscard]] std::span<const std::uint64_t> keys() const {  // int64 has the same bits
-        if (view.strides[0] != 8) return copy;
-        return {static_cast<const std::uint64_t*>(view.buf), static_cast<std::size_t>(view.shape[0])};
-    }
-
-private:
-    void release() {
-        if (held) PyBuffer_Release(&view);
-        held = false;
-    }
-    static bool native_int64(const char* f) {
-        if (f == nullptr) return false;
-        if (*f == '@' || *f == '=' || (*f == '<' && std::endian::native == std::endian::little)) ++f;
-        return (f[0] == 'Q' || f[0] == 'L' || f[0] == 'q' || f[0] == 'l') && f[1] == '\0';
-    }
-};
-
 /// The 64-bit keys of one call's hashes, and what the caller passed.
 struct hash_list {
-    static constexpr std::size_t not_memo = ~std::size_t{0};
     std::span<const std::uint64_t> keys;
     nb::object source;  // the array, or the list of the caller's objects
     bool is_array = false;
-    std::size_t memo_at = not_memo;  // keys are the reader's memo's from here (its whole list or a part)
+    engine::hash_list_ref from;       // keys are the reader's memo's (its whole list or a part)
+    nb::ndarray<> array;              // an array's memory, held while keys view it
+    std::vector<std::uint64_t> copy;  // a strided array's keys
 
     [[nodiscard]] nb::object item(std::size_t i) const {
         return nb::borrow(PyList_GET_ITEM(source.ptr(), static_cast<Py_ssize_t>(i)));
+    }
+    /// Whether `obj` is a 1-D array of T, native 64-bit integers (a NumPy
+    /// uint64 or int64 array, array.array('Q'), a DLPack producer): its
+    /// keys are then read in place (a strided one's copied).
+    template <class T>
+    bool read_array(nb::handle obj) {
+        nb::ndarray<const T, nb::ndim<1>, nb::device::cpu> a;
+        if (!nb::try_cast(obj, a, /*convert=*/false)) return false;
+        const auto* p = reinterpret_cast<const std::uint64_t*>(a.data());  // int64 has the same bits
+        keys = {p, a.shape(0)};
+        if (a.shape(0) > 1 && a.stride(0) != 1) {
+            copy.resize(a.shape(0));
+            for (std::size_t i = 0; i < copy.size(); ++i) copy[i] = p[static_cast<std::int64_t>(i) * a.stride(0)];
+            keys = copy;
+        }
+        array = nb::ndarray<>(a);
+        source = nb::borrow(obj);
+        is_array = true;
+        return true;
     }
 };
 
@@ -163,35 +134,14 @@ public:
     hash_reader& operator=(const hash_reader&) = delete;
     ~hash_reader() { forget(); }
 
-    /// The keys of `obj`'s hashes. For an array, `keys` views `buffer`'s
-    /// memory (which must outlive them); else the reader's, valid until the
-    /// next read.
-    hash_list read(nb::handle obj, std::optional<int64_buffer>& buffer) {
-        hash_list h;
+    /// Reads the keys of `obj`'s hashes into `h`: for an array, views of
+    /// the array `h` holds; else the reader's, valid until the next read.
+    void read(nb::handle obj, hash_list& h) {
         if (!PyList_CheckExact(obj.ptr())) {
             if (PyBytes_Check(obj.ptr()) || PyUnicode_Check(obj.ptr()))  // iterable, but one hash
                 throw usage_error(std::string("block_hashes: one ") + Py_TYPE(obj.ptr())->tp_name +
                                   " object is one block hash, not a list of them; pass [block_hash]");
-            buffer.emplace(obj.ptr());
-            if (buffer->held) {
-                h.keys = buffer->keys();
-                h.source = nb::borrow(obj);
-                h.is_array = true;
-                return h;
-            }
-            buffer.reset();
-            if (in_array<std::uint64_t> a; nb::try_cast(obj, a, false)) {  // DLPack producers
-                h.keys = {a.data(), a.shape(0)};
-                h.source = nb::borrow(obj);
-                h.is_array = true;
-                return h;
-            }
-            if (in_array<std::int64_t> a; nb::try_cast(obj, a, false)) {  // the same bits
-                h.keys = {reinterpret_cast<const std::uint64_t*>(a.data()), a.shape(0)};
-                h.source = nb::borrow(obj);
-                h.is_array = true;
-                return h;
-            }
+            if (h.read_array<std::uint64_t>(obj) || h.read_array<std::int64_t>(obj)) return;
             nb::object items = nb::steal(PyObject_GetIter(obj.ptr()));
             if (!items.is_valid()) {
                 if (!PyErr_ExceptionMatches(PyExc_TypeError)) throw nb::python_error();
@@ -205,9 +155,9 @@ public:
         } else {
             h.source = nb::borrow(obj);
         }
-        if (const auto keys = plain_keys_of(h.source.ptr(), h.memo_at)) {
+        if (const auto keys = plain_keys_of(h.source.ptr(), h.from)) {
             h.keys = *keys;
-            return h;
+            return;
         }
         // Some hash is another object: its __hash__ runs Python code, which
         // could change the caller's list under the loop, so read a copy.
@@ -219,31 +169,26 @@ public:
             keys_[i] = key_of(PyList_GET_ITEM(h.source.ptr(), static_cast<Py_ssize_t>(i)),
                               "block_hashes[" + std::to_string(i) + "]");
         h.keys = keys_;
-        return h;
     }
 
 private:
     // The keys of a list of ints and bytes (from the memo when its items are
-    // the last list's, or a prefix or suffix of them); empty, with nothing
-    // kept, when an item is another object.
-    std::optional<std::span<const std::uint64_t>> plain_keys_of(PyObject* list, std::size_t& memo_at) {
+    // the last list's, or a prefix or suffix of them: `from` says which);
+    // empty, with nothing kept, when an item is another object.
+    std::optional<std::span<const std::uint64_t>> plain_keys_of(PyObject* list, engine::hash_list_ref& from) {
         const std::size_t n = static_cast<std::size_t>(PyList_GET_SIZE(list));
         PyObject* const* items = PySequence_Fast_ITEMS(list);
         const std::size_t bytes = n * sizeof(PyObject*);
         if (n > 0 && n <= objects_.size()) {
             const std::size_t tail = objects_.size() - n;
-            if (std::memcmp(items, objects_.data(), bytes) == 0) {
-                memo_at = 0;
-                return std::span(keys_.data(), n);
-            }
-            if (std::memcmp(items, objects_.data() + tail, bytes) == 0) {
-                memo_at = tail;
-                return std::span(keys_.data() + tail, n);
-            }
+            for (const std::size_t at : {std::size_t{0}, tail})
+                if (std::memcmp(items, objects_.data() + at, bytes) == 0) {
+                    from = {.list = memo_id_, .at = at, .size = objects_.size()};
+                    return std::span(keys_.data() + at, n);
+                }
         }
         forget();
-        ++memo_id_;
-        memo_at = 0;
+        from = {.list = ++memo_id_, .at = 0, .size = n};
         keys_.resize(n);
         objects_.resize(n);
         // One pass: the objects are read from memory once (each a likely
@@ -257,6 +202,7 @@ private:
             if (!plain_key_of(items[i], keys_[i])) {
                 objects_.resize(i);
                 forget();
+                from = {};
                 return std::nullopt;
             }
             Py_INCREF(items[i]);
@@ -265,12 +211,6 @@ private:
         return std::span<const std::uint64_t>(keys_);
     }
 
-public:
-    /// Which list the memo holds (a new number each time it is replaced), and its length.
-    [[nodiscard]] std::uint64_t memo_id() const noexcept { return memo_id_; }
-    [[nodiscard]] std::size_t memo_size() const noexcept { return objects_.size(); }
-
-private:
     void forget() noexcept {
         // Only ints and bytes are kept: freeing them runs no Python code.
         for (PyObject* o : objects_) Py_DECREF(o);
@@ -279,7 +219,7 @@ private:
 
     std::vector<PyObject*> objects_;   // the last list's items (strong references), if all ints or bytes
     std::vector<std::uint64_t> keys_;  // the keys of the last list converted
-    std::uint64_t memo_id_ = 0;
+    std::uint64_t memo_id_ = 0;        // which list the memo holds (a new number each time it is replaced)
 };
 
 class offload_core {
@@ -292,10 +232,9 @@ public:
     void set_fold_mask_for_testing(std::uint64_t mask) {
         if (m_->size() != 0)
             throw usage_error("_set_fold_mask_for_testing: the manager holds blocks; set it on an empty manager");
-        table_.set_fold_mask(mask);
-        ++generation_;
+        hashes_.set_fold_mask(mask);
     }
-    [[nodiscard]] std::size_t probed_hashes() const noexcept { return table_.probed(); }
+    [[nodiscard]] std::size_t probed_hashes() const noexcept { return hashes_.table().probed(); }
 
     std::size_t lookup(nb::handle hashes) {
         return with_keys(hashes, [&](const hash_list&, keys_t keys) { return m_->lookup(keys); });
@@ -359,25 +298,34 @@ public:
     /// (state, loads in flight) of one block: state 'ready', 'storing' or None.
     nb::tuple block_state(nb::handle hash) const {
         const std::uint64_t k0 = key_of(hash.ptr(), "block_hash");
-        const std::uint64_t k = PyBytes_Check(hash.ptr()) ? table_.key_of(*m_, bytes_view(hash.ptr())) : k0;
+        const std::uint64_t k = PyBytes_Check(hash.ptr()) ? hashes_.table().key_of(*m_, bytes_view(hash.ptr())) : k0;
         const std::uint32_t s = m_->find(k);
         if (s == no_index) return nb::make_tuple(nb::none(), 0);
         return nb::make_tuple(m_->state(s) == slot_state::ready ? "ready" : "storing", m_->loads(s));
     }
 
 private:
-    // f(h, keys): the call's hashes as read (h) and their keys (resolved).
+    // f(h, keys): the call's hashes as read (h) and the manager's keys for
+    // them: each bytes hash resolved (engine::byte_hash_resolver), the others
+    // as read. vLLM's connector passes one request's list, or its prefix or
+    // tail, to lookup, touch, the loads and the store: the reader's memo.
     using keys_t = std::span<const std::uint64_t>;
     template <class F>
     std::invoke_result_t<F, const hash_list&, keys_t> with_keys(nb::handle hashes, F f) {
-        std::optional<int64_buffer> buffer;  // outlives h, whose keys may view it
-        const hash_list h = reader_.read(hashes, buffer);
-        return f(h, resolve(h));
+        hash_list h;
+        reader_.read(hashes, h);
+        return f(h, h.is_array ? h.keys : hashes_.resolve(*m_, h.keys, bytes_of(h), h.from));
+    }
+    static auto bytes_of(const hash_list& h) {
+        return [&h](std::size_t i) -> std::optional<std::string_view> {
+            PyObject* o = h.is_array ? nullptr : PyList_GET_ITEM(h.source.ptr(), static_cast<Py_ssize_t>(i));
+            if (o == nullptr || !PyBytes_Check(o)) return std::nullopt;
+            return bytes_view(o);
+        };
     }
     // prepare_store's answer, for the call's hashes and keys.
     nb::object store_answer(const hash_list& h, keys_t keys) {
-        const bool memo_keys = last_from_memo_;
-        std::optional<store_plan> plan = m_->prepare_store(keys);
+        std::optional<store_plan> plan = hashes_.prepare_store(*m_, keys, bytes_of(h), h.is_array);
         if (!plan) return nb::none();
         // The evicted blocks' own objects, read before their slots are reused below.
         nb::object evicted = answer(plan->evicted, plan->evicted_slots, h.is_array);
@@ -385,66 +333,19 @@ private:
         nb::object to_store;
         if (h.is_array) {
             to_store = nb::cast(to_numpy(std::move(plan->to_store)));
+            if (!objects_.empty())
+                for (std::uint32_t s : plan->slots) objects_[s] = nb::object();
         } else {
             if (objects_.empty()) objects_.resize(m_->capacity());
             to_store = new_list(plan->positions.size());
             for (std::size_t j = 0; j < plan->positions.size(); ++j) {
                 nb::object o = h.item(plan->positions[j]);
-                if (PyBytes_Check(o.ptr()))
-                    table_.name_bytes(*m_, plan->slots[j], bytes_view(o.ptr()), keys[plan->positions[j]]);
-                else
-                    table_.name_other(m_->capacity(), plan->slots[j]);
                 PyList_SET_ITEM(to_store.ptr(), static_cast<Py_ssize_t>(j), nb::object(o).release().ptr());
                 objects_[plan->slots[j]] = std::move(o);
             }
         }
-        if (h.is_array && !objects_.empty())
-            for (std::uint32_t s : plan->slots) {
-                objects_[s] = nb::object();
-                table_.name_by_key(s);
-            }
-        if (!plan->slots.empty()) {
-            // Keys now name blocks that resolve() saw free. The memo's list
-            // stays resolved when these keys were its own: its keys are
-            // pairwise distinct (resolve_now tells one call's apart), so the
-            // blocks stored took the keys of exactly the items stored.
-            ++generation_;
-            if (memo_keys) resolved_generation_ = generation_;
-        }
         nb::object slots = nb::cast(to_numpy(std::move(plan->slots)));
         return nb::make_tuple(to_store, slots, evicted);
-    }
-
-    // The manager's keys for one call's hashes: each bytes hash resolved
-    // (above), the others as read. Two distinct bytes hashes of one call
-    // that resolve to one free key (one fold, neither stored) are told apart.
-    std::span<const std::uint64_t> resolve(const hash_list& h) {
-        if (h.is_array) return h.keys;
-        const std::size_t n = h.keys.size();
-        // The memo's list (or a part of it) again, with no block stored since
-        // it was resolved: the same keys (a block that left since only frees
-        // its key, which is a miss either way, and probed_ names what is
-        // stored past its fold). vLLM's connector passes one request's list,
-        // or its prefix or tail, to lookup, touch, the loads and the store.
-        const bool memo = h.memo_at != hash_list::not_memo;
-        last_from_memo_ = memo && resolved_memo_id_ == reader_.memo_id() && resolved_generation_ == generation_ &&
-                          h.memo_at + n <= resolved_memo_.size();
-        if (last_from_memo_) return std::span<const std::uint64_t>(resolved_memo_.data() + h.memo_at, n);
-        const std::span<const std::uint64_t> out = resolve_now(h);
-        if (memo && h.memo_at == 0 && n == reader_.memo_size()) {
-            resolved_memo_.assign(out.begin(), out.end());
-            resolved_memo_id_ = reader_.memo_id();
-            resolved_generation_ = generation_;
-            last_from_memo_ = true;
-        }
-        return out;
-    }
-    std::span<const std::uint64_t> resolve_now(const hash_list& h) {
-        return table_.resolve(*m_, h.keys, [&](std::size_t i) -> std::optional<std::string_view> {
-            PyObject* o = PyList_GET_ITEM(h.source.ptr(), static_cast<Py_ssize_t>(i));
-            if (!PyBytes_Check(o)) return std::nullopt;
-            return bytes_view(o);
-        });
     }
 
     // The blocks' hashes as the caller gave them: an array for array callers,
@@ -481,11 +382,7 @@ private:
     // until a list is stored (an array caller never pays for it).
     std::vector<nb::object> objects_;
     nb::list events_;
-    engine::byte_hash_keys table_;              // bytes hashes' keys, their whole bytes kept
-    std::uint64_t generation_ = 0;              // prepare_stores that stored something (resolve's memo)
-    std::vector<std::uint64_t> resolved_memo_;  // the reader's memo list's keys, resolved
-    std::uint64_t resolved_memo_id_ = ~std::uint64_t{0}, resolved_generation_ = 0;
-    bool last_from_memo_ = false;  // the last resolve() answered with the memo's keys
+    engine::byte_hash_resolver hashes_;  // bytes hashes' keys, their whole bytes kept
 };
 
 }  // namespace
