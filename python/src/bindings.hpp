@@ -55,6 +55,22 @@ inline std::span<PyObject* const> items_of(nb::handle obj, const char* error, nb
     return {PySequence_Fast_ITEMS(keep.ptr()), static_cast<std::size_t>(PySequence_Fast_GET_SIZE(keep.ptr()))};
 }
 
+/// Python's hash() of `o`, as 64 bits. Throws: what hash() raises (an
+/// unhashable key's TypeError).
+inline std::uint64_t py_hash(PyObject* o) {
+    const Py_hash_t h = PyObject_Hash(o);
+    if (h == -1 && PyErr_Occurred()) throw nb::python_error();
+    return static_cast<std::uint64_t>(h);
+}
+
+/// Whether `a == b`, as a dict's probe asks it (the same object: no call).
+inline bool py_equal(PyObject* a, PyObject* b) {
+    if (a == b) return true;
+    const int eq = PyObject_RichCompareBool(a, b, Py_EQ);
+    if (eq < 0) throw nb::python_error();
+    return eq == 1;
+}
+
 /// dict_of("a", x, "b", y): a dict of those items, in that order.
 inline void put(nb::dict&) {}
 template <class V, class... Rest>

@@ -2,9 +2,9 @@
 // multiprocess-mode EvictionPolicy and local-backend BaseCachePolicy): an
 // engine::lmcache_order (include/kvpolicy/engine/lmcache_order.hpp says how
 // the policy's order and LMCache's meet) over Python keys, a batch of keys
-// per call. Here: each key's id (a dict), and the *front*, a dict of the
-// keys the policy popped that LMCache still holds, in the order they were
-// named. The order LMCache sees is front ++ policy order, which for lru is
+// per call. Here: each key's id (an engine::hashed_slots under the key's
+// hash), and the *front*, a dict of the keys the policy popped that LMCache
+// still holds, in the order they were named. The order LMCache sees is front ++ policy order, which for lru is
 // LMCache's own OrderedDict (python/tests/test_lmcache_policies.py checks
 // every answer on random histories).
 
@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include <kvpolicy/engine/hashed_slots.hpp>
 #include <kvpolicy/engine/lmcache_order.hpp>
 
 #include "bindings.hpp"
@@ -38,14 +39,13 @@ int dict_del(PyObject* d, PyObject* k, Py_hash_t) { return PyDict_DelItem(d, k);
 class key_order {
 public:
     key_order(const std::string& policy, std::size_t capacity, const nb::dict& options)
-            : order_(capacity, {policy, options_from(options, policy.c_str())}),
-              keys_(capacity),
-              ids_obj_(capacity),
-              hash_(capacity, 0) {}
+            : order_(capacity, {policy, options_from(options, policy.c_str())}), ids_(capacity), keys_(capacity) {}
 
-    [[nodiscard]] std::size_t size() const { return nb::len(ids_) + nb::len(front_); }
-    [[nodiscard]] std::size_t ordered() const { return nb::len(ids_); }
-    [[nodiscard]] bool contains(nb::handle key) const { return ids_.contains(key) || front_.contains(key); }
+    [[nodiscard]] std::size_t size() const { return ids_.size() + nb::len(front_); }
+    [[nodiscard]] std::size_t ordered() const { return ids_.size(); }
+    [[nodiscard]] bool contains(nb::handle key) const {
+        return id_of(key.ptr(), static_cast<Py_hash_t>(py_hash(key.ptr()))) != no_index || front_.contains(key);
+    }
     [[nodiscard]] nb::dict front() const { return front_; }
 
     /// Each key in turn becomes the most recent: a tracked key is an access,
@@ -57,14 +57,11 @@ public:
         order_.begin();
         for (std::size_t j = 0; j < items.size(); ++j) {
             PyObject* key = items[reversed ? items.size() - 1 - j : j];
-            const Py_hash_t h = PyObject_Hash(key);
-            if (h == -1 && PyErr_Occurred()) throw nb::python_error();  // an unhashable key
-            PyObject* found = dict_get(ids_.ptr(), key, h);
-            if (found != nullptr) {
-                order_.access(static_cast<std::uint32_t>(PyLong_AsUnsignedLong(found)));
+            const auto h = static_cast<Py_hash_t>(py_hash(key));
+            if (const std::uint32_t found = id_of(key, h); found != no_index) {
+                order_.access(found);
                 continue;
             }
-            if (PyErr_Occurred()) throw nb::python_error();
             const bool at_front = dict_get(front_.ptr(), key, h) != nullptr;
             if (PyErr_Occurred()) throw nb::python_error();
             if (!at_front && touch_only) continue;
@@ -74,10 +71,8 @@ public:
             }
             if (at_front && dict_del(front_.ptr(), key, h) != 0) throw nb::python_error();
             const std::uint32_t id = order_.next_id();
-            if (!ids_obj_[id].is_valid()) ids_obj_[id] = nb::int_(id);
-            if (dict_set(ids_.ptr(), key, ids_obj_[id].ptr(), h) != 0) throw nb::python_error();
+            ids_.insert(id, static_cast<std::uint64_t>(h));
             keys_[id] = nb::borrow(key);
-            hash_[id] = h;
             order_.insert(static_cast<std::uint64_t>(h));
         }
         order_.end();
@@ -88,19 +83,16 @@ public:
         nb::object keep;
         std::vector<item_id> gone;
         for (PyObject* key : items_of(keys, "keys must be a sequence", keep)) {
-            const Py_hash_t h = PyObject_Hash(key);
-            if (h == -1 && PyErr_Occurred()) throw nb::python_error();
-            PyObject* found = dict_get(ids_.ptr(), key, h);
-            if (found == nullptr) {
-                if (PyErr_Occurred()) throw nb::python_error();
+            const auto h = static_cast<Py_hash_t>(py_hash(key));
+            const std::uint32_t id = id_of(key, h);
+            if (id == no_index) {
                 if (dict_del(front_.ptr(), key, h) != 0) {
                     if (!PyErr_ExceptionMatches(PyExc_KeyError)) throw nb::python_error();
                     PyErr_Clear();
                 }
                 continue;
             }
-            const auto id = static_cast<std::uint32_t>(PyLong_AsUnsignedLong(found));
-            if (dict_del(ids_.ptr(), key, h) != 0) throw nb::python_error();
+            ids_.erase(id);
             keys_[id] = nb::object();
             gone.push_back(item_id{id});
         }
@@ -124,7 +116,7 @@ public:
                 if (nb::len(out) == n) return out;
             }
         }
-        while (nb::len(out) < n && nb::len(ids_) != 0) {
+        while (nb::len(out) < n && ids_.size() != 0) {
             const std::size_t first = nb::len(front_);
             pop_to_front(n - nb::len(out));
             if (nb::len(front_) == first) break;
@@ -152,6 +144,11 @@ public:
     }
 
 private:
+    // The id of `key` (of hash `h`), or no_index.
+    std::uint32_t id_of(PyObject* key, Py_hash_t h) const {
+        return ids_.find(static_cast<std::uint64_t>(h),
+                         [&](std::uint32_t id) { return py_equal(keys_[id].ptr(), key); });
+    }
     static bool truthy(const nb::object& o) {
         const int r = PyObject_IsTrue(o.ptr());
         if (r < 0) throw nb::python_error();
@@ -162,18 +159,16 @@ private:
         for (item_id id : order_.pop(n)) {
             nb::object key = std::move(keys_[id.index()]);
             keys_[id.index()] = nb::object();
-            const Py_hash_t h = hash_[id.index()];
-            if (dict_del(ids_.ptr(), key.ptr(), h) != 0 || dict_set(front_.ptr(), key.ptr(), Py_None, h) != 0)
-                throw nb::python_error();
+            const auto h = static_cast<Py_hash_t>(ids_.hash(id.value));
+            ids_.erase(id.value);
+            if (dict_set(front_.ptr(), key.ptr(), Py_None, h) != 0) throw nb::python_error();
         }
     }
 
     engine::lmcache_order order_;
-    nb::dict ids_;                     // key -> id, for the keys the policy orders
-    nb::dict front_;                   // key -> None: named, not yet removed; in order
-    std::vector<nb::object> keys_;     // [capacity] the key of each id
-    std::vector<nb::object> ids_obj_;  // [capacity] each id as a Python int, made once
-    std::vector<Py_hash_t> hash_;      // [capacity] the key's hash
+    engine::hashed_slots ids_;      // each key's id under its hash, for the keys the policy orders
+    nb::dict front_;                // key -> None: named, not yet removed; in order
+    std::vector<nb::object> keys_;  // [capacity] the key of each id
 };
 
 }  // namespace

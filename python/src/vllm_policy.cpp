@@ -4,9 +4,8 @@
 // `CachePolicyCore` keeps vLLM's OffloadKeys (bytes) in a Python dict it
 // owns, `chunks` (key -> vLLM's ChunkStatus, which the manager reads and
 // writes; the adapter's `get` is that dict's own `get`), and each key's slot
-// in a key_index under the key's Python hash (no int object made per chunk,
-// no dict entry to keep): a key whose hash another present key holds goes
-// to a dict of its own (`spill_`), so equal hashes stay two chunks.
+// in an engine::hashed_slots under the key's Python hash (no int object made
+// per chunk, no dict entry to keep), so equal hashes stay two chunks.
 // Everything else is the engine room's: engine::any_cache_policy
 // (include/kvpolicy/engine/any_cache_policy.hpp), the policy chosen by name,
 // its order and victims over dense slots. A batch call (touch, a request's
@@ -25,8 +24,8 @@
 
 #include <nanobind/stl/pair.h>
 
-#include <kvpolicy/core/key_index.hpp>
 #include <kvpolicy/engine/any_cache_policy.hpp>
+#include <kvpolicy/engine/hashed_slots.hpp>
 
 #include "bindings.hpp"
 
@@ -48,13 +47,6 @@ timestamp now_ms() noexcept {
     return static_cast<timestamp>(duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count());
 }
 
-/// The 64-bit key of an OffloadKey: Python's own hash (cached on bytes).
-std::uint64_t key_hash(PyObject* key) {
-    const Py_hash_t h = PyObject_Hash(key);
-    if (h == -1 && PyErr_Occurred()) throw nb::python_error();
-    return static_cast<std::uint64_t>(h);
-}
-
 /// Python's hash() of a bytes object holding `b`, without making it.
 Py_hash_t bytes_hash(std::string_view b) noexcept {
 #if PY_VERSION_HEX >= 0x030E0000
@@ -72,7 +64,7 @@ std::string_view key_bytes(PyObject* key) noexcept {
 class cache_policy_binding {
 public:
     cache_policy_binding(const std::string& policy, std::size_t capacity, const nb::dict& options)
-            : capacity_(capacity), index_(capacity) {
+            : capacity_(capacity), slots_(capacity) {
         // vLLM builds a manager of 0 chunks (nothing is ever stored): the
         // policy behind it has one slot that is never handed out.
         const std::size_t slots = std::max<std::size_t>(capacity, 1);
@@ -93,7 +85,7 @@ public:
 
     void insert(nb::handle key, nb::handle chunk, std::optional<std::int64_t> position, std::int64_t request_rank,
                 int ref_cnt, std::uint64_t session) {
-        const std::uint64_t hash = key_hash(key.ptr());
+        const std::uint64_t hash = py_hash(key.ptr());
         if (slot_of(key.ptr(), hash) != no_index) remove(key);  // vLLM overwrites
         if (free_.empty())
             throw usage_error("insert: the policy already holds cache_capacity=" + std::to_string(capacity_) +
@@ -106,10 +98,7 @@ public:
         free_.pop_back();
         keys_[id] = nb::borrow(key);
         chunks[key] = chunk;
-        if (index_.find(hash) == no_index)
-            index_.insert(hash, id);
-        else
-            spill_[key] = id;
+        slots_.insert(id, hash);
     }
 
     /// vLLM's insert(key, chunk, req_context) for a policy that hears
@@ -250,7 +239,7 @@ public:
         std::vector<std::uint64_t> k;
         nb::object keep;
         if (!keys.is_none())
-            for (PyObject* key : items_of(keys, "keys must be iterable", keep)) k.push_back(key_hash(key));
+            for (PyObject* key : items_of(keys, "keys must be iterable", keep)) k.push_back(py_hash(key));
         return event_result(core_->on_request(e, id, s, k, clock()));
     }
     static std::optional<std::string> event_result(const engine::lifecycle_result& r) {
@@ -274,7 +263,7 @@ public:
         std::vector<std::size_t> at;
         for (std::size_t i = 0; i < items.size(); ++i)
             if (slot_of(items[i]) == no_index) {
-                fresh.push_back(key_hash(items[i]));
+                fresh.push_back(py_hash(items[i]));
                 at.push_back(i);
             }
         access_context c = clock();
@@ -328,8 +317,7 @@ public:
     void clear() {
         core_->clear();
         PyDict_Clear(chunks.ptr());
-        index_.clear();
-        PyDict_Clear(spill_.ptr());
+        slots_.clear();
         free_.clear();
         for (std::size_t s = capacity_; s-- > 0;) free_.push_back(static_cast<std::uint32_t>(s));
         for (auto& k : keys_) k = nb::object();
@@ -353,7 +341,7 @@ public:
         a->set_target_t1_size(t);
     }
     [[nodiscard]] bool in_ghost(nb::handle key, int which) const {
-        const std::uint64_t k = key_hash(key.ptr());
+        const std::uint64_t k = py_hash(key.ptr());
         return which == 1 ? checked_arc()->in_b1(k) : checked_arc()->in_b2(k);
     }
     [[nodiscard]] std::size_t ghost_size(int which) const {
@@ -371,42 +359,15 @@ private:
         if (a == nullptr) throw usage_error("T1, T2, B1, B2 and the target exist only in policy vllm_arc");
         return a;
     }
-    /// Whether present key `a` equals `b` (what a dict's probe asks).
-    static bool same_key(PyObject* a, PyObject* b) {
-        if (a == b) return true;
-        const int eq = PyObject_RichCompareBool(a, b, Py_EQ);
-        if (eq < 0) throw nb::python_error();
-        return eq == 1;
-    }
-    std::uint32_t slot_of(PyObject* key) const { return slot_of(key, key_hash(key)); }
+    std::uint32_t slot_of(PyObject* key) const { return slot_of(key, py_hash(key)); }
     std::uint32_t slot_of(PyObject* key, std::uint64_t hash) const {
-        if (const std::uint32_t s = index_.find(hash); s != no_index && same_key(keys_[s].ptr(), key)) return s;
-        if (PyDict_GET_SIZE(spill_.ptr()) == 0) return no_index;
-        PyObject* s = PyDict_GetItemWithError(spill_.ptr(), key);
-        if (s == nullptr) {
-            if (PyErr_Occurred()) throw nb::python_error();
-            return no_index;
-        }
-        return static_cast<std::uint32_t>(PyLong_AsUnsignedLong(s));
+        return slots_.find(hash, [&](std::uint32_t s) { return py_equal(keys_[s].ptr(), key); });
     }
     void forget(std::uint32_t id) {
         nb::object key = std::move(keys_[id]);
         keys_[id] = nb::object();
         if (PyDict_DelItem(chunks.ptr(), key.ptr()) != 0) throw nb::python_error();
-        const std::uint64_t hash = key_hash(key.ptr());
-        if (index_.find(hash) == id) {
-            index_.erase(hash);
-            // A spilled key of the same hash takes the index's entry.
-            PyObject *k = nullptr, *v = nullptr;
-            for (Py_ssize_t pos = 0; PyDict_Next(spill_.ptr(), &pos, &k, &v);)
-                if (key_hash(k) == hash) {
-                    index_.insert(hash, static_cast<std::uint32_t>(PyLong_AsUnsignedLong(v)));
-                    if (PyDict_DelItem(spill_.ptr(), k) != 0) throw nb::python_error();
-                    break;
-                }
-        } else if (PyDict_DelItem(spill_.ptr(), key.ptr()) != 0) {
-            throw nb::python_error();
-        }
+        slots_.erase(id);
         free_.push_back(id);
     }
     key_walk walk(std::span<PyObject* const> items, bool reversed) const {
@@ -415,7 +376,7 @@ private:
         w.keys.reserve(items.size());
         for (std::size_t i = 0; i < items.size(); ++i) {
             PyObject* k = items[reversed ? items.size() - 1 - i : i];
-            const std::uint64_t hash = key_hash(k);
+            const std::uint64_t hash = py_hash(k);
             w.slots.push_back(slot_of(k, hash));
             w.keys.push_back(hash);
         }
@@ -433,8 +394,7 @@ private:
 
     std::size_t capacity_;
     std::unique_ptr<any_cache_policy> core_;
-    key_index index_;                  // a key's Python hash -> its slot
-    nb::dict spill_;                   // OffloadKey -> slot, where index_ holds another key of its hash
+    engine::hashed_slots slots_;       // each key's slot under its Python hash
     std::vector<nb::object> keys_;     // [capacity] the key in each slot
     std::vector<std::uint32_t> free_;  // free slots, the next at the back
     nb::object sessions_;              // req_context -> session id (hear_sessions)
@@ -447,7 +407,6 @@ int traverse(PyObject* self, visitproc visit, void* arg) {
     if (!nb::inst_ready(self)) return 0;
     const cache_policy_binding* b = nb::inst_ptr<cache_policy_binding>(self);
     Py_VISIT(b->chunks.ptr());
-    Py_VISIT(b->spill_.ptr());
     for (const nb::object& k : b->keys_) Py_VISIT(k.ptr());
     Py_VISIT(b->sessions_.ptr());
     Py_VISIT(b->session_of_.ptr());
