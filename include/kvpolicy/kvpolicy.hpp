@@ -97,6 +97,7 @@
 #include "kvpolicy/engine/any_offload_manager.hpp"
 #include "kvpolicy/engine/byte_hash_keys.hpp"
 #include "kvpolicy/engine/byte_hash_resolver.hpp"
+#include "kvpolicy/engine/cache_steps.hpp"
 #include "kvpolicy/engine/hashed_slots.hpp"
 #include "kvpolicy/engine/lmcache_order.hpp"
 #include "kvpolicy/engine/offload_manager.hpp"

@@ -10,13 +10,13 @@
 // them; admit_through asks the store past the local prefix (remote_tier.hpp)
 // and run_plan runs a step's copies through the engine and reports them.
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <cstring>
 #include <mutex>
 
 #include <kvpolicy/cache/any_tiered_cache.hpp>
 #include <kvpolicy/cache/block_hasher.hpp>
+#include <kvpolicy/engine/cache_steps.hpp>
 #ifdef KVPOLICY_PYTHON_REDIS
 #include <kvpolicy/redis.hpp>
 #include <kvpolicy/redis/store_fields.hpp>
@@ -182,6 +182,7 @@ public:
                 "leave remote=None");
 #endif
         impl_ = any_tiered_cache::make(cfg, g, c, thread_safe);
+        steps_.emplace(*impl_);
 #ifdef KVPOLICY_PYTHON_REDIS
         if (store_cfg) {
             remote_ = std::make_unique<remote_parts>();
@@ -216,8 +217,7 @@ public:
     }
 
     nb::dict end_step() {
-        swap_plan p = unlocked([&] { return remember(impl_->end_step()); });
-        return plan_dict(p);
+        return plan_dict(unlocked([&] { return steps_->end_step(); }));
     }
 
     std::size_t release(std::uint64_t s, std::uint64_t output_tokens, timestamp expected_return) {
@@ -241,15 +241,7 @@ public:
         nb::object keep;
         const auto st = as_span<std::uint8_t>(statuses, "complete_transfers: statuses", keep);
         const transfer_report r = unlocked([&] {
-            swap_plan plan;
-            {
-                std::scoped_lock lock(plan_mutex_);
-                plan = last_plan_;
-            }
-            transfer_report rep =
-                impl_->complete_transfers(plan, {reinterpret_cast<const transfer_status*>(st.data()), st.size()});
-            reported_step_ = plan.step;
-            return rep;
+            return steps_->complete_transfers({reinterpret_cast<const transfer_status*>(st.data()), st.size()});
         });
         using x = const recompute_item&;
         return dict_of("failed", r.failed, "dropped_keys",
@@ -302,24 +294,10 @@ public:
     /// Runs the last plan through the engine and reports it (complete_transfers).
     nb::dict run_plan() {
         remote_parts& r = remote_or_throw("run_plan");
-        redis::plan_run run;
-        unlocked([&] {
+        redis::plan_run run = unlocked([&] {
             std::scoped_lock lock(r.mutex);
-            swap_plan plan;
-            {
-                std::scoped_lock plan_lock(plan_mutex_);
-                plan = last_plan_;
-            }
-            if (!impl_->in_step() && (plan.step == 0 || plan.step == reported_step_))
-                throw usage_error(
-                    "TieredCache.run_plan: " +
-                    (plan.step == 0
-                         ? std::string("no step has ended yet")
-                         : "the last plan (step " + std::to_string(plan.step) + ") was already run or reported") +
-                    "; run one step (begin_step, admit_through, end_step, or admit_through outside a step), "
-                    "then run_plan() once");
-            run = r.node->run_plan(*impl_, plan);
-            reported_step_ = plan.step;
+            return steps_->run_last("TieredCache.run_plan",
+                                    [&](const swap_plan& plan) { return r.node->run_plan(*impl_, plan); });
         });
         const transfer_report& rep = run.report;
         using d = const dropped_item&;
@@ -380,28 +358,14 @@ private:
     // end) whose plan is merged in.
     template <class Admit>
     nb::dict admitted(std::uint64_t session, std::optional<timestamp> now, std::mutex* lock, Admit admit_one) {
-        const bool own_step = !impl_->in_step();
         if (now) impl_->set_time(*now);
-        remote_admission a;
-        std::vector<block_id> held;
-        unlocked([&] {
-            std::unique_lock<std::mutex> locked;
-            if (lock) locked = std::unique_lock(*lock);
-            if (own_step) impl_->begin_step();
-            try {
-                a = admit_one();
-            } catch (...) {
-                if (own_step) remember(impl_->end_step());  // an empty step: nothing was admitted
-                throw;
-            }
-            held = impl_->held_by(session_id{session});
-        });
-        nb::dict d = own_step ? end_step() : nb::dict();
-        put(d, "hit_blocks", a.local.match.run, "gpu_hits", a.local.match.gpu_blocks, "cpu_hits",
-            a.local.match.cpu_blocks);
-        if (lock) d["remote_blocks"] = a.remote_blocks;
-        put(d, "computed_blocks", a.local.computed_blocks, "gpu_evictions", a.local.gpu_evictions, "blocks",
-            column<std::uint32_t>(held, [](block_id b) { return b.value; }));
+        const auto a = unlocked([&] { return steps_->admit(session_id{session}, admit_one, lock); });
+        nb::dict d = a.plan ? plan_dict(*a.plan) : nb::dict();
+        const admission& local = a.admission.local;
+        put(d, "hit_blocks", local.match.run, "gpu_hits", local.match.gpu_blocks, "cpu_hits", local.match.cpu_blocks);
+        if (lock) d["remote_blocks"] = a.admission.remote_blocks;
+        put(d, "computed_blocks", local.computed_blocks, "gpu_evictions", local.gpu_evictions, "blocks",
+            column<std::uint32_t>(a.held, [](block_id b) { return b.value; }));
         return d;
     }
 
@@ -412,21 +376,14 @@ private:
         nb::gil_scoped_release release;
         return f();
     }
-    const swap_plan& remember(const swap_plan& p) {
-        std::scoped_lock lock(plan_mutex_);
-        last_plan_ = p;
-        return p;
-    }
 
     std::unique_ptr<any_tiered_cache> impl_;
+    std::optional<engine::cache_steps> steps_;  // impl_'s steps and last plan
 #ifdef KVPOLICY_PYTHON_REDIS
     std::unique_ptr<remote_parts> remote_;  // declared after impl_: gone before the cache it serves
 #endif
     bool thread_safe_;
     std::string gpu_policy_, cpu_policy_;
-    mutable std::mutex plan_mutex_;
-    swap_plan last_plan_;                          // what complete_transfers reports on
-    std::atomic<std::uint64_t> reported_step_{0};  // the step of the last plan reported (run_plan runs a plan once)
 };
 
 }  // namespace
