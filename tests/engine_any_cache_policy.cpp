@@ -248,6 +248,41 @@ TEST_CASE("any_cache_policy::admissible: predicted_return's answer through the s
     }
 }
 
+TEST_CASE("any_cache_policy::admitted_prefix cuts an offer at the first new key admissible declines", "[engine]") {
+    // A store's offer, some keys stored (a slot) and some new: the cut is
+    // where the offer's new keys, asked of admissible in order, stop.
+    std::mt19937_64 rng(9);
+    for (const char* name : {"predicted_return", "lru"}) {
+        const auto p = any_cache_policy::make(name, 8);
+        access_context c;
+        for (std::uint32_t id = 0; id < 4; ++id) {
+            c.now = 10 * id;
+            c.session = session_id{1 + id % 2};
+            c.key = 100 + id;
+            p->insert(id, "k", c.key, std::nullopt, 0, 0, c);
+        }
+        c.now = 60;
+        for (int run = 0; run < 500; ++run) {
+            key_walk w;
+            std::vector<std::uint64_t> fresh;
+            std::vector<std::size_t> at;
+            for (std::size_t i = rng() % 8; i-- > 0;) {
+                const bool stored = rng() % 3 == 0;
+                w.slots.push_back(stored ? static_cast<std::uint32_t>(rng() % 4) : no_index);
+                w.keys.push_back(stored ? 100 + w.slots.back() : 200 + rng() % 50);
+                if (!stored) {
+                    fresh.push_back(w.keys.back());
+                    at.push_back(w.keys.size() - 1);
+                }
+            }
+            const std::size_t free = rng() % 4;
+            c.session = session_id{1 + rng() % 3};
+            const std::size_t n = p->admissible(fresh, free, w.slots.size() - fresh.size(), c);
+            REQUIRE(p->admitted_prefix(w, free, c) == (n < fresh.size() ? at[n] : w.slots.size()));
+        }
+    }
+}
+
 TEST_CASE("any_cache_policy refuses an unknown name, and options for vLLM's own orders", "[engine][errors]") {
     REQUIRE_THROWS_AS(any_cache_policy::make("nope", 4), unknown_name_error);
     const option_value one[] = {{"x", 1}};

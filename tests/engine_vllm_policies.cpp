@@ -339,3 +339,31 @@ TEST_CASE("cache_policy_core never offers a pinned or protected chunk, and a ref
         check_core_contract<kvpolicy::session_aware_lru>(seed);
     }
 }
+
+TEST_CASE("order_request_keys orders as vLLM's order_request_keys spelled out over a dict", "[engine]") {
+    // vLLM builds {key: position}; it sorts the keys by it (stably) only
+    // when that dict is as long as the keys, that is, no key is listed twice.
+    std::mt19937_64 rng(5);
+    for (int run = 0; run < 3000; ++run) {
+        INFO("run " << run);
+        const std::size_t n = rng() % 12;
+        std::map<int, std::int64_t> position_of;  // equal keys share a position, as in vLLM's dict
+        std::vector<int> keys;
+        std::vector<std::int64_t> positions;
+        for (std::size_t i = 0; i < n; ++i) {
+            const int k = static_cast<int>(rng() % (run % 2 == 0 ? 40 : 8));
+            const auto p = position_of.try_emplace(k, static_cast<std::int64_t>(rng() % 6) - 2).first->second;
+            keys.push_back(k);
+            positions.push_back(p);
+        }
+        std::optional<std::vector<std::uint32_t>> want;
+        if (std::set<int>(keys.begin(), keys.end()).size() == keys.size()) {
+            want.emplace();
+            for (std::uint32_t i = 0; i < n; ++i) want->push_back(i);
+            std::stable_sort(want->begin(), want->end(),
+                             [&](std::uint32_t a, std::uint32_t b) { return positions[a] < positions[b]; });
+        }
+        REQUIRE(kvpolicy::engine::order_request_keys(
+                    positions, [&](std::uint32_t i, std::uint32_t j) { return keys[i] == keys[j]; }) == want);
+    }
+}

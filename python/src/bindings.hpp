@@ -71,6 +71,18 @@ inline bool py_equal(PyObject* a, PyObject* b) {
     return eq == 1;
 }
 
+/// A list of `n` items, item j the object f(j).
+template <class F>
+nb::list list_of(std::size_t n, F f) {
+    nb::list l = nb::steal<nb::list>(PyList_New(static_cast<Py_ssize_t>(n)));
+    if (!l.is_valid()) throw nb::python_error();
+    for (std::size_t j = 0; j < n; ++j) {
+        nb::object item = f(j);  // a copy: f may return a reference to an object kept elsewhere
+        PyList_SET_ITEM(l.ptr(), static_cast<Py_ssize_t>(j), item.release().ptr());
+    }
+    return l;
+}
+
 /// dict_of("a", x, "b", y): a dict of those items, in that order.
 inline void put(nb::dict&) {}
 template <class V, class... Rest>

@@ -337,12 +337,8 @@ private:
                 for (std::uint32_t s : plan->slots) objects_[s] = nb::object();
         } else {
             if (objects_.empty()) objects_.resize(m_->capacity());
-            to_store = new_list(plan->positions.size());
-            for (std::size_t j = 0; j < plan->positions.size(); ++j) {
-                nb::object o = h.item(plan->positions[j]);
-                PyList_SET_ITEM(to_store.ptr(), static_cast<Py_ssize_t>(j), nb::object(o).release().ptr());
-                objects_[plan->slots[j]] = std::move(o);
-            }
+            to_store = list_of(plan->positions.size(),
+                               [&](std::size_t j) { return objects_[plan->slots[j]] = h.item(plan->positions[j]); });
         }
         nb::object slots = nb::cast(to_numpy(std::move(plan->slots)));
         return nb::make_tuple(to_store, slots, evicted);
@@ -352,24 +348,17 @@ private:
     // else each block's own object (its int key where none was kept).
     nb::object answer(const std::vector<std::uint64_t>& keys, const std::vector<std::uint32_t>& slots, bool as_array) {
         if (as_array) return nb::cast(to_numpy(std::vector<std::uint64_t>(keys)));
-        nb::object l = new_list(keys.size());
         const std::size_t n = keys.size();
         constexpr std::size_t ahead = 8;  // evicted blocks' objects are cold: their entries, then themselves
-        for (std::size_t j = 0; j < n; ++j) {
+        return list_of(n, [&](std::size_t j) -> nb::object {
             if (!objects_.empty()) {
                 if (j + 2 * ahead < n) __builtin_prefetch(&objects_[slots[j + 2 * ahead]]);
                 if (j + ahead < n)
                     if (PyObject* p = objects_[slots[j + ahead]].ptr()) __builtin_prefetch(p);
             }
-            nb::object o = !objects_.empty() && objects_[slots[j]].is_valid() ? objects_[slots[j]] : nb::int_(keys[j]);
-            PyList_SET_ITEM(l.ptr(), static_cast<Py_ssize_t>(j), o.release().ptr());
-        }
-        return l;
-    }
-    static nb::object new_list(std::size_t n) {
-        nb::object l = nb::steal(PyList_New(static_cast<Py_ssize_t>(n)));
-        if (!l.is_valid()) throw nb::python_error();
-        return l;
+            if (!objects_.empty() && objects_[slots[j]].is_valid()) return objects_[slots[j]];
+            return nb::int_(keys[j]);
+        });
     }
     void take_events() {
         for (offload_event& e : m_->take_events())

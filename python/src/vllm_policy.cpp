@@ -91,9 +91,8 @@ public:
             throw usage_error("insert: the policy already holds cache_capacity=" + std::to_string(capacity_) +
                               " chunks; evict or remove one first");
         const std::uint32_t id = free_.back();
-        access_context c = clock();
+        access_context c = clock(session);
         c.key = hash;
-        c.session = session_id{session};
         core_->insert(id, key_bytes(key.ptr()), c.key, position, request_rank, ref_cnt, c);
         free_.pop_back();
         keys_[id] = nb::borrow(key);
@@ -122,20 +121,18 @@ public:
         session_of_ = nb::object();
     }
 
-    /// vLLM's order_request_keys (policies/base.py) over `positions`, a
-    /// request context's key -> end-token dict: the groups' keys flattened,
-    /// sorted by position (stably) when every key has one and none is
-    /// listed twice. None where a position is not an int64, for the caller
-    /// to ask vLLM's own.
+    /// vLLM's order_request_keys over `positions`, a request context's key
+    /// -> end-token dict (engine::order_request_keys): the groups' keys
+    /// flattened, in vLLM's order. None where a position is not an int64,
+    /// for the caller to ask vLLM's own.
     static std::optional<nb::list> order_keys(nb::handle key_groups, const nb::dict& positions) {
         nb::list keys;
         for (nb::handle group : key_groups)
             for (nb::handle k : group) keys.append(k);
-        const std::size_t n = nb::len(keys);
-        std::vector<std::pair<std::int64_t, std::uint32_t>> at;
-        at.reserve(n);
-        for (std::size_t i = 0; i < n; ++i) {
-            PyObject* p = PyDict_GetItemWithError(positions.ptr(), PyList_GET_ITEM(keys.ptr(), i));
+        const auto key = [&](std::size_t i) { return PyList_GET_ITEM(keys.ptr(), static_cast<Py_ssize_t>(i)); };
+        std::vector<std::int64_t> at;
+        for (std::size_t i = 0; i < nb::len(keys); ++i) {
+            PyObject* p = PyDict_GetItemWithError(positions.ptr(), key(i));
             if (p == nullptr || p == Py_None) {
                 if (PyErr_Occurred()) throw nb::python_error();
                 return keys;  // not every key has a position: vLLM keeps the groups' order
@@ -146,28 +143,12 @@ public:
                 PyErr_Clear();
                 return std::nullopt;
             }
-            at.emplace_back(v, static_cast<std::uint32_t>(i));
+            at.push_back(v);
         }
-        std::stable_sort(at.begin(), at.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-        // vLLM sorts only when the positions dict it builds is as long as the
-        // keys: a key listed twice leaves them unsorted. Equal keys share a
-        // position, so a repeat lies within one run of equal positions.
-        for (std::size_t b = 0, e = 0; b < n; b = e) {
-            for (e = b + 1; e < n && at[e].first == at[b].first; ++e)
-                for (std::size_t i = b; i < e; ++i) {
-                    const int eq = PyObject_RichCompareBool(PyList_GET_ITEM(keys.ptr(), at[i].second),
-                                                            PyList_GET_ITEM(keys.ptr(), at[e].second), Py_EQ);
-                    if (eq < 0) throw nb::python_error();
-                    if (eq == 1) return keys;
-                }
-        }
-        nb::list out = nb::steal<nb::list>(PyList_New(static_cast<Py_ssize_t>(n)));
-        for (std::size_t j = 0; j < n; ++j) {
-            PyObject* k = PyList_GET_ITEM(keys.ptr(), at[j].second);
-            Py_INCREF(k);
-            PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(j), k);
-        }
-        return out;
+        const auto order =
+            engine::order_request_keys(at, [&](std::uint32_t i, std::uint32_t j) { return py_equal(key(i), key(j)); });
+        if (!order) return keys;
+        return list_of(order->size(), [&](std::size_t j) { return nb::borrow(key((*order)[j])); });
     }
 
     void remove(nb::handle key) {
@@ -177,11 +158,7 @@ public:
         forget(id);
     }
 
-    void touch(nb::handle keys, std::uint64_t session) {
-        access_context c = clock();
-        c.session = session_id{session};
-        core_->touch(walk(keys, /*reversed=*/true), c);
-    }
+    void touch(nb::handle keys, std::uint64_t session) { core_->touch(walk(keys, /*reversed=*/true), clock(session)); }
     void store_miss(nb::handle keys) { core_->store_miss(walk(keys, /*reversed=*/true), clock()); }
 
     /// vllm_lru's on_request_access: `positions` maps keys to end-token positions.
@@ -221,9 +198,8 @@ public:
             else if (PySet_Contains(reused.ptr(), k) == 1)
                 w.flags[i] = 2;
         }
-        access_context c = clock();
-        c.session = session_id{session};
-        core_->finish_request(w, c, expected_return_s ? std::optional(*expected_return_s * 1000.0) : std::nullopt,
+        core_->finish_request(w, clock(session),
+                              expected_return_s ? std::optional(*expected_return_s * 1000.0) : std::nullopt,
                               session_end);
     }
 
@@ -257,19 +233,7 @@ public:
     /// (cache_policy_core::admissible): the index of the first new key
     /// declined, or len(keys).
     std::size_t admitted(nb::handle keys, std::size_t free, std::uint64_t session) const {
-        nb::object keep;
-        const std::span<PyObject* const> items = items_of(keys, "keys must be iterable", keep);
-        std::vector<std::uint64_t> fresh;
-        std::vector<std::size_t> at;
-        for (std::size_t i = 0; i < items.size(); ++i)
-            if (slot_of(items[i]) == no_index) {
-                fresh.push_back(py_hash(items[i]));
-                at.push_back(i);
-            }
-        access_context c = clock();
-        c.session = session_id{session};
-        const std::size_t n = core_->admissible(fresh, free, items.size() - fresh.size(), c);
-        return n < fresh.size() ? at[n] : items.size();
+        return core_->admitted_prefix(walk(keys, /*reversed=*/false), free, clock(session));
     }
     [[nodiscard]] std::optional<std::string> request_state(std::string_view id) const {
         const auto state = core_->request_state(id);
@@ -299,19 +263,14 @@ public:
         if (PyErr_Occurred()) throw nb::python_error();
         const std::optional<std::vector<std::uint32_t>> out = core_->evict(n, prot, clock());
         if (!out) return nb::none();
-        nb::object result = nb::steal(PyList_New(static_cast<Py_ssize_t>(out->size())));
-        if (!result.is_valid()) throw nb::python_error();
-        for (std::size_t i = 0; i < out->size(); ++i) {
+        return list_of(out->size(), [&](std::size_t i) {
             const std::uint32_t id = (*out)[i];
-            PyObject* key = keys_[id].ptr();
-            PyObject* chunk = PyDict_GetItemWithError(chunks.ptr(), key);  // borrowed
+            PyObject* chunk = PyDict_GetItemWithError(chunks.ptr(), keys_[id].ptr());  // borrowed
             if (chunk == nullptr) throw nb::python_error();
-            PyObject* pair = PyTuple_Pack(2, key, chunk);
-            if (pair == nullptr) throw nb::python_error();
-            PyList_SET_ITEM(result.ptr(), static_cast<Py_ssize_t>(i), pair);
+            nb::object pair = nb::make_tuple(keys_[id], nb::handle(chunk));
             forget(id);
-        }
-        return result;
+            return pair;
+        });
     }
 
     void clear() {
@@ -349,9 +308,10 @@ public:
     }
 
 private:
-    static access_context clock() noexcept {
+    static access_context clock(std::uint64_t session = 0) noexcept {
         access_context c;
         c.now = now_ms();
+        c.session = session_id{session};
         return c;
     }
     const engine::vllm_arc* checked_arc() const {

@@ -102,6 +102,21 @@ public:
         return fresh.size();
     }
     [[nodiscard]] virtual bool ranks_new() const { return false; }
+    /// Where to cut a store's offer `w` (head first: each key's slot, or
+    /// no_index for a key not stored, and its key), `free` slots free, so
+    /// that only what the policy admits is stored (admissible): the index of
+    /// the first new key declined, or the offer's length.
+    [[nodiscard]] std::size_t admitted_prefix(const key_walk& w, std::size_t free, const access_context& ctx) const {
+        std::vector<std::uint64_t> fresh;
+        std::vector<std::size_t> at;
+        for (std::size_t i = 0; i < w.slots.size(); ++i)
+            if (w.slots[i] == no_index) {
+                fresh.push_back(w.keys[i]);
+                at.push_back(i);
+            }
+        const std::size_t n = admissible(fresh, free, w.slots.size() - fresh.size(), ctx);
+        return n < fresh.size() ? at[n] : w.slots.size();
+    }
     /// A queue-hearing policy's requests tell it only their keys past a GPU
     /// prefix cache of `gpu_blocks` keys (request_lifecycle's
     /// forecast_front_cache; 0: every key). No effect on any other policy.

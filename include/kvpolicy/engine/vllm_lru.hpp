@@ -24,15 +24,20 @@
 // yields the same sequence (tested against vLLM's own class through vLLM's
 // own manager, python/tests/test_vllm_policies.py).
 //
+// `order_request_keys` is vLLM's order of a request's keys (the groups'
+// keys sorted by their end-token positions), which the ranks follow.
+//
 // Ids are dense slots 0 .. capacity-1 chosen by the caller (the Python
 // adapter maps vLLM's OffloadKeys to them). Complexity: O(log n) per insert,
 // rank change and pin; O(k log n) for an eviction that passes k chunks.
 #pragma once
 
+#include <algorithm>
 #include <compare>
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <numeric>
 #include <set>
 #include <span>
 #include <string>
@@ -201,5 +206,26 @@ private:
     std::int64_t counter_ = 0;                // vLLM's _next_rank
     std::set<std::uint32_t, by_rank> order_;  // the evictable ids, lowest rank first
 };
+
+/// vLLM's order_request_keys (policies/base.py) over a request's keys (its
+/// groups' keys flattened) whose end-token positions are `positions`: the
+/// order to list them in, the keys sorted by position (stably), or nothing
+/// (the groups' order) when a key is listed twice (`same(i, j)`: keys i and
+/// j are one key). vLLM sorts only when the position dict it builds is as
+/// long as the keys; equal keys share a position, so a repeat lies within
+/// one run of equal positions. What `same` throws passes through.
+template <class Same>
+[[nodiscard]] std::optional<std::vector<std::uint32_t>> order_request_keys(std::span<const std::int64_t> positions,
+                                                                           Same&& same) {
+    std::vector<std::uint32_t> at(positions.size());
+    std::iota(at.begin(), at.end(), std::uint32_t{0});
+    std::stable_sort(at.begin(), at.end(),
+                     [&](std::uint32_t a, std::uint32_t b) { return positions[a] < positions[b]; });
+    for (std::size_t b = 0, e = 0; b < at.size(); b = e)
+        for (e = b + 1; e < at.size() && positions[at[e]] == positions[at[b]]; ++e)
+            for (std::size_t i = b; i < e; ++i)
+                if (same(at[i], at[e])) return std::nullopt;
+    return at;
+}
 
 }  // namespace kvpolicy::engine
