@@ -6,9 +6,11 @@
 #include <cstdint>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <span>
 #include <utility>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nanobind/nanobind.h>
@@ -54,6 +56,15 @@ inline std::span<PyObject* const> items_of(nb::handle obj, const char* error, nb
     if (!keep.is_valid()) throw nb::python_error();
     return {PySequence_Fast_ITEMS(keep.ptr()), static_cast<std::size_t>(PySequence_Fast_GET_SIZE(keep.ptr()))};
 }
+
+/// The bytes of `o`, in place, where it is a bytes object.
+inline std::optional<std::string_view> bytes_of(PyObject* o) noexcept {
+    if (!PyBytes_Check(o)) return std::nullopt;
+    return std::string_view(PyBytes_AS_STRING(o), static_cast<std::size_t>(PyBytes_GET_SIZE(o)));
+}
+
+/// type(h).__name__, for messages.
+inline std::string py_type_name(nb::handle h) { return nb::cast<std::string>(h.type().attr("__name__")); }
 
 /// Python's hash() of `o`, as 64 bits. Throws: what hash() raises (an
 /// unhashable key's TypeError).

@@ -62,9 +62,6 @@ nb::dict metrics_dict(const cache_metrics& m) {
                    m.eviction_latency.samples, "eviction_latency_total_ns", m.eviction_latency.total_ns);
 }
 
-// str(h) for messages.
-std::string py_type_name(nb::handle h) { return nb::cast<std::string>(h.type().attr("__name__")); }
-
 // Digests from a 2-D (n, 32) uint8 array or a sequence of 32-byte bytes objects (vLLM's BlockHash).
 std::vector<block_digest> digests_of(nb::handle obj, const char* what) {
     std::vector<block_digest> out;

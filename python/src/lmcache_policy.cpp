@@ -103,30 +103,19 @@ public:
     /// they stay tracked, at the front, until removed or used again.
     nb::list victims(std::size_t n, nb::handle eligible) {
         nb::list out;
-        if (n == 0) return out;
-        const bool all = eligible.is_none();
-        Py_ssize_t pos = 0;
-        PyObject* key = nullptr;
-        PyObject* value = nullptr;
-        std::vector<nb::object> seen;  // the front's keys, held while `eligible` runs
-        while (PyDict_Next(front_.ptr(), &pos, &key, &value)) seen.push_back(nb::borrow(key));
-        for (const nb::object& k : seen) {
-            if (all || truthy(eligible(k))) {
-                out.append(k);
-                if (nb::len(out) == n) return out;
+        std::vector<nb::object> next;  // the front's keys, then the policy's victims: held while `eligible` runs
+        for (auto [k, v] : front_) next.push_back(nb::borrow(k));
+        for (std::size_t i = 0; n > 0; ++i) {
+            if (i == next.size()) {  // the policy names more victims, each to the front
+                if (ids_.size() == 0) break;
+                const std::vector<nb::object> named = pop_to_front(n - nb::len(out));
+                if (named.empty()) break;
+                next.insert(next.end(), named.begin(), named.end());
             }
-        }
-        while (nb::len(out) < n && ids_.size() != 0) {
-            const std::size_t first = nb::len(front_);
-            pop_to_front(n - nb::len(out));
-            if (nb::len(front_) == first) break;
-            std::vector<nb::object> named;
-            pos = static_cast<Py_ssize_t>(0);
-            std::size_t i = 0;
-            while (PyDict_Next(front_.ptr(), &pos, &key, &value))
-                if (i++ >= first) named.push_back(nb::borrow(key));
-            for (const nb::object& k : named)
-                if (all || truthy(eligible(k))) out.append(k);
+            if (eligible.is_none() || truthy(eligible(next[i]))) {
+                out.append(next[i]);
+                if (nb::len(out) == n) break;
+            }
         }
         return out;
     }
@@ -135,10 +124,7 @@ public:
     /// their last event, oldest first.
     [[nodiscard]] nb::list order() const {
         nb::list out;
-        Py_ssize_t pos = 0;
-        PyObject* key = nullptr;
-        PyObject* value = nullptr;
-        while (PyDict_Next(front_.ptr(), &pos, &key, &value)) out.append(nb::borrow(key));
+        for (auto [k, v] : front_) out.append(k);
         for (std::uint32_t id : order_.by_last_event()) out.append(keys_[id]);
         return out;
     }
@@ -155,14 +141,17 @@ private:
         return r != 0;
     }
 
-    void pop_to_front(std::size_t n) {
+    // Up to `n` of the policy's victims to the front; returns their keys.
+    std::vector<nb::object> pop_to_front(std::size_t n) {
+        std::vector<nb::object> named;
         for (item_id id : order_.pop(n)) {
-            nb::object key = std::move(keys_[id.index()]);
+            nb::object& key = named.emplace_back(std::move(keys_[id.index()]));
             keys_[id.index()] = nb::object();
             const auto h = static_cast<Py_hash_t>(ids_.hash(id.value));
             ids_.erase(id.value);
             if (dict_set(front_.ptr(), key.ptr(), Py_None, h) != 0) throw nb::python_error();
         }
+        return named;
     }
 
     engine::lmcache_order order_;

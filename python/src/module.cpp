@@ -80,7 +80,7 @@ std::vector<option_value> options_from(const nb::dict& kwargs, const char* what)
         const std::string name = nb::cast<std::string>(k);
         if (!nb::isinstance<nb::int_>(v) && !nb::isinstance<nb::float_>(v) && !nb::isinstance<nb::bool_>(v))
             throw config_error(std::string(what) + ": option " + name + " must be a number or a bool, got " +
-                               text_of(v.type().attr("__name__")));
+                               py_type_name(v));
         out.push_back({name, nb::cast<double>(v)});
     }
     return out;

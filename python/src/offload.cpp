@@ -36,10 +36,6 @@ using engine::offload_event;
 using engine::slot_state;
 using engine::store_plan;
 
-std::string_view bytes_view(PyObject* b) noexcept {
-    return {PyBytes_AS_STRING(b), static_cast<std::size_t>(PyBytes_GET_SIZE(b))};
-}
-
 /// The 64-bit key of an int or bytes object (see the file's header), read
 /// without running Python code; false for any other object.
 inline bool plain_key_of(PyObject* h, std::uint64_t& k) noexcept {
@@ -63,8 +59,8 @@ inline bool plain_key_of(PyObject* h, std::uint64_t& k) noexcept {
         k = PyLong_AsUnsignedLongLongMask(h);
         return true;
     }
-    if (PyBytes_Check(h)) {
-        k = engine::fold_bytes(bytes_view(h));
+    if (const auto b = bytes_of(h)) {
+        k = engine::fold_bytes(*b);
         return true;
     }
     return false;
@@ -298,7 +294,8 @@ public:
     /// (state, loads in flight) of one block: state 'ready', 'storing' or None.
     nb::tuple block_state(nb::handle hash) const {
         const std::uint64_t k0 = key_of(hash.ptr(), "block_hash");
-        const std::uint64_t k = PyBytes_Check(hash.ptr()) ? hashes_.table().key_of(*m_, bytes_view(hash.ptr())) : k0;
+        const auto b = bytes_of(hash.ptr());
+        const std::uint64_t k = b ? hashes_.table().key_of(*m_, *b) : k0;
         const std::uint32_t s = m_->find(k);
         if (s == no_index) return nb::make_tuple(nb::none(), 0);
         return nb::make_tuple(m_->state(s) == slot_state::ready ? "ready" : "storing", m_->loads(s));
@@ -314,18 +311,16 @@ private:
     std::invoke_result_t<F, const hash_list&, keys_t> with_keys(nb::handle hashes, F f) {
         hash_list h;
         reader_.read(hashes, h);
-        return f(h, h.is_array ? h.keys : hashes_.resolve(*m_, h.keys, bytes_of(h), h.from));
+        return f(h, h.is_array ? h.keys : hashes_.resolve(*m_, h.keys, bytes_in(h), h.from));
     }
-    static auto bytes_of(const hash_list& h) {
-        return [&h](std::size_t i) -> std::optional<std::string_view> {
-            PyObject* o = h.is_array ? nullptr : PyList_GET_ITEM(h.source.ptr(), static_cast<Py_ssize_t>(i));
-            if (o == nullptr || !PyBytes_Check(o)) return std::nullopt;
-            return bytes_view(o);
+    static auto bytes_in(const hash_list& h) {  // item i's bytes, where it is a bytes hash
+        return [&h](std::size_t i) {
+            return h.is_array ? std::nullopt : bytes_of(PyList_GET_ITEM(h.source.ptr(), static_cast<Py_ssize_t>(i)));
         };
     }
     // prepare_store's answer, for the call's hashes and keys.
     nb::object store_answer(const hash_list& h, keys_t keys) {
-        std::optional<store_plan> plan = hashes_.prepare_store(*m_, keys, bytes_of(h), h.is_array);
+        std::optional<store_plan> plan = hashes_.prepare_store(*m_, keys, bytes_in(h), h.is_array);
         if (!plan) return nb::none();
         // The evicted blocks' own objects, read before their slots are reused below.
         nb::object evicted = answer(plan->evicted, plan->evicted_slots, h.is_array);

@@ -56,11 +56,6 @@ Py_hash_t bytes_hash(std::string_view b) noexcept {
 #endif
 }
 
-std::string_view key_bytes(PyObject* key) noexcept {
-    if (PyBytes_Check(key)) return {PyBytes_AS_STRING(key), static_cast<std::size_t>(PyBytes_GET_SIZE(key))};
-    return {};
-}
-
 class cache_policy_binding {
 public:
     cache_policy_binding(const std::string& policy, std::size_t capacity, const nb::dict& options)
@@ -93,7 +88,7 @@ public:
         const std::uint32_t id = free_.back();
         access_context c = clock(session);
         c.key = hash;
-        core_->insert(id, key_bytes(key.ptr()), c.key, position, request_rank, ref_cnt, c);
+        core_->insert(id, bytes_of(key.ptr()).value_or(std::string_view()), c.key, position, request_rank, ref_cnt, c);
         free_.pop_back();
         keys_[id] = nb::borrow(key);
         chunks[key] = chunk;
@@ -411,11 +406,11 @@ void bind_vllm_policy(nb::module_& m) {
             for (const auto& [step, suffix] : groups) {
                 if (step == 0) throw usage_error("offload_key_hashes: a group's hashes_per_chunk is 0");
                 for (std::size_t i = step - 1; i < hashes.size(); i += step) {
-                    PyObject* h = hashes[i];
-                    if (!PyBytes_Check(h))
+                    const auto h = bytes_of(hashes[i]);
+                    if (!h)
                         throw usage_error(std::string("offload_key_hashes: block_hashes[") + std::to_string(i) +
-                                          "] is " + Py_TYPE(h)->tp_name + ", not bytes");
-                    key.assign(PyBytes_AS_STRING(h), static_cast<std::size_t>(PyBytes_GET_SIZE(h)));
+                                          "] is " + Py_TYPE(hashes[i])->tp_name + ", not bytes");
+                    key.assign(*h);
                     key.append(suffix.c_str(), suffix.size());
                     out.push_back(static_cast<std::uint64_t>(bytes_hash(key)));
                 }
