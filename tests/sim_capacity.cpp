@@ -14,6 +14,7 @@
 #include <kvpolicy/sim/capacity.hpp>
 #include <kvpolicy/sim/replay.hpp>
 #include <kvpolicy/sim/report.hpp>
+#include <kvpolicy/sim/run_options.hpp>
 
 using namespace kvpolicy;
 
@@ -149,6 +150,14 @@ TEST_CASE("capacity needed to reach a hit ratio: bisection to the given precisio
     REQUIRE(exact.replays <= 1 + 10);
 }
 
+TEST_CASE("a trace's format and mode when none is named: a CSV by its name replays flat") {
+    REQUIRE(sim::format_of("accesses.csv") == sim::trace_format::csv);
+    REQUIRE(sim::format_of("conversation_trace.jsonl") == sim::trace_format::mooncake);
+    REQUIRE(sim::format_of("") == sim::trace_format::mooncake);  // the built-in workload: requests
+    REQUIRE(sim::default_mode(sim::trace_format::csv) == sim::replay_mode::flat);
+    REQUIRE(sim::default_mode(sim::trace_format::mooncake) == sim::replay_mode::prefix);
+}
+
 TEST_CASE("sessions derived from the prefix when the trace names none, fairness and re-prefill by hand") {
     // Block size 4. A: [1 2 3] with 10 tokens: full blocks 1, 2 -> its last
     // full block 2 is registered. B: [1 2 5 6] (14 tokens) continues A (it
@@ -163,6 +172,13 @@ TEST_CASE("sessions derived from the prefix when the trace names none, fairness 
     REQUIRE(d.session_of(request(2, {1, 7}, 5), 4) == 1);
     REQUIRE(d.session_of(request(3, {1, 7, 8}, 10), 4) == 2);
     REQUIRE(d.session_of(request(4, {1, 2, 5, 6, 9}, 18), 4) == 0);  // deepest owner: 5 (B's, session 0)
+    // derive_sessions: the same, for lists of requests (kvpolicy.derive_sessions).
+    REQUIRE(sim::derive_sessions({{1, 2, 3}, {1, 2, 5, 6}, {1, 7}, {1, 7, 8}, {1, 2, 5, 6, 9}}, {10, 14, 5, 10, 18},
+                                 4) == std::vector<std::uint64_t>{0, 0, 1, 2, 0});
+    REQUIRE_THROWS_WITH(sim::derive_sessions({{1}}, {}, 4),
+                        "derive_sessions: 1 hash lists and 0 input lengths; give "
+                        "one of each per request");
+    REQUIRE_THROWS_AS(sim::derive_sessions({{1}}, {4}, 0), config_error);
 
     // Replay at capacity 8 blocks (nothing evicted, block size 4): hits per
     // request 0, 2, 1, 2, 4 of 3, 4, 2, 3, 5 blocks.

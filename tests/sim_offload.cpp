@@ -200,7 +200,17 @@ TEST_CASE("offload_min_hits is the exhaustive optimum on short random sequences"
         const std::size_t cap = 1 + rng() % 3;
         INFO("trial " << t);
         REQUIRE(offload_min_hits(a, cap) == exhaustive_min(a, cap));
+        std::vector<std::uint8_t> lookups;  // the same references as columns (kvpolicy._offload_min_hits)
+        std::vector<std::uint64_t> keys;
+        for (const offload_access& x : a) {
+            lookups.push_back(x.lookup ? static_cast<std::uint8_t>(1 + rng() % 200) : 0);
+            keys.push_back(x.key);
+        }
+        REQUIRE(offload_min_hits(lookups, keys, cap) == offload_min_hits(a, cap));
     }
+    const std::uint8_t one[] = {1};
+    REQUIRE_THROWS_WITH(offload_min_hits(one, std::span<const std::uint64_t>(), 1),
+                        "offload_min_hits: 1 lookup flags for 0 keys; give one per reference");
 }
 
 TEST_CASE("offload mode's belady row is MIN over the CPU tier's reads, above every policy", "[sim][offload]") {

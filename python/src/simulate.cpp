@@ -42,15 +42,12 @@ void bind_simulate(nb::module_& m) {
             sim::run_options o;
             o.trace = trace.value_or("");
             o.format = format ? (*format == "csv" ? sim::trace_format::csv : sim::trace_format::mooncake)
-                       : o.trace.ends_with(".csv") ? sim::trace_format::csv
-                                                   : sim::trace_format::mooncake;
+                              : sim::format_of(o.trace);
             if (format && *format != "csv" && *format != "mooncake")
                 throw config_error("simulate: format '" + *format + "' is not one of mooncake, csv");
             if (mode && !sim::replay_mode_named(*mode))
                 throw config_error("simulate: mode '" + *mode + "' is not one of flat, prefix, tiered, offload");
-            o.mode = mode                                 ? *sim::replay_mode_named(*mode)
-                     : o.format == sim::trace_format::csv ? sim::replay_mode::flat
-                                                          : sim::replay_mode::prefix;
+            o.mode = mode ? *sim::replay_mode_named(*mode) : sim::default_mode(o.format);
             if (o.format == sim::trace_format::csv && o.mode != sim::replay_mode::flat)
                 throw config_error("simulate: mode '" + mode.value_or("") +
                                    "' needs requests (mooncake JSONL or the built-in workload); a CSV holds only "
@@ -118,42 +115,17 @@ void bind_simulate(nb::module_& m) {
         "_offload_min_hits",
         [](nb::handle lookups, nb::handle keys, std::size_t capacity) {
             nb::object k1, k2;
-            const auto l = as_span<std::uint8_t>(lookups, "offload_min_hits: lookups", k1);
-            const auto k = as_span<std::uint64_t>(keys, "offload_min_hits: keys", k2);
-            if (l.size() != k.size())
-                throw usage_error("offload_min_hits: " + std::to_string(l.size()) + " lookup flags for " +
-                                  std::to_string(k.size()) + " keys; give one per reference");
-            std::vector<sim::offload_access> a(k.size());
-            for (std::size_t i = 0; i < a.size(); ++i) a[i] = {.lookup = l[i] != 0, .key = k[i]};
-            return sim::offload_min_hits(a, capacity);
+            return sim::offload_min_hits(as_span<std::uint8_t>(lookups, "offload_min_hits: lookups", k1),
+                                         as_span<std::uint64_t>(keys, "offload_min_hits: keys", k2), capacity);
         },
         nb::arg("lookups"), nb::arg("keys"), nb::arg("capacity"),
         "Lookup hits of Belady's MIN (bypass allowed) over a CPU tier's references (sim/offload_min.hpp): "
         "lookups[i] nonzero for a lookup, zero for a store offer, of key keys[i].");
-    m.def(
-        "derive_sessions",
-        [](const std::vector<std::vector<std::uint64_t>>& hash_ids, const std::vector<std::uint64_t>& input_lengths,
-           std::uint32_t block_size) {
-            if (hash_ids.size() != input_lengths.size())
-                throw config_error("derive_sessions: " + std::to_string(hash_ids.size()) + " hash lists and " +
-                                   std::to_string(input_lengths.size()) +
-                                   " input lengths; give one of each per request");
-            if (block_size == 0) throw config_error("derive_sessions: block_size 0; give the trace's tokens per block");
-            sim::session_deriver sessions;
-            std::vector<std::uint64_t> out;
-            out.reserve(hash_ids.size());
-            sim::request_record r;
-            for (std::size_t i = 0; i < hash_ids.size(); ++i) {
-                r.hash_ids = hash_ids[i];
-                r.input_length = input_lengths[i];
-                out.push_back(sessions.session_of(r, block_size));
-            }
-            return out;
-        },
-        nb::arg("hash_ids"), nb::arg("input_lengths"), nb::arg("block_size"),
-        "Each request's conversation, as kvpolicy-sim derives it for a trace that names none: a request joins "
-        "the earlier request whose last full block is the deepest of its own blocks, else opens a session "
-        "(numbered from 0). `hash_ids`, `input_lengths`: per request, in trace order.");
+    m.def("derive_sessions", &sim::derive_sessions, nb::arg("hash_ids"), nb::arg("input_lengths"),
+          nb::arg("block_size"),
+          "Each request's conversation, as kvpolicy-sim derives it for a trace that names none: a request joins "
+          "the earlier request whose last full block is the deepest of its own blocks, else opens a session "
+          "(numbered from 0). `hash_ids`, `input_lengths`: per request, in trace order.");
 }
 
 }  // namespace kvpolicy::python

@@ -127,11 +127,9 @@ int main(int argc, char** argv) {
 
     try {
         o.format = !format.empty() ? (format == "csv" ? sim::trace_format::csv : sim::trace_format::mooncake)
-                   : o.trace.ends_with(".csv") ? sim::trace_format::csv
-                                               : sim::trace_format::mooncake;
-        o.mode = !mode.empty()                        ? *sim::replay_mode_named(mode)  // CLI11 checked the name
-                 : o.format == sim::trace_format::csv ? sim::replay_mode::flat
-                                                      : sim::replay_mode::prefix;
+                                   : sim::format_of(o.trace);
+        o.mode = !mode.empty() ? *sim::replay_mode_named(mode)  // CLI11 checked the name
+                               : sim::default_mode(o.format);
         if (o.format == sim::trace_format::csv && o.mode != sim::replay_mode::flat)
             throw config_error("--mode " + mode +
                                " needs requests (mooncake JSONL or the built-in workload); "

@@ -12,9 +12,12 @@
 #include <cstdint>
 #include <queue>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "kvpolicy/core/error.hpp"
 
 namespace kvpolicy::sim {
 
@@ -58,6 +61,19 @@ struct offload_access {
         }
     }
     return hits;
+}
+
+/// offload_min_hits over references given as columns: `lookups[i]` nonzero
+/// for a lookup, zero for a store offer, of key `keys[i]`. Throws:
+/// usage_error for columns of different lengths.
+[[nodiscard]] inline std::uint64_t offload_min_hits(std::span<const std::uint8_t> lookups,
+                                                    std::span<const std::uint64_t> keys, std::size_t capacity) {
+    if (lookups.size() != keys.size())
+        throw usage_error("offload_min_hits: " + std::to_string(lookups.size()) + " lookup flags for " +
+                          std::to_string(keys.size()) + " keys; give one per reference");
+    std::vector<offload_access> a(keys.size());
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = {.lookup = lookups[i] != 0, .key = keys[i]};
+    return offload_min_hits(a, capacity);
 }
 
 }  // namespace kvpolicy::sim

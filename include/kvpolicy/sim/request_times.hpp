@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
 #include "kvpolicy/core/clock.hpp"
+#include "kvpolicy/core/error.hpp"
 #include "kvpolicy/sim/records.hpp"
 
 namespace kvpolicy::sim {
@@ -52,6 +54,28 @@ private:
     std::unordered_set<std::uint64_t> seen_;                  // every block computed so far
     std::uint64_t next_ = 0;
 };
+
+/// Each request's session, as session_deriver derives them in trace order,
+/// from each request's `hash_ids` and `input_lengths`. Throws: config_error
+/// for lists of different lengths or a block size of 0.
+[[nodiscard]] inline std::vector<std::uint64_t> derive_sessions(const std::vector<std::vector<std::uint64_t>>& hash_ids,
+                                                                const std::vector<std::uint64_t>& input_lengths,
+                                                                std::uint32_t block_size) {
+    if (hash_ids.size() != input_lengths.size())
+        throw config_error("derive_sessions: " + std::to_string(hash_ids.size()) + " hash lists and " +
+                           std::to_string(input_lengths.size()) + " input lengths; give one of each per request");
+    if (block_size == 0) throw config_error("derive_sessions: block_size 0; give the trace's tokens per block");
+    session_deriver sessions;
+    std::vector<std::uint64_t> out;
+    out.reserve(hash_ids.size());
+    request_record r;
+    for (std::size_t i = 0; i < hash_ids.size(); ++i) {
+        r.hash_ids = hash_ids[i];
+        r.input_length = input_lengths[i];
+        out.push_back(sessions.session_of(r, block_size));
+    }
+    return out;
+}
 
 /// The "now" of each request, and each block's next use in those units
 /// (for Belady): requests in memory.

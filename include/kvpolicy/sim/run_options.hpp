@@ -26,6 +26,17 @@ namespace kvpolicy::sim {
 
 enum class trace_format { mooncake, csv };
 
+/// The format of `trace` when none is named: a block CSV by its name
+/// (.csv), else Mooncake JSONL.
+[[nodiscard]] inline trace_format format_of(const std::string& trace) noexcept {
+    return trace.ends_with(".csv") ? trace_format::csv : trace_format::mooncake;
+}
+/// The mode when none is named: flat for a CSV (it holds only block
+/// accesses), else prefix.
+[[nodiscard]] constexpr replay_mode default_mode(trace_format f) noexcept {
+    return f == trace_format::csv ? replay_mode::flat : replay_mode::prefix;
+}
+
 /// The prefill cost tiered mode charges (seconds saved, ready time). An
 /// unset figure is Llama-3-8B's on an H100 at the run's block size.
 struct prefill_cost_options {
