@@ -25,6 +25,25 @@ TEST_CASE("steady_clock_source is monotonic", "[clock]") {
     REQUIRE(b >= a);
 }
 
+TEST_CASE("replay_clock reads the time a replay set, else the steady clock's milliseconds", "[clock]") {
+    engine::replay_clock c;
+    const auto steady_ms = [] {
+        return static_cast<timestamp>(
+            std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+                .count());
+    };
+    const timestamp before = steady_ms();
+    const timestamp a = c.now();
+    REQUIRE(before <= a);
+    REQUIRE(a <= steady_ms());
+    c.set(5);
+    REQUIRE(c.now() == 5);
+    c.set(0);
+    REQUIRE(c.now() == 0);
+    c.set(std::nullopt);
+    REQUIRE(c.now() >= a);
+}
+
 TEST_CASE("parse_error names file and line", "[errors]") {
     const parse_error e("trace.jsonl", 1042, "hash_ids must be an array of integers");
     REQUIRE(std::string(e.what()) == "trace.jsonl:1042: hash_ids must be an array of integers");

@@ -104,6 +104,7 @@
 #include "kvpolicy/engine/vllm_legacy_orders.hpp"
 #include "kvpolicy/engine/cache_policy_core.hpp"
 #include "kvpolicy/engine/front_cache_forecast.hpp"
+#include "kvpolicy/engine/replay_clock.hpp"
 #include "kvpolicy/engine/request_lifecycle.hpp"
 #include "kvpolicy/engine/vllm_arc.hpp"
 #include "kvpolicy/engine/vllm_lru.hpp"

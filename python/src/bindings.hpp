@@ -11,6 +11,7 @@
 #include <utility>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <nanobind/nanobind.h>
@@ -21,6 +22,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <kvpolicy/core/error.hpp>
+#include <kvpolicy/core/ids.hpp>
 #include <kvpolicy/core/policy_options.hpp>
 
 namespace kvpolicy::python {
@@ -47,6 +49,18 @@ out_array<T> column(const Range& range, F f) {
     v.reserve(std::size(range));
     for (const auto& x : range) v.push_back(static_cast<T>(f(x)));
     return to_numpy(std::move(v));
+}
+
+static_assert(sizeof(item_id) == sizeof(std::uint32_t) && alignof(item_id) == alignof(std::uint32_t) &&
+                  std::is_standard_layout_v<item_id>,
+              "item_id must be a bare uint32 so NumPy uint32 arrays can be viewed as ids without a copy");
+
+/// uint32 values (a NumPy uint32 array's) as item ids, in place.
+inline std::span<const item_id> as_ids(std::span<const std::uint32_t> s) {
+    return {reinterpret_cast<const item_id*>(s.data()), s.size()};
+}
+inline std::span<item_id> as_ids(std::span<std::uint32_t> s) {
+    return {reinterpret_cast<item_id*>(s.data()), s.size()};
 }
 
 /// The items of `obj`: a list's or tuple's in place, another iterable's

@@ -336,9 +336,7 @@ public:
         return unlocked([&] { return impl_->metrics(); }).to_prometheus(prefix);
     }
     std::string where(std::uint64_t h, std::uint32_t layer) const {
-        constexpr const char* names[] = {"free", "gpu", "cpu", "remote", "dropped"};  // item_state's order
-        static_assert(static_cast<int>(item_state::dropped) == 4);
-        return names[static_cast<int>(impl_->where(h, layer))];
+        return std::string(to_string(impl_->where(h, layer)));
     }
     void pin(std::uint64_t h) { impl_->pin(h); }
     void unpin(std::uint64_t h) { impl_->unpin(h); }

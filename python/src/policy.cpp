@@ -15,14 +15,6 @@ namespace kvpolicy::python {
 
 namespace {
 
-static_assert(sizeof(item_id) == sizeof(std::uint32_t) && alignof(item_id) == alignof(std::uint32_t) &&
-                  std::is_standard_layout_v<item_id>,
-              "item_id must be a bare uint32 so NumPy uint32 arrays can be viewed as ids without a copy");
-
-std::span<const item_id> as_ids(std::span<const std::uint32_t> s) {
-    return {reinterpret_cast<const item_id*>(s.data()), s.size()};
-}
-
 class policy_handle {
 public:
     policy_handle(const std::string& name, std::size_t capacity, const nb::kwargs& options)
@@ -56,7 +48,7 @@ public:
     }
     out_array<std::uint32_t> pop_victims(std::size_t n, std::optional<timestamp> now) {
         std::vector<std::uint32_t> out(std::min(n, p_.policy().evictable_size()));
-        out.resize(p_.pop_victims({reinterpret_cast<item_id*>(out.data()), out.size()}, tick(now)));
+        out.resize(p_.pop_victims(as_ids(std::span(out)), tick(now)));
         return to_numpy(std::move(out));
     }
 

@@ -3,6 +3,7 @@
 // C++ selects. A float64 scores array and a uint32 ids array are read in
 // place; other dtypes are converted once.
 #include <memory>
+#include <numeric>
 
 #include <kvpolicy/eviction/select_victims.hpp>
 #include <kvpolicy/select/nth_element_selector.hpp>
@@ -72,23 +73,16 @@ void bind_select(nb::module_& m) {
         [](nb::handle scores, nb::handle ids, std::size_t k) {
             nb::object ks, ki;
             const auto s = as_span<double>(scores, "select_victims: scores", ks);
-            std::span<const std::uint32_t> id;
-            std::vector<std::uint32_t> iota;
-            if (ids.is_none()) {
-                iota.resize(s.size());
-                for (std::size_t i = 0; i < iota.size(); ++i) iota[i] = static_cast<std::uint32_t>(i);
-                id = iota;
-            } else {
-                id = as_span<std::uint32_t>(ids, "select_victims: ids", ki);
-            }
+            std::vector<std::uint32_t> iota(ids.is_none() ? s.size() : 0);  // ids None: 0 .. len(scores)-1
+            std::iota(iota.begin(), iota.end(), 0u);
+            const std::span<const std::uint32_t> id = ids.is_none()
+                                                          ? std::span<const std::uint32_t>(iota)
+                                                          : as_span<std::uint32_t>(ids, "select_victims: ids", ki);
             std::vector<std::uint32_t> out(std::min(k, id.size()));
             {
                 nb::gil_scoped_release unlocked;
                 thread_local nth_element_selector selector;  // its scratch is reused per thread
-                const std::size_t n =
-                    selector.select_lowest<double>(s, {reinterpret_cast<const item_id*>(id.data()), id.size()},
-                                                   {reinterpret_cast<item_id*>(out.data()), out.size()});
-                out.resize(n);
+                out.resize(selector.select_lowest<double>(s, as_ids(id), as_ids(std::span(out))));
             }
             return to_numpy(std::move(out));
         },

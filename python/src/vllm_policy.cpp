@@ -12,8 +12,6 @@
 // finish, evict) walks the Python keys here, one dict probe each, with no
 // Python frame per key.
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <memory>
 #include <optional>
 #include <span>
@@ -26,6 +24,7 @@
 
 #include <kvpolicy/engine/any_cache_policy.hpp>
 #include <kvpolicy/engine/hashed_slots.hpp>
+#include <kvpolicy/engine/replay_clock.hpp>
 
 #include "bindings.hpp"
 
@@ -36,16 +35,8 @@ namespace {
 using engine::any_cache_policy;
 using engine::key_walk;
 
-/// A time set by kvpolicy.vllm.set_time_ms (a replay's clock), or -1: none.
-std::atomic<std::int64_t> set_time{-1};
-
-/// The adapter's clock: milliseconds since an arbitrary start (steady), or
-/// the time a replay set.
-timestamp now_ms() noexcept {
-    using namespace std::chrono;
-    if (const std::int64_t t = set_time.load(std::memory_order_relaxed); t >= 0) return static_cast<timestamp>(t);
-    return static_cast<timestamp>(duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count());
-}
+/// The adapters' clock (kvpolicy.vllm.set_time_ms sets a replay's time).
+engine::replay_clock adapter_clock;
 
 /// Python's hash() of a bytes object holding `b`, without making it.
 Py_hash_t bytes_hash(std::string_view b) noexcept {
@@ -305,7 +296,7 @@ public:
 private:
     static access_context clock(std::uint64_t session = 0) noexcept {
         access_context c;
-        c.now = now_ms();
+        c.now = adapter_clock.now();
         c.session = session_id{session};
         return c;
     }
@@ -386,7 +377,7 @@ void bind_vllm_policy(nb::module_& m) {
             if (ms && *ms < 0)
                 throw config_error("set_time_ms: " + std::to_string(*ms) +
                                    " is before the clock's start; give a time >= 0 in milliseconds, or None");
-            set_time.store(ms.value_or(-1), std::memory_order_relaxed);
+            adapter_clock.set(ms);
         },
         nb::arg("ms").none(), "The vLLM adapters' clock reads `ms` from now on (None: the steady clock again).");
     m.def(
