@@ -45,6 +45,21 @@ cache_config remote_config(std::size_t gpu, std::size_t cpu) {
 
 }  // namespace
 
+TEST_CASE("a digest's handle is its first 8 bytes, little-endian, for one digest or a list", "[cache][remote]") {
+    std::mt19937_64 rng(3);
+    std::vector<block_digest> d(20);
+    for (block_digest& x : d)
+        for (std::uint8_t& b : x) b = static_cast<std::uint8_t>(rng());
+    const std::vector<block_hash> h = digest_handles(d);
+    REQUIRE(h.size() == d.size());
+    for (std::size_t i = 0; i < d.size(); ++i) {
+        block_hash want = 0;
+        for (std::size_t b = 0; b < 8; ++b) want |= block_hash{d[i][b]} << (8 * b);
+        REQUIRE(digest_handle(d[i]) == want);
+        REQUIRE(h[i] == want);
+    }
+}
+
 TEST_CASE("remote: victims are written back instead of dropped, another instance hits them, bytes verified",
           "[cache][remote]") {
     memory_store store;

@@ -272,7 +272,7 @@ public:
         std::vector<std::uint64_t> hashes;
         if (r.node->identities()) {
             digests = digests_of(blocks, "admit_through: blocks");
-            for (const block_digest& d : digests) hashes.push_back(digest_handle(d));
+            hashes = digest_handles(digests);
         } else {
             const auto h =
                 as_span<std::uint64_t>(blocks, "admit_through: blocks (64-bit hashes: remote identity='hash64')", keep);
@@ -501,12 +501,7 @@ void bind_cache(nb::module_& m) {
 #endif
     m.def(
         "digest_handles",
-        [](nb::handle digests) {
-            const std::vector<block_digest> d = digests_of(digests, "digest_handles: digests");
-            std::vector<std::uint64_t> h(d.size());
-            for (std::size_t i = 0; i < d.size(); ++i) h[i] = digest_handle(d[i]);
-            return to_numpy(std::move(h));
-        },
+        [](nb::handle digests) { return to_numpy(digest_handles(digests_of(digests, "digest_handles: digests"))); },
         nb::arg("digests"), "The 64-bit handles (first 8 bytes) the cache keys digests by.");
 }
 

@@ -108,16 +108,10 @@ nb::object typed(std::string_view type, double v) {
 
 nb::list options_as_dicts(const std::vector<option_description>& options) {
     nb::list out;
-    for (const option_description& d : options) {
-        nb::dict o;
-        o["name"] = std::string(d.name);
-        o["type"] = std::string(d.type);
-        o["default"] = typed(d.type, d.default_value);
-        o["min"] = typed(d.type, d.range.min);
-        o["max"] = typed(d.type, d.range.max);
-        o["help"] = std::string(d.help);
-        out.append(o);
-    }
+    for (const option_description& d : options)
+        out.append(dict_of("name", std::string(d.name), "type", std::string(d.type), "default",
+                           typed(d.type, d.default_value), "min", typed(d.type, d.range.min), "max",
+                           typed(d.type, d.range.max), "help", std::string(d.help)));
     return out;
 }
 

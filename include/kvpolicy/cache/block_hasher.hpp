@@ -22,6 +22,7 @@
 #include <array>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "kvpolicy/core/ids.hpp"
 #include "kvpolicy/core/item_key.hpp"
@@ -38,6 +39,12 @@ using block_digest = std::array<std::uint8_t, 32>;
     block_hash h = 0;
     for (int i = 7; i >= 0; --i) h = (h << 8) | d[static_cast<std::size_t>(i)];
     return h;
+}
+/// The handles of `digests`, in order.
+[[nodiscard]] inline std::vector<block_hash> digest_handles(std::span<const block_digest> digests) {
+    std::vector<block_hash> out(digests.size());
+    std::transform(digests.begin(), digests.end(), out.begin(), [](const block_digest& d) { return digest_handle(d); });
+    return out;
 }
 
 /// The parent of a chain's first block.
