@@ -1,13 +1,13 @@
 // The C++ side of kvpolicy.vllm.OffloadingManager (python/kvpolicy/vllm/_legacy.py
 // documents the semantics): block hashes in, vLLM's answers out.
 //
-// Hashes: a 1-D buffer of native 64-bit ints (a NumPy uint64 or int64 array,
-// array.array('Q')) is read in place through the buffer protocol, a strided
-// one copied (answers are arrays); any other iterable of ints, bytes or
-// hashable objects is read item by item (answers are lists of the caller's
-// own hash objects, as vLLM's scheduler expects them back), small ints
-// without a call each, and a list of the last list's objects not at all
-// (hash_reader). An int is taken modulo 2^64; bytes (vLLM's sha256
+// Hashes: a 1-D array of native 64-bit ints (a NumPy uint64 or int64 array,
+// array.array('Q'), a DLPack producer) is read in place through nanobind's
+// ndarray, a strided one copied (answers are arrays); any other iterable of
+// ints, bytes or hashable objects is read item by item (answers are lists
+// of the caller's own hash objects, as vLLM's scheduler expects them back),
+// small ints without a call each, and a list of the last list's objects not
+// at all (hash_reader). An int is taken modulo 2^64; bytes (vLLM's sha256
 // block hashes) are folded into 64 bits; other objects by Python's hash().
 //
 // Bytes hashes are kept whole (engine::byte_hash_resolver, over
