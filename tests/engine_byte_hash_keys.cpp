@@ -11,6 +11,8 @@
 #include <kvpolicy/eviction/fifo.hpp>
 #include <kvpolicy/eviction/lru.hpp>
 
+#include "support/offload_pair_step.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -97,7 +99,7 @@ void random_run(std::uint64_t mask, std::uint64_t seed) {
     universe.push_back("");
     universe.push_back("short");
     pair_under_test<Order> p(16, mask);
-    std::vector<call> loading;
+    std::vector<std::vector<std::string>> loading;
     const auto pick = [&] {
         std::vector<std::string> run;
         const std::size_t n = 1 + rng() % 6;
@@ -109,55 +111,18 @@ void random_run(std::uint64_t mask, std::uint64_t seed) {
     for (int step = 0; step < 4000; ++step) {
         INFO("step " << step);
         const call c = pick();
-        const auto rk = p.model_keys(c);
         const auto tk = p.table_keys(c);
-        const auto op = rng() % 100;
-        if (op < 35) {
-            const auto want = p.ref.prepare_store(rk);
-            const auto got = p.m.prepare_store(tk);
-            REQUIRE(want.has_value() == got.has_value());
-            if (!want) continue;
-            REQUIRE(want->positions == got->positions);
-            REQUIRE(want->slots == got->slots);
-            REQUIRE(want->evicted_slots == got->evicted_slots);
-            for (std::uint32_t s : got->evicted_slots) p.stored.erase(s);
-            for (std::size_t j = 0; j < got->slots.size(); ++j) {
-                const std::size_t at = got->positions[j];
-                p.table.name_bytes(p.m, got->slots[j], c.hashes[at], tk[at]);
-                p.stored[got->slots[j]] = c.hashes[at];
-            }
-            std::vector<std::uint64_t> rs, ts;
-            for (std::uint32_t at : want->positions) {
-                rs.push_back(rk[at]);
-                ts.push_back(tk[at]);
-            }
-            const bool ok = rng() % 10 != 0;
-            p.ref.complete_store(rs, ok);
-            p.m.complete_store(ts, ok);
-            if (!ok)
-                for (std::uint32_t s : got->slots) p.stored.erase(s);
-        } else if (op < 60) {
-            REQUIRE(p.ref.lookup(rk) == p.m.lookup(tk));
-        } else if (op < 75) {
-            p.ref.touch(rk);
-            p.m.touch(tk);
-        } else if (op < 90) {
-            const std::size_t n = p.ref.lookup(rk);
-            REQUIRE(p.m.lookup(tk) == n);
-            if (n > 0) {
-                std::vector<std::uint32_t> a(n), b(n);
-                p.ref.prepare_load(std::span(rk).first(n), a);
-                p.m.prepare_load(std::span(tk).first(n), b);
-                REQUIRE(a == b);
-                loading.emplace_back(std::vector<std::string>(c.hashes.begin(), c.hashes.begin() + n));
-            }
-        } else if (!loading.empty()) {
-            const std::size_t i = rng() % loading.size();
-            const call done = loading[i];
-            loading.erase(loading.begin() + static_cast<std::ptrdiff_t>(i));
-            p.ref.complete_load(p.model_keys(done));
-            p.m.complete_load(p.table_keys(done));
-        }
+        const auto store = [&](const std::vector<std::uint64_t>& keys) {
+            auto got = p.m.prepare_store(keys);
+            if (got)
+                for (std::size_t j = 0; j < got->slots.size(); ++j)
+                    p.table.name_bytes(p.m, got->slots[j], c.hashes[got->positions[j]], keys[got->positions[j]]);
+            return got;
+        };
+        kvpolicy::testing::offload_pair_step(
+            rng, p.ref, p.m, c.hashes, p.model_keys(c), tk, store, p.stored, loading,
+            [&](const std::vector<std::string>& done) { return p.model_keys(call(done)); },
+            [&](const std::vector<std::string>& done) { return p.table_keys(call(done)); });
         REQUIRE(p.ref.size() == p.m.size());
         p.check_identity();
     }

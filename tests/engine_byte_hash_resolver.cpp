@@ -14,6 +14,8 @@
 #include <kvpolicy/eviction/fifo.hpp>
 #include <kvpolicy/eviction/lru.hpp>
 
+#include "support/offload_pair_step.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -107,51 +109,14 @@ void random_resolver_run(std::uint64_t mask, std::uint64_t seed) {
                      list.begin() + static_cast<std::ptrdiff_t>(at + n));
             from = {.list = p.lists, .at = at, .size = list.size()};
         }
-        const auto rk = p.model_keys(c);
         const auto tk = p.keys(c, from);
-        const auto op = rng() % 100;
-        if (op < 35) {
-            const auto want = p.ref.prepare_store(rk);
-            const auto got = p.r.prepare_store(p.m, tk, resolver_under_test<Order>::bytes_of(c), false);
-            REQUIRE(want.has_value() == got.has_value());
-            if (!want) continue;
-            REQUIRE(want->positions == got->positions);
-            REQUIRE(want->slots == got->slots);
-            REQUIRE(want->evicted_slots == got->evicted_slots);
-            for (std::uint32_t s : got->evicted_slots) p.stored.erase(s);
-            for (std::size_t j = 0; j < got->slots.size(); ++j) p.stored[got->slots[j]] = c[got->positions[j]];
-            std::vector<std::uint64_t> rs, ts;
-            for (std::uint32_t at : want->positions) {
-                rs.push_back(rk[at]);
-                ts.push_back(tk[at]);
-            }
-            const bool ok = rng() % 10 != 0;
-            p.ref.complete_store(rs, ok);
-            p.m.complete_store(ts, ok);
-            if (!ok)
-                for (std::uint32_t s : got->slots) p.stored.erase(s);
-        } else if (op < 60) {
-            REQUIRE(p.ref.lookup(rk) == p.m.lookup(tk));
-        } else if (op < 75) {
-            p.ref.touch(rk);
-            p.m.touch(tk);
-        } else if (op < 90) {
-            const std::size_t n = p.ref.lookup(rk);
-            REQUIRE(p.m.lookup(tk) == n);
-            if (n > 0) {
-                std::vector<std::uint32_t> a(n), b(n);
-                p.ref.prepare_load(std::span(rk).first(n), a);
-                p.m.prepare_load(std::span(tk).first(n), b);
-                REQUIRE(a == b);
-                loading.emplace_back(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(n));
-            }
-        } else if (!loading.empty()) {
-            const std::size_t i = rng() % loading.size();
-            const std::vector<hash_item> done = loading[i];
-            loading.erase(loading.begin() + static_cast<std::ptrdiff_t>(i));
-            p.ref.complete_load(p.model_keys(done));
-            p.m.complete_load(p.keys(done, {}));
-        }
+        kvpolicy::testing::offload_pair_step(
+            rng, p.ref, p.m, c, p.model_keys(c), tk,
+            [&](const std::vector<std::uint64_t>& keys) {
+                return p.r.prepare_store(p.m, keys, resolver_under_test<Order>::bytes_of(c), false);
+            },
+            p.stored, loading, [&](const std::vector<hash_item>& done) { return p.model_keys(done); },
+            [&](const std::vector<hash_item>& done) { return p.keys(done, {}); });
         REQUIRE(p.ref.size() == p.m.size());
         std::set<hash_item> seen;  // distinct items stored are distinct blocks
         for (const auto& [slot, x] : p.stored) REQUIRE(seen.insert(x).second);
