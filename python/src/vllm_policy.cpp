@@ -193,21 +193,25 @@ public:
     /// None when applied, else why it was ignored (the caller logs it).
     /// `keys`: the request's offload keys in block order (arrive, preempt), or
     /// their hashes as a uint64 array (_offload_key_hashes: no key made).
-    std::optional<std::string> request_event(int event, std::string_view id, nb::handle keys, std::uint64_t session) {
-        const auto e = static_cast<engine::request_event>(event);
-        const session_id s{session};
-        if (in_array<std::uint64_t> a; !keys.is_none() && nb::try_cast(keys, a, false))  // the keys' hashes
-            return event_result(core_->on_request(e, id, s, std::span(a.data(), a.shape(0)), clock()));
+    template <engine::request_event E>
+    std::optional<std::string> on(std::string_view id, nb::handle keys = nb::none(), std::uint64_t session = 0) {
         std::vector<std::uint64_t> k;
         nb::object keep;
-        if (!keys.is_none())
+        in_array<std::uint64_t> a;
+        const bool hashed = !keys.is_none() && nb::try_cast(keys, a, false);  // the keys' hashes
+        if (!hashed && !keys.is_none())
             for (PyObject* key : items_of(keys, "keys must be iterable", keep)) k.push_back(py_hash(key));
-        return event_result(core_->on_request(e, id, s, k, clock()));
+        const auto h =
+            hashed ? std::span<const std::uint64_t>(a.data(), a.shape(0)) : std::span<const std::uint64_t>(k);
+        const engine::lifecycle_result r = core_->on_request(E, id, session_id{session}, h, clock());
+        return r ? std::nullopt : std::optional(r.reason);
     }
-    static std::optional<std::string> event_result(const engine::lifecycle_result& r) {
-        if (r) return std::nullopt;
-        return r.reason;
+    auto arrived(std::string_view id, nb::handle keys, std::uint64_t s) {
+        return on<engine::request_event::arrive>(id, keys, s);
     }
+    auto scheduled(std::string_view id) { return on<engine::request_event::schedule>(id); }
+    auto preempted(std::string_view id, nb::handle keys) { return on<engine::request_event::preempt>(id, keys); }
+    auto finished(std::string_view id) { return on<engine::request_event::finish>(id); }
     [[nodiscard]] std::size_t queued_requests() const { return core_->queued_requests(); }
     void forecast_front_cache(std::size_t gpu_blocks) { core_->forecast_front_cache(gpu_blocks); }
     [[nodiscard]] std::size_t front_cache_blocks() const { return core_->front_cache_blocks(); }
@@ -435,26 +439,11 @@ void bind_vllm_policy(nb::module_& m) {
         .def("request_access", &cache_policy_binding::request_access)
         .def("finish", &cache_policy_binding::finish, nb::arg("ordered"), nb::arg("insertion_only"), nb::arg("reused"),
              nb::arg("session") = 0, nb::arg("expected_return_s").none() = nb::none(), nb::arg("session_end") = false)
-        .def(
-            "request_arrived",
-            [](cache_policy_binding& b, std::string_view id, nb::handle keys, std::uint64_t session) {
-                return b.request_event(0, id, keys, session);
-            },
-            nb::arg("request_id"), nb::arg("keys"), nb::arg("session") = 0)
-        .def(
-            "request_scheduled",
-            [](cache_policy_binding& b, std::string_view id) { return b.request_event(1, id, nb::none(), 0); },
-            nb::arg("request_id"))
-        .def(
-            "request_preempted",
-            [](cache_policy_binding& b, std::string_view id, nb::handle keys) {
-                return b.request_event(2, id, keys, 0);
-            },
-            nb::arg("request_id"), nb::arg("keys"))
-        .def(
-            "request_finished",
-            [](cache_policy_binding& b, std::string_view id) { return b.request_event(3, id, nb::none(), 0); },
-            nb::arg("request_id"))
+        .def("request_arrived", &cache_policy_binding::arrived, nb::arg("request_id"), nb::arg("keys"),
+             nb::arg("session") = 0)
+        .def("request_scheduled", &cache_policy_binding::scheduled, nb::arg("request_id"))
+        .def("request_preempted", &cache_policy_binding::preempted, nb::arg("request_id"), nb::arg("keys"))
+        .def("request_finished", &cache_policy_binding::finished, nb::arg("request_id"))
         .def_prop_ro("queued_requests", &cache_policy_binding::queued_requests)
         .def("forecast_front_cache", &cache_policy_binding::forecast_front_cache, nb::arg("gpu_blocks"),
              "Queued requests tell the policy only their keys past the hit a GPU prefix cache of `gpu_blocks` "
