@@ -4,9 +4,10 @@
 // the policy's order and LMCache's meet) over Python keys, a batch of keys
 // per call. Here: each key's id (an engine::hashed_slots under the key's
 // hash), and the *front*, a dict of the keys the policy popped that LMCache
-// still holds, in the order they were named. The order LMCache sees is front ++ policy order, which for lru is
-// LMCache's own OrderedDict (python/tests/test_lmcache_policies.py checks
-// every answer on random histories).
+// still holds, in the order they were named. The order LMCache sees is
+// front ++ policy order, which for lru is LMCache's own OrderedDict
+// (python/tests/test_lmcache_policies.py checks every answer on random
+// histories).
 
 #include <algorithm>
 #include <cstdint>

@@ -4,8 +4,9 @@
 // `CachePolicyCore` keeps vLLM's OffloadKeys (bytes) in a Python dict it
 // owns, `chunks` (key -> vLLM's ChunkStatus, which the manager reads and
 // writes; the adapter's `get` is that dict's own `get`), and each key's slot
-// in an engine::hashed_slots under the key's Python hash (no int object made
-// per chunk, no dict entry to keep), so equal hashes stay two chunks.
+// in an engine::hashed_slots under the key's Python hash (cached on a bytes
+// object; no int object made per chunk, no dict entry to keep), so equal
+// hashes stay two chunks.
 // Everything else is the engine room's: engine::any_cache_policy
 // (include/kvpolicy/engine/any_cache_policy.hpp), the policy chosen by name,
 // its order and victims over dense slots. A batch call (touch, a request's
