@@ -283,6 +283,20 @@ TEST_CASE("any_cache_policy::admitted_prefix cuts an offer at the first new key 
     }
 }
 
+TEST_CASE("any_cache_policy: vllm_arc's order and target, refused for another policy, checked before set",
+          "[engine][errors]") {
+    const auto lru = any_cache_policy::make("lru", 4);
+    REQUIRE_THROWS_WITH(lru->arc_order(), "T1, T2, B1, B2 and the target exist only in policy vllm_arc");
+    REQUIRE_THROWS_WITH(lru->set_arc_target(1, 4), "target_t1_size exists only in policy vllm_arc");
+    const auto arc = any_cache_policy::make("vllm_arc", 4);
+    arc->set_arc_target(2.5, 4);
+    REQUIRE(arc->arc_order().target_t1_size() == 2.5);
+    REQUIRE_THROWS_WITH(arc->set_arc_target(4.5, 4), Catch::StartsWith("target_t1_size: 4.5") &&
+                                                         Catch::EndsWith("is outside 0 .. cache_capacity=4"));
+    REQUIRE_THROWS_AS(arc->set_arc_target(-1, 4), usage_error);
+    REQUIRE(arc->arc_order().target_t1_size() == 2.5);  // unchanged
+}
+
 TEST_CASE("any_cache_policy refuses an unknown name, and options for vLLM's own orders", "[engine][errors]") {
     REQUIRE_THROWS_AS(any_cache_policy::make("nope", 4), unknown_name_error);
     const option_value one[] = {{"x", 1}};

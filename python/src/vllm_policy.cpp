@@ -276,26 +276,19 @@ public:
 
     // vllm_arc's lists, for tests and inspection (keys, least recent first).
     [[nodiscard]] nb::list arc_list(int which) const {
-        const engine::vllm_arc* a = checked_arc();
+        const engine::vllm_arc& a = core_->arc_order();
         nb::list out;
-        for (std::uint32_t id : which == 1 ? a->t1_order() : a->t2_order()) out.append(keys_[id]);
+        for (std::uint32_t id : which == 1 ? a.t1_order() : a.t2_order()) out.append(keys_[id]);
         return out;
     }
-    [[nodiscard]] double target_t1_size() const { return checked_arc()->target_t1_size(); }
-    void set_target_t1_size(double t) {
-        engine::vllm_arc* a = core_->arc();
-        if (a == nullptr) throw usage_error("target_t1_size exists only in policy vllm_arc");
-        if (!(t >= 0.0 && t <= static_cast<double>(capacity_)))
-            throw usage_error("target_t1_size: " + std::to_string(t) +
-                              " is outside 0 .. cache_capacity=" + std::to_string(capacity_));
-        a->set_target_t1_size(t);
-    }
+    [[nodiscard]] double target_t1_size() const { return core_->arc_order().target_t1_size(); }
+    void set_target_t1_size(double t) { core_->set_arc_target(t, capacity_); }
     [[nodiscard]] bool in_ghost(nb::handle key, int which) const {
         const std::uint64_t k = py_hash(key.ptr());
-        return which == 1 ? checked_arc()->in_b1(k) : checked_arc()->in_b2(k);
+        return which == 1 ? core_->arc_order().in_b1(k) : core_->arc_order().in_b2(k);
     }
     [[nodiscard]] std::size_t ghost_size(int which) const {
-        return which == 1 ? checked_arc()->b1_size() : checked_arc()->b2_size();
+        return which == 1 ? core_->arc_order().b1_size() : core_->arc_order().b2_size();
     }
 
 private:
@@ -304,11 +297,6 @@ private:
         c.now = adapter_clock.now();
         c.session = session_id{session};
         return c;
-    }
-    const engine::vllm_arc* checked_arc() const {
-        const engine::vllm_arc* a = core_->arc();
-        if (a == nullptr) throw usage_error("T1, T2, B1, B2 and the target exist only in policy vllm_arc");
-        return a;
     }
     std::uint32_t slot_of(PyObject* key) const { return slot_of(key, py_hash(key)); }
     std::uint32_t slot_of(PyObject* key, std::uint64_t hash) const {

@@ -127,6 +127,23 @@ public:
     virtual bool orders_by_request() const { return false; }  // vllm_lru: ranks by request and position
     virtual const vllm_arc* arc() const { return nullptr; }
     virtual vllm_arc* arc() { return nullptr; }
+    /// vllm_arc's lists and target, for inspection and vLLM's tests.
+    /// Throws: usage_error for another policy.
+    [[nodiscard]] const vllm_arc& arc_order() const {
+        if (arc() == nullptr) throw usage_error("T1, T2, B1, B2 and the target exist only in policy vllm_arc");
+        return *arc();
+    }
+    /// Sets vllm_arc's target_t1_size, as vLLM's tests do. Throws:
+    /// usage_error, changing nothing, for another policy or a target outside
+    /// 0 .. `capacity` (the cache's chunks).
+    void set_arc_target(double t, std::size_t capacity) {
+        vllm_arc* a = arc();
+        if (a == nullptr) throw usage_error("target_t1_size exists only in policy vllm_arc");
+        if (!(t >= 0.0 && t <= static_cast<double>(capacity)))
+            throw usage_error("target_t1_size: " + std::to_string(t) +
+                              " is outside 0 .. cache_capacity=" + std::to_string(capacity));
+        a->set_target_t1_size(t);
+    }
 
     /// `policy`: vllm_lru or vllm_arc (vllm_cache_policies: vLLM's own, which
     /// take no options) or a name of `Policies` (cache_policy_core over
