@@ -195,7 +195,8 @@ public:
     /// `keys`: the request's offload keys in block order (arrive, preempt), or
     /// their hashes as a uint64 array (_offload_key_hashes: no key made).
     template <engine::request_event E>
-    std::optional<std::string> on(std::string_view id, nb::handle keys = nb::none(), std::uint64_t session = 0) {
+    std::optional<std::string> on_request(std::string_view id, nb::handle keys = nb::none(),
+                                          std::uint64_t session = 0) {
         std::vector<std::uint64_t> k;
         nb::object keep;
         in_array<std::uint64_t> a;
@@ -208,11 +209,13 @@ public:
         return r ? std::nullopt : std::optional(r.reason);
     }
     auto arrived(std::string_view id, nb::handle keys, std::uint64_t s) {
-        return on<engine::request_event::arrive>(id, keys, s);
+        return on_request<engine::request_event::arrive>(id, keys, s);
     }
-    auto scheduled(std::string_view id) { return on<engine::request_event::schedule>(id); }
-    auto preempted(std::string_view id, nb::handle keys) { return on<engine::request_event::preempt>(id, keys); }
-    auto finished(std::string_view id) { return on<engine::request_event::finish>(id); }
+    auto scheduled(std::string_view id) { return on_request<engine::request_event::schedule>(id); }
+    auto preempted(std::string_view id, nb::handle keys) {
+        return on_request<engine::request_event::preempt>(id, keys);
+    }
+    auto finished(std::string_view id) { return on_request<engine::request_event::finish>(id); }
     [[nodiscard]] std::size_t queued_requests() const { return core_->queued_requests(); }
     void forecast_front_cache(std::size_t gpu_blocks) { core_->forecast_front_cache(gpu_blocks); }
     [[nodiscard]] std::size_t front_cache_blocks() const { return core_->front_cache_blocks(); }

@@ -36,8 +36,8 @@
 #include <compare>
 #include <cstdint>
 #include <cstring>
-#include <optional>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
