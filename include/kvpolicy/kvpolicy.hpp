@@ -100,6 +100,7 @@
 #include "kvpolicy/engine/cache_steps.hpp"
 #include "kvpolicy/engine/hashed_slots.hpp"
 #include "kvpolicy/engine/lmcache_order.hpp"
+#include "kvpolicy/engine/object_list_memo.hpp"
 #include "kvpolicy/engine/offload_manager.hpp"
 #include "kvpolicy/engine/vllm_legacy_orders.hpp"
 #include "kvpolicy/engine/cache_policy_core.hpp"

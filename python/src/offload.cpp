@@ -16,7 +16,6 @@
 // 64-bit keys; a block stored through a uint64 array has no bytes and is
 // named by its key. The manager is an engine::any_offload_manager chosen by
 // name.
-#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,6 +23,7 @@
 
 #include <kvpolicy/engine/any_offload_manager.hpp>
 #include <kvpolicy/engine/byte_hash_resolver.hpp>
+#include <kvpolicy/engine/object_list_memo.hpp>
 
 #include "bindings.hpp"
 
@@ -114,22 +114,20 @@ struct hash_list {
     }
 };
 
-/// Reads hash lists into keys. vLLM's connector hands one request's list to
-/// lookup and touch, then its hit prefix to prepare_load and complete_load,
-/// then its tail to prepare_store and the blocks to store to complete_store:
-/// the same int objects, call after call. The reader keeps the objects of
-/// the last list it converted (a strong reference each, so no other object
-/// can take their addresses) with their keys; a list whose items are those
-/// objects, or a prefix or suffix of them, costs one compare of pointers
-/// instead of a conversion per item. Only ints and bytes are kept: their
-/// keys cannot change, where another object's __hash__ could.
+/// What the reader remembers of a list (engine::object_list_memo): ints
+/// and bytes, whose keys cannot change (another object's __hash__ could)
+/// and whose release runs no Python code.
+struct kept_hashes {
+    using object = PyObject;
+    static bool key_of(PyObject* o, std::uint64_t& k) noexcept { return plain_key_of(o, k); }
+    static void keep(PyObject* o) noexcept { Py_INCREF(o); }
+    static void release(PyObject* o) noexcept { Py_DECREF(o); }
+};
+
+/// Reads hash lists into keys: a list of the last list's objects, or a
+/// prefix or suffix of them, not at all (engine::object_list_memo says why).
 class hash_reader {
 public:
-    hash_reader() = default;
-    hash_reader(const hash_reader&) = delete;
-    hash_reader& operator=(const hash_reader&) = delete;
-    ~hash_reader() { forget(); }
-
     /// Reads the keys of `obj`'s hashes into `h`: for an array, views of
     /// the array `h` holds; else the reader's, valid until the next read.
     void read(nb::handle obj, hash_list& h) {
@@ -151,7 +149,9 @@ public:
         } else {
             h.source = nb::borrow(obj);
         }
-        if (const auto keys = plain_keys_of(h.source.ptr(), h.from)) {
+        const auto items =
+            std::span(PySequence_Fast_ITEMS(h.source.ptr()), static_cast<std::size_t>(PyList_GET_SIZE(h.source.ptr())));
+        if (const auto keys = memo_.keys_of(items, h.from)) {
             h.keys = *keys;
             return;
         }
@@ -168,54 +168,8 @@ public:
     }
 
 private:
-    // The keys of a list of ints and bytes (from the memo when its items are
-    // the last list's, or a prefix or suffix of them: `from` says which);
-    // empty, with nothing kept, when an item is another object.
-    std::optional<std::span<const std::uint64_t>> plain_keys_of(PyObject* list, engine::hash_list_ref& from) {
-        const std::size_t n = static_cast<std::size_t>(PyList_GET_SIZE(list));
-        PyObject* const* items = PySequence_Fast_ITEMS(list);
-        const std::size_t bytes = n * sizeof(PyObject*);
-        if (n > 0 && n <= objects_.size()) {
-            const std::size_t tail = objects_.size() - n;
-            for (const std::size_t at : {std::size_t{0}, tail})
-                if (std::memcmp(items, objects_.data() + at, bytes) == 0) {
-                    from = {.list = memo_id_, .at = at, .size = objects_.size()};
-                    return std::span(keys_.data() + at, n);
-                }
-        }
-        forget();
-        from = {.list = ++memo_id_, .at = 0, .size = n};
-        keys_.resize(n);
-        objects_.resize(n);
-        // One pass: the objects are read from memory once (each a likely
-        // cache miss, hence the prefetch some items ahead) and kept.
-        constexpr std::size_t ahead = 8;
-        for (std::size_t i = 0; i < n; ++i) {
-            if (i + ahead < n) {  // a bytes hash spans two cache lines
-                __builtin_prefetch(items[i + ahead]);
-                __builtin_prefetch(reinterpret_cast<const char*>(items[i + ahead]) + 64);
-            }
-            if (!plain_key_of(items[i], keys_[i])) {
-                objects_.resize(i);
-                forget();
-                from = {};
-                return std::nullopt;
-            }
-            Py_INCREF(items[i]);
-            objects_[i] = items[i];
-        }
-        return std::span<const std::uint64_t>(keys_);
-    }
-
-    void forget() noexcept {
-        // Only ints and bytes are kept: freeing them runs no Python code.
-        for (PyObject* o : objects_) Py_DECREF(o);
-        objects_.clear();
-    }
-
-    std::vector<PyObject*> objects_;   // the last list's items (strong references), if all ints or bytes
-    std::vector<std::uint64_t> keys_;  // the keys of the last list converted
-    std::uint64_t memo_id_ = 0;        // which list the memo holds (a new number each time it is replaced)
+    engine::object_list_memo<kept_hashes> memo_;
+    std::vector<std::uint64_t> keys_;  // the keys of a list holding other objects
 };
 
 class offload_core {
