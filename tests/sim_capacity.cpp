@@ -158,6 +158,33 @@ TEST_CASE("a trace's format and mode when none is named: a CSV by its name repla
     REQUIRE(sim::default_mode(sim::trace_format::mooncake) == sim::replay_mode::prefix);
 }
 
+TEST_CASE("set_format_and_mode: names or the defaults, another name refused naming the accepted ones") {
+    sim::run_options o;
+    o.trace = "accesses.csv";
+    sim::set_format_and_mode(o, "", "");
+    REQUIRE((o.format == sim::trace_format::csv && o.mode == sim::replay_mode::flat));
+    sim::set_format_and_mode(o, "mooncake", "");
+    REQUIRE((o.format == sim::trace_format::mooncake && o.mode == sim::replay_mode::prefix));
+    for (const auto m :
+         {sim::replay_mode::flat, sim::replay_mode::prefix, sim::replay_mode::tiered, sim::replay_mode::offload}) {
+        sim::set_format_and_mode(o, "csv", sim::to_string(m));
+        REQUIRE((o.format == sim::trace_format::csv && o.mode == m));
+    }
+    const sim::run_options before = o;
+    REQUIRE_THROWS_MATCHES(sim::set_format_and_mode(o, "xml", ""), config_error,
+                           Catch::Message("--format xml: give mooncake or csv"));
+    REQUIRE_THROWS_MATCHES(sim::set_format_and_mode(o, "mooncake", "fast"), config_error,
+                           Catch::Message("--mode fast: give flat, prefix, tiered or offload"));
+    REQUIRE((o.format == before.format && o.mode == before.mode));  // both names checked before either is set
+}
+
+TEST_CASE("capacity_spec::check: 0 blocks refused naming the entry, a share or a block count passes") {
+    REQUIRE_THROWS_MATCHES((sim::capacity_spec{.blocks = 0, .text = "0"}.check()), config_error,
+                           Catch::Message(std::string("--capacity: '0' blocks cannot hold anything") + fix));
+    REQUIRE_NOTHROW(sim::capacity_spec{.blocks = 1, .text = "1"}.check());
+    REQUIRE_NOTHROW(sim::parse_capacity_list("5%")[0].check());
+}
+
 TEST_CASE("sessions derived from the prefix when the trace names none, fairness and re-prefill by hand") {
     // Block size 4. A: [1 2 3] with 10 tokens: full blocks 1, 2 -> its last
     // full block 2 is registered. B: [1 2 5 6] (14 tokens) continues A (it

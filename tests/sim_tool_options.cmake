@@ -1,7 +1,8 @@
 # kvpolicy-sim's --option POLICY.NAME=VALUE as a user runs it: the option's
 # default value changes nothing, another value reaches the policy in every
 # mode that builds it (flat, prefix, tiered, offload), and each bad spec is
-# refused (exit 2) with a message naming the fix.
+# refused (exit 2) with a message naming the fix, as are the driver's checks of
+# the options (sim::prepare) the command line cannot make alone.
 #
 #   cmake -D SIM=path/to/kvpolicy-sim -P sim_tool_options.cmake
 cmake_minimum_required(VERSION 3.25)
@@ -49,3 +50,6 @@ refused("arc is not compared here; add it to --policy" --policy s3fifo --capacit
 refused("unknown eviction policy 'nosuch'" --policy s3fifo --capacity 300 --option nosuch.x=1)
 refused("s3fifo: unknown option 'smal_fraction'" --policy s3fifo --capacity 300 --option s3fifo.smal_fraction=0.2)
 refused("is outside" --policy s3fifo --capacity 300 --option s3fifo.small_fraction=2)
+# The driver's checks (sim::prepare), as kvpolicy.simulate meets them too.
+refused("--mode prefix needs requests (mooncake JSONL or the built-in workload); a CSV holds only block accesses: use --mode flat"
+        --trace nosuch.csv --mode prefix --policy lru --capacity 10)

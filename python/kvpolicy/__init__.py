@@ -61,8 +61,6 @@ __all__ = [
     "simulate",
 ]
 
-_COST_OPTIONS = ("alpha", "beta", "const", "bandwidth", "remote_bandwidth", "kv_bytes_per_token")
-
 #: What an engine adapter may put before a kvpolicy policy's name where the
 #: engine has names of its own (vLLM's ``eviction_policy``, LMCache's
 #: ``cache_policy``, SGLang's ``--radix-eviction-policy``).
@@ -146,10 +144,9 @@ def simulate(
         policies = policies.split(",")
     if isinstance(capacities, int):
         capacities = [capacities]
-    cost = {k: float(options.pop(k)) for k in _COST_OPTIONS if k in options}
     text = _simulate_json(
         None if trace is None else str(trace), format, mode, list(policies), [int(c) for c in capacities],
-        cpu_capacity, cpu_policy, block_size, layers, seed, threads, skip_bad_lines, cost, options, return_hints,
+        cpu_capacity, cpu_policy, block_size, layers, seed, threads, skip_bad_lines, options, return_hints,
         bounds, lookahead, serve_rate, prefill_chunk, queue_past_gpu, store_admission,
         [(p, str(k), float(v)) for p, opts in (policy_options or {}).items() for k, v in opts.items()],
         match_lru, instances, remote_capacity,

@@ -126,15 +126,31 @@ def test_built_in_workload_fields_and_frame():
 def test_simulate_errors():
     with pytest.raises(kvpolicy.UnknownNameError, match=r"^unknown eviction policy 'nope'; accepted: all, fifo"):
         kvpolicy.simulate(policies=["nope"])
-    with pytest.raises(kvpolicy.ConfigError, match="mode='tiered' needs cpu_capacity=N"):
+    with pytest.raises(kvpolicy.ConfigError, match=r"^--mode tiered needs --cpu-capacity N"):
         kvpolicy.simulate(mode="tiered")
-    with pytest.raises(kvpolicy.ConfigError, match="capacity 0 cannot hold a block"):
+    with pytest.raises(kvpolicy.ConfigError, match=r"^--capacity: '0' blocks cannot hold anything"):
         kvpolicy.simulate(capacities=[0])
     with pytest.raises(kvpolicy.ConfigError, match=r"cannot open trace '/nonexistent.jsonl'"):
         kvpolicy.simulate("/nonexistent.jsonl")
-    with pytest.raises(kvpolicy.ConfigError, match="unknown option 'sesions'"):
+    with pytest.raises(kvpolicy.ConfigError, match="unknown option 'sesions'; workload options: sessions"):
         kvpolicy.simulate(sesions=3)
-    with pytest.raises(kvpolicy.ConfigError, match="mode='offload' needs cpu_capacity=N"):
+    with pytest.raises(kvpolicy.ConfigError, match=r"^unknown option 'alhpa'.*; prefill cost options: alpha, beta"):
+        kvpolicy.simulate(alhpa=1e-9)
+    with pytest.raises(kvpolicy.ConfigError, match=r"^--format xml: give mooncake or csv$"):
+        kvpolicy.simulate(format="xml")
+    with pytest.raises(kvpolicy.ConfigError, match=r"^--mode fast: give flat, prefix, tiered or offload$"):
+        kvpolicy.simulate(mode="fast")
+    with pytest.raises(kvpolicy.ConfigError, match=r"^--mode prefix needs requests .*a CSV holds only block accesses"):
+        kvpolicy.simulate("/nonexistent.csv", mode="prefix")
+    with pytest.raises(kvpolicy.ConfigError, match=r"^--policy: give at least one policy name, or all$"):
+        kvpolicy.simulate(policies=[])
+    with pytest.raises(kvpolicy.ConfigError, match=r"^--capacity: give at least one capacity"):
+        kvpolicy.simulate(capacities=[])
+    with pytest.raises(kvpolicy.ConfigError, match=r"^--block-size 0: give the tokens per block, at least 1$"):
+        kvpolicy.simulate(block_size=0)
+    with pytest.raises(kvpolicy.ConfigError, match=r"^--layers 0: give the layers per block, at least 1$"):
+        kvpolicy.simulate(layers=0)
+    with pytest.raises(kvpolicy.ConfigError, match=r"^--mode offload needs --cpu-capacity N"):
         kvpolicy.simulate(mode="offload")
     with pytest.raises(kvpolicy.ConfigError, match=r"^--prefill-chunk applies to offload mode"):
         kvpolicy.simulate(prefill_chunk=4096)
@@ -150,7 +166,7 @@ def test_simulate_errors():
         kvpolicy.simulate(mode="tiered", cpu_capacity=100, store_admission=True)
     with pytest.raises(kvpolicy.ConfigError, match=r"^--remote-capacity and --instances need --mode tiered"):
         kvpolicy.simulate(instances=2)
-    with pytest.raises(kvpolicy.ConfigError, match=r"^simulate: instances 0 serves nothing"):
+    with pytest.raises(kvpolicy.ConfigError, match=r"^--instances 0 serves nothing; give at least 1"):
         kvpolicy.simulate(instances=0)
     with pytest.raises(kvpolicy.ConfigError, match=r"^--option arc.p: arc is not compared here; add it to --policy"):
         kvpolicy.simulate(policies="lru", policy_options={"arc": {"p": 1}})

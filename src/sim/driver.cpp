@@ -157,6 +157,17 @@ run_setup prepare(run_options o) {
     run_setup s;
     s.options = std::move(o);
     const run_options& opt = s.options;
+    if (opt.format == trace_format::csv && opt.mode != replay_mode::flat)
+        throw config_error("--mode " + std::string(to_string(opt.mode)) +
+                           " needs requests (mooncake JSONL or the built-in workload); a CSV holds only block "
+                           "accesses: use --mode flat");
+    if (opt.policies.empty()) throw config_error("--policy: give at least one policy name, or all");
+    if (opt.capacities.empty())
+        throw config_error("--capacity: give at least one capacity, in blocks or a percentage of the trace's blocks");
+    for (const capacity_spec& c : opt.capacities) c.check();
+    if (opt.block_size == 0) throw config_error("--block-size 0: give the tokens per block, at least 1");
+    if (opt.layers == 0) throw config_error("--layers 0: give the layers per block, at least 1");
+    if (opt.instances == 0) throw config_error("--instances 0 serves nothing; give at least 1");
     if ((opt.mode == replay_mode::tiered || opt.mode == replay_mode::offload) && opt.cpu_capacity == 0)
         throw config_error("--mode " + std::string(to_string(opt.mode)) +
                            " needs --cpu-capacity N (blocks of the CPU tier)");
@@ -243,10 +254,6 @@ run_inputs load_inputs(const run_setup& s) {
         w.seed = o.seed;
         in.requests = std::make_shared<const std::vector<request_record>>(generate_chat_workload(w));
     } else if ((needs_future || s.hints != hint_source::none) && o.mode != replay_mode::flat) {
-        if (o.format == trace_format::csv)
-            throw config_error(
-                "--mode " + std::string(to_string(o.mode)) +
-                " needs requests (mooncake JSONL or the built-in workload); a CSV holds only block accesses");
         auto reqs = std::make_shared<std::vector<request_record>>();
         mooncake_reader reader(o.trace, o.skip_bad_lines);
         request_record r;

@@ -126,14 +126,7 @@ int main(int argc, char** argv) {
     CLI11_PARSE(app, argc, argv);
 
     try {
-        o.format = !format.empty() ? (format == "csv" ? sim::trace_format::csv : sim::trace_format::mooncake)
-                                   : sim::format_of(o.trace);
-        o.mode = !mode.empty() ? *sim::replay_mode_named(mode)  // CLI11 checked the name
-                               : sim::default_mode(o.format);
-        if (o.format == sim::trace_format::csv && o.mode != sim::replay_mode::flat)
-            throw config_error("--mode " + mode +
-                               " needs requests (mooncake JSONL or the built-in workload); "
-                               "a CSV holds only block accesses: use --mode flat");
+        sim::set_format_and_mode(o, format, mode);
         o.policies = CLI::detail::split(policy_list, ',');
         for (const std::string& spec : option_specs) o.policy_options.push_back(sim::parse_policy_option(spec));
         o.capacities = sim::parse_capacity_list(capacity_list);

@@ -37,6 +37,14 @@ struct capacity_spec {
     std::string text;        ///< as given, for messages
 
     [[nodiscard]] bool relative() const noexcept { return fraction > 0; }
+    /// Throws: config_error naming the entry and the fix, for 0 blocks.
+    void check() const {
+        if (!relative() && blocks == 0)
+            throw config_error("--capacity: '" + text + "' blocks cannot hold anything" + fix);
+    }
+    static constexpr const char* fix =
+        "; give positive block counts or percentages of the trace's distinct blocks "
+        "in (0%, 100%], comma-separated (e.g. --capacity 1%,5%,10% or --capacity 1000,20000)";
     /// Blocks for a trace with `distinct` distinct blocks (floor, >= 1).
     [[nodiscard]] std::size_t resolve(std::size_t distinct) const noexcept {
         if (!relative()) return blocks;
@@ -50,9 +58,7 @@ struct capacity_spec {
 /// number, a zero block count, or a percentage outside (0%, 100%].
 inline std::vector<capacity_spec> parse_capacity_list(std::string_view list) {
     std::vector<capacity_spec> out;
-    const std::string fix =
-        "; give positive block counts or percentages of the trace's distinct blocks "
-        "in (0%, 100%], comma-separated (e.g. --capacity 1%,5%,10% or --capacity 1000,20000)";
+    const std::string fix = capacity_spec::fix;
     std::size_t start = 0;
     while (true) {
         const std::size_t comma = list.find(',', start);
@@ -74,8 +80,8 @@ inline std::vector<capacity_spec> parse_capacity_list(std::string_view list) {
             const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
             if (ec != std::errc{} || ptr != item.data() + item.size())
                 throw config_error("--capacity: '" + c.text + "' is neither a number of blocks nor a percentage" + fix);
-            if (v == 0) throw config_error("--capacity: '" + c.text + "' blocks cannot hold anything" + fix);
             c.blocks = v;
+            c.check();
         }
         out.push_back(std::move(c));
         if (comma == std::string_view::npos) break;

@@ -14,8 +14,10 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "kvpolicy/core/error.hpp"
 #include "kvpolicy/cost/pensieve_linear.hpp"
 #include "kvpolicy/sim/capacity.hpp"
 #include "kvpolicy/sim/replay_config.hpp"
@@ -46,6 +48,29 @@ struct prefill_cost_options {
     double bandwidth_gbps = 25;           ///< CPU -> GPU
     double remote_bandwidth_gbps = 12.5;  ///< remote store -> CPU (100 Gb/s)
     double kv_bytes_per_token = request_replay_config{}.kv_bytes_per_token;
+
+    /// The figures' names, as kvpolicy.simulate takes them (kvpolicy-sim's
+    /// flags without the dashes).
+    static constexpr const char* names = "alpha, beta, const, bandwidth, remote_bandwidth, kv_bytes_per_token";
+    /// Sets the figure named `name` (one of `names`) to `v`; false, nothing
+    /// set, for another name.
+    bool set(std::string_view name, double v) {
+        if (name == "alpha")
+            alpha = v;
+        else if (name == "beta")
+            beta = v;
+        else if (name == "const")
+            constant = v;
+        else if (name == "bandwidth")
+            bandwidth_gbps = v;
+        else if (name == "remote_bandwidth")
+            remote_bandwidth_gbps = v;
+        else if (name == "kv_bytes_per_token")
+            kv_bytes_per_token = v;
+        else
+            return false;
+        return true;
+    }
 
     /// The recompute cost model of these figures at `block_size` tokens per
     /// block. Unset: Llama-3-8B on an H100 at ~400 TFLOP/s effective, 2 x
@@ -112,6 +137,32 @@ struct run_options {
     std::string plot;              ///< a PNG of hit ratio against capacity; empty: none
     std::string csv_file;          ///< also the CSV, to this file; empty: none
     std::string json_file;         ///< also the JSON lines, to this file; empty: none
+
+    /// Sets a prefill cost figure (prefill_cost_options::set) or a built-in
+    /// workload option (chat_workload_config::set) by name: kvpolicy.simulate's
+    /// keyword options. Throws: config_error for another name, listing both.
+    void set(std::string_view name, double v) {
+        if (cost.set(name, v)) return;
+        try {
+            workload.set(name, v);
+        } catch (const config_error& e) {
+            throw config_error(e.what() + std::string("; prefill cost options: ") + prefill_cost_options::names);
+        }
+    }
 };
+
+/// Sets `o.format` and `o.mode` from their names (kvpolicy-sim's --format and
+/// --mode), an empty name for the default: format_of(o.trace), then
+/// default_mode(o.format). Throws: config_error naming the name given and the
+/// accepted ones, `o` unchanged.
+inline void set_format_and_mode(run_options& o, std::string_view format, std::string_view mode) {
+    if (!format.empty() && format != "mooncake" && format != "csv")
+        throw config_error("--format " + std::string(format) + ": give mooncake or csv");
+    const std::optional<replay_mode> named = replay_mode_named(mode);
+    if (!mode.empty() && !named)
+        throw config_error("--mode " + std::string(mode) + ": give flat, prefix, tiered or offload");
+    o.format = format.empty() ? format_of(o.trace) : format == "csv" ? trace_format::csv : trace_format::mooncake;
+    o.mode = named.value_or(default_mode(o.format));
+}
 
 }  // namespace kvpolicy::sim
