@@ -62,10 +62,13 @@ struct run_setup {
 /// form, for anything else. The policy and option are checked by `prepare`.
 [[nodiscard]] named_policy_option parse_policy_option(std::string_view spec);
 
-/// Checks `o` and resolves it. Throws: config_error naming the flag and the
-/// fix (--return-hints, --lookahead / --serve-rate, --layers,
-/// --remote-bandwidth, --option: a policy not compared, an option it does
-/// not have, a value out of range); unknown_name_error for a policy, or in
+/// Checks `o` and resolves it, for kvpolicy-sim and kvpolicy.simulate alike.
+/// Throws: config_error naming the flag and the fix (a CSV in a request
+/// mode; no --policy or --capacity, a capacity of 0 blocks; --block-size,
+/// --layers or --instances 0; --cpu-capacity missing, --return-hints,
+/// --lookahead / --serve-rate, --layers, --remote-bandwidth, --option: a
+/// policy not compared, an option it does not have, a value out of range);
+/// unknown_name_error for a policy, or in
 /// tiered mode a CPU-tier policy, that does not exist, listing the accepted
 /// names.
 [[nodiscard]] run_setup prepare(run_options o);
