@@ -14,6 +14,8 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "support/cache_snapshot.hpp"
@@ -379,6 +381,56 @@ TEST_CASE("metrics: Prometheus exposition with conventional names", "[cache][met
     const cache_metrics m = cache.metrics();
     // Two sessions with hit rates 0 and 1/2: Jain = (sum)^2 / (n * sum of squares).
     REQUIRE(m.fairness == Approx((0.0 + 0.5) * (0.0 + 0.5) / (2 * (0.0 + 0.25))));
+}
+
+TEST_CASE("metrics: for_each_field names every figure by its field, each with its own value", "[cache][metrics]") {
+    cache_metrics m;
+    m.gpu = {.hit_blocks = 1, .hit_tokens = 2, .evictions = 3, .capacity = 4, .used = 5};
+    m.cpu = {.hit_blocks = 6, .hit_tokens = 7, .evictions = 8, .capacity = 9, .used = 10};
+    m.requests = 11, m.lookup_blocks = 12, m.miss_blocks = 13, m.miss_tokens = 14, m.swap_in_items = 15;
+    m.swap_in_bytes = 16, m.swap_out_items = 17, m.swap_out_bytes = 18, m.dropped_items = 19;
+    m.failed_transfers = 20, m.recompute_items = 21, m.dropped_tokens = 22, m.recomputed_blocks = 23;
+    m.recomputed_tokens = 24, m.remote_staged_blocks = 25, m.remote_write_backs = 26, m.re_prefill_rate = 0.25;
+    m.fairness = 0.5;
+    m.eviction_latency.record(29);
+    std::vector<std::pair<std::string, double>> seen;
+    for_each_field(m, [&](const char* name, const auto& v) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(v)>, tier_metrics>)
+            for_each_field(v, [&](const char* f, auto x) { seen.emplace_back(name + std::string(".") + f, x); });
+        else
+            seen.emplace_back(name, static_cast<double>(v));
+    });
+    const std::vector<std::pair<std::string, double>> want = {{"gpu.hit_blocks", 1},
+                                                              {"gpu.hit_tokens", 2},
+                                                              {"gpu.evictions", 3},
+                                                              {"gpu.capacity", 4},
+                                                              {"gpu.used", 5},
+                                                              {"cpu.hit_blocks", 6},
+                                                              {"cpu.hit_tokens", 7},
+                                                              {"cpu.evictions", 8},
+                                                              {"cpu.capacity", 9},
+                                                              {"cpu.used", 10},
+                                                              {"requests", 11},
+                                                              {"lookup_blocks", 12},
+                                                              {"miss_blocks", 13},
+                                                              {"miss_tokens", 14},
+                                                              {"swap_in_items", 15},
+                                                              {"swap_in_bytes", 16},
+                                                              {"swap_out_items", 17},
+                                                              {"swap_out_bytes", 18},
+                                                              {"dropped_items", 19},
+                                                              {"failed_transfers", 20},
+                                                              {"recompute_items", 21},
+                                                              {"dropped_tokens", 22},
+                                                              {"recomputed_blocks", 23},
+                                                              {"recomputed_tokens", 24},
+                                                              {"remote_staged_blocks", 25},
+                                                              {"remote_write_backs", 26},
+                                                              {"re_prefill_rate", 0.25},
+                                                              {"fairness", 0.5},
+                                                              {"eviction_latency_samples", 1},
+                                                              {"eviction_latency_total_ns", 29}};
+    REQUIRE(seen == want);
 }
 
 TEST_CASE("block hashes are chained: equal prefixes, equal hashes, any change, a different one", "[cache][hash]") {

@@ -46,20 +46,29 @@ nb::dict plan_dict(const swap_plan& p) {
         column<std::uint64_t>(p.recovery, [](const recovery_range& r) { return r.token_end; }));
 }
 
-nb::dict tier_dict(const tier_metrics& t) {
-    return dict_of("hit_blocks", t.hit_blocks, "hit_tokens", t.hit_tokens, "evictions", t.evictions, "capacity",
-                   t.capacity, "used", t.used);
+// A plan's report (complete_transfers, run_plan): the copies that failed,
+// the items lost with them, the held items to compute again.
+nb::dict report_dict(const transfer_report& r) {
+    using d = const dropped_item&;
+    using x = const recompute_item&;
+    return dict_of("failed", r.failed, "dropped_keys", column<std::uint64_t>(r.drops, [](d i) { return i.key; }),
+                   "dropped_sessions", column<std::uint64_t>(r.drops, [](d i) { return i.owner.value; }),
+                   "recompute_keys", column<std::uint64_t>(r.recompute, [](x i) { return i.key; }),
+                   "recompute_sessions", column<std::uint64_t>(r.recompute, [](x i) { return i.session.value; }),
+                   "recompute_blocks", column<std::uint32_t>(r.recompute, [](x i) { return i.block.value; }));
 }
 
-nb::dict metrics_dict(const cache_metrics& m) {
-    return dict_of("gpu", tier_dict(m.gpu), "cpu", tier_dict(m.cpu), "requests", m.requests, "lookup_blocks",
-                   m.lookup_blocks, "miss_blocks", m.miss_blocks, "miss_tokens", m.miss_tokens, "swap_in_items",
-                   m.swap_in_items, "swap_in_bytes", m.swap_in_bytes, "swap_out_items", m.swap_out_items,
-                   "swap_out_bytes", m.swap_out_bytes, "dropped_items", m.dropped_items, "failed_transfers",
-                   m.failed_transfers, "recompute_items", m.recompute_items, "dropped_tokens", m.dropped_tokens,
-                   "recomputed_blocks", m.recomputed_blocks, "recomputed_tokens", m.recomputed_tokens,
-                   "re_prefill_rate", m.re_prefill_rate, "fairness", m.fairness, "eviction_latency_samples",
-                   m.eviction_latency.samples, "eviction_latency_total_ns", m.eviction_latency.total_ns);
+// The cache's metrics (or a tier's) by their fields' names (for_each_field).
+template <class Metrics>
+nb::dict fields_dict(const Metrics& m) {
+    nb::dict d;
+    for_each_field(m, [&](const char* name, const auto& v) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(v)>, tier_metrics>)
+            d[name] = fields_dict(v);
+        else
+            d[name] = v;
+    });
+    return d;
 }
 
 // Digests from a 2-D (n, 32) uint8 array or a sequence of 32-byte bytes objects (vLLM's BlockHash).
@@ -237,14 +246,9 @@ public:
     nb::dict complete_transfers(nb::handle statuses) {
         nb::object keep;
         const auto st = as_span<std::uint8_t>(statuses, "complete_transfers: statuses", keep);
-        const transfer_report r = unlocked([&] {
+        return report_dict(unlocked([&] {
             return steps_->complete_transfers({reinterpret_cast<const transfer_status*>(st.data()), st.size()});
-        });
-        using x = const recompute_item&;
-        return dict_of("failed", r.failed, "dropped_keys",
-                       column<std::uint64_t>(r.drops, [](const dropped_item& d) { return d.key; }), "recompute_keys",
-                       column<std::uint64_t>(r.recompute, [](x i) { return i.key; }), "recompute_sessions",
-                       column<std::uint64_t>(r.recompute, [](x i) { return i.session.value; }));
+        }));
     }
 
     [[nodiscard]] bool has_remote() const {
@@ -296,17 +300,10 @@ public:
             return steps_->run_last("TieredCache.run_plan",
                                     [&](const swap_plan& plan) { return r.node->run_plan(*impl_, plan); });
         });
-        const transfer_report& rep = run.report;
-        using d = const dropped_item&;
-        using x = const recompute_item&;
-        return dict_of("statuses", column<std::uint8_t>(run.statuses, [](transfer_status s) { return s; }), "failed",
-                       rep.failed, "written_keys", to_numpy(std::move(run.written_keys)), "fetched_keys",
-                       to_numpy(std::move(run.fetched_keys)), "dropped_keys",
-                       column<std::uint64_t>(rep.drops, [](d i) { return i.key; }), "dropped_sessions",
-                       column<std::uint64_t>(rep.drops, [](d i) { return i.owner.value; }), "recompute_keys",
-                       column<std::uint64_t>(rep.recompute, [](x i) { return i.key; }), "recompute_sessions",
-                       column<std::uint64_t>(rep.recompute, [](x i) { return i.session.value; }), "recompute_blocks",
-                       column<std::uint32_t>(rep.recompute, [](x i) { return i.block.value; }));
+        nb::dict d = report_dict(run.report);
+        put(d, "statuses", column<std::uint8_t>(run.statuses, [](transfer_status s) { return s; }), "written_keys",
+            to_numpy(std::move(run.written_keys)), "fetched_keys", to_numpy(std::move(run.fetched_keys)));
+        return d;
     }
 
     nb::dict remote_stats() const {
@@ -330,7 +327,7 @@ public:
 #endif
 
     nb::dict metrics() const {
-        return metrics_dict(unlocked([&] { return impl_->metrics(); }));
+        return fields_dict(unlocked([&] { return impl_->metrics(); }));
     }
     std::string to_prometheus(const std::string& prefix) const {
         return unlocked([&] { return impl_->metrics(); }).to_prometheus(prefix);
@@ -427,7 +424,8 @@ void bind_cache(nb::module_& m) {
              "for a request not queued (dequeued twice, or never enqueued), changing nothing.")
         .def_prop_ro("queued_requests", &c::queued_requests, "Requests queued now.")
         .def("complete_transfers", &c::complete_transfers, nb::arg("statuses"),
-             "Reports the last plan's copies (0 done, 1 failed, one per transfer, in order).")
+             "Reports the last plan's copies (0 done, 1 failed, one per transfer, in order); returns failed,\n"
+             "dropped_keys/sessions (items whose only copy was lost), recompute_keys/sessions/blocks.")
         .def("metrics", &c::metrics, "The cache's counters as a dict.")
         .def("to_prometheus", &c::to_prometheus, nb::arg("prefix") = "kvpolicy", "Prometheus text exposition.")
         .def("where", &c::where, nb::arg("block_hash"), nb::arg("layer") = 0, "'gpu', 'cpu' or 'free'.")

@@ -134,4 +134,44 @@ struct cache_metrics {
     }
 };
 
+/// f(name, value) for each counter of `t`, named as its field.
+template <class F>
+constexpr void for_each_field(const tier_metrics& t, F&& f) {
+    f("hit_blocks", t.hit_blocks);
+    f("hit_tokens", t.hit_tokens);
+    f("evictions", t.evictions);
+    f("capacity", t.capacity);
+    f("used", t.used);
+}
+
+/// f(name, value) for each figure of `m`, named as its field: the tiers as
+/// their tier_metrics, the eviction latency as its samples and total
+/// (eviction_latency_samples, eviction_latency_total_ns). Python's
+/// TieredCache.metrics() is this list, so a field listed here reaches it.
+template <class F>
+constexpr void for_each_field(const cache_metrics& m, F&& f) {
+    f("gpu", m.gpu);
+    f("cpu", m.cpu);
+    f("requests", m.requests);
+    f("lookup_blocks", m.lookup_blocks);
+    f("miss_blocks", m.miss_blocks);
+    f("miss_tokens", m.miss_tokens);
+    f("swap_in_items", m.swap_in_items);
+    f("swap_in_bytes", m.swap_in_bytes);
+    f("swap_out_items", m.swap_out_items);
+    f("swap_out_bytes", m.swap_out_bytes);
+    f("dropped_items", m.dropped_items);
+    f("failed_transfers", m.failed_transfers);
+    f("recompute_items", m.recompute_items);
+    f("dropped_tokens", m.dropped_tokens);
+    f("recomputed_blocks", m.recomputed_blocks);
+    f("recomputed_tokens", m.recomputed_tokens);
+    f("remote_staged_blocks", m.remote_staged_blocks);
+    f("remote_write_backs", m.remote_write_backs);
+    f("re_prefill_rate", m.re_prefill_rate);
+    f("fairness", m.fairness);
+    f("eviction_latency_samples", m.eviction_latency.samples);
+    f("eviction_latency_total_ns", m.eviction_latency.total_ns);
+}
+
 }  // namespace kvpolicy
