@@ -6,6 +6,8 @@
 #include <limits>
 #include <optional>
 
+#include <nanobind/stl/array.h>
+
 #include <kvpolicy/engine/vllm_orders.hpp>
 #include <kvpolicy/eviction/checked_policy.hpp>
 
@@ -92,13 +94,6 @@ private:
     timestamp now_ = 0;
 };
 
-template <class List>
-std::vector<std::string> names_list() {
-    std::vector<std::string> out;
-    for (std::string_view n : names_of<List>()) out.emplace_back(n);
-    return out;
-}
-
 /// An option's number as its type: an int, a bool or a float.
 nb::object typed(std::string_view type, double v) {
     if (type == "bool") return nb::bool_(v != 0);
@@ -119,7 +114,7 @@ nb::list options_as_dicts(const std::vector<option_description>& options) {
 
 void bind_policy(nb::module_& m) {
     m.def(
-        "policies", [] { return names_list<eviction_policies>(); },
+        "policies", [] { return names_of<eviction_policies>(); },
         "The names of every registered eviction policy, in registry order.");
     m.def(
         "policy_options", [](const std::string& name) { return options_as_dicts(engine::registered_options(name)); },
@@ -130,8 +125,8 @@ void bind_policy(nb::module_& m) {
         "_vllm_orders",
         [] {
             nb::dict out;
-            out["cache_policies"] = names_list<engine::vllm_cache_policies>();
-            out["offloading_manager"] = names_list<engine::vllm_0_11_orders>();
+            out["cache_policies"] = names_of<engine::vllm_cache_policies>();
+            out["offloading_manager"] = names_of<engine::vllm_0_11_orders>();
             return out;
         },
         "vLLM's own orders by name (include/kvpolicy/engine/vllm_orders.hpp): vLLM >= 0.21's CachePolicy\n"
