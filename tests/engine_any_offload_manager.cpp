@@ -132,7 +132,7 @@ TEST_CASE("any_offload_manager decides exactly as vLLM's 0.11-0.20 orders, under
         REQUIRE(st.lists[0].size() == alone.size());
         REQUIRE(!st.target);
         REQUIRE_THROWS_WITH(any->set_arc_target(1),
-                            Catch::StartsWith("set_arc_target: policy '" + std::string(name) + "' has no ARC target"));
+                            Catch::StartsWith("target_t1_size: policy '" + std::string(name) + "' has no ARC target"));
     }
     for (const char* name : {"vllm_arc", "vllm_0_11_arc"}) {
         const auto any = any_offload_manager::make(12, name);

@@ -19,7 +19,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <string_view>
 
 #include <kvpolicy/engine/any_offload_manager.hpp>
 #include <kvpolicy/engine/byte_hash_resolver.hpp>
@@ -235,14 +234,7 @@ public:
         for (auto& l : st.lists) lists.append(nb::cast(to_numpy(std::move(l))));
         return nb::make_tuple(lists, st.target ? nb::cast(*st.target) : nb::none());
     }
-    void set_arc_target(double t) {
-        try {
-            m_->set_arc_target(t);
-        } catch (const usage_error& e) {  // the Python method is _set_arc_target
-            if (!std::string_view(e.what()).starts_with("set_arc_target")) throw;
-            throw usage_error(std::string("_") + e.what());
-        }
-    }
+    void set_arc_target(double t) { m_->set_arc_target(t); }
     static std::uint64_t key(nb::handle hash) { return key_of(hash.ptr(), "block_hash"); }
 
     /// (state, loads in flight) of one block: state 'ready', 'storing' or None.

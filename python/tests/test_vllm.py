@@ -553,7 +553,7 @@ def test_vllm_policies_bad_input():
     with pytest.raises(kvpolicy.UsageError, match=r"^vllm_arc target_t1_size 5\.0+ is outside \[0, 4\]"):
         m._set_arc_target(5)
     assert m._order_state()[1] == 0.0
-    with pytest.raises(kvpolicy.UsageError, match=r"^_set_arc_target: policy 'vllm_lru' has no ARC target"):
+    with pytest.raises(kvpolicy.UsageError, match=r"^target_t1_size: policy 'vllm_lru' has no ARC target; only policy 'vllm_arc' has one$"):
         OffloadingManager(4, "vllm_lru")._set_arc_target(1)
     assert OffloadingManager(4, "lru")._order_state() == ([], None)
 

@@ -135,7 +135,7 @@ public:
         if constexpr (std::same_as<Order, vllm_legacy_arc_order>)
             m_.order().set_target(t);
         else
-            throw usage_error("set_arc_target: policy '" + name_ +
+            throw usage_error("target_t1_size: policy '" + name_ +
                               "' has no ARC target; only policy 'vllm_arc' has one");
     }
     /// The concrete manager.
