@@ -106,12 +106,6 @@ std::vector<block_digest> digests_of(nb::handle obj, const char* what) {
 }
 
 #ifdef KVPOLICY_PYTHON_REDIS
-// The remote tier (redis::node), one call at a time.
-struct remote_parts {
-    std::unique_ptr<redis::node> node;
-    std::mutex mutex;
-};
-
 // remote={...}'s fields as redis::store_config_from reads them.
 redis::field_value field_of(nb::handle v) {
     using kind = redis::field_value::kind;
@@ -191,9 +185,8 @@ public:
         steps_.emplace(*impl_);
 #ifdef KVPOLICY_PYTHON_REDIS
         if (store_cfg) {
-            remote_ = std::make_unique<remote_parts>();
             nb::gil_scoped_release release;  // connecting waits up to connect_timeout + io_timeout
-            remote_->node = std::make_unique<redis::node>(std::move(*store_cfg), gpu_blocks, cpu_blocks);
+            remote_ = std::make_unique<redis::node>(std::move(*store_cfg), gpu_blocks, cpu_blocks);
         }
 #endif
         gpu_policy_ = gpu_policy;
@@ -260,7 +253,7 @@ public:
     }
 
 #ifdef KVPOLICY_PYTHON_REDIS
-    remote_parts& remote_or_throw(const char* call) const {
+    redis::node& remote_or_throw(const char* call) const {
         if (!remote_)
             throw usage_error(std::string("TieredCache.") + call +
                               ": this cache has no remote tier; construct it with "
@@ -270,11 +263,11 @@ public:
 
     /// admit with the store asked past the local prefix (redis::node::admit).
     nb::dict admit_through(std::uint64_t session, nb::handle blocks, std::optional<timestamp> now) {
-        remote_parts& r = remote_or_throw("admit_through");
+        redis::node& r = remote_or_throw("admit_through");
         nb::object keep;
         std::vector<block_digest> digests;
         std::vector<std::uint64_t> hashes;
-        if (r.node->identities()) {
+        if (r.identities()) {
             digests = digests_of(blocks, "admit_through: blocks");
             hashes = digest_handles(digests);
         } else {
@@ -283,10 +276,9 @@ public:
             hashes.assign(h.begin(), h.end());
         }
         // The store answers within io_timeout; other threads run meanwhile if thread_safe.
-        nb::dict d = admitted(session, now, &r.mutex, [&] {
-            if (r.node->identities())
-                return r.node->admit(*impl_, session_id{session}, std::span(std::as_const(digests)));
-            return r.node->admit(*impl_, session_id{session}, std::span(std::as_const(hashes)));
+        nb::dict d = admitted(session, now, &r.mutex(), [&] {
+            if (r.identities()) return r.admit(*impl_, session_id{session}, std::span(std::as_const(digests)));
+            return r.admit(*impl_, session_id{session}, std::span(std::as_const(hashes)));
         });
         d["hashes"] = to_numpy(std::move(hashes));
         return d;
@@ -294,11 +286,11 @@ public:
 
     /// Runs the last plan through the engine and reports it (complete_transfers).
     nb::dict run_plan() {
-        remote_parts& r = remote_or_throw("run_plan");
+        redis::node& r = remote_or_throw("run_plan");
         redis::plan_run run = unlocked([&] {
-            std::scoped_lock lock(r.mutex);
+            std::scoped_lock lock(r.mutex());
             return steps_->run_last("TieredCache.run_plan",
-                                    [&](const swap_plan& plan) { return r.node->run_plan(*impl_, plan); });
+                                    [&](const swap_plan& plan) { return r.run_plan(*impl_, plan); });
         });
         nb::dict d = report_dict(run.report);
         put(d, "statuses", column<std::uint8_t>(run.statuses, [](transfer_status s) { return s; }), "written_keys",
@@ -307,20 +299,20 @@ public:
     }
 
     nb::dict remote_stats() const {
-        remote_parts& r = remote_or_throw("remote_stats");
-        std::scoped_lock lock(r.mutex);
-        const redis::engine& e = r.node->transfers();
-        const redis::store& s = r.node->remote();
+        redis::node& r = remote_or_throw("remote_stats");
+        std::scoped_lock lock(r.mutex());
+        const redis::engine& e = r.transfers();
+        const redis::store& s = r.remote();
         return dict_of("round_trips", e.round_trips(), "bytes_sent", e.bytes_sent(), "bytes_received",
                        e.bytes_received(), "rejected_values", e.rejected_values(), "redirects", s.redirects(), "nodes",
-                       s.node_count(), "identities", r.node->identities() ? r.node->identities()->size() : 0,
-                       "key_prefix", s.config().ns.prefix());
+                       s.node_count(), "identities", r.identities() ? r.identities()->size() : 0, "key_prefix",
+                       s.config().ns.prefix());
     }
 
     using arena_array = nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<2>>;
     arena_array arena(bool gpu) const {
-        remote_parts& r = remote_or_throw(gpu ? "gpu_arena" : "cpu_arena");
-        block_arena& a = gpu ? r.node->gpu() : r.node->cpu();
+        redis::node& r = remote_or_throw(gpu ? "gpu_arena" : "cpu_arena");
+        block_arena& a = gpu ? r.gpu() : r.cpu();
         return arena_array(reinterpret_cast<std::uint8_t*>(a.block(block_id{0}).data()),
                            {a.capacity(), a.block_bytes()}, nb::handle());
     }
@@ -372,7 +364,7 @@ private:
     std::unique_ptr<any_tiered_cache> impl_;
     std::optional<engine::cache_steps> steps_;  // impl_'s steps and last plan
 #ifdef KVPOLICY_PYTHON_REDIS
-    std::unique_ptr<remote_parts> remote_;  // declared after impl_: gone before the cache it serves
+    std::unique_ptr<redis::node> remote_;  // declared after impl_: gone before the cache it serves
 #endif
     bool thread_safe_;
     std::string gpu_policy_, cpu_policy_;

@@ -14,6 +14,7 @@
 #include <climits>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <utility>
@@ -76,6 +77,11 @@ public:
     [[nodiscard]] block_arena& cpu() noexcept { return cpu_; }
     /// The digests' identity table; null when blocks are named by 64-bit chain hashes.
     [[nodiscard]] remote_identities* identities() const noexcept { return ids_.get(); }
+    /// The node's lock: its store and engine take one call at a time, so an
+    /// engine that drives the node from several threads holds it across each
+    /// admission's step (engine::cache_steps::admit's `lock`), each run_plan
+    /// and each read of the counters.
+    [[nodiscard]] std::mutex& mutex() const noexcept { return mutex_; }
 
     /// admit_through for blocks named by 64-bit chain hashes (identity 'hash64').
     template <class Cache>
@@ -135,6 +141,7 @@ private:
     block_arena cpu_;
     store store_;
     engine engine_;
+    mutable std::mutex mutex_;
 };
 
 }  // namespace kvpolicy::redis
