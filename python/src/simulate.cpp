@@ -45,8 +45,6 @@ void bind_simulate(nb::module_& m) {
             o.prefill_chunk = prefill_chunk;
             o.queue_past_gpu = queue_past_gpu;
             o.store_admission = store_admission;
-            for (const auto& [policy, name, value] : policy_options)  // kvpolicy-sim --option
-                o.policy_options.push_back({policy, {name, value}});
             o.cpu_capacity = cpu_capacity;
             o.cpu_policy = cpu_policy;
             o.block_size = block_size;
@@ -55,6 +53,8 @@ void bind_simulate(nb::module_& m) {
             o.skip_bad_lines = skip_bad_lines;
             o.return_hints = return_hints.value_or("");
             o.threads = threads;
+            for (const auto& [policy, name, value] : policy_options)  // kvpolicy-sim --option
+                o.policy_options.push_back({policy, {name, value}});
             for (auto [k, v] : options) o.set(nb::cast<std::string>(k), nb::cast<double>(v));  // cost, workload
             std::ostringstream out;
             {
