@@ -139,6 +139,8 @@ def simulate(
     ``--instances`` and ``--remote-capacity`` (tiered mode: serving
     instances routed by session, and the remote store they share).
     The GIL is released while the runs go, in ``threads`` threads (0: all cores).
+    A bad argument raises ``ConfigError`` in the simulator's own words, which
+    name its flags: argument ``cpu_capacity`` is ``--cpu-capacity``, and so on.
     """
     if isinstance(policies, str):
         policies = policies.split(",")
