@@ -169,6 +169,16 @@ def prompt_tokens(req: TraceRequest, block_size: int, trace_block: int) -> List[
     return tokens or [1]
 
 
+def decode_tokens(req: TraceRequest, cfg: "ReplayConfig") -> int:
+    """The tokens ``req`` decodes: its ``output_length``, scaled as its
+    prompt is (``block_size / trace_block``, rounded up) where
+    ``cfg.scale_outputs``, capped by ``cfg.max_output`` where set; at least 1."""
+    out = req.output_length
+    if cfg.scale_outputs:
+        out = -(-out * cfg.block_size // cfg.trace_block)
+    return max(1, out if cfg.max_output is None else min(out, cfg.max_output))
+
+
 class FakeOffloadingWorker:
     """The worker side, reduced to when transfer jobs complete (see the
     module's docstring). ``step(meta)`` returns the worker's report for the
@@ -204,6 +214,10 @@ class ReplayConfig:
     max_num_seqs: int = 16
     max_num_batched_tokens: int = 2048
     max_output: Optional[int] = None  # cap on each request's decode tokens
+    # Each request decodes its output_length scaled as its prompt is (one
+    # vLLM block of block_size tokens per trace block of trace_block), then
+    # capped by max_output if set; False: output_length as the trace gives it.
+    scale_outputs: bool = False
     step_ms: float = 5.0
     ms_per_token: float = 0.01
     speedup: float = 1.0
@@ -421,7 +435,7 @@ class Replay:
         """Adds the request to the scheduler; False where it is refused (too long)."""
         v, cfg = self.v, self.cfg
         tokens = prompt_tokens(req, cfg.block_size, cfg.trace_block)
-        out = max(1, req.output_length if cfg.max_output is None else min(req.output_length, cfg.max_output))
+        out = decode_tokens(req, cfg)
         if len(tokens) + out > self.max_model_len:
             # vLLM's front end refuses it (max_model_len: what the GPU's KV
             # cache holds); it never reaches the scheduler.

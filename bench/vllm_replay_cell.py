@@ -38,7 +38,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def one(trace: str, fraction: float, speedup: float, policy: str, admission: bool, timing: bool = False) -> dict:
+def one(trace: str, fraction: float, speedup: float, policy: str, admission: bool, timing: bool = False,
+        outputs: str = "capped") -> dict:
     """The cell in this process (its hash seed): LRU (its CPU-tier accesses
     give the Belady bound) and kvpolicy's policy; with `timing`, kvpolicy's
     run alone, with where its time goes per call."""
@@ -48,6 +49,7 @@ def one(trace: str, fraction: float, speedup: float, policy: str, admission: boo
     import vllm_replay_study as study
 
     study.POLICY, study.ADMISSION = policy, admission
+    study.OUTPUTS = outputs
     path, trace_block, limit = study_set.TRACE_SET[trace]
     reqs = replay.read_trace(str(path), limit, derive_block=trace_block)
     cpu = max(1, int(fraction * len({h for r in reqs for h in r.hash_ids})))
@@ -65,10 +67,10 @@ def one(trace: str, fraction: float, speedup: float, policy: str, admission: boo
             "policy_share": net["policy_net_ms_per_step"] / max(net["scheduler_net_ms_per_step"], 1e-9)}
 
 
-def run_seed(cell: str, policy: str, seed: int, admission: bool, timing: bool = False) -> dict:
+def run_seed(cell: str, policy: str, seed: int, admission: bool, timing: bool = False, outputs: str = "capped") -> dict:
     trace, fraction, speedup = cell.split(":")
     env = dict(os.environ, PYTHONHASHSEED=str(seed))
-    flags = (["--store-admission"] if admission else []) + (["--timing"] if timing else [])
+    flags = (["--store-admission"] if admission else []) + (["--timing"] if timing else []) + ["--outputs", outputs]
     out = subprocess.run([sys.executable, __file__, cell, "--policy", policy, "--one", *flags], capture_output=True,
                          text=True, env=env)
     if out.returncode != 0:
@@ -115,18 +117,23 @@ def main() -> int:
     p.add_argument("--timing", action="store_true",
                    help="kvpolicy's replay alone (no LRU run, no bound): the policy's share of the scheduler's "
                         "time per step and where it goes, per call, net of the timer; run with --jobs 1")
+    p.add_argument("--outputs", choices=("capped", "scaled"), default="capped",
+                   help="each request decodes at most 16 tokens (capped: vllm_replay_study's default) or its "
+                        "trace's output_length scaled as its prompt is (scaled); a cell's speed-up is "
+                        "calibrated for one of them")
     p.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a child: this process's seed
     a = p.parse_args()
     if a.one:
         trace, fraction, speedup = a.cells[0].split(":")
-        print(json.dumps(one(trace, float(fraction), float(speedup), a.policy, a.store_admission, a.timing)))
+        print(json.dumps(one(trace, float(fraction), float(speedup), a.policy, a.store_admission, a.timing,
+                             a.outputs)))
         return 0
     seeds = [int(s) for s in a.seeds.split(",")]
     runs = [(c, s) for c in a.cells for s in seeds]
     cells: dict = {c: [] for c in a.cells}
     with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
         for (cell, _), r in zip(runs, pool.map(lambda cs: run_seed(cs[0], a.policy, cs[1], a.store_admission,
-                                                                   a.timing), runs)):
+                                                                   a.timing, a.outputs), runs)):
             cells[cell].append(r)
             if a.json:
                 Path(a.json).write_text(json.dumps([r for rs in cells.values() for r in rs], indent=1))

@@ -51,6 +51,16 @@ from offload_policy_study import TRACE_SET, serve_rate, simulate  # noqa: E402
 from vllm_replay import Replay, ReplayConfig, belady_hits, pin_hash_seed, read_trace  # noqa: E402
 
 MAX_BATCHED_TOKENS = 2048  # 128 vLLM blocks of 16: offload_policy_study.simulate's --prefill-chunk
+# What each request decodes (--outputs): at most 16 tokens (capped), or its
+# trace's output_length scaled as its prompt is, one vLLM block of 16 tokens
+# per trace block (scaled: the Mooncake traces' first 3,000 requests then
+# decode a median of 12 and 4 tokens, the agentic trace's first 400 a median
+# of 66).
+OUTPUTS = "capped"
+
+
+def outputs_shape() -> dict:
+    return {"max_output": 16} if OUTPUTS == "capped" else {"max_output": None, "scale_outputs": True}
 
 
 def shape(reqs, cpu_chunks: int, speedup: float, **kw) -> dict:
@@ -58,7 +68,7 @@ def shape(reqs, cpu_chunks: int, speedup: float, **kw) -> dict:
     # A small GPU prefix cache: the longest request, or 8 median ones, whichever is more.
     gpu = max(blocks[-1] + 16, 8 * statistics.median(blocks))
     return dict(gpu_blocks=int(gpu), cpu_chunks=cpu_chunks, max_num_seqs=16, max_num_batched_tokens=MAX_BATCHED_TOKENS,
-                max_output=16, speedup=speedup, **kw)
+                speedup=speedup, **outputs_shape(), **kw)
 
 
 def run(reqs, trace_block: int, kvpolicy: bool, accesses: bool = False, **kw):
@@ -107,7 +117,7 @@ ADMISSION = False  # --store-admission: a store is cut at the first chunk the po
 
 
 def main(argv=None) -> int:
-    global POLICY, FORECAST, ADMISSION
+    global POLICY, FORECAST, ADMISSION, OUTPUTS
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="build/vllm-replay")
     p.add_argument("--traces", default=",".join(TRACE_SET))
@@ -115,7 +125,8 @@ def main(argv=None) -> int:
     p.add_argument("--fractions", default="0.01,0.05,0.10")
     p.add_argument("--requests", type=int, default=None, help="requests replayed per trace (default: per trace)")
     p.add_argument("--iterations", type=int, default=10, help="calibration runs per load")
-    p.add_argument("--sim", default="build/tools/kvpolicy-sim", help="kvpolicy-sim, for its offload mode beside vLLM")
+    p.add_argument("--sim", default="build/tools/kvpolicy-sim",
+                   help="kvpolicy-sim, for its offload mode beside vLLM; '' leaves the simulator out")
     p.add_argument("--policy", default=POLICY, help="the kvpolicy policy behind kvpolicy's connector")
     p.add_argument("--forecast", action="store_true",
                    help="kvpolicy's connector tells the queue only the chunks of a request past the GPU prefix "
@@ -123,8 +134,12 @@ def main(argv=None) -> int:
     p.add_argument("--store-admission", action="store_true",
                    help="kvpolicy's connector stores past the CPU tier's free room only what the policy does not "
                         "rank its own next victim (kv_connector_extra_config kvpolicy_store_admission)")
+    p.add_argument("--outputs", choices=("capped", "scaled"), default="capped",
+                   help="each request decodes at most 16 tokens (capped), or its trace's output_length scaled as "
+                        "its prompt is, one vLLM block per trace block (scaled)")
     a = p.parse_args(argv)
     POLICY, FORECAST, ADMISSION = a.policy, a.forecast, a.store_admission
+    OUTPUTS = a.outputs
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -143,7 +158,7 @@ def main(argv=None) -> int:
                 t0 = time.time()
                 l, q, bound = replay_cell(reqs, trace_block, cpu, speedup)
                 row = {
-                    "trace": name, "policy": POLICY, "front_cache_forecast": FORECAST,
+                    "trace": name, "policy": POLICY, "front_cache_forecast": FORECAST, "outputs": a.outputs,
                     "requests": len(reqs), "distinct_blocks": distinct, "cpu_fraction": fraction,
                     "cpu_chunks": cpu, "queue_target": target, "speedup": round(speedup, 3),
                     "queue_median_lru": statistics.median(l.queue_depths),
@@ -153,6 +168,8 @@ def main(argv=None) -> int:
                     "gap_closed": gap_closed(l.cpu_chunks_loaded, q.cpu_chunks_loaded, bound),
                     "prefill_lru": l.prefill_tokens_computed, "prefill_kvpolicy": q.prefill_tokens_computed,
                     "rejected": l.rejected,
+                    "hit_ratio_lru": 1 - l.prefill_tokens_computed / l.prompt_tokens,
+                    "hit_ratio_kvpolicy": 1 - q.prefill_tokens_computed / q.prompt_tokens,
                     "scheduler_ms_per_step": 1e3 * q.scheduler_s / max(q.steps, 1),
                     "policy_ms_per_step": 1e3 * q.policy_s / max(q.steps, 1),
                     "lru_policy_ms_per_step": 1e3 * l.policy_s / max(l.steps, 1),
@@ -160,13 +177,16 @@ def main(argv=None) -> int:
                     **{"lru_" + k: v for k, v in l.net_of_timer().items()},
                     "seconds": round(time.time() - t0, 1),
                 }
+                if not a.sim:
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+                    (out / "cells.json").write_text(json.dumps(rows, indent=1))
+                    continue
                 gpu = shape(reqs, cpu, speedup)["gpu_blocks"]
                 rate, _ = serve_rate(a.sim, head.name, trace_block, gpu, cpu, 30, row["queue_median_lru"])
                 sim = simulate(a.sim, head.name, trace_block, gpu, cpu, rate, ["lru", POLICY, "belady"])
                 s_lru, s_q, s_opt = sim["lru"], sim[POLICY], sim["belady"]
                 row.update({
-                    "hit_ratio_lru": 1 - l.prefill_tokens_computed / l.prompt_tokens,
-                    "hit_ratio_kvpolicy": 1 - q.prefill_tokens_computed / q.prompt_tokens,
                     "sim_serve_rate": rate, "sim_queue_median": s_lru["queue_depth_p50"],
                     "sim_hits_lru": s_lru["cpu_hits"], "sim_hits_kvpolicy": s_q["cpu_hits"],
                     "sim_hits_belady": s_opt["cpu_hits"],
@@ -197,6 +217,9 @@ def markdown(rows) -> str:
 
     for r in rows:
         cell = f"| {r['trace']} | {100 * r['cpu_fraction']:.0f}% ({r['cpu_chunks']}) "
+        if "sim_hits_lru" not in r:  # --sim '': no simulator beside
+            r = {**r, "sim_hit_ratio_lru": float("nan"), "sim_hit_ratio_kvpolicy": float("nan"), "sim_hits_lru": "-",
+                 "sim_hits_kvpolicy": "-", "sim_hits_belady": "-", "sim_gap_closed": None}
         cut = 1 - r["prefill_kvpolicy"] / r["prefill_lru"]
         lines.append(
             cell + f"| {r['queue_median_lru']:g} / {r['queue_median_kvpolicy']:g} | {r['hits_lru']} "

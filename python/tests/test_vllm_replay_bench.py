@@ -1,9 +1,10 @@
 """bench/vllm_replay.py's parts that need no vLLM: the Belady bound of a
 CPU tier's access sequence (against an exhaustive search of every admission
-and eviction choice), the prompts made from a trace's block hashes, and the
-trace reader's errors."""
+and eviction choice), the prompts made from a trace's block hashes, the
+tokens each request decodes, and the trace reader's errors."""
 
 import functools
+import math
 import random
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from vllm_replay import TraceRequest, belady_hits, prompt_tokens, read_trace  # noqa: E402
+from vllm_replay import ReplayConfig, TraceRequest, belady_hits, decode_tokens, prompt_tokens, read_trace  # noqa: E402
 
 
 def exhaustive_hits(accesses, capacity):
@@ -62,6 +63,22 @@ def test_prompts_follow_the_traces_prefix_hashes():
     assert len(p1) == 32 + 3  # ceil(76 * 16 / 512): the last block as full as the trace's
     assert len(p2) == 48
     assert p1[0] == 8 and p1[1:16] == [0] * 15
+
+
+def test_decode_tokens_scale_as_the_prompt_does():
+    def tokens(output, **cfg):
+        return decode_tokens(TraceRequest(0, [1], 100, output), ReplayConfig(**cfg))
+
+    assert tokens(361) == 361  # the trace's own
+    assert tokens(361, max_output=16) == 16
+    # One vLLM block of 16 tokens per trace block of 512: 361 * 16 / 512 = 11.3, rounded up.
+    assert tokens(361, trace_block=512, scale_outputs=True) == 12
+    assert tokens(264, trace_block=64, scale_outputs=True) == 66  # the agentic trace's blocks of 64
+    assert tokens(264, trace_block=64, scale_outputs=True, max_output=16) == 16  # scaled, then capped
+    assert tokens(1, trace_block=512, scale_outputs=True) == 1
+    assert tokens(0) == 1 and tokens(0, scale_outputs=True) == 1  # a request decodes at least one token
+    for out in range(0, 2000, 7):  # against the quotient, rounded up (exact in floating point here)
+        assert tokens(out, trace_block=512, scale_outputs=True) == max(1, math.ceil(out * 16 / 512))
 
 
 def test_trace_reader_names_the_bad_line(tmp_path):
