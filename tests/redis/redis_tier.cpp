@@ -9,6 +9,8 @@
 
 #include <kvpolicy/redis.hpp>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -99,6 +101,35 @@ TEST_CASE("redis: bad configuration is refused at construction, naming the addre
         block_arena gpu(2, item_bytes), cpu(2, item_bytes);
         REQUIRE_THROWS_WITH(redis::engine(gpu, cpu, store), Catch::Contains("make store_config::ns.item_bytes"));
     }
+}
+
+TEST_CASE("redis test servers: a port another process took after its probe is chosen again, or named", "[redis]") {
+    // A listener on a port, as another test process's server would hold it.
+    const int held = kvpolicy::testing::free_loopback_port();
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<std::uint16_t>(held));
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(fd, 1) == 0);
+    SECTION("its own port: it starts on another") {
+        redis_server server({}, false, held);
+        REQUIRE(server.port() != held);
+        REQUIRE(server.call({"PING"}) == "PONG");
+    }
+    SECTION("a port the caller gave it: port_taken names that port") {
+        bool thrown = false;
+        try {
+            redis_server server({"--port", std::to_string(held)});
+        } catch (const kvpolicy::testing::port_taken& e) {
+            thrown = true;
+            REQUIRE(e.port == held);
+            REQUIRE_THAT(e.what(), Catch::Contains("Address already in use"));
+        }
+        REQUIRE(thrown);
+    }
+    ::close(fd);
 }
 
 TEST_CASE("redis engine: pipelined batches, binary-safe values, per-op status, bounded in-flight bytes", "[redis]") {

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,20 +64,27 @@ struct test_certs {
 };
 
 // A redis-server with a TLS port that asks for client certificates, and
-// `extra` arguments; its plain port stays open for the helper's checks.
+// `extra` arguments; its plain port stays open for the helper's checks. A
+// TLS port another process took in between is chosen again (redis_server.hpp).
 struct tls_server {
-    int tls_port = kvpolicy::testing::free_loopback_port();
-    redis_server server;
-    tls_server(const test_certs& certs, std::vector<std::string> extra = {})
-            : server([&] {
-                  std::vector<std::string> a = {"--tls-port",         std::to_string(tls_port),
-                                                "--tls-cert-file",    certs.file("server.crt"),
-                                                "--tls-key-file",     certs.file("server.key"),
-                                                "--tls-ca-cert-file", certs.file("ca.crt"),
-                                                "--tls-auth-clients", "yes"};
-                  a.insert(a.end(), extra.begin(), extra.end());
-                  return a;
-              }()) {}
+    int tls_port = 0;
+    std::optional<redis_server> server;
+    tls_server(const test_certs& certs, std::vector<std::string> extra = {}) {
+        for (int tries = 1; !server; ++tries) {
+            tls_port = kvpolicy::testing::free_loopback_port();
+            std::vector<std::string> a = {"--tls-port",         std::to_string(tls_port),
+                                          "--tls-cert-file",    certs.file("server.crt"),
+                                          "--tls-key-file",     certs.file("server.key"),
+                                          "--tls-ca-cert-file", certs.file("ca.crt"),
+                                          "--tls-auth-clients", "yes"};
+            a.insert(a.end(), extra.begin(), extra.end());
+            try {
+                server.emplace(std::move(a));
+            } catch (const kvpolicy::testing::port_taken& e) {
+                if (e.port != tls_port || tries == 5) throw;
+            }
+        }
+    }
 };
 
 redis::store_config tls_config_for(const test_certs& certs, int port) {
@@ -189,7 +197,7 @@ TEST_CASE("redis TLS: values round-trip, and the CA, the server's name and the c
         REQUIRE_THROWS_WITH(redis::store(c), Catch::Contains("store_config::tls.key_file"));
     }
     SECTION("TLS to the plain port, plain to the TLS port") {
-        c.nodes[0].port = s.server.port();
+        c.nodes[0].port = s.server->port();
         REQUIRE_THROWS_WITH(redis::store(c), Catch::Contains("TLS"));
         c.nodes[0].port = s.tls_port;
         c.tls.enabled = false;
@@ -217,11 +225,11 @@ TEST_CASE("redis TLS with an ACL user, and a paused TLS server costs a batch one
     }
     std::vector<transfer_status> status(32);
     REQUIRE(engine.execute(gets, keys, status) == 32);
-    s.server.pause();
+    s.server->pause();
     for (int batch = 0; batch < 2; ++batch) {  // the open connection, then a new one's handshake
         const auto t0 = std::chrono::steady_clock::now();
         REQUIRE(engine.execute(gets, keys, status) == 0);
         CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() <= 0.4 + 1.0);
     }
-    s.server.resume();
+    s.server->resume();
 }

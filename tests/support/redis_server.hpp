@@ -6,6 +6,13 @@
 // redis_cluster: three such servers with --cluster-enabled yes, joined by
 // `redis-cli --cluster create`, waited for until every node says
 // cluster_state:ok.
+//
+// Ports: a port is probed free, then bound by redis-server a moment later,
+// and ctest runs test programs two at a time, each picking ports at random:
+// another process can take one in between (CI once failed on it: "bind:
+// Address already in use"). So no port is handed out twice by one process,
+// and a server whose own port was taken starts again on a new one
+// (port_taken names the port, for a caller that chose extra ones).
 #pragma once
 
 #include <hiredis/hiredis.h>
@@ -21,7 +28,9 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -30,9 +39,13 @@
 
 namespace kvpolicy::testing {
 
-// A port p on 127.0.0.1 that binds now (and p + 10000, a cluster bus port, if asked).
+// A port p on 127.0.0.1 that binds now (and p + 10000, a cluster bus port,
+// if asked), never one this process handed out before.
 inline int free_loopback_port(bool with_bus = false) {
+    static std::mutex m;
     static std::mt19937 rng(static_cast<unsigned>(::getpid()) * 2654435761u);
+    static std::set<int> handed_out;
+    const std::scoped_lock lock(m);
     auto bindable = [](int p) {
         const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
         sockaddr_in a{};
@@ -45,19 +58,37 @@ inline int free_loopback_port(bool with_bus = false) {
     };
     for (int tries = 0; tries < 1000; ++tries) {
         const int p = 20000 + static_cast<int>(rng() % 10000);
-        if (bindable(p) && (!with_bus || bindable(p + 10000))) return p;
+        if (!handed_out.contains(p) && bindable(p) && (!with_bus || bindable(p + 10000))) {
+            handed_out.insert(p);
+            return p;
+        }
     }
     throw std::runtime_error("no free loopback port in 20000-29999");
 }
 
+// redis-server could not listen on `port`: another process holds it.
+struct port_taken : std::runtime_error {
+    port_taken(const std::string& what, int p) : std::runtime_error(what), port(p) {}
+    int port;
+};
+
 class redis_server {
 public:
-    explicit redis_server(std::vector<std::string> extra = {}, bool cluster_bus = false)
-            : extra_(std::move(extra)), port_(free_loopback_port(cluster_bus)) {
+    /// `first_port`: the port to try first (tests of the retry); 0: a free one.
+    explicit redis_server(std::vector<std::string> extra = {}, bool cluster_bus = false, int first_port = 0)
+            : extra_(std::move(extra)), port_(first_port != 0 ? first_port : free_loopback_port(cluster_bus)) {
         char tmpl[] = "/tmp/kvpolicy-redis-XXXXXX";
         if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
         dir_ = tmpl;
-        start();
+        for (int tries = 1;; ++tries) {
+            try {
+                start();
+                return;
+            } catch (const port_taken& e) {
+                if (e.port != port_ || tries == 5) throw;  // an extra port of the caller's, or no luck
+                port_ = free_loopback_port(cluster_bus);
+            }
+        }
     }
     ~redis_server() {
         kill();
@@ -102,8 +133,10 @@ public:
             int st = 0;
             if (::waitpid(pid_, &st, WNOHANG) == pid_) {
                 pid_ = -1;
-                throw std::runtime_error("redis-server on port " + std::to_string(port_) +
-                                         " exited at start: " + log());
+                const std::string text = log();
+                const std::string what = "redis-server on port " + std::to_string(port_) + " exited at start: " + text;
+                if (const int taken = port_in_use(text); taken != 0) throw port_taken(what, taken);
+                throw std::runtime_error(what);
             }
             if (answers()) return;
             std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -146,6 +179,14 @@ public:
     }
 
 private:
+    // The port redis-server's log says it could not bind because it is in
+    // use ("listening socket 127.0.0.1:P: bind: Address already in use"), or 0.
+    static int port_in_use(const std::string& text) {
+        const std::string socket = "listening socket 127.0.0.1:";
+        const std::size_t at = text.find(socket);
+        if (at == std::string::npos || text.find("Address already in use", at) == std::string::npos) return 0;
+        return std::atoi(text.c_str() + at + socket.size());
+    }
     bool answers() const {
         const std::string r = call({"PING"});
         return r == "PONG" || r.rfind("NOAUTH", 0) == 0 || r.rfind("LOADING", 0) == 0;
