@@ -59,16 +59,13 @@ MAX_BATCHED_TOKENS = 2048  # 128 vLLM blocks of 16: offload_policy_study.simulat
 OUTPUTS = "capped"
 
 
-def outputs_shape() -> dict:
-    return {"max_output": 16} if OUTPUTS == "capped" else {"max_output": None, "scale_outputs": True}
-
-
 def shape(reqs, cpu_chunks: int, speedup: float, **kw) -> dict:
     blocks = sorted(len(r.hash_ids) for r in reqs)
     # A small GPU prefix cache: the longest request, or 8 median ones, whichever is more.
     gpu = max(blocks[-1] + 16, 8 * statistics.median(blocks))
+    decodes = {"max_output": 16} if OUTPUTS == "capped" else {"max_output": None, "scale_outputs": True}
     return dict(gpu_blocks=int(gpu), cpu_chunks=cpu_chunks, max_num_seqs=16, max_num_batched_tokens=MAX_BATCHED_TOKENS,
-                speedup=speedup, **outputs_shape(), **kw)
+                speedup=speedup, **decodes, **kw)
 
 
 def run(reqs, trace_block: int, kvpolicy: bool, accesses: bool = False, **kw):
@@ -177,23 +174,19 @@ def main(argv=None) -> int:
                     **{"lru_" + k: v for k, v in l.net_of_timer().items()},
                     "seconds": round(time.time() - t0, 1),
                 }
-                if not a.sim:
-                    rows.append(row)
-                    print(json.dumps(row), flush=True)
-                    (out / "cells.json").write_text(json.dumps(rows, indent=1))
-                    continue
-                gpu = shape(reqs, cpu, speedup)["gpu_blocks"]
-                rate, _ = serve_rate(a.sim, head.name, trace_block, gpu, cpu, 30, row["queue_median_lru"])
-                sim = simulate(a.sim, head.name, trace_block, gpu, cpu, rate, ["lru", POLICY, "belady"])
-                s_lru, s_q, s_opt = sim["lru"], sim[POLICY], sim["belady"]
-                row.update({
-                    "sim_serve_rate": rate, "sim_queue_median": s_lru["queue_depth_p50"],
-                    "sim_hits_lru": s_lru["cpu_hits"], "sim_hits_kvpolicy": s_q["cpu_hits"],
-                    "sim_hits_belady": s_opt["cpu_hits"],
-                    "sim_gap_closed": gap_closed(s_lru["cpu_hits"], s_q["cpu_hits"], s_opt["cpu_hits"]),
-                    "sim_hit_ratio_lru": s_lru["token_hit_ratio"], "sim_hit_ratio_kvpolicy": s_q["token_hit_ratio"],
-                    "sim_gpu_hits": s_lru["gpu_hits"], "sim_requests_refused": s_lru["bypassed_requests"],
-                })
+                if a.sim:  # the simulator beside (--sim '': none)
+                    gpu = shape(reqs, cpu, speedup)["gpu_blocks"]
+                    rate, _ = serve_rate(a.sim, head.name, trace_block, gpu, cpu, 30, row["queue_median_lru"])
+                    sim = simulate(a.sim, head.name, trace_block, gpu, cpu, rate, ["lru", POLICY, "belady"])
+                    s_lru, s_q, s_opt = sim["lru"], sim[POLICY], sim["belady"]
+                    row.update({
+                        "sim_serve_rate": rate, "sim_queue_median": s_lru["queue_depth_p50"],
+                        "sim_hits_lru": s_lru["cpu_hits"], "sim_hits_kvpolicy": s_q["cpu_hits"],
+                        "sim_hits_belady": s_opt["cpu_hits"],
+                        "sim_gap_closed": gap_closed(s_lru["cpu_hits"], s_q["cpu_hits"], s_opt["cpu_hits"]),
+                        "sim_hit_ratio_lru": s_lru["token_hit_ratio"], "sim_hit_ratio_kvpolicy": s_q["token_hit_ratio"],
+                        "sim_gpu_hits": s_lru["gpu_hits"], "sim_requests_refused": s_lru["bypassed_requests"],
+                    })
                 rows.append(row)
                 print(json.dumps(row), flush=True)
                 (out / "cells.json").write_text(json.dumps(rows, indent=1))
@@ -217,9 +210,6 @@ def markdown(rows) -> str:
 
     for r in rows:
         cell = f"| {r['trace']} | {100 * r['cpu_fraction']:.0f}% ({r['cpu_chunks']}) "
-        if "sim_hits_lru" not in r:  # --sim '': no simulator beside
-            r = {**r, "sim_hit_ratio_lru": float("nan"), "sim_hit_ratio_kvpolicy": float("nan"), "sim_hits_lru": "-",
-                 "sim_hits_kvpolicy": "-", "sim_hits_belady": "-", "sim_gap_closed": None}
         cut = 1 - r["prefill_kvpolicy"] / r["prefill_lru"]
         lines.append(
             cell + f"| {r['queue_median_lru']:g} / {r['queue_median_kvpolicy']:g} | {r['hits_lru']} "
@@ -227,12 +217,15 @@ def markdown(rows) -> str:
             f"| {r['prefill_kvpolicy']} | {100 * cut:.1f}% "
             f"| {r['policy_ms_per_step']:.3f} / {r['scheduler_ms_per_step']:.3f} "
             f"| {r['policy_net_ms_per_step']:.3f} / {r['scheduler_net_ms_per_step']:.3f} |")
+        if "sim_hits_lru" not in r:  # --sim '': no simulator beside
+            continue
         sim_lines.append(
             cell + f"| {r['queue_median_lru']:g} | {r['hit_ratio_lru']:.4f} / {r['sim_hit_ratio_lru']:.4f} "
             f"| {r['hit_ratio_kvpolicy']:.4f} / {r['sim_hit_ratio_kvpolicy']:.4f} "
             f"| {r['hits_lru']} / {r['sim_hits_lru']} | {r['hits_kvpolicy']} / {r['sim_hits_kvpolicy']} "
             f"| {r['hits_belady']} / {r['sim_hits_belady']} | {pct(r['gap_closed'])} / {pct(r['sim_gap_closed'])} |")
-    return head + "\n".join(lines) + "\n\n" + sim_head + "\n".join(sim_lines) + "\n"
+    sims = "\n\n" + sim_head + "\n".join(sim_lines) if sim_lines else ""
+    return head + "\n".join(lines) + sims + "\n"
 
 
 if __name__ == "__main__":

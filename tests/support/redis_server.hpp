@@ -9,8 +9,8 @@
 //
 // Ports: a port is probed free, then bound by redis-server a moment later,
 // and ctest runs test programs two at a time, each picking ports at random:
-// another process can take one in between (CI once failed on it: "bind:
-// Address already in use"). So no port is handed out twice by one process,
+// another process can take one in between (a clean-clone run once failed
+// on it: "bind: Address already in use"). So no port is handed out twice by one process,
 // and a server whose own port was taken starts again on a new one
 // (port_taken names the port, for a caller that chose extra ones).
 #pragma once
@@ -182,10 +182,11 @@ public:
 
 private:
     // The port redis-server's log says it could not bind because it is in
-    // use ("listening socket 127.0.0.1:P: bind: Address already in use"), or 0.
+    // use ("listening socket 127.0.0.1:P: bind: Address already in use"), or
+    // 0. The last such line: the log keeps the starts before this one.
     static int port_in_use(const std::string& text) {
         const std::string socket = "listening socket 127.0.0.1:";
-        const std::size_t at = text.find(socket);
+        const std::size_t at = text.rfind(socket);
         if (at == std::string::npos || text.find("Address already in use", at) == std::string::npos) return 0;
         return std::atoi(text.c_str() + at + socket.size());
     }
