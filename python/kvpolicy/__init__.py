@@ -29,6 +29,7 @@ from ._kvpolicy import (
     UnknownNameError,
     UsageError,
     VictimBatchSelector,
+    _RunOptions,
     _simulate_json,
     block_digests,
     derive_sessions,
@@ -146,13 +147,25 @@ def simulate(
         policies = policies.split(",")
     if isinstance(capacities, int):
         capacities = [capacities]
-    text = _simulate_json(
-        None if trace is None else str(trace), format, mode, list(policies), [int(c) for c in capacities],
-        cpu_capacity, cpu_policy, block_size, layers, seed, threads, skip_bad_lines, options, return_hints,
-        bounds, lookahead, serve_rate, prefill_chunk, queue_past_gpu, store_admission,
-        [(p, str(k), float(v)) for p, opts in (policy_options or {}).items() for k, v in opts.items()],
-        match_lru, instances, remote_capacity,
+    o = _RunOptions()
+    fields = dict(
+        trace="" if trace is None else str(trace), policies=list(policies), cpu_capacity=cpu_capacity,
+        cpu_policy=cpu_policy, block_size=block_size, layers=layers, seed=seed, threads=threads,
+        skip_bad_lines=skip_bad_lines, return_hints=return_hints or "", bounds=bounds, lookahead=lookahead,
+        serve_rate=serve_rate, prefill_chunk=prefill_chunk, queue_past_gpu=queue_past_gpu,
+        store_admission=store_admission, match_lru=match_lru, instances=instances, remote_capacity=remote_capacity,
     )
+    for name, value in fields.items():
+        setattr(o, name, value)
+    o.set_format_and_mode(format or "", mode or "")
+    for c in capacities:
+        o.add_capacity(int(c))
+    for policy, opts in (policy_options or {}).items():
+        for name, value in opts.items():
+            o.add_policy_option(policy, str(name), float(value))
+    for name, value in options.items():
+        o.set(name, float(value))
+    text = _simulate_json(o)
     rows = [json.loads(line) for line in text.splitlines() if line]
     if as_frame:
         try:

@@ -147,6 +147,14 @@ redis::store_fields fields_of(const nb::dict& d) {
     return out;
 }
 
+#else
+// Why `what` cannot work in this build.
+std::string no_redis(const std::string& what) {
+    return what +
+           " needs the Redis remote tier, but this kvpolicy package was built without Redis support "
+           "(hiredis or OpenSSL was not found when it was built); install libhiredis-dev and libssl-dev "
+           "(scripts/install-deps.sh) and reinstall kvpolicy";
+}
 #endif
 
 class cache_handle {
@@ -174,12 +182,7 @@ public:
         if (remote)
             store_cfg = redis::node::config_from(fields_of(*remote), block_size, item_bytes, "TieredCache remote");
 #else
-        if (remote)
-            throw config_error(
-                "TieredCache: remote=... needs the Redis remote tier, but this kvpolicy package was built "
-                "without Redis support (hiredis or OpenSSL was not found when it was built); install "
-                "libhiredis-dev and libssl-dev (scripts/install-deps.sh) and reinstall kvpolicy, or "
-                "leave remote=None");
+        if (remote) throw config_error(no_redis("TieredCache: remote=...") + ", or leave remote=None");
 #endif
         impl_ = any_tiered_cache::make(cfg, g, c, thread_safe);
         steps_.emplace(*impl_);
@@ -458,9 +461,14 @@ void bind_cache(nb::module_& m) {
 
 #ifdef KVPOLICY_PYTHON_REDIS
     m.attr("HAS_REDIS") = true;
+#else
+    m.attr("HAS_REDIS") = false;
+#endif
     m.def(
         "block_digests",
-        [](nb::handle tokens, std::uint32_t block_size, nb::bytes extra) {
+        []([[maybe_unused]] nb::handle tokens, [[maybe_unused]] std::uint32_t block_size,
+           [[maybe_unused]] nb::bytes extra) {
+#ifdef KVPOLICY_PYTHON_REDIS
             nb::object keep;
             const auto t = as_span<std::int32_t>(tokens, "block_digests: tokens", keep);
             if (block_size == 0) throw usage_error("block_digests: block_size is 0; give the tokens per block");
@@ -472,23 +480,14 @@ void bind_cache(nb::module_& m) {
             nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<block_digest>*>(p); });
             return nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<2>>(reinterpret_cast<std::uint8_t*>(owned->data()),
                                                                      {owned->size(), std::size_t{32}}, owner);
+#else
+            throw config_error(no_redis("block_digests"));
+#endif
         },
         nb::arg("tokens"), nb::arg("block_size") = 16, nb::arg("extra") = nb::bytes(""),
         "SHA-256 chained digests of the full blocks of `tokens` ((n, 32) uint8), as C++'s\n"
         "redis::sha256_block_hasher: each block's digest covers its parent's, `extra` (a LoRA id, a cache\n"
         "salt) and its token ids.");
-#else
-    m.attr("HAS_REDIS") = false;
-    m.def(
-        "block_digests",
-        [](nb::handle, std::uint32_t, nb::bytes) -> nb::object {
-            throw config_error(
-                "block_digests: this kvpolicy package was built without Redis support (hiredis or "
-                "OpenSSL was not found when it was built); install libhiredis-dev and libssl-dev and "
-                "reinstall kvpolicy");
-        },
-        nb::arg("tokens"), nb::arg("block_size") = 16, nb::arg("extra") = nb::bytes(""));
-#endif
     m.def(
         "digest_handles",
         [](nb::handle digests) { return to_numpy(digest_handles(digests_of(digests, "digest_handles: digests"))); },

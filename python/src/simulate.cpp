@@ -6,10 +6,7 @@
 // with no change here. Runs go in parallel threads with the GIL released.
 #include <sstream>
 #include <string>
-#include <tuple>
 #include <vector>
-
-#include <nanobind/stl/tuple.h>
 
 #include <kvpolicy/sim/driver.hpp>
 #include <kvpolicy/sim/offload_min.hpp>
@@ -21,55 +18,46 @@
 namespace kvpolicy::python {
 
 void bind_simulate(nb::module_& m) {
+    // kvpolicy.simulate fills one of these by its fields' names and runs it;
+    // the driver (sim::prepare) checks it as kvpolicy-sim's flags.
+    using o = sim::run_options;
+    nb::class_<o>(m, "_RunOptions", "sim::run_options, as kvpolicy.simulate fills it.")
+        .def(nb::init<>())
+        .def_rw("trace", &o::trace)
+        .def_rw("policies", &o::policies)  // names or "all", each looked up once by the driver
+        .def_rw("bounds", &o::bounds)
+        .def_rw("match_lru", &o::match_lru)
+        .def_rw("instances", &o::instances)
+        .def_rw("remote_capacity", &o::remote_capacity)
+        .def_rw("lookahead", &o::lookahead)
+        .def_rw("serve_rate", &o::serve_rate)
+        .def_rw("prefill_chunk", &o::prefill_chunk)
+        .def_rw("queue_past_gpu", &o::queue_past_gpu)
+        .def_rw("store_admission", &o::store_admission)
+        .def_rw("cpu_capacity", &o::cpu_capacity)
+        .def_rw("cpu_policy", &o::cpu_policy)
+        .def_rw("block_size", &o::block_size)
+        .def_rw("layers", &o::layers)
+        .def_rw("seed", &o::seed)
+        .def_rw("skip_bad_lines", &o::skip_bad_lines)
+        .def_rw("return_hints", &o::return_hints)
+        .def_rw("threads", &o::threads)
+        .def("set", &o::set, "A prefill cost figure or a built-in workload option by name.")
+        .def("set_format_and_mode", &sim::set_format_and_mode, "--format and --mode ('': the default).")
+        .def("add_capacity",
+             [](o& x, std::size_t c) { x.capacities.push_back({.blocks = c, .text = std::to_string(c)}); })
+        .def("add_policy_option", [](o& x, const std::string& policy, const std::string& name, double v) {
+            x.policy_options.push_back({policy, {name, v}});  // kvpolicy-sim --option POLICY.NAME=VALUE
+        });
     m.def(
         "_simulate_json",
-        [](std::optional<std::string> trace, std::optional<std::string> format, std::optional<std::string> mode,
-           std::vector<std::string> policies, std::vector<std::size_t> capacities, std::size_t cpu_capacity,
-           const std::string& cpu_policy, std::uint32_t block_size, std::uint32_t layers, std::uint64_t seed,
-           unsigned threads, bool skip_bad_lines, const nb::dict& options, std::optional<std::string> return_hints,
-           bool bounds, std::size_t lookahead, double serve_rate, std::uint64_t prefill_chunk, bool queue_past_gpu,
-           bool store_admission, const std::vector<std::tuple<std::string, std::string, double>>& policy_options,
-           bool match_lru, std::size_t instances, std::size_t remote_capacity) {
-            sim::run_options o;
-            o.trace = trace.value_or("");
-            sim::set_format_and_mode(o, format.value_or(""), mode.value_or(""));
-            o.policies = std::move(policies);  // names or "all", each looked up once by the driver
-            for (std::size_t c : capacities) o.capacities.push_back({.blocks = c, .text = std::to_string(c)});
-            // The driver (sim::prepare) checks the options below as kvpolicy-sim's flags.
-            o.bounds = bounds;
-            o.match_lru = match_lru;
-            o.instances = instances;
-            o.remote_capacity = remote_capacity;
-            o.lookahead = lookahead;
-            o.serve_rate = serve_rate;
-            o.prefill_chunk = prefill_chunk;
-            o.queue_past_gpu = queue_past_gpu;
-            o.store_admission = store_admission;
-            o.cpu_capacity = cpu_capacity;
-            o.cpu_policy = cpu_policy;
-            o.block_size = block_size;
-            o.layers = layers;
-            o.seed = seed;
-            o.skip_bad_lines = skip_bad_lines;
-            o.return_hints = return_hints.value_or("");
-            o.threads = threads;
-            for (const auto& [policy, name, value] : policy_options)  // kvpolicy-sim --option
-                o.policy_options.push_back({policy, {name, value}});
-            for (auto [k, v] : options) o.set(nb::cast<std::string>(k), nb::cast<double>(v));  // cost, workload
+        [](o options) {
             std::ostringstream out;
-            {
-                nb::gil_scoped_release unlocked;
-                sim::write_json_lines(out, sim::compare(std::move(o)).results);
-            }
+            nb::gil_scoped_release unlocked;
+            sim::write_json_lines(out, sim::compare(std::move(options)).results);
             return out.str();
         },
-        nb::arg("trace").none(), nb::arg("format").none(), nb::arg("mode").none(), nb::arg("policies"),
-        nb::arg("capacities"), nb::arg("cpu_capacity"), nb::arg("cpu_policy"), nb::arg("block_size"), nb::arg("layers"),
-        nb::arg("seed"), nb::arg("threads"), nb::arg("skip_bad_lines"), nb::arg("options"),
-        nb::arg("return_hints").none(), nb::arg("bounds"), nb::arg("lookahead"), nb::arg("serve_rate"),
-        nb::arg("prefill_chunk"), nb::arg("queue_past_gpu"), nb::arg("store_admission"), nb::arg("policy_options"),
-        nb::arg("match_lru"), nb::arg("instances"), nb::arg("remote_capacity"),
-        "kvpolicy-sim --output json, as text (kvpolicy.simulate parses it).");
+        nb::arg("options"), "kvpolicy-sim --output json, as text (kvpolicy.simulate parses it).");
     m.def(
         "_offload_min_hits",
         [](nb::handle lookups, nb::handle keys, std::size_t capacity) {

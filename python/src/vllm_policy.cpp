@@ -195,8 +195,7 @@ public:
     /// `keys`: the request's offload keys in block order (arrive, preempt), or
     /// their hashes as a uint64 array (_offload_key_hashes: no key made).
     template <engine::request_event E>
-    std::optional<std::string> on_request(std::string_view id, nb::handle keys = nb::none(),
-                                          std::uint64_t session = 0) {
+    std::optional<std::string> on_request(std::string_view id, nb::handle keys, std::uint64_t session) {
         std::vector<std::uint64_t> k;
         nb::object keep;
         in_array<std::uint64_t> a;
@@ -208,14 +207,6 @@ public:
         const engine::lifecycle_result r = core_->on_request(E, id, session_id{session}, h, clock());
         return r ? std::nullopt : std::optional(r.reason);
     }
-    auto arrived(std::string_view id, nb::handle keys, std::uint64_t s) {
-        return on_request<engine::request_event::arrive>(id, keys, s);
-    }
-    auto scheduled(std::string_view id) { return on_request<engine::request_event::schedule>(id); }
-    auto preempted(std::string_view id, nb::handle keys) {
-        return on_request<engine::request_event::preempt>(id, keys);
-    }
-    auto finished(std::string_view id) { return on_request<engine::request_event::finish>(id); }
     [[nodiscard]] std::size_t queued_requests() const { return core_->queued_requests(); }
     void forecast_front_cache(std::size_t gpu_blocks) { core_->forecast_front_cache(gpu_blocks); }
     [[nodiscard]] std::size_t front_cache_blocks() const { return core_->front_cache_blocks(); }
@@ -431,11 +422,14 @@ void bind_vllm_policy(nb::module_& m) {
         .def("request_access", &cache_policy_binding::request_access)
         .def("finish", &cache_policy_binding::finish, nb::arg("ordered"), nb::arg("insertion_only"), nb::arg("reused"),
              nb::arg("session") = 0, nb::arg("expected_return_s").none() = nb::none(), nb::arg("session_end") = false)
-        .def("request_arrived", &cache_policy_binding::arrived, nb::arg("request_id"), nb::arg("keys"),
-             nb::arg("session") = 0)
-        .def("request_scheduled", &cache_policy_binding::scheduled, nb::arg("request_id"))
-        .def("request_preempted", &cache_policy_binding::preempted, nb::arg("request_id"), nb::arg("keys"))
-        .def("request_finished", &cache_policy_binding::finished, nb::arg("request_id"))
+        .def("request_arrived", &cache_policy_binding::on_request<engine::request_event::arrive>, nb::arg("request_id"),
+             nb::arg("keys"), nb::arg("session") = 0)
+        .def("request_scheduled", &cache_policy_binding::on_request<engine::request_event::schedule>,
+             nb::arg("request_id"), nb::arg("keys") = nb::none(), nb::arg("session") = 0)
+        .def("request_preempted", &cache_policy_binding::on_request<engine::request_event::preempt>,
+             nb::arg("request_id"), nb::arg("keys"), nb::arg("session") = 0)
+        .def("request_finished", &cache_policy_binding::on_request<engine::request_event::finish>,
+             nb::arg("request_id"), nb::arg("keys") = nb::none(), nb::arg("session") = 0)
         .def_prop_ro("queued_requests", &cache_policy_binding::queued_requests)
         .def("forecast_front_cache", &cache_policy_binding::forecast_front_cache, nb::arg("gpu_blocks"),
              "Queued requests tell the policy only their keys past the hit a GPU prefix cache of `gpu_blocks` "

@@ -422,6 +422,8 @@ def test_without_redis_support_a_remote_tier_says_so():
         pytest.skip("this kvpolicy has Redis support (the case checked is a build without hiredis)")
     with pytest.raises(kvpolicy.ConfigError, match="built without Redis support"):
         kvpolicy.TieredCache(4, 4, item_bytes=64, remote={"port": 6379})
+    with pytest.raises(kvpolicy.ConfigError, match="block_digests needs the Redis remote tier"):
+        kvpolicy.block_digests(list(range(16)))
 
 
 @needs_server
