@@ -79,7 +79,7 @@ def simulate(
     trace: Optional[str] = None,
     mode: Optional[str] = None,
     policies: Union[str, Sequence[str]] = ("lru",),
-    capacities: Union[int, Sequence[int]] = (1000,),
+    capacities: Union[int, str, Sequence[Union[int, str]]] = (1000,),
     *,
     format: Optional[str] = None,
     cpu_capacity: int = 0,
@@ -109,6 +109,10 @@ def simulate(
     fields of ``kvpolicy-sim --output json`` (the simulator's own JSON writer
     makes them); ``as_frame=True`` returns a ``pandas.DataFrame`` of the same
     rows instead (pandas is needed only then).
+
+    capacities: blocks (the GPU tier's in tiered mode), or ``"P%"`` of the
+    trace's distinct blocks, as ``--capacity`` takes them: ``1000``,
+    ``[500, "5%"]`` or ``"1%,5%"``.
 
     trace: Mooncake JSONL (``.jsonl``, ``.jsonl.gz``) or a block CSV; None for
     the built-in workload. mode: ``flat``, ``prefix``, ``tiered`` or
@@ -145,7 +149,7 @@ def simulate(
     """
     if isinstance(policies, str):
         policies = policies.split(",")
-    if isinstance(capacities, int):
+    if isinstance(capacities, (int, str)):
         capacities = [capacities]
     o = _RunOptions()
     fields = dict(
@@ -158,8 +162,8 @@ def simulate(
     for name, value in fields.items():
         setattr(o, name, value)
     o.set_format_and_mode(format or "", mode or "")
-    for c in capacities:
-        o.add_capacity(int(c))
+    if capacities:
+        o.set_capacities(",".join(str(c) for c in capacities))
     for policy, opts in (policy_options or {}).items():
         for name, value in opts.items():
             o.add_policy_option(policy, str(name), float(value))

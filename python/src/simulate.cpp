@@ -44,8 +44,9 @@ void bind_simulate(nb::module_& m) {
         .def_rw("threads", &o::threads)
         .def("set", &o::set, "A prefill cost figure or a built-in workload option by name.")
         .def("set_format_and_mode", &sim::set_format_and_mode, "--format and --mode ('': the default).")
-        .def("add_capacity",
-             [](o& x, std::size_t c) { x.capacities.push_back({.blocks = c, .text = std::to_string(c)}); })
+        .def(
+            "set_capacities", [](o& x, std::string_view list) { x.capacities = sim::parse_capacity_list(list); },
+            "--capacity: blocks, or P% of the trace's distinct blocks, comma-separated.")
         .def("add_policy_option", [](o& x, const std::string& policy, const std::string& name, double v) {
             x.policy_options.push_back({policy, {name, v}});  // kvpolicy-sim --option POLICY.NAME=VALUE
         });

@@ -111,6 +111,28 @@ def test_same_results_as_the_kvpolicy_sim_binary(traces, args, kwargs):
         assert {k: v for k, v in g.items() if k not in timing} == {k: v for k, v in e.items() if k not in timing}
 
 
+def test_capacities_take_percentages_as_the_binary_does(traces):
+    """capacities=... takes --capacity's forms; P% is of the trace's distinct blocks (counted here)."""
+    trace = traces / "mooncake" / "conversation_trace.jsonl"
+    distinct = set()
+    for line in open(trace):
+        distinct.update(json.loads(line)["hash_ids"])
+    args = ["--trace", str(trace), "--block-size", "512", "--policy", "lru,arc", "--capacity", "1%,5%,700"]
+    out = subprocess.run([kvpolicy_sim(), *args, "--output", "json"], check=True, capture_output=True, text=True).stdout
+    expect = [json.loads(line) for line in out.splitlines()]
+    assert [e["capacity"] for e in expect] == [len(distinct) // 100] * 2 + [len(distinct) * 5 // 100] * 2 + [700] * 2
+    timing = {"seconds", "accesses_per_second"}
+    for capacities in ("1%,5%,700", ["1%", "5%", 700]):
+        got = kvpolicy.simulate(str(trace), block_size=512, policies="lru,arc", capacities=capacities)
+        assert [{k: v for k, v in g.items() if k not in timing} for g in got] == [
+            {k: v for k, v in e.items() if k not in timing} for e in expect
+        ]
+    with pytest.raises(kvpolicy.ConfigError, match=r"^--capacity: '150%' is outside \(0%, 100%\]"):
+        kvpolicy.simulate(str(trace), capacities="150%")
+    with pytest.raises(kvpolicy.ConfigError, match=r"^--capacity: '-5' is neither a number of blocks nor a percentage"):
+        kvpolicy.simulate(capacities=[-5])
+
+
 def test_built_in_workload_fields_and_frame():
     rows = kvpolicy.simulate(policies=["lru", "belady"], capacities=[300], sessions=40)
     assert [r["policy"] for r in rows] == ["lru", "belady"]
