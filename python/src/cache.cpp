@@ -149,7 +149,7 @@ redis::store_fields fields_of(const nb::dict& d) {
 
 #else
 // Why `what` cannot work in this build.
-std::string no_redis(const std::string& what) {
+std::string no_redis_message(const std::string& what) {
     return what +
            " needs the Redis remote tier, but this kvpolicy package was built without Redis support "
            "(hiredis or OpenSSL was not found when it was built); install libhiredis-dev and libssl-dev "
@@ -182,7 +182,7 @@ public:
         if (remote)
             store_cfg = redis::node::config_from(fields_of(*remote), block_size, item_bytes, "TieredCache remote");
 #else
-        if (remote) throw config_error(no_redis("TieredCache: remote=...") + ", or leave remote=None");
+        if (remote) throw config_error(no_redis_message("TieredCache: remote=...") + ", or leave remote=None");
 #endif
         impl_ = any_tiered_cache::make(cfg, g, c, thread_safe);
         steps_.emplace(*impl_);
@@ -481,7 +481,7 @@ void bind_cache(nb::module_& m) {
             return nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<2>>(reinterpret_cast<std::uint8_t*>(owned->data()),
                                                                      {owned->size(), std::size_t{32}}, owner);
 #else
-            throw config_error(no_redis("block_digests"));
+            throw config_error(no_redis_message("block_digests"));
 #endif
         },
         nb::arg("tokens"), nb::arg("block_size") = 16, nb::arg("extra") = nb::bytes(""),

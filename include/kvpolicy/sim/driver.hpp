@@ -66,7 +66,8 @@ struct run_setup {
 /// Throws: config_error naming the flag and the fix (a CSV in a request
 /// mode; no --policy or --capacity, a capacity of 0 blocks; --block-size,
 /// --layers or --instances 0; --cpu-capacity missing, --return-hints,
-/// --lookahead / --serve-rate, --layers, --remote-bandwidth, --option: a
+/// --lookahead / --serve-rate, --layers > 1 in flat or offload mode,
+/// --prefill-chunk outside offload mode, --remote-bandwidth, --option: a
 /// policy not compared, an option it does not have, a value out of range);
 /// unknown_name_error for a policy, or in
 /// tiered mode a CPU-tier policy, that does not exist, listing the accepted
